@@ -1,0 +1,162 @@
+//! The internet checksum (RFC 1071) and the pseudo-headers of TCP/UDP/ICMPv6.
+//!
+//! A *partial sum* (`u32`) is a one's-complement sum of 16-bit big-endian words, folded to at
+//! most 16 bits, not yet complemented. Partial sums of consecutive pieces can be added with
+//! [`combine`], as RFC 1071 §2(B) allows (one's-complement addition is associative and
+//! commutative), provided every piece but the last has an even length.
+
+use core::net::IpAddr;
+
+/// Folds a wide one's-complement accumulator down to 16 bits (RFC 1071 §4.1, "fold 32-bit sum
+/// to 16 bits").
+fn fold(mut sum: u64) -> u32 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u32
+}
+
+/// The partial sum of `data`: its 16-bit big-endian words added in one's complement; an odd
+/// final byte is padded with a zero byte on the right (RFC 1071 §4.1).
+pub fn sum(data: &[u8]) -> u32 {
+    let mut acc: u64 = 0;
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
+        // Four 16-bit words at a time; a u64 accumulator cannot overflow for any slice that fits
+        // in memory before the fold.
+        acc += u64::from(u16::from_be_bytes([c[0], c[1]]))
+            + u64::from(u16::from_be_bytes([c[2], c[3]]))
+            + u64::from(u16::from_be_bytes([c[4], c[5]]))
+            + u64::from(u16::from_be_bytes([c[6], c[7]]));
+    }
+    let mut words = chunks.remainder().chunks_exact(2);
+    for w in &mut words {
+        acc += u64::from(u16::from_be_bytes([w[0], w[1]]));
+    }
+    if let [last] = words.remainder() {
+        acc += u64::from(u16::from_be_bytes([*last, 0]));
+    }
+    fold(acc)
+}
+
+/// Adds partial sums and returns the checksum to store in a header: the one's complement of
+/// their one's-complement sum (RFC 1071 §1).
+pub fn combine(partials: &[u32]) -> u16 {
+    let total: u64 = partials.iter().map(|&p| u64::from(p)).sum();
+    !(fold(total) as u16)
+}
+
+/// The checksum of `data` alone, as stored in the IPv4 header checksum (RFC 791 §3.1) or an
+/// ICMPv4 message (RFC 792).
+pub fn internet(data: &[u8]) -> u16 {
+    combine(&[sum(data)])
+}
+
+/// True when `partials` (which cover the checksum field itself) add up to 0xffff, the check a
+/// receiver does (RFC 1071 §1).
+pub fn verify(partials: &[u32]) -> bool {
+    combine(partials) == 0
+}
+
+/// The partial sum of the pseudo-header for an upper-layer protocol `proto` carried in an IP
+/// packet from `src` to `dst` with `len` bytes of upper-layer header and data.
+///
+/// For IPv4 this is the 12-byte pseudo-header of RFC 9293 §3.1 (source, destination, zero,
+/// protocol, TCP length); for IPv6 the 40-byte one of RFC 8200 §8.1 (source, destination,
+/// 32-bit upper-layer length, three zero bytes, next header). If the two addresses are of
+/// different families, both are taken as IPv6 (IPv4 ones in their IPv4-mapped form).
+pub fn pseudo_header(src: IpAddr, dst: IpAddr, proto: u8, len: u32) -> u32 {
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let mut acc = u64::from(sum(&s.octets())) + u64::from(sum(&d.octets()));
+            acc += u64::from(proto);
+            // The IPv4 pseudo-header holds a 16-bit length; larger values only occur with
+            // GSO super-segments whose checksum is finished per segment, so fold them in whole.
+            acc += u64::from(len >> 16) + u64::from(len & 0xffff);
+            fold(acc)
+        }
+        _ => {
+            let s = match src {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            };
+            let d = match dst {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            };
+            let mut acc = u64::from(sum(&s.octets())) + u64::from(sum(&d.octets()));
+            acc += u64::from(len >> 16) + u64::from(len & 0xffff);
+            acc += u64::from(proto);
+            fold(acc)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::net::{Ipv4Addr, Ipv6Addr};
+
+    /// The worked example of RFC 1071 §3: words 0001 f203 f4f5 f6f7 sum to ddf2 (folded).
+    #[test]
+    fn rfc1071_example() {
+        let data = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+        assert_eq!(sum(&data), 0xddf2);
+        assert_eq!(internet(&data), !0xddf2);
+    }
+
+    /// RFC 1071 §4.1: an odd trailing byte is padded with zero on the right.
+    #[test]
+    fn odd_length_pads_right() {
+        assert_eq!(sum(&[0x12]), 0x1200);
+        assert_eq!(sum(&[0x12, 0x34, 0x56]), 0x1234 + 0x5600);
+    }
+
+    /// Splitting at an even offset gives the same checksum as summing the whole (RFC 1071 §2(B)).
+    #[test]
+    fn combine_is_associative() {
+        let data: Vec<u8> = (0..=255u8).cycle().take(1001).collect();
+        let whole = internet(&data);
+        for split in (0..data.len()).step_by(2) {
+            assert_eq!(combine(&[sum(&data[..split]), sum(&data[split..])]), whole);
+        }
+    }
+
+    /// A message with its checksum filled in verifies (RFC 1071 §1).
+    #[test]
+    fn verify_after_fill() {
+        let mut data = vec![
+            0x45, 0, 0, 40, 0x12, 0x34, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        let c = internet(&data);
+        data[10..12].copy_from_slice(&c.to_be_bytes());
+        assert!(verify(&[sum(&data)]));
+        data[0] ^= 1;
+        assert!(!verify(&[sum(&data)]));
+    }
+
+    /// The IPv4 pseudo-header of RFC 9293 §3.1 equals the sum of its 12 bytes laid out.
+    #[test]
+    fn pseudo_header_v4_layout() {
+        let s = Ipv4Addr::new(192, 0, 2, 1);
+        let d = Ipv4Addr::new(198, 51, 100, 7);
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&s.octets());
+        bytes.extend_from_slice(&d.octets());
+        bytes.extend_from_slice(&[0, 6, 0x05, 0xdc]);
+        assert_eq!(pseudo_header(s.into(), d.into(), 6, 1500), sum(&bytes));
+    }
+
+    /// The IPv6 pseudo-header of RFC 8200 §8.1 equals the sum of its 40 bytes laid out.
+    #[test]
+    fn pseudo_header_v6_layout() {
+        let s: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        let d: Ipv6Addr = "2001:db8::ffff:2".parse().unwrap();
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&s.octets());
+        bytes.extend_from_slice(&d.octets());
+        bytes.extend_from_slice(&70000u32.to_be_bytes());
+        bytes.extend_from_slice(&[0, 0, 0, 58]);
+        assert_eq!(pseudo_header(s.into(), d.into(), 58, 70000), sum(&bytes));
+    }
+}
