@@ -1,0 +1,417 @@
+//! Receive-side GRO: coalesce in-order TCP segments of one flow into one aggregate.
+//!
+//! The inverse of [`crate::segment`], following the merge rules Linux's `tcp_gro_receive` /
+//! `inet_gro_receive` apply (observable behaviour):
+//! * same addresses, ports and IP version, no IPv4 options and no IPv6 extension headers;
+//! * the segment's seq is exactly the aggregate's next seq; ack and window equal;
+//! * flags equal apart from PSH/FIN (allowed on the segment that ends an aggregate); CWR,
+//!   SYN, RST and URG never merge;
+//! * the TCP option bytes are identical, so timestamps must be equal to merge;
+//! * IPv4: same TOS, TTL and DF, identification incrementing by one; IPv6: same traffic class,
+//!   flow label and hop limit;
+//! * every segment but the last carries exactly the first segment's payload size (the gso
+//!   size); a shorter segment, or one with PSH/FIN, closes the aggregate;
+//! * the aggregate stays within 64 KiB of IP packet;
+//! * a segment with a bad checksum is never merged; it is passed up on its own (the stack
+//!   drops it) after the same flow's held aggregate, keeping order.
+//!
+//! At most 8 flows are held at once (Linux `MAX_GRO_SKBS`); all are flushed at the end of a
+//! poll batch, in the order they were opened.
+
+use crate::packet::Packet;
+use crate::pool::BufPool;
+use crate::segment::{self, flags, TcpView};
+
+/// Most flows held open at once (Linux `MAX_GRO_SKBS`).
+pub const MAX_GRO_FLOWS: usize = 8;
+/// Largest aggregate, in bytes of IP packet.
+pub const GRO_MAX_SIZE: usize = 65535;
+
+/// GRO counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroStats {
+    /// Packets handed to GRO.
+    pub packets_in: u64,
+    /// Packets passed up (aggregates plus packets that were not merged).
+    pub packets_out: u64,
+    /// Segments that were appended to an existing aggregate.
+    pub merged: u64,
+    /// TCP packets with a bad checksum (passed up unmerged).
+    pub csum_errors: u64,
+}
+
+struct Held {
+    pkt: Packet,
+    view: TcpView,
+    mss: usize,
+    next_seq: u32,
+    last_id: u16,
+    segs: u32,
+    /// One's-complement sum of the aggregate's payload so far (so the flush need not re-read
+    /// 64 KiB to checksum it).
+    psum: u64,
+}
+
+/// The GRO engine of one host's receive path.
+#[derive(Default)]
+pub struct Gro {
+    held: Vec<Held>,
+    /// Counters.
+    pub stats: GroStats,
+}
+
+fn same_flow(a: &[u8], va: &TcpView, b: &[u8], vb: &TcpView) -> bool {
+    va.ip_version == vb.ip_version
+        && va.sport == vb.sport
+        && va.dport == vb.dport
+        && segment::src_addr(a) == segment::src_addr(b)
+        && segment::dst_addr(a) == segment::dst_addr(b)
+}
+
+fn ip_id(d: &[u8]) -> u16 {
+    u16::from_be_bytes([d[4], d[5]])
+}
+
+impl Gro {
+    /// A GRO engine with nothing held.
+    pub fn new() -> Gro {
+        Gro::default()
+    }
+
+    /// Coalesce one poll batch: consumes `batch` in order, appends what is passed up to `out`,
+    /// returns buffers of merged-away segments to `pool`.
+    pub fn receive_batch(
+        &mut self,
+        batch: impl IntoIterator<Item = Packet>,
+        out: &mut Vec<Packet>,
+        pool: &mut BufPool,
+    ) {
+        for p in batch {
+            self.receive(p, out, pool);
+        }
+        self.flush_all(out);
+    }
+
+    fn receive(&mut self, p: Packet, out: &mut Vec<Packet>, pool: &mut BufPool) {
+        self.stats.packets_in += 1;
+        let Some(v) = segment::parse_tcp(&p.data) else {
+            self.pass(p, out);
+            return;
+        };
+        let end = v.payload_off + v.payload_len;
+        let psum = segment::csum_add(0, &p.data[v.payload_off..end]);
+        let hsum = segment::csum_add(
+            segment::pseudo_sum(&p.data, &v, end - v.tcp_off),
+            &p.data[v.tcp_off..v.payload_off],
+        );
+        let csum_ok = segment::ipv4_checksum_ok(&p.data)
+            && segment::csum_fold(segment::csum_combine(hsum, psum)) == 0;
+        if !csum_ok {
+            self.stats.csum_errors += 1;
+            self.flush_flow(&p.data, &v, out);
+            self.pass(p, out);
+            return;
+        }
+        let mergeable_kind = v.payload_len > 0
+            && v.flags & (flags::SYN | flags::RST | flags::URG | flags::CWR) == 0
+            && p.data.len() == v.payload_off + v.payload_len
+            && (if v.ip_version == 4 {
+                v.tcp_off == 20
+            } else {
+                v.tcp_off == 40
+            });
+        let pos = self
+            .held
+            .iter()
+            .position(|h| same_flow(&h.pkt.data, &h.view, &p.data, &v));
+        if !mergeable_kind {
+            if let Some(i) = pos {
+                self.flush_at(i, out);
+            }
+            self.pass(p, out);
+            return;
+        }
+        if let Some(i) = pos {
+            if Self::can_merge(&self.held[i], &p.data, &v) {
+                let h = &mut self.held[i];
+                // A payload appended at an odd offset has its bytes in swapped lanes; its
+                // one's-complement sum is the byte-swapped sum (RFC 1071 §2(B)).
+                let add = if h.view.payload_len % 2 == 1 {
+                    u64::from(segment::fold16(psum).swap_bytes())
+                } else {
+                    psum
+                };
+                h.psum = segment::csum_combine(h.psum, add);
+                h.pkt
+                    .data
+                    .extend_from_slice(&p.data[v.payload_off..v.payload_off + v.payload_len]);
+                h.next_seq = h.next_seq.wrapping_add(v.payload_len as u32);
+                h.segs += 1;
+                if v.ip_version == 4 {
+                    h.last_id = ip_id(&p.data);
+                }
+                // PSH/FIN of the closing segment go on the aggregate.
+                let fl_at = h.view.tcp_off + 13;
+                h.pkt.data[fl_at] |= v.flags & (flags::PSH | flags::FIN);
+                h.view.payload_len += v.payload_len;
+                self.stats.merged += 1;
+                let closes = v.payload_len < h.mss || v.flags & (flags::PSH | flags::FIN) != 0;
+                pool.put(p.data);
+                if closes {
+                    self.flush_at(i, out);
+                }
+                return;
+            }
+            self.flush_at(i, out);
+        }
+        if v.flags & (flags::PSH | flags::FIN) != 0 {
+            self.pass(p, out);
+            return;
+        }
+        if self.held.len() >= MAX_GRO_FLOWS {
+            self.flush_at(0, out);
+        }
+        let mut pkt = p;
+        pkt.data
+            .reserve(GRO_MAX_SIZE.saturating_sub(pkt.data.len()));
+        let last_id = if v.ip_version == 4 {
+            ip_id(&pkt.data)
+        } else {
+            0
+        };
+        self.held.push(Held {
+            view: v,
+            mss: v.payload_len,
+            next_seq: v.seq.wrapping_add(v.payload_len as u32),
+            last_id,
+            segs: 1,
+            psum,
+            pkt,
+        });
+    }
+
+    fn can_merge(h: &Held, d: &[u8], v: &TcpView) -> bool {
+        let hd = &h.pkt.data;
+        let hv = &h.view;
+        if v.seq != h.next_seq
+            || v.ack != hv.ack
+            || v.window != hv.window
+            || (v.flags ^ hv.flags) & !(flags::PSH | flags::FIN) != 0
+            || v.tcp_len != hv.tcp_len
+            || v.payload_len > h.mss
+            || hd.len() + v.payload_len > GRO_MAX_SIZE
+        {
+            return false;
+        }
+        // Identical TCP options (timestamps included).
+        if hd[hv.tcp_off + 20..hv.tcp_off + hv.tcp_len] != d[v.tcp_off + 20..v.tcp_off + v.tcp_len]
+        {
+            return false;
+        }
+        if v.ip_version == 4 {
+            // TOS, TTL, DF equal; id increments by one.
+            hd[1] == d[1]
+                && hd[8] == d[8]
+                && (hd[6] & 0x40) == (d[6] & 0x40)
+                && ip_id(d) == h.last_id.wrapping_add(1)
+        } else {
+            hd[0..4] == d[0..4] && hd[7] == d[7]
+        }
+    }
+
+    fn pass(&mut self, p: Packet, out: &mut Vec<Packet>) {
+        self.stats.packets_out += 1;
+        out.push(p);
+    }
+
+    fn flush_flow(&mut self, d: &[u8], v: &TcpView, out: &mut Vec<Packet>) {
+        if let Some(i) = self
+            .held
+            .iter()
+            .position(|h| same_flow(&h.pkt.data, &h.view, d, v))
+        {
+            self.flush_at(i, out);
+        }
+    }
+
+    fn flush_at(&mut self, i: usize, out: &mut Vec<Packet>) {
+        let h = self.held.remove(i);
+        let mut pkt = h.pkt;
+        if h.segs > 1 {
+            let v = h.view;
+            let total = v.payload_off + v.payload_len;
+            if v.ip_version == 4 {
+                pkt.data[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+                segment::fill_ipv4_checksum(&mut pkt.data);
+            } else {
+                pkt.data[4..6].copy_from_slice(&((total - 40) as u16).to_be_bytes());
+            }
+            let c = v.tcp_off + 16;
+            pkt.data[c..c + 2].copy_from_slice(&[0, 0]);
+            let s = segment::csum_add(
+                segment::pseudo_sum(&pkt.data, &v, total - v.tcp_off),
+                &pkt.data[v.tcp_off..v.payload_off],
+            );
+            let sum = segment::csum_fold(segment::csum_combine(s, h.psum));
+            pkt.data[c..c + 2].copy_from_slice(&sum.to_be_bytes());
+            pkt.gso_size = Some(h.mss as u16);
+        }
+        self.pass(pkt, out);
+    }
+
+    /// Pass up everything held (end of a poll batch, Linux `napi_gro_flush`).
+    pub fn flush_all(&mut self, out: &mut Vec<Packet>) {
+        while !self.held.is_empty() {
+            self.flush_at(0, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::segment::{build_ipv4_tcp, segment, tcp_checksum_ok, TcpPacketSpec};
+
+    fn original(len: usize, fl: u8) -> Vec<u8> {
+        let payload: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let spec = TcpPacketSpec {
+            seq: 1000,
+            flags: fl,
+            ip_id: 77,
+            options: vec![1, 1, 8, 10, 0, 0, 1, 0, 0, 0, 2, 0],
+            ..TcpPacketSpec::default()
+        };
+        let mut out = Vec::new();
+        build_ipv4_tcp(&spec, &payload, &mut out);
+        out
+    }
+
+    fn run(pkts: Vec<Vec<u8>>) -> (Vec<Packet>, GroStats) {
+        let mut g = Gro::new();
+        let mut out = Vec::new();
+        let mut pool = BufPool::new(16);
+        g.receive_batch(pkts.into_iter().map(Packet::new), &mut out, &mut pool);
+        (out, g.stats)
+    }
+
+    #[test]
+    fn gro_coalesces_back_to_the_original() {
+        let orig = original(10 * 1448 + 100, flags::ACK | flags::PSH);
+        let segs = segment(&orig, 1448).unwrap();
+        assert_eq!(segs.len(), 11);
+        let (out, st) = run(segs);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].data, orig);
+        assert_eq!(out[0].gso_size, Some(1448));
+        assert!(tcp_checksum_ok(&out[0].data));
+        assert_eq!(st.merged, 10);
+    }
+
+    /// Odd-sized payloads (so later segments land at odd offsets) still give a correct
+    /// aggregate checksum.
+    #[test]
+    fn odd_mss_aggregate_checksum() {
+        let orig = original(5 * 999 + 3, flags::ACK);
+        let segs = segment(&orig, 999).unwrap();
+        let (out, _) = run(segs);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].data, orig);
+        assert!(tcp_checksum_ok(&out[0].data));
+    }
+
+    #[test]
+    fn gap_and_timestamp_change_stop_merging() {
+        let orig = original(4 * 1000, flags::ACK);
+        let mut segs = segment(&orig, 1000).unwrap();
+        // Drop segment 1: 0 | 2,3 → two aggregates (0 alone is not marked gso).
+        segs.remove(1);
+        let (out, _) = run(segs.clone());
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].gso_size, None);
+        assert_eq!(out[1].gso_size, Some(1000));
+        // Change the TS value in segment 2 (refresh its checksum): no merge across it.
+        let mut segs = segment(&orig, 1000).unwrap();
+        segs[2][20 + 20 + 7] ^= 1;
+        let v = segment::parse_tcp(&segs[2]).unwrap();
+        segment::fill_tcp_checksum(&mut segs[2], &v);
+        let (out, _) = run(segs);
+        // [0+1] [2] [3]: segment 3 carries the old timestamp again, unequal to segment 2's.
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0].gso_size, Some(1000));
+        assert!(out.iter().all(|p| tcp_checksum_ok(&p.data)));
+    }
+
+    #[test]
+    fn corrupted_segment_is_not_merged_and_order_kept() {
+        let orig = original(3 * 1000, flags::ACK);
+        let mut segs = segment(&orig, 1000).unwrap();
+        segs[1][60] ^= 0x10;
+        let (out, st) = run(segs);
+        assert_eq!(st.csum_errors, 1);
+        assert_eq!(out.len(), 3);
+        assert!(tcp_checksum_ok(&out[0].data));
+        assert!(!tcp_checksum_ok(&out[1].data));
+        assert!(tcp_checksum_ok(&out[2].data));
+    }
+
+    #[test]
+    fn interleaved_flows_and_pure_acks() {
+        let a = segment(&original(3000, flags::ACK), 1000).unwrap();
+        let mut spec = TcpPacketSpec {
+            sport: 40001,
+            ..TcpPacketSpec::default()
+        };
+        let mut b_orig = Vec::new();
+        build_ipv4_tcp(&spec, &[5u8; 2000], &mut b_orig);
+        let b = segment(&b_orig, 1000).unwrap();
+        spec.sport = 40002;
+        let mut ack = Vec::new();
+        build_ipv4_tcp(&spec, &[], &mut ack);
+        let batch = vec![
+            a[0].clone(),
+            b[0].clone(),
+            a[1].clone(),
+            ack.clone(),
+            b[1].clone(),
+            a[2].clone(),
+        ];
+        let (out, _) = run(batch);
+        // The pure ACK passes straight up; the two aggregates are flushed at the end.
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0].data, ack);
+        assert_eq!(out[1].gso_size, Some(1000));
+        assert_eq!(out[1].data.len(), 52 + 3000); // 20 IP + 32 TCP with TS option
+        assert_eq!(out[2].data, b_orig);
+    }
+
+    #[test]
+    fn ipv6_round_trip() {
+        let payload = vec![0x5au8; 4000];
+        let mut p = vec![0x60, 0, 0, 0];
+        p.extend_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
+        p.extend_from_slice(&[segment::IPPROTO_TCP, 64]);
+        p.extend_from_slice(&[0xfd; 16]);
+        p.extend_from_slice(&[0xfe; 16]);
+        p.extend_from_slice(&[0x9c, 0x40, 0x13, 0x89, 0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x18]);
+        p.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
+        p.extend_from_slice(&payload);
+        let v = segment::parse_tcp(&p).unwrap();
+        segment::fill_tcp_checksum(&mut p, &v);
+        let (out, st) = run(segment(&p, 1000).unwrap());
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].data, p);
+        assert_eq!(out[0].gso_size, Some(1000));
+        assert_eq!(st.merged, 3);
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let orig = original(3000, flags::ACK);
+        let mut batch = Vec::new();
+        for cut in 0..orig.len().min(120) {
+            batch.push(orig[..cut].to_vec());
+        }
+        let (out, st) = run(batch);
+        assert_eq!(out.len() as u64, st.packets_in);
+    }
+}

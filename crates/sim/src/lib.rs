@@ -1,0 +1,59 @@
+//! `shallow-sim`: the deterministic network emulator of Shallow.
+//!
+//! Virtual time in nanoseconds ([`Time`]), one event queue ([`EventQueue`]) with
+//! insertion-order tie-breaking, one seeded random stream per component ([`SimRng`]), and a
+//! network model: per host an egress path qdisc → NIC TX ring → wire (with TSO segmentation and
+//! TX completions at the time the last bit leaves), a bottleneck link per direction with a
+//! drop-tail router queue and impairments, and a receive path with GRO. Endpoints plug in
+//! through the [`Endpoint`] trait, which mirrors the engine's network-side interface.
+//!
+//! Same seed and same inputs give the same event trace ([`Sim::digest`]) and the same pcap
+//! bytes.
+//!
+//! ```
+//! use shallow_sim::testing::{Sink, Source, SourceConfig, TestEndpoint};
+//! use shallow_sim::{Dir, HostConfig, LinkSpec, QdiscSpec, Time, TopologyBuilder};
+//!
+//! let mut b = TopologyBuilder::new(42);
+//! let tx = b.sender(
+//!     HostConfig { qdisc: "fq".parse::<QdiscSpec>()?, ..HostConfig::default() },
+//!     TestEndpoint::Source(Source::new(SourceConfig { count: 10, ..SourceConfig::default() })),
+//! );
+//! let rx = b.receiver(HostConfig::default(), TestEndpoint::Sink(Sink::default()));
+//! b.forward("rate=100mbit,delay=10ms,queue=100p".parse::<LinkSpec>()?);
+//! let mut sim = b.build()?;
+//! sim.run_until(Time::from_secs(1));
+//! assert_eq!(sim.endpoint(rx).sink().unwrap().packets, 10);
+//! assert_eq!(sim.link_stats(Dir::Forward).packets_in, 10);
+//! assert_eq!(sim.endpoint(tx).source().unwrap().completions.len(), 10);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod capture;
+pub mod event;
+pub mod gro;
+pub mod metrics;
+pub mod packet;
+pub mod pool;
+pub mod qdisc;
+pub mod rng;
+pub mod segment;
+pub mod sim;
+pub mod spec;
+pub mod testing;
+pub mod time;
+
+pub use capture::{CaptureOut, CapturePoint};
+pub use event::EventQueue;
+pub use packet::{Endpoint, Packet, Skb};
+pub use qdisc::{Qdisc, QdiscStats};
+pub use rng::SimRng;
+pub use sim::{
+    Dir, HostConfig, HostId, HostStats, LinkStats, NicConfig, Side, Sim, TopologyBuilder,
+    TopologyError,
+};
+pub use spec::{GilbertElliott, LinkSpec, QdiscSpec, QueueLimit, SpecError};
+pub use time::{Rate, Time};
