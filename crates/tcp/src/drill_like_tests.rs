@@ -1,0 +1,1343 @@
+//! Packetdrill-style conformance checks: one `Stack` against hand-built packets, with the
+//! expectations of Linux's own scripts (../shared/packetdrill/tcp) written out as facts.
+
+use crate::packet::{self, flags::*, OutOpt, SegOut};
+use crate::*;
+use core::net::SocketAddr;
+use core::time::Duration;
+
+const LOCAL: &str = "192.168.0.1:8080";
+const REMOTE: &str = "192.0.2.1:40000";
+
+struct Peer {
+    st: Stack,
+    now: Instant,
+    isn: u32,
+}
+
+fn raw(seq: u32, ack: u32, fl: u16, win: u16, opts: &[OutOpt], payload: &[u8]) -> Vec<u8> {
+    packet::build(&SegOut {
+        local: REMOTE.parse().unwrap(),
+        remote: LOCAL.parse().unwrap(),
+        seq,
+        ack,
+        flags: fl,
+        window: win,
+        tos: 0,
+        ttl: 64,
+        ident: 0,
+        opts,
+        payload,
+    })
+    .unwrap()
+}
+
+struct Out {
+    seq: u32,
+    ack: u32,
+    flags: u16,
+    #[allow(dead_code)]
+    win: u16,
+    len: usize,
+    opts: String,
+}
+
+fn parse_out(t: &Transmit) -> Out {
+    let ip = shallow_wire::IpPacket::parse(&t.data).unwrap();
+    let tcp = shallow_wire::TcpPacket::new_checked(ip.payload()).unwrap();
+    let mut opts = Vec::new();
+    for o in tcp.options() {
+        match o.unwrap() {
+            shallow_wire::TcpOption::Nop => opts.push("nop".to_string()),
+            shallow_wire::TcpOption::Mss(m) => opts.push(format!("mss {m}")),
+            shallow_wire::TcpOption::WindowScale(w) => opts.push(format!("wscale {w}")),
+            shallow_wire::TcpOption::SackPermitted => opts.push("sackOK".into()),
+            shallow_wire::TcpOption::Timestamps { .. } => opts.push("TS".into()),
+            shallow_wire::TcpOption::Sack(b) => opts.push(format!("sack {:?}", b.as_slice())),
+            shallow_wire::TcpOption::Eol => break,
+            _ => opts.push("?".into()),
+        }
+    }
+    Out {
+        seq: tcp.seq(),
+        ack: tcp.ack(),
+        flags: tcp.flags().bits(),
+        win: tcp.window(),
+        len: tcp.payload().len(),
+        opts: opts.join(","),
+    }
+}
+
+impl Peer {
+    /// packetdrill defaults.sh: tcp_rmem 4096 540000 15MiB, tcp_wmem 4096 256KiB 4MiB.
+    fn new(ts: bool) -> Peer {
+        let mut st = Stack::new(7);
+        st.add_address("192.168.0.1".parse().unwrap());
+        st.sysctl_set("net.ipv4.tcp_rmem", "4096 540000 15728640")
+            .unwrap();
+        st.sysctl_set("net.ipv4.tcp_wmem", "4096 262144 4194304")
+            .unwrap();
+        st.sysctl_set("net.ipv4.tcp_timestamps", if ts { "1" } else { "0" })
+            .unwrap();
+        Peer {
+            st,
+            now: Instant::from_secs(1),
+            isn: 0,
+        }
+    }
+    fn out(&mut self) -> Vec<Out> {
+        let mut v = Vec::new();
+        while let Some(t) = self.st.poll_transmit(self.now) {
+            v.push(parse_out(&t));
+            if let Some(tok) = t.token {
+                self.st.tx_complete(self.now, tok);
+            }
+        }
+        v
+    }
+    fn rel(&self, o: &Out) -> (u32, u32) {
+        (o.seq.wrapping_sub(self.isn), o.ack)
+    }
+    /// listen; `< S 0:0(0) win 32792 <mss 1000,sackOK,nop,nop,nop,wscale 7>`; check the SYN-ACK
+    /// options; `< . 1:1(0) ack 1 win 257`; accept.
+    fn passive_open(&mut self, syn_opts: &[OutOpt], expect_synack: &str) -> SocketId {
+        let l = self.st.socket(Family::V4).unwrap();
+        self.st
+            .setsockopt(self.now, l, SockOpt::SoReuseaddr, &OptVal::Int(1))
+            .unwrap();
+        self.st.bind(l, LOCAL.parse().unwrap()).unwrap();
+        self.st.listen(l, 1).unwrap();
+        self.st
+            .input(self.now, &raw(0, 0, SYN, 32792, syn_opts, &[]), None);
+        let o = self.out();
+        assert_eq!(o.len(), 1);
+        assert_eq!(o[0].flags, SYN | ACK);
+        assert_eq!(o[0].ack, 1);
+        assert_eq!(o[0].opts, expect_synack);
+        self.isn = o[0].seq.wrapping_add(1);
+        // The scripts' handshake RTT: the third ACK 100 ms after the SYN-ACK.
+        self.now += Duration::from_millis(100);
+        self.st
+            .input(self.now, &raw(1, self.isn, ACK, 257, &[], &[]), None);
+        let (s, peer) = self.st.accept(l).unwrap();
+        assert_eq!(peer, REMOTE.parse::<SocketAddr>().unwrap());
+        s
+    }
+}
+
+const SYN_OPTS: &[OutOpt] = &[
+    OutOpt::Mss(1000),
+    OutOpt::SackOk,
+    OutOpt::Nop,
+    OutOpt::Nop,
+    OutOpt::Nop,
+    OutOpt::Wscale(7),
+];
+
+#[test]
+fn synack_options_linux_order() {
+    // Without timestamps: `mss 1460,nop,nop,sackOK,nop,wscale 8` (wscale from 15 MiB rmem).
+    let mut p = Peer::new(false);
+    p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    // With timestamps: `mss 1460,sackOK,TS val ecr,nop,wscale 8`.
+    let mut p = Peer::new(true);
+    let opts = [
+        OutOpt::Mss(1000),
+        OutOpt::SackOk,
+        OutOpt::Ts(100, 0),
+        OutOpt::Nop,
+        OutOpt::Wscale(7),
+    ];
+    p.passive_open(&opts, "mss 1460,sackOK,TS,nop,wscale 8");
+    // Peer without wscale/sack: `mss 1460,nop,nop,sackOK` only if offered; here nothing.
+    let mut p = Peer::new(false);
+    p.passive_open(&[OutOpt::Mss(1000)], "mss 1460");
+}
+
+#[test]
+fn active_open_syn_options() {
+    let mut p = Peer::new(false);
+    let c = p.st.socket(Family::V4).unwrap();
+    assert_eq!(
+        p.st.connect(p.now, c, REMOTE.parse().unwrap()),
+        Err(Errno::EINPROGRESS)
+    );
+    let o = p.out();
+    assert_eq!(o[0].opts, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    assert_eq!(o[0].flags, SYN);
+    // RFC 6298 §5.7 / tcp_syn_retries: SYN retransmitted after 1 s, then 2 s.
+    p.now += Duration::from_millis(999);
+    p.st.handle_timeout(p.now);
+    assert!(p.out().is_empty());
+    p.now += Duration::from_millis(1);
+    p.st.handle_timeout(p.now);
+    assert_eq!(p.out().len(), 1);
+    p.now += Duration::from_millis(2000);
+    p.st.handle_timeout(p.now);
+    assert_eq!(p.out().len(), 1);
+}
+
+/// notsent_lowat/notsent-lowat-setsockopt.pkt: mss 1000, lowat 4000, peer window 32 KiB
+/// (size_goal 16000): non-blocking write(59000) returns 26000; IW10 sends 10000 bytes.
+#[test]
+fn notsent_lowat_write_returns_26000() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.setsockopt(p.now, s, SockOpt::TcpNotsentLowat, &OptVal::Int(4000))
+        .unwrap();
+    assert_eq!(p.st.send(p.now, s, &[0u8; 59000], 0), Ok(26000));
+    let o = p.out();
+    let total: usize = o.iter().map(|x| x.len).sum();
+    assert_eq!(total, 10000);
+    assert_eq!(p.rel(&o[0]).0, 0);
+    // Not writable until notsent < lowat/2 (tcp_poll with wake=1).
+    assert_eq!(p.st.poll(s).unwrap() & pollbits::POLLOUT, 0);
+}
+
+/// epoll/epoll_out_edge_notsent_lowat.pkt: tcp_wmem[1] = 50000, lowat 32000 → 42000;
+/// notsent-lowat-default.pkt: no lowat → 58000 (sndbuf limit).
+#[test]
+fn sndbuf_and_lowat_write_counts() {
+    let mut p = Peer::new(false);
+    p.st.sysctl_set("net.ipv4.tcp_wmem", "4096 50000 4194304")
+        .unwrap();
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.setsockopt(p.now, s, SockOpt::TcpNotsentLowat, &OptVal::Int(32000))
+        .unwrap();
+    assert_eq!(p.st.send(p.now, s, &[0u8; 59000], 0), Ok(42000));
+
+    let mut p = Peer::new(false);
+    p.st.sysctl_set("net.ipv4.tcp_wmem", "4096 50000 4194304")
+        .unwrap();
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    assert_eq!(p.st.send(p.now, s, &[0u8; 59000], 0), Ok(58000));
+    assert_eq!(p.st.send(p.now, s, &[0u8; 100], 0), Err(Errno::EAGAIN));
+}
+
+/// Delayed ACK: after the quickack budget the receiver ACKs every second full segment or
+/// after the 40 ms delack timer (tcp_send_delayed_ack, TCP_ATO_MIN).
+#[test]
+fn delayed_ack_after_single_segment_in_pingpong() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    // Put the socket in pingpong mode (TCP_QUICKACK 0) so the 100-byte segment is delayed.
+    p.st.setsockopt(p.now, s, SockOpt::TcpQuickack, &OptVal::Int(0))
+        .unwrap();
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, ACK | PSH, 257, &[], &[1u8; 100]),
+        None,
+    );
+    assert!(p.out().is_empty(), "ACK delayed");
+    let t = p.st.poll_timeout().unwrap();
+    assert!(t - p.now <= Duration::from_millis(200) && t - p.now >= Duration::from_millis(40));
+    p.now = t;
+    p.st.handle_timeout(p.now);
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!(o[0].ack, 101);
+    assert_eq!(p.st.counters().value(Mib::DelayedACKs), 1);
+}
+
+/// Out-of-order data is ACKed at once with a SACK block (RFC 2018 §4, RFC 5681 §4.2), and
+/// filling the hole is ACKed at once.
+#[test]
+fn ofo_sack_and_hole_fill() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1001, p.isn, ACK, 257, &[], &[2u8; 1000]), None);
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!(o[0].ack, 1);
+    assert_eq!(o[0].opts, "nop,nop,sack [(1001, 2001)]");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 257, &[], &[1u8; 1000]), None);
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!(o[0].ack, 2001);
+    let mut buf = [0u8; 4000];
+    assert_eq!(p.st.recv(p.now, s, &mut buf, 0), Ok(2000));
+    assert_eq!(&buf[..2], &[1, 1]);
+    assert_eq!(&buf[1000..1002], &[2, 2]);
+}
+
+/// RFC 5961 §3.2: an in-window RST that is not exactly rcv_nxt draws a challenge ACK.
+#[test]
+fn rst_in_window_gets_challenge_ack() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(500, 0, RST, 0, &[], &[]), None);
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!(o[0].flags, ACK);
+    assert_eq!(p.st.state(s).unwrap(), TcpState::Established);
+    assert_eq!(p.st.counters().value(Mib::TCPChallengeACK), 1);
+    p.st.input(p.now, &raw(1, 0, RST, 0, &[], &[]), None);
+    assert_eq!(p.st.state(s).unwrap(), TcpState::Close);
+    let mut b = [0u8; 1];
+    assert_eq!(p.st.recv(p.now, s, &mut b, 0), Err(Errno::ECONNRESET));
+}
+
+/// tcp_close with unread data sends RST and counts TCPAbortOnClose.
+#[test]
+fn close_with_unread_data_resets() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK | PSH, 257, &[], &[1u8; 10]), None);
+    p.out();
+    p.st.close(p.now, s).unwrap();
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!(o[0].flags & RST, RST);
+    assert_eq!(p.st.counters().value(Mib::TCPAbortOnClose), 1);
+}
+
+/// PSH on the last segment of a write; Nagle holds a second small write until the ACK.
+#[test]
+fn psh_and_nagle() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    assert_eq!(p.st.send(p.now, s, &[0u8; 2500], 0), Ok(2500));
+    let o = p.out();
+    let segs: Vec<(u32, usize, bool)> = o
+        .iter()
+        .map(|x| (p.rel(x).0, x.len, x.flags & PSH != 0))
+        .collect();
+    // One TSO packet 1:2501 with PSH (the kernel emits it as one GSO skb).
+    assert_eq!(segs.iter().map(|x| x.1).sum::<usize>(), 2500);
+    assert!(segs.last().unwrap().2);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 10], 0), Ok(10));
+    assert!(
+        p.out().is_empty(),
+        "Nagle: small segment held while data is unacked"
+    );
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(2500), ACK, 257, &[], &[]),
+        None,
+    );
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!(o[0].len, 10);
+}
+
+/// Spec §12 E5 conformance: N in-order full-size segments delivered into the backlog while
+/// the application owns the socket, with quickack on (route `quickack 1`): on release exactly
+/// one ACK, acking everything (133c4c0d3717, `tcp_backlog_ack_defer`).
+#[test]
+fn backlog_ack_defer_sends_one_ack() {
+    let mut p = Peer::new(false);
+    p.st.set_route(
+        "0.0.0.0".parse().unwrap(),
+        0,
+        RouteAttrs {
+            quickack: true,
+            ..Default::default()
+        },
+    );
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.lock_sock(s);
+    for i in 0..5u32 {
+        p.st.input(
+            p.now,
+            &raw(1 + i * 1000, p.isn, ACK, 257, &[], &[0u8; 1000]),
+            None,
+        );
+    }
+    assert!(p.out().is_empty(), "owned: packets wait in the backlog");
+    assert!(p.st.meminfo(s).unwrap().backlog > 0);
+    assert_eq!(p.st.counters().value(Mib::TCPBacklogCoalesce), 4);
+    p.st.release_sock(p.now, s);
+    let o = p.out();
+    assert_eq!(o.len(), 1, "one cumulative ACK");
+    assert_eq!(o[0].ack, 5001);
+    // Without coalescing (options differ per segment) the deferral still yields one ACK.
+    let mut p = Peer::new(false);
+    p.st.set_route(
+        "0.0.0.0".parse().unwrap(),
+        0,
+        RouteAttrs {
+            quickack: true,
+            ..Default::default()
+        },
+    );
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.lock_sock(s);
+    for i in 0..5u32 {
+        let ts = [OutOpt::Nop, OutOpt::Nop, OutOpt::Ts(i, 0)];
+        p.st.input(
+            p.now,
+            &raw(1 + i * 1000, p.isn, ACK, 257, &ts, &[0u8; 1000]),
+            None,
+        );
+    }
+    assert_eq!(p.st.counters().value(Mib::TCPBacklogCoalesce), 0);
+    p.st.release_sock(p.now, s);
+    assert_eq!(p.out().len(), 1);
+    // With the sysctl off, every segment is ACKed (quickack route).
+    let mut p = Peer::new(false);
+    p.st.sysctl_set("net.ipv4.tcp_backlog_ack_defer", "0")
+        .unwrap();
+    p.st.set_route(
+        "0.0.0.0".parse().unwrap(),
+        0,
+        RouteAttrs {
+            quickack: true,
+            ..Default::default()
+        },
+    );
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.lock_sock(s);
+    for i in 0..5u32 {
+        let ts = [OutOpt::Nop, OutOpt::Nop, OutOpt::Ts(i, 0)];
+        p.st.input(
+            p.now,
+            &raw(1 + i * 1000, p.isn, ACK, 257, &ts, &[0u8; 1000]),
+            None,
+        );
+    }
+    p.st.release_sock(p.now, s);
+    assert_eq!(p.out().len(), 5);
+}
+
+/// TSQ (spec §2.5): without TX completions the socket stops after the allowed bytes below
+/// TCP, and a completion resumes it.
+#[test]
+fn tsq_limits_bytes_below_tcp() {
+    let mut p = Peer::new(false);
+    p.st.sysctl_set("net.ipv4.tcp_limit_output_bytes", "4096")
+        .unwrap();
+    let opts = [
+        OutOpt::Mss(1460),
+        OutOpt::SackOk,
+        OutOpt::Nop,
+        OutOpt::Wscale(7),
+    ];
+    let s = p.passive_open(&opts, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    // Open a big window and cwnd: ack with a large window.
+    p.st.input(p.now, &raw(1, p.isn, ACK, 65535, &[], &[]), None);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 100_000], 0), Ok(100_000));
+    let mut tokens = Vec::new();
+    while let Some(t) = p.st.poll_transmit(p.now) {
+        if let Some(tok) = t.token {
+            tokens.push(tok);
+        }
+    }
+    // First two skbs always go (rtx queue 0 or 1 skb), then TSQ stops the loop.
+    assert_eq!(tokens.len(), 2, "TSQ allows two packets in host queues");
+    assert!(p.st.meminfo(s).unwrap().wmem_alloc > 4096);
+    let t0 = tokens.remove(0);
+    p.st.tx_complete(p.now, t0);
+    assert!(
+        p.st.poll_transmit(p.now).is_none(),
+        "one skb of 50 KB is still over the 4 KB cap"
+    );
+    let t1 = tokens.remove(0);
+    // cwnd (10) is now full: ACK what was sent, then the completion lets TSQ push again.
+    let sent = p.st.ioctl(s, Ioctl::SiocOutq).unwrap() - p.st.ioctl(s, Ioctl::SiocOutqNsd).unwrap();
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(sent), ACK, 65535, &[], &[]),
+        None,
+    );
+    p.st.tx_complete(p.now, t1);
+    let mut more = 0;
+    while let Some(t) = p.st.poll_transmit(p.now) {
+        if let Some(tok) = t.token {
+            more += 1;
+            tokens.push(tok);
+        }
+    }
+    assert!(more >= 1, "TX completion resumed the flow");
+    for t in tokens {
+        p.st.tx_complete(p.now, t);
+    }
+}
+
+/// Autocorking (spec §5.2): a small write while an earlier packet of ours is still in host
+/// queues is held (TCPAutoCorking) and goes out at that packet's TX completion.
+#[test]
+fn autocork_holds_small_write_until_completion() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.setsockopt(p.now, s, SockOpt::TcpNodelay, &OptVal::Int(1))
+        .unwrap();
+    assert_eq!(p.st.send(p.now, s, &[0u8; 100], 0), Ok(100));
+    let t =
+        p.st.poll_transmit(p.now)
+            .expect("first write goes out at once");
+    assert_eq!(p.st.send(p.now, s, &[0u8; 50], 0), Ok(50));
+    assert_eq!(p.st.send(p.now, s, &[0u8; 40], 0), Ok(40));
+    assert!(
+        p.st.poll_transmit(p.now).is_none(),
+        "corked while the first packet is queued"
+    );
+    assert_eq!(
+        p.st.counters().value(Mib::TCPAutoCorking),
+        1,
+        "counted once per THROTTLED"
+    );
+    p.st.tx_complete(p.now, t.token.unwrap());
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!(o[0].len, 90, "both corked writes in one segment");
+}
+
+/// Zero window: the sender probes with backoff (tcp_probe_timer) and resumes when the
+/// window opens.
+#[test]
+fn zero_window_probe_and_resume() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 0, &[], &[]), None);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 500], 0), Ok(500));
+    assert!(p.out().is_empty());
+    let t1 = p.st.poll_timeout().unwrap();
+    p.now = t1;
+    p.st.handle_timeout(p.now);
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!(o[0].len, 0);
+    assert_eq!(p.rel(&o[0]).0, u32::MAX, "probe uses snd_una - 1");
+    let t2 = p.st.poll_timeout().unwrap();
+    assert!(
+        t2 - t1 > t1 - Instant::from_secs(1),
+        "backoff doubles the interval"
+    );
+    p.st.input(p.now, &raw(1, p.isn, ACK, 100, &[], &[]), None);
+    let o = p.out();
+    assert_eq!(o.iter().map(|x| x.len).sum::<usize>(), 500);
+}
+
+/// RTO: exponential backoff from the RFC 6298 timer; tcp_retries2 exhaustion reports
+/// ETIMEDOUT.
+#[test]
+fn rto_backoff_then_etimedout() {
+    let mut p = Peer::new(false);
+    p.st.sysctl_set("net.ipv4.tcp_retries2", "3").unwrap();
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    assert_eq!(p.st.send(p.now, s, &[0u8; 100], 0), Ok(100));
+    p.out();
+    let mut times = Vec::new();
+    for _ in 0..6 {
+        let Some(t) = p.st.poll_timeout() else { break };
+        p.now = t;
+        p.st.handle_timeout(p.now);
+        if !p.out().is_empty() {
+            times.push(t);
+        }
+    }
+    assert!(times.len() >= 3);
+    let d1 = times[1] - times[0];
+    let d2 = times[2] - times[1];
+    assert_eq!(d2, d1 * 2);
+    assert_eq!(p.st.state(s).unwrap(), TcpState::Close);
+    let mut b = [0u8; 1];
+    assert_eq!(p.st.recv(p.now, s, &mut b, 0), Err(Errno::ETIMEDOUT));
+}
+
+/// Accept-queue overflow: the third ACK is dropped and counted (ListenOverflows).
+#[test]
+fn accept_queue_overflow() {
+    let mut st = Stack::new(1);
+    st.add_address("192.168.0.1".parse().unwrap());
+    let now = Instant::from_secs(1);
+    let l = st.socket(Family::V4).unwrap();
+    st.bind(l, LOCAL.parse().unwrap()).unwrap();
+    st.listen(l, 0).unwrap();
+    for port in [1000u16, 1001, 1002] {
+        let remote: SocketAddr = SocketAddr::new("192.0.2.1".parse().unwrap(), port);
+        let syn = packet::build(&SegOut {
+            local: remote,
+            remote: LOCAL.parse().unwrap(),
+            seq: 0,
+            ack: 0,
+            flags: SYN,
+            window: 65535,
+            tos: 0,
+            ttl: 64,
+            ident: 0,
+            opts: &[OutOpt::Mss(1460)],
+            payload: &[],
+        })
+        .unwrap();
+        st.input(now, &syn, None);
+        let sa = st.poll_transmit(now);
+        let Some(sa) = sa else { continue };
+        let o = parse_out(&sa);
+        let ack = packet::build(&SegOut {
+            local: remote,
+            remote: LOCAL.parse().unwrap(),
+            seq: 1,
+            ack: o.seq.wrapping_add(1),
+            flags: ACK,
+            window: 65535,
+            tos: 0,
+            ttl: 64,
+            ident: 0,
+            opts: &[],
+            payload: &[],
+        })
+        .unwrap();
+        st.input(now, &ack, None);
+    }
+    assert!(st.accept(l).is_ok());
+    assert!(st.counters().value(Mib::ListenOverflows) >= 1);
+}
+
+/// slow_start/slow-start-ack-per-1pkt.pkt (first steps): IW10 = 10000 bytes at mss 1000, then
+/// each ACK of one segment releases two (slow start, RFC 5681 §3.1).
+#[test]
+fn slow_start_ack_per_packet() {
+    let mut p = Peer::new(true);
+    p.st.sysctl_set("net.ipv4.tcp_timestamps", "1").unwrap();
+    p.st.sysctl_set("net.ipv4.tcp_tso_win_divisor", "100")
+        .unwrap();
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.setsockopt(p.now, s, SockOpt::SoSndbuf, &OptVal::Int(200_000))
+        .unwrap();
+    assert_eq!(p.st.send(p.now, s, &[0u8; 30000], 0), Ok(30000));
+    let o = p.out();
+    assert_eq!(o.iter().map(|x| x.len).sum::<usize>(), 10000);
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().snd_cwnd, 10);
+    p.now += Duration::from_millis(105);
+    for k in 1..=3u32 {
+        p.st.input(
+            p.now,
+            &raw(1, p.isn.wrapping_add(1000 * k), ACK, 257, &[], &[]),
+            None,
+        );
+        let o = p.out();
+        let (seq, _) = p.rel(&o[0]);
+        let total: usize = o.iter().map(|x| x.len).sum();
+        assert_eq!(total, 2000, "ack {k}");
+        assert_eq!(seq, 10000 + 2000 * (k - 1));
+    }
+}
+
+/// TCP_NOTSENT_LOWAT wake-up hysteresis (spec §4.2, a74f0fa082b7): a writer that hit EAGAIN
+/// is woken only when notsent < lowat/2, from the ACK path or the output path.
+#[test]
+fn notsent_lowat_wakeup_hysteresis() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.setsockopt(p.now, s, SockOpt::TcpNotsentLowat, &OptVal::Int(4000))
+        .unwrap();
+    assert_eq!(p.st.send(p.now, s, &[0u8; 59000], 0), Ok(26000));
+    assert_eq!(p.st.send(p.now, s, &[0u8; 100], 0), Err(Errno::EAGAIN));
+    p.out();
+    while p.st.poll_wakeup().is_some() {}
+    // ACK one segment: cwnd 11, two more segments go out; notsent 14000 >= 2000: no wake.
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(1000), ACK, 257, &[], &[]),
+        None,
+    );
+    p.out();
+    let wakes: Vec<Wakeup> = std::iter::from_fn(|| p.st.poll_wakeup()).collect();
+    assert!(
+        wakes.iter().all(|w| w.events & pollbits::POLLOUT == 0),
+        "{wakes:?}"
+    );
+    // ACK everything sent: the rest goes out, notsent 0 < 2000: one POLLOUT wake-up.
+    let sent = p.st.ioctl(s, Ioctl::SiocOutq).unwrap() - p.st.ioctl(s, Ioctl::SiocOutqNsd).unwrap();
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(1000 + sent), ACK, 257, &[], &[]),
+        None,
+    );
+    p.out();
+    let wakes: Vec<Wakeup> = std::iter::from_fn(|| p.st.poll_wakeup()).collect();
+    assert!(
+        wakes
+            .iter()
+            .any(|w| w.socket == s && w.events & pollbits::POLLOUT != 0),
+        "{wakes:?}"
+    );
+    assert_ne!(p.st.poll(s).unwrap() & pollbits::POLLOUT, 0);
+}
+
+/// Simultaneous close (RFC 9293 §3.6 figure 13): both sides in CLOSING then TIME_WAIT.
+#[test]
+fn simultaneous_close() {
+    use crate::harness::*;
+    let mut pr = Pair::new(9, LinkConfig::default());
+    let (c, _l, s) = crate::e2e_tests::connect_pair(&mut pr);
+    pr.a.shutdown(pr.now, c, Shutdown::Write).unwrap();
+    pr.b.shutdown(pr.now, s, Shutdown::Write).unwrap();
+    assert_eq!(pr.a.state(c).unwrap(), TcpState::FinWait1);
+    pr.run_for(Duration::from_millis(6));
+    assert_eq!(pr.a.state(c).unwrap(), TcpState::Closing);
+    pr.run_for(Duration::from_millis(10));
+    assert_eq!(pr.a.state(c).unwrap(), TcpState::TimeWait);
+    assert_eq!(pr.b.state(s).unwrap(), TcpState::TimeWait);
+}
+
+/// Simultaneous open (RFC 9293 §3.5 figure 8).
+#[test]
+fn simultaneous_open() {
+    use crate::harness::*;
+    let mut pr = Pair::new(10, LinkConfig::default());
+    let a = pr.a.socket(Family::V4).unwrap();
+    let b = pr.b.socket(Family::V4).unwrap();
+    pr.a.bind(a, SocketAddr::new(ADDR_A, 5000)).unwrap();
+    pr.b.bind(b, SocketAddr::new(ADDR_B, 6000)).unwrap();
+    let _ = pr.a.connect(pr.now, a, SocketAddr::new(ADDR_B, 6000));
+    let _ = pr.b.connect(pr.now, b, SocketAddr::new(ADDR_A, 5000));
+    pr.run_for(Duration::from_millis(50));
+    assert_eq!(pr.a.state(a).unwrap(), TcpState::Established);
+    assert_eq!(pr.b.state(b).unwrap(), TcpState::Established);
+    let got = crate::e2e_tests::transfer(&mut pr, a, b, b"hello", Duration::from_secs(1));
+    assert_eq!(got, b"hello");
+}
+
+/// IPv6 end to end, and EADDRINUSE on a second bind.
+#[test]
+fn ipv6_and_addrinuse() {
+    let mut a = Stack::new(1);
+    let mut b = Stack::new(2);
+    let (ia, ib): (core::net::IpAddr, core::net::IpAddr) =
+        ("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap());
+    a.add_address(ia);
+    b.add_address(ib);
+    let now = Instant::from_secs(1);
+    let l = b.socket(Family::V6).unwrap();
+    b.bind(l, SocketAddr::new(ib, 80)).unwrap();
+    b.listen(l, 4).unwrap();
+    let l2 = b.socket(Family::V6).unwrap();
+    assert_eq!(b.bind(l2, SocketAddr::new(ib, 80)), Err(Errno::EADDRINUSE));
+    let c = a.socket(Family::V6).unwrap();
+    assert_eq!(
+        a.connect(now, c, SocketAddr::new(ib, 80)),
+        Err(Errno::EINPROGRESS)
+    );
+    assert_eq!(
+        a.connect(now, c, SocketAddr::new(ib, 80)),
+        Err(Errno::EALREADY)
+    );
+    for _ in 0..4 {
+        while let Some(t) = a.poll_transmit(now) {
+            b.input(now, &t.data, None);
+        }
+        while let Some(t) = b.poll_transmit(now) {
+            a.input(now, &t.data, None);
+        }
+    }
+    assert_eq!(a.state(c).unwrap(), TcpState::Established);
+    assert_eq!(
+        a.connect(now, c, SocketAddr::new(ib, 80)),
+        Err(Errno::EISCONN)
+    );
+    let (s, _) = b.accept(l).unwrap();
+    assert_eq!(a.tcp_info(now, c).unwrap().snd_mss, 1500 - 40 - 20 - 12);
+    let _ = s;
+}
+
+/// SACK compression (spec §6.2): with out-of-order data the first 3 dupacks go out at once,
+/// later ones are compressed behind a short timer (min(1 ms, 5% RTT) + slack).
+#[test]
+fn sack_compression() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    // Leave quickack mode first (pingpong) so the ofo path is taken.
+    p.st.setsockopt(p.now, s, SockOpt::TcpQuickack, &OptVal::Int(0))
+        .unwrap();
+    for i in 0..6u32 {
+        p.st.input(
+            p.now,
+            &raw(1001 + i * 1000, p.isn, ACK, 257, &[], &[0u8; 1000]),
+            None,
+        );
+    }
+    assert_eq!(p.out().len(), 3, "three immediate dupacks");
+    let t = p.st.poll_timeout().unwrap();
+    assert!(t - p.now <= Duration::from_micros(1100));
+    p.now = t;
+    p.st.handle_timeout(p.now);
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert!(o[0].opts.contains("(1001, 7001)"), "{}", o[0].opts);
+    assert_eq!(p.st.counters().value(Mib::TCPAckCompressed), 2);
+}
+
+/// ts_recent/invalid_ack.pkt: a segment whose ACK covers unsent data is dropped silently and
+/// does not update ts_recent; the next valid segment is ACKed echoing its TSval.
+#[test]
+fn ts_recent_not_updated_by_invalid_ack() {
+    let mut p = Peer::new(true);
+    let s = p.passive_open(
+        &[OutOpt::Mss(1000), OutOpt::SackOk, OutOpt::Ts(100, 0)],
+        "mss 1460,sackOK,TS",
+    );
+    let ts = |v| [OutOpt::Nop, OutOpt::Nop, OutOpt::Ts(v, 100)];
+    p.st.input(
+        p.now,
+        &raw(
+            1,
+            p.isn.wrapping_add(9998),
+            ACK | FIN,
+            20000,
+            &ts(200000),
+            &[],
+        ),
+        None,
+    );
+    assert!(p.out().is_empty());
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, ACK, 20000, &ts(201), &[0u8; 1000]),
+        None,
+    );
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!(o[0].ack, 1001);
+    assert_eq!(p.st.state(s).unwrap(), TcpState::Established);
+}
+
+fn sack(l: u32, r: u32, isn: u32) -> [OutOpt; 1] {
+    let mut b = [(0u32, 0u32); 4];
+    b[0] = (isn.wrapping_add(l - 1), isn.wrapping_add(r - 1));
+    [OutOpt::Sack(b, 1)]
+}
+
+/// fast_retransmit/fr-4pkt-sack.pkt: four segments, SACKs for 2..4 → fast retransmit of the
+/// first (RACK with dupthresh: reo_wnd 0 once sacked_out >= reordering).
+#[test]
+fn fr_4pkt_sack() {
+    let mut p = Peer::new(false);
+    p.now = Instant::from_millis(100);
+    let opts = [
+        OutOpt::Mss(1460),
+        OutOpt::SackOk,
+        OutOpt::Nop,
+        OutOpt::Nop,
+        OutOpt::Nop,
+        OutOpt::Wscale(7),
+    ];
+    let s = p.passive_open(&opts, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    assert_eq!(p.st.send(p.now, s, &[0u8; 5840], 0), Ok(5840));
+    let o = p.out();
+    assert_eq!(o.iter().map(|x| x.len).sum::<usize>(), 5840);
+    p.now += Duration::from_millis(100);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, ACK, 257, &sack(1461, 2921, p.isn), &[]),
+        None,
+    );
+    assert!(p.out().is_empty());
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, ACK, 257, &sack(1461, 4381, p.isn), &[]),
+        None,
+    );
+    assert!(p.out().is_empty());
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, ACK, 257, &sack(1461, 5841, p.isn), &[]),
+        None,
+    );
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!((p.rel(&o[0]).0, o[0].len), (0, 1460));
+    assert_eq!(p.st.counters().value(Mib::TCPSackRecovery), 1);
+    p.now += Duration::from_millis(100);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(5840), ACK, 257, &[], &[]),
+        None,
+    );
+    assert!(p.out().is_empty());
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().ca_state, 0);
+}
+
+/// limited_transmit/limited-transmit-sack.pkt (RFC 3042): each SACKed segment releases one
+/// new segment while cwnd is full.
+#[test]
+fn limited_transmit_sack() {
+    let mut p = Peer::new(false);
+    p.now = Instant::from_millis(100);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 15000], 0), Ok(15000));
+    assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 10000);
+    p.now += Duration::from_millis(110);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, ACK, 320, &sack(1001, 2001, p.isn), &[]),
+        None,
+    );
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!((p.rel(&o[0]).0, o[0].len), (10000, 1000));
+    p.now += Duration::from_millis(10);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, ACK, 320, &sack(1001, 3001, p.isn), &[]),
+        None,
+    );
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!((p.rel(&o[0]).0, o[0].len), (11000, 1000));
+    p.now += Duration::from_millis(10);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(3000), ACK, 320, &[], &[]),
+        None,
+    );
+    let o = p.out();
+    assert_eq!(o.iter().map(|x| x.len).sum::<usize>(), 2000);
+    assert_eq!(p.rel(&o[0]).0, 12000);
+}
+
+/// fast_recovery/prr-ss-10pkt-lost-1.pkt: RACK marks segment 1 lost on the third SACK, cwnd
+/// 7 = ssthresh (CUBIC beta 0.7), PRR sends one new segment per SACK, recovery ends with
+/// cwnd = ssthresh.
+#[test]
+fn prr_10pkt_lost_1() {
+    let mut p = Peer::new(false);
+    p.now = Instant::from_millis(100);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
+    assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 10000);
+    p.now += Duration::from_millis(110);
+    for (k, r) in [2001u32, 3001, 4001].iter().enumerate() {
+        p.st.input(
+            p.now,
+            &raw(1, p.isn, ACK, 320, &sack(1001, *r, p.isn), &[]),
+            None,
+        );
+        let o = p.out();
+        if k < 2 {
+            assert!(o.is_empty(), "sack {k}");
+        } else {
+            assert_eq!(o.len(), 1);
+            assert_eq!((p.rel(&o[0]).0, o[0].len), (0, 1000));
+        }
+        p.now += Duration::from_millis(10);
+    }
+    let i = p.st.tcp_info(p.now, s).unwrap();
+    assert_eq!((i.ca_state, i.snd_cwnd, i.snd_ssthresh), (3, 7, 7));
+    assert_eq!(p.st.send(p.now, s, &[0u8; 7000], 0), Ok(7000));
+    assert!(p.out().is_empty());
+    for k in 0..6u32 {
+        p.now += Duration::from_millis(10);
+        p.st.input(
+            p.now,
+            &raw(1, p.isn, ACK, 320, &sack(1001, 5001 + 1000 * k, p.isn), &[]),
+            None,
+        );
+        let o = p.out();
+        assert_eq!(o.len(), 1, "sack {k}");
+        assert_eq!((p.rel(&o[0]).0, o[0].len), (10000 + 1000 * k, 1000));
+    }
+    p.now += Duration::from_millis(20);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(10000), ACK, 320, &[], &[]),
+        None,
+    );
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!((p.rel(&o[0]).0, o[0].len), (16000, 1000));
+    let i = p.st.tcp_info(p.now, s).unwrap();
+    assert_eq!((i.ca_state, i.snd_cwnd, i.snd_ssthresh), (0, 7, 7));
+}
+
+/// Undo (RFC 2883 / Linux tcp_try_undo_recovery): a D-SACK shows the fast retransmit was
+/// spurious, so the cwnd reduction is undone when recovery ends (TCPFullUndo).
+#[test]
+fn dsack_undoes_spurious_fast_retransmit() {
+    let mut p = Peer::new(false);
+    p.now = Instant::from_millis(100);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
+    p.out();
+    p.now += Duration::from_millis(110);
+    for r in [2001u32, 3001, 4001] {
+        p.st.input(
+            p.now,
+            &raw(1, p.isn, ACK, 320, &sack(1001, r, p.isn), &[]),
+            None,
+        );
+        p.now += Duration::from_millis(10);
+    }
+    assert_eq!(p.out().len(), 1, "fast retransmit");
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().snd_cwnd, 7);
+    // Everything acked, with a D-SACK for the retransmitted 1:1001.
+    p.st.input(
+        p.now,
+        &raw(
+            1,
+            p.isn.wrapping_add(10000),
+            ACK,
+            320,
+            &sack(1, 1001, p.isn),
+            &[],
+        ),
+        None,
+    );
+    let i = p.st.tcp_info(p.now, s).unwrap();
+    assert_eq!(i.ca_state, 0);
+    // Restored to 10, then slow start on the 7 newly delivered packets (as Linux, which
+    // undoes in tcp_fastretrans_alert before tcp_cong_control).
+    assert_eq!(i.snd_cwnd, 17);
+    assert_eq!(
+        i.snd_ssthresh,
+        shallow_cc::TCP_INFINITE_SSTHRESH,
+        "ssthresh restored"
+    );
+    assert_eq!(p.st.counters().value(Mib::TCPFullUndo), 1);
+    assert_eq!(p.st.counters().value(Mib::TCPDSACKRecv), 1);
+}
+
+/// SO_RCVBUF 20000 (→ 40000) caps the window clamp: wscale 0 and an initial window of
+/// 18980 = 13 × 1460 (tcp_select_initial_window).
+#[test]
+fn small_rcvbuf_initial_window() {
+    let mut p = Peer::new(false);
+    let c = p.st.socket(Family::V4).unwrap();
+    p.st.setsockopt(p.now, c, SockOpt::SoRcvbuf, &OptVal::Int(20000))
+        .unwrap();
+    let _ = p.st.connect(p.now, c, REMOTE.parse().unwrap());
+    let o = p.out();
+    assert_eq!(o[0].opts, "mss 1460,nop,nop,sackOK,nop,wscale 0");
+    assert_eq!(o[0].win, 18980);
+}
+
+/// SYN cookies (tcp_syncookies = 1): when the SYN queue is full the listener answers
+/// statelessly; the cookie ACK creates the connection (SyncookiesSent/Recv), with wscale
+/// and SACK recovered from the timestamp.
+#[test]
+fn syn_cookies_when_syn_queue_full() {
+    let mut st = Stack::new(3);
+    st.add_address("192.168.0.1".parse().unwrap());
+    let now = Instant::from_secs(100);
+    let l = st.socket(Family::V4).unwrap();
+    st.bind(l, LOCAL.parse().unwrap()).unwrap();
+    st.listen(l, 1).unwrap();
+    let mk = |port: u16, seq: u32, ack: u32, fl: u16, opts: &[OutOpt]| {
+        packet::build(&SegOut {
+            local: SocketAddr::new("192.0.2.1".parse().unwrap(), port),
+            remote: LOCAL.parse().unwrap(),
+            seq,
+            ack,
+            flags: fl,
+            window: 1000,
+            tos: 0,
+            ttl: 64,
+            ident: 0,
+            opts,
+            payload: &[],
+        })
+        .unwrap()
+    };
+    let synopts = [
+        OutOpt::Mss(1460),
+        OutOpt::SackOk,
+        OutOpt::Ts(5000, 0),
+        OutOpt::Nop,
+        OutOpt::Wscale(7),
+    ];
+    st.input(now, &mk(1000, 100, 0, SYN, &synopts), None); // fills the SYN queue (backlog 1)
+    assert!(st.poll_transmit(now).is_some());
+    st.input(now, &mk(1001, 900, 0, SYN, &synopts), None); // → cookie
+    let t = st.poll_transmit(now).expect("cookie SYN-ACK");
+    let o = parse_out(&t);
+    assert_eq!(o.opts, "mss 1460,sackOK,TS,nop,wscale 10");
+    assert_eq!(st.counters().value(Mib::SyncookiesSent), 1);
+    assert_eq!(st.socket_count(), 2, "no state kept for the cookie");
+    let ip = shallow_wire::IpPacket::parse(&t.data).unwrap();
+    let tcp = shallow_wire::TcpPacket::new_checked(ip.payload()).unwrap();
+    let tsval = tcp
+        .options()
+        .find_map(|x| match x {
+            Ok(shallow_wire::TcpOption::Timestamps { tsval, .. }) => Some(tsval),
+            _ => None,
+        })
+        .unwrap();
+    let ack = mk(
+        1001,
+        901,
+        o.seq.wrapping_add(1),
+        ACK,
+        &[OutOpt::Nop, OutOpt::Nop, OutOpt::Ts(5001, tsval)],
+    );
+    st.input(now + Duration::from_millis(10), &ack, None);
+    assert_eq!(st.counters().value(Mib::SyncookiesRecv), 1);
+    let (c, peer) = st.accept(l).unwrap();
+    assert_eq!(peer.port(), 1001);
+    let i = st.tcp_info(now, c).unwrap();
+    assert_eq!(i.state, TcpState::Established as u8);
+    assert_eq!(
+        (i.options & 7, i.snd_wscale),
+        (7, 7),
+        "TS, SACK, wscale recovered"
+    );
+    // A forged ACK fails.
+    st.input(now, &mk(1002, 5, 12345, ACK, &[]), None);
+    assert_eq!(st.counters().value(Mib::SyncookiesFailed), 1);
+}
+
+/// nagle/sendmsg-msg-more.pkt: with TCP_NODELAY, MSG_MORE corks a 40-byte write; nothing is
+/// in flight, so the probe timer (RTO ≈ 210 ms with a 10 ms RTT) sends it with PSH
+/// (`tcp_write_wakeup`).
+#[test]
+fn msg_more_corked_until_probe_timer() {
+    let mut p = Peer::new(false);
+    let l = p.st.socket(Family::V4).unwrap();
+    p.st.bind(l, LOCAL.parse().unwrap()).unwrap();
+    p.st.listen(l, 1).unwrap();
+    p.st.input(
+        p.now,
+        &raw(
+            0,
+            0,
+            SYN,
+            32792,
+            &[OutOpt::Mss(1000), OutOpt::Nop, OutOpt::Wscale(7)],
+            &[],
+        ),
+        None,
+    );
+    let o = p.out();
+    assert_eq!(o[0].opts, "mss 1460,nop,wscale 8");
+    p.isn = o[0].seq.wrapping_add(1);
+    p.now += Duration::from_millis(10);
+    p.st.input(p.now, &raw(1, p.isn, ACK, 257, &[], &[]), None);
+    let (s, _) = p.st.accept(l).unwrap();
+    p.st.setsockopt(p.now, s, SockOpt::TcpNodelay, &OptVal::Int(1))
+        .unwrap();
+    assert_eq!(p.st.send(p.now, s, &[0u8; 40], msgflags::MSG_MORE), Ok(40));
+    assert!(p.out().is_empty());
+    let t = p.st.poll_timeout().unwrap();
+    assert_eq!(t - p.now, Duration::from_millis(210));
+    p.now = t;
+    p.st.handle_timeout(p.now);
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!((o[0].len, o[0].flags), (40, ACK | PSH));
+}
+
+/// F-RTO (RFC 5682 §3.1, `tcp_frto` = 2): after an RTO, the first ACK that advances snd_una
+/// makes the sender send new data; an ACK then covering never-retransmitted data proves the
+/// timeout spurious and the reduction is undone (TCPSpuriousRTOs).
+#[test]
+fn frto_detects_spurious_rto() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 20000], 0), Ok(20000));
+    assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 10000);
+    // No ACK: TLP, then RTO retransmits the head.
+    let mut rto_seen = false;
+    for _ in 0..4 {
+        let t = p.st.poll_timeout().unwrap();
+        p.now = t;
+        p.st.handle_timeout(p.now);
+        p.out();
+        if p.st.counters().value(Mib::TCPTimeouts) == 1 {
+            rto_seen = true;
+            break;
+        }
+    }
+    assert!(rto_seen);
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().ca_state, 4, "Loss");
+    // The (delayed) ACK of the original first segment.
+    p.now += Duration::from_millis(5);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(1000), ACK, 320, &[], &[]),
+        None,
+    );
+    let o = p.out();
+    assert!(!o.is_empty());
+    assert!(
+        o.iter().all(|x| p.rel(x).0 >= 10000),
+        "new data, not retransmissions"
+    );
+    // ACK of never-retransmitted data: spurious RTO.
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(3000), ACK, 320, &[], &[]),
+        None,
+    );
+    assert_eq!(p.st.counters().value(Mib::TCPSpuriousRTOs), 1);
+    let i = p.st.tcp_info(p.now, s).unwrap();
+    assert_eq!(i.ca_state, 0);
+    assert!(i.snd_cwnd >= 10, "cwnd restored: {}", i.snd_cwnd);
+}
+
+fn icmp_frag_needed(quoting: &[u8], mtu: u16) -> Vec<u8> {
+    let inv = &quoting[..quoting.len().min(48)];
+    let icmp = shallow_wire::Icmpv4Repr::DstUnreachable {
+        code: 4,
+        next_hop_mtu: mtu,
+        invoking: inv,
+    };
+    let mut body = vec![0u8; icmp.buffer_len()];
+    icmp.emit(&mut body).unwrap();
+    let ip = shallow_wire::Ipv4Repr {
+        src: "192.0.2.254".parse().unwrap(),
+        dst: "192.168.0.1".parse().unwrap(),
+        protocol: shallow_wire::IPPROTO_ICMP,
+        ttl: 64,
+        tos: 0,
+        df: false,
+        ident: 0,
+        payload_len: body.len(),
+    };
+    let mut pkt = vec![0u8; 20 + body.len()];
+    ip.emit(&mut pkt).unwrap();
+    pkt[20..].copy_from_slice(&body);
+    pkt
+}
+
+/// Path-MTU discovery (RFC 1191, `tcp_v4_err` → `tcp_v4_mtu_reduced`): an ICMP "fragmentation
+/// needed" quoting an in-flight segment lowers the MSS and resends at the new size; one
+/// quoting a sequence outside the window is ignored (OutOfWindowIcmps).
+#[test]
+fn icmp_frag_needed_lowers_mss() {
+    let mut p = Peer::new(false);
+    let opts = [
+        OutOpt::Mss(1460),
+        OutOpt::SackOk,
+        OutOpt::Nop,
+        OutOpt::Wscale(7),
+    ];
+    let s = p.passive_open(&opts, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    assert_eq!(p.st.send(p.now, s, &[0u8; 4000], 0), Ok(4000));
+    let t = p.st.poll_transmit(p.now).unwrap();
+    let first = t.data.clone();
+    while p.st.poll_transmit(p.now).is_some() {}
+    // Out-of-window quote: ignored.
+    let mut bogus = first.clone();
+    bogus[24..28].copy_from_slice(&0x1234_5678u32.to_be_bytes());
+    p.st.input(p.now, &icmp_frag_needed(&bogus, 576), None);
+    assert_eq!(p.st.counters().value(Mib::OutOfWindowIcmps), 1);
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().pmtu, 1500);
+    p.st.input(p.now, &icmp_frag_needed(&first, 576), None);
+    let i = p.st.tcp_info(p.now, s).unwrap();
+    assert_eq!((i.pmtu, i.snd_mss), (576, 536));
+    let o = p.out();
+    assert!(!o.is_empty(), "resent at the new MSS");
+    assert_eq!(p.rel(&o[0]).0, 0);
+}
+
+/// Reordering detection (`tcp_check_sack_reordering`): a hole below SACKed data that is then
+/// cumulatively acked without a retransmission was reordering, not loss.
+#[test]
+fn reordering_detected_from_sack_then_cumulative_ack() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
+    p.out();
+    p.now += Duration::from_millis(10);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, ACK, 320, &sack(4001, 5001, p.isn), &[]),
+        None,
+    );
+    p.out();
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(5000), ACK, 320, &[], &[]),
+        None,
+    );
+    assert_eq!(p.st.counters().value(Mib::TCPSACKReorder), 1);
+    // metric = highest SACKed end - start of the late hole = 5000 bytes → 5 segments.
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().reordering, 5);
+}
+
+/// user_timeout/user_timeout.pkt (tail): an orphan in FIN_WAIT1 that receives data answers
+/// with `R <ack>:<ack>(0)` built from the segment and counts TCPAbortOnData.
+#[test]
+fn data_after_close_resets_from_segment() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(
+        &[OutOpt::Mss(1000), OutOpt::SackOk, OutOpt::Nop, OutOpt::Nop],
+        "mss 1460,nop,nop,sackOK",
+    );
+    p.st.close(p.now, s).unwrap();
+    let o = p.out();
+    assert_eq!(o[0].flags, FIN | ACK);
+    p.st.input(p.now, &raw(1, p.isn, ACK, 32792, &[], &[0u8; 1]), None);
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!((o[0].flags, p.rel(&o[0]).0), (RST, 0));
+    assert_eq!(p.st.counters().value(Mib::TCPAbortOnData), 1);
+    assert_eq!(p.st.socket_count(), 1, "only the listener is left");
+}
+
+/// nagle/https_client.pkt with `ethtool -K tun0 tso off gso off`: a 2002-byte write at mss 974
+/// goes out as 974 + 974 + 54 (one segment per packet), PSH on the last.
+#[test]
+fn gso_off_sends_mss_packets() {
+    let mut p = Peer::new(false);
+    p.st.set_gso(false);
+    let c = p.st.socket(Family::V4).unwrap();
+    p.st.setsockopt(p.now, c, SockOpt::TcpNodelay, &OptVal::Int(1))
+        .unwrap();
+    let _ = p.st.connect(p.now, c, REMOTE.parse().unwrap());
+    let o = p.out();
+    let iss = o[0].seq;
+    p.now += Duration::from_millis(100);
+    let me = p.st.local_addr(c).unwrap();
+    let synack = packet::build(&SegOut {
+        local: REMOTE.parse().unwrap(),
+        remote: me,
+        seq: 0,
+        ack: iss.wrapping_add(1),
+        flags: SYN | ACK,
+        window: 5792,
+        tos: 0,
+        ttl: 64,
+        ident: 0,
+        opts: &[
+            OutOpt::Mss(974),
+            OutOpt::Nop,
+            OutOpt::Nop,
+            OutOpt::SackOk,
+            OutOpt::Nop,
+            OutOpt::Wscale(7),
+        ],
+        payload: &[],
+    })
+    .unwrap();
+    p.st.input(p.now, &synack, None);
+    p.isn = iss.wrapping_add(1);
+    p.out();
+    assert_eq!(p.st.send(p.now, c, &[0u8; 2002], 0), Ok(2002));
+    let o = p.out();
+    let lens: Vec<usize> = o.iter().map(|x| x.len).collect();
+    assert_eq!(lens, vec![974, 974, 54]);
+    assert!(o[2].flags & PSH != 0);
+}
+
+/// recv targets (`sock_rcvlowat`): a blocking reader with SO_RCVLOWAT or MSG_WAITALL gets
+/// EAGAIN (wait) until enough data is queued; MSG_DONTWAIT takes what is there; MSG_PEEK
+/// does not consume.
+#[test]
+fn recv_targets() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK | PSH, 257, &[], b"hello"), None);
+    let mut buf = [0u8; 10];
+    assert_eq!(
+        p.st.recv(p.now, s, &mut buf, msgflags::MSG_WAITALL),
+        Err(Errno::EAGAIN)
+    );
+    assert_eq!(p.st.recv(p.now, s, &mut buf, msgflags::MSG_PEEK), Ok(5));
+    p.st.setsockopt(p.now, s, SockOpt::SoRcvlowat, &OptVal::Int(8))
+        .unwrap();
+    assert_eq!(p.st.recv(p.now, s, &mut buf, 0), Err(Errno::EAGAIN));
+    assert_eq!(
+        p.st.poll(s).unwrap() & pollbits::POLLIN,
+        0,
+        "below SO_RCVLOWAT"
+    );
+    assert_eq!(p.st.recv(p.now, s, &mut buf, msgflags::MSG_DONTWAIT), Ok(5));
+    assert_eq!(&buf[..5], b"hello");
+    assert_eq!(p.st.ioctl(s, Ioctl::SiocInq), Ok(0));
+}

@@ -1,0 +1,445 @@
+//! End-to-end tests over the in-memory link (`harness`).
+
+use crate::harness::*;
+use crate::*;
+use core::net::SocketAddr;
+use core::time::Duration;
+
+/// Connect A→B on port 80; returns (client, server-listener, accepted server socket).
+pub(crate) fn connect_pair(p: &mut Pair) -> (SocketId, SocketId, SocketId) {
+    let l = p.b.socket(Family::V4).unwrap();
+    p.b.bind(l, SocketAddr::new(ADDR_B, 80)).unwrap();
+    p.b.listen(l, 16).unwrap();
+    let c = p.a.socket(Family::V4).unwrap();
+    assert_eq!(
+        p.a.connect(p.now, c, SocketAddr::new(ADDR_B, 80)),
+        Err(Errno::EINPROGRESS)
+    );
+    p.run_for(Duration::from_millis(100));
+    assert_eq!(p.a.state(c).unwrap(), TcpState::Established);
+    let (s, peer) = p.b.accept(l).unwrap();
+    assert_eq!(peer.ip(), ADDR_A);
+    assert_eq!(p.b.state(s).unwrap(), TcpState::Established);
+    (c, l, s)
+}
+
+/// Send `data` from `a:c` to `b:s`, reading as it arrives; returns what B read.
+pub(crate) fn transfer(
+    p: &mut Pair,
+    c: SocketId,
+    s: SocketId,
+    data: &[u8],
+    limit: Duration,
+) -> Vec<u8> {
+    let mut sent = 0;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    let deadline = p.now + limit;
+    while (sent < data.len() || got.len() < data.len()) && p.now < deadline {
+        if sent < data.len() {
+            match p.a.send(p.now, c, &data[sent..], 0) {
+                Ok(n) => sent += n,
+                Err(Errno::EAGAIN) => {}
+                Err(e) => panic!("send: {e}"),
+            }
+        }
+        loop {
+            match p.b.recv(p.now, s, &mut buf, 0) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(Errno::EAGAIN) => break,
+                Err(e) => panic!("recv: {e}"),
+            }
+        }
+        p.drain_wakeups();
+        if !p.step() {
+            break;
+        }
+    }
+    got
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
+}
+
+#[test]
+fn handshake_options_and_first_ack() {
+    let mut p = Pair::new(1, LinkConfig::default());
+    let (c, _l, s) = connect_pair(&mut p);
+    let ic = p.a.tcp_info(p.now, c).unwrap();
+    let is = p.b.tcp_info(p.now, s).unwrap();
+    assert_eq!(ic.options & 7, 7, "TS, SACK and wscale negotiated");
+    // tcp_rmem[2] = 32 MiB → wscale 10 (ilog2(2^25) - 15).
+    assert_eq!(ic.rcv_wscale, 10);
+    assert_eq!(is.snd_wscale, 10);
+    assert_eq!(ic.snd_mss, 1448);
+    assert_eq!(p.a.counters().value(Mib::ActiveOpens), 1);
+    assert_eq!(p.b.counters().value(Mib::PassiveOpens), 1);
+    assert_eq!(p.a.counters().value(Mib::CurrEstab), 1);
+}
+
+#[test]
+fn bulk_transfer_and_clean_close() {
+    let mut p = Pair::new(
+        2,
+        LinkConfig {
+            rate_bps: 100_000_000,
+            ..Default::default()
+        },
+    );
+    let (c, l, s) = connect_pair(&mut p);
+    let data = pattern(2_000_000);
+    let got = transfer(&mut p, c, s, &data, Duration::from_secs(30));
+    assert_eq!(got.len(), data.len());
+    assert!(got == data);
+    p.a.close(p.now, c).unwrap();
+    p.run_for(Duration::from_millis(50));
+    let mut buf = [0u8; 16];
+    assert_eq!(p.b.recv(p.now, s, &mut buf, 0), Ok(0));
+    p.b.close(p.now, s).unwrap();
+    p.b.close(p.now, l).unwrap();
+    p.run_for(Duration::from_secs(61));
+    assert_eq!(p.a.socket_count(), 0, "TIME_WAIT expired");
+    assert_eq!(p.b.socket_count(), 0);
+    assert_eq!(p.a.counters().value(Mib::CurrEstab), 0);
+}
+
+#[test]
+fn tso_super_segments_are_emitted() {
+    let mut p = Pair::new(
+        3,
+        LinkConfig {
+            delay: Duration::from_micros(50),
+            ..Default::default()
+        },
+    );
+    let (c, _l, s) = connect_pair(&mut p);
+    p.a.send(p.now, c, &pattern(200_000), 0).unwrap();
+    let mut max_gso_pkt = 0;
+    while let Some(t) = p.a.poll_transmit(p.now) {
+        if t.gso_size.is_some() {
+            max_gso_pkt = max_gso_pkt.max(t.data.len());
+        }
+        assert!(t.token.is_some(), "data packets carry a TX token");
+        p.a.tx_complete(p.now, t.token.unwrap());
+    }
+    assert!(
+        max_gso_pkt > 1500 * 2,
+        "a multi-MSS TSO packet was sent ({max_gso_pkt})"
+    );
+    let _ = s;
+}
+
+#[test]
+fn lossy_link_delivers_everything() {
+    let mut p = Pair::new(
+        4,
+        LinkConfig {
+            loss: 0.02,
+            rate_bps: 50_000_000,
+            ..Default::default()
+        },
+    );
+    let (c, _l, s) = connect_pair(&mut p);
+    let data = pattern(500_000);
+    let got = transfer(&mut p, c, s, &data, Duration::from_secs(120));
+    assert_eq!(got.len(), data.len());
+    assert!(got == data);
+    assert!(p.a.counters().value(Mib::RetransSegs) > 0);
+}
+
+#[test]
+fn connect_refused_by_rst() {
+    let mut p = Pair::new(5, LinkConfig::default());
+    let c = p.a.socket(Family::V4).unwrap();
+    assert_eq!(
+        p.a.connect(p.now, c, SocketAddr::new(ADDR_B, 9)),
+        Err(Errno::EINPROGRESS)
+    );
+    p.run_for(Duration::from_millis(50));
+    assert_eq!(p.a.state(c).unwrap(), TcpState::Close);
+    assert_eq!(
+        p.a.getsockopt(c, SockOpt::SoError).unwrap(),
+        OptVal::Int(111)
+    );
+    assert_eq!(p.b.counters().value(Mib::OutRsts), 1);
+}
+
+#[test]
+fn failed_connect_reports_once_then_reconnects() {
+    let mut p = Pair::new(6, LinkConfig::default());
+    let c = p.a.socket(Family::V4).unwrap();
+    assert_eq!(
+        p.a.connect(p.now, c, SocketAddr::new(ADDR_B, 80)),
+        Err(Errno::EINPROGRESS)
+    );
+    p.run_for(Duration::from_millis(50));
+    // inet_stream_connect after an RST: the error once, then a new attempt is allowed.
+    assert_eq!(
+        p.a.connect(p.now, c, SocketAddr::new(ADDR_B, 80)),
+        Err(Errno::ECONNREFUSED)
+    );
+    let l = p.b.socket(Family::V4).unwrap();
+    p.b.bind(l, SocketAddr::new(ADDR_B, 80)).unwrap();
+    p.b.listen(l, 4).unwrap();
+    assert_eq!(
+        p.a.connect(p.now, c, SocketAddr::new(ADDR_B, 80)),
+        Err(Errno::EINPROGRESS)
+    );
+    p.run_for(Duration::from_millis(50));
+    assert_eq!(p.a.state(c).unwrap(), TcpState::Established);
+    assert_eq!(
+        p.a.connect(p.now, c, SocketAddr::new(ADDR_B, 80)),
+        Err(Errno::EISCONN)
+    );
+}
+
+/// A new SYN to a server-side TIME_WAIT 4-tuple opens a new connection
+/// (`tcp_timewait_state_process` TCP_TW_SYN).
+#[test]
+fn syn_reopens_time_wait() {
+    let mut p = Pair::new(7, LinkConfig::default());
+    let l = p.b.socket(Family::V4).unwrap();
+    p.b.bind(l, SocketAddr::new(ADDR_B, 80)).unwrap();
+    p.b.listen(l, 4).unwrap();
+    let c = p.a.socket(Family::V4).unwrap();
+    p.a.setsockopt(p.now, c, SockOpt::SoReuseaddr, &OptVal::Int(1))
+        .unwrap();
+    p.a.bind(c, SocketAddr::new(ADDR_A, 40000)).unwrap();
+    let _ = p.a.connect(p.now, c, SocketAddr::new(ADDR_B, 80));
+    p.run_for(Duration::from_millis(50));
+    let (s, _) = p.b.accept(l).unwrap();
+    p.b.close(p.now, s).unwrap(); // server closes first → server TIME_WAIT
+    p.run_for(Duration::from_millis(50));
+    p.a.close(p.now, c).unwrap();
+    p.run_for(Duration::from_millis(50));
+    assert_eq!(p.b.socket_count(), 2, "listener + TIME_WAIT");
+    assert_eq!(p.a.socket_count(), 0);
+    let c2 = p.a.socket(Family::V4).unwrap();
+    p.a.setsockopt(p.now, c2, SockOpt::SoReuseaddr, &OptVal::Int(1))
+        .unwrap();
+    p.a.bind(c2, SocketAddr::new(ADDR_A, 40000)).unwrap();
+    let _ = p.a.connect(p.now, c2, SocketAddr::new(ADDR_B, 80));
+    p.run_for(Duration::from_millis(50));
+    assert_eq!(p.a.state(c2).unwrap(), TcpState::Established);
+    assert!(p.b.accept(l).is_ok());
+}
+
+/// Receive-buffer autotuning (`tcp_rcv_space_adjust`): a bulk receiver on a long path grows
+/// rcvbuf beyond tcp_rmem[1] from its receiver-side RTT estimate.
+#[test]
+fn receiver_autotunes_rcvbuf() {
+    let mut p = Pair::new(
+        8,
+        LinkConfig {
+            delay: Duration::from_millis(20),
+            rate_bps: 1_000_000_000,
+            ..Default::default()
+        },
+    );
+    let (c, _l, s) = connect_pair(&mut p);
+    let before = p.b.meminfo(s).unwrap().rcvbuf;
+    let data = pattern(8_000_000);
+    let got = transfer(&mut p, c, s, &data, Duration::from_secs(60));
+    assert_eq!(got.len(), data.len());
+    let after = p.b.meminfo(s).unwrap().rcvbuf;
+    assert!(after > 2 * before, "rcvbuf {before} -> {after}");
+    assert!(p.b.tcp_info(p.now, s).unwrap().rcv_rtt >= 40_000);
+}
+
+/// SO_KEEPALIVE + TCP_KEEPIDLE/INTVL/CNT: probes after idle; a dead peer is reset with
+/// ETIMEDOUT after `keepcnt` unanswered probes.
+#[test]
+fn keepalive_probes_then_timeout() {
+    let mut p = Pair::new(12, LinkConfig::default());
+    let (c, _l, s) = connect_pair(&mut p);
+    for (o, v) in [
+        (SockOpt::TcpKeepidle, 10),
+        (SockOpt::TcpKeepintvl, 2),
+        (SockOpt::TcpKeepcnt, 3),
+    ] {
+        p.a.setsockopt(p.now, c, o, &OptVal::Int(v)).unwrap();
+    }
+    p.a.setsockopt(p.now, c, SockOpt::SoKeepalive, &OptVal::Int(1))
+        .unwrap();
+    // A live peer answers: still established after a minute.
+    p.run_for(Duration::from_secs(60));
+    assert_eq!(p.a.state(c).unwrap(), TcpState::Established);
+    assert!(p.a.counters().value(Mib::TCPKeepAlive) >= 1);
+    // The peer disappears (its stack drops everything).
+    p.ab.loss = 1.0;
+    p.run_for(Duration::from_secs(30));
+    assert_eq!(p.a.state(c).unwrap(), TcpState::Close);
+    assert_eq!(
+        p.a.getsockopt(c, SockOpt::SoError).unwrap(),
+        OptVal::Int(110)
+    );
+    let _ = s;
+}
+
+/// Delivery-rate estimation (tcp_rate.c): a bulk sender through a 100 Mbit/s bottleneck
+/// measures about the bottleneck rate (virtual time, so the figure is exact and repeatable).
+#[test]
+fn delivery_rate_matches_bottleneck() {
+    let mut p = Pair::new(
+        13,
+        LinkConfig {
+            delay: Duration::from_millis(5),
+            rate_bps: 100_000_000,
+            ..Default::default()
+        },
+    );
+    let (c, _l, s) = connect_pair(&mut p);
+    let data = pattern(3_000_000);
+    let got = transfer(&mut p, c, s, &data, Duration::from_secs(30));
+    assert_eq!(got.len(), data.len());
+    let rate = p.a.tcp_info(p.now, c).unwrap().delivery_rate;
+    // 100 Mbit/s of wire bytes = 12.5 MB/s; payload share 1448/1500.
+    assert!(
+        rate > 9_000_000 && rate < 13_000_000,
+        "delivery_rate {rate}"
+    );
+}
+
+/// Many concurrent connections through one listener: every byte arrives on the right
+/// connection, and everything is torn down (no leaked sockets).
+#[test]
+fn many_concurrent_connections() {
+    let mut p = Pair::new(
+        14,
+        LinkConfig {
+            rate_bps: 200_000_000,
+            loss: 0.01,
+            ..Default::default()
+        },
+    );
+    let l = p.b.socket(Family::V4).unwrap();
+    p.b.bind(l, SocketAddr::new(ADDR_B, 80)).unwrap();
+    p.b.listen(l, 128).unwrap();
+    let n = 60;
+    let clients: Vec<SocketId> = (0..n)
+        .map(|_| {
+            let c = p.a.socket(Family::V4).unwrap();
+            let _ = p.a.connect(p.now, c, SocketAddr::new(ADDR_B, 80));
+            c
+        })
+        .collect();
+    p.run_for(Duration::from_secs(3));
+    let mut servers = std::collections::HashMap::new();
+    while let Ok((s, peer)) = p.b.accept(l) {
+        servers.insert(peer.port(), s);
+    }
+    assert_eq!(servers.len(), n);
+    let mut got: std::collections::HashMap<u16, Vec<u8>> = Default::default();
+    let mut buf = vec![0u8; 65536];
+    for (k, &c) in clients.iter().enumerate() {
+        let msg = vec![k as u8; 20_000];
+        assert_eq!(p.a.send(p.now, c, &msg, 0), Ok(20_000));
+        p.a.close(p.now, c).unwrap();
+    }
+    for _ in 0..200 {
+        p.run_for(Duration::from_millis(50));
+        for (&port, &s) in &servers {
+            while let Ok(k) = p.b.recv(p.now, s, &mut buf, 0) {
+                if k == 0 {
+                    break;
+                }
+                got.entry(port).or_default().extend_from_slice(&buf[..k]);
+            }
+        }
+        p.drain_wakeups();
+    }
+    for (k, &c) in clients.iter().enumerate() {
+        let _ = c;
+        let port_data = got
+            .values()
+            .find(|v| v.first() == Some(&(k as u8)))
+            .expect("data");
+        assert_eq!(port_data.len(), 20_000);
+        assert!(port_data.iter().all(|&b| b == k as u8));
+    }
+    for &s in servers.values() {
+        p.b.close(p.now, s).unwrap();
+    }
+    p.b.close(p.now, l).unwrap();
+    p.run_for(Duration::from_secs(120));
+    assert_eq!(p.a.socket_count(), 0);
+    assert_eq!(p.b.socket_count(), 0);
+}
+
+/// Chronographs (`tcpi_busy_time`, `tcpi_rwnd_limited`): a bulk sender to a receiver that
+/// does not read becomes receive-window limited.
+#[test]
+fn chrono_rwnd_limited() {
+    let mut p = Pair::new(
+        15,
+        LinkConfig {
+            rate_bps: 100_000_000,
+            ..Default::default()
+        },
+    );
+    let (c, _l, _s) = connect_pair(&mut p);
+    p.a.setsockopt(p.now, c, SockOpt::SoSndbuf, &OptVal::Int(4 << 20))
+        .unwrap();
+    let _ = p.a.send(p.now, c, &vec![1u8; 1_000_000], 0);
+    p.run_for(Duration::from_secs(2));
+    let i = p.a.tcp_info(p.now, c).unwrap();
+    assert!(i.busy_time >= 1_900_000, "busy {}", i.busy_time);
+    assert!(
+        i.rwnd_limited > 1_000_000,
+        "rwnd_limited {}",
+        i.rwnd_limited
+    );
+    assert!(i.busy_time >= i.rwnd_limited);
+}
+
+/// TSQ end to end (spec §2, E1): behind a 20 Mbit/s link that completes packets only when
+/// serialized, bytes below TCP stay around two TSO packets while the link stays busy.
+#[test]
+fn tsq_keeps_host_queue_short() {
+    let mut p = Pair::new(
+        16,
+        LinkConfig {
+            delay: Duration::from_millis(1),
+            rate_bps: 20_000_000,
+            ..Default::default()
+        },
+    );
+    let (c, _l, s) = connect_pair(&mut p);
+    p.a.setsockopt(p.now, c, SockOpt::SoSndbuf, &OptVal::Int(4 << 20))
+        .unwrap();
+    let chunk = vec![0u8; 1 << 20];
+    let mut max_t = 0;
+    let mut buf = vec![0u8; 1 << 16];
+    let end = p.now + Duration::from_secs(3);
+    while p.now < end {
+        let _ = p.a.send(p.now, c, &chunk, 0);
+        while let Ok(n) = p.b.recv(p.now, s, &mut buf, 0) {
+            if n == 0 {
+                break;
+            }
+        }
+        p.drain_wakeups();
+        max_t = max_t.max(p.a.meminfo(c).unwrap().wmem_alloc);
+        if !p.step() {
+            break;
+        }
+    }
+    let i = p.a.tcp_info(p.now, c).unwrap();
+    assert!(max_t <= 140_000, "max bytes below TCP {max_t}");
+    // ...and the link stays busy: at least 90% of 3 s × 20 Mbit/s of payload delivered.
+    assert!(
+        i.bytes_acked >= 6_750_000 * 9 / 10,
+        "acked {}",
+        i.bytes_acked
+    );
+}
+
+/// The engine can move between threads (the Linux substrate runs it on an I/O thread).
+#[test]
+fn stack_is_send() {
+    fn assert_send<T: Send>() {}
+    assert_send::<Stack>();
+    assert_send::<Transmit>();
+}

@@ -1,0 +1,461 @@
+//! Introspection: `tcp_info` (Linux field names), `SO_MEMINFO`, `tcp_poll`, and the socket
+//! option handlers.
+
+use crate::errno::Errno;
+use crate::socket::pollbits::*;
+use crate::socket::*;
+use crate::sockopt::{OptVal, SockOpt};
+use crate::sysctl::{Sysctl, CC_NAMES};
+use crate::time::Instant;
+use crate::Mib;
+
+/// `struct tcp_info` (the fields Shallow fills; Linux names without the `tcpi_` prefix).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct TcpInfo {
+    pub state: u8,
+    pub ca_state: u8,
+    pub retransmits: u8,
+    pub probes: u8,
+    pub backoff: u8,
+    /// TCPI_OPT_TIMESTAMPS=1, SACK=2, WSCALE=4, ECN=8.
+    pub options: u8,
+    pub snd_wscale: u8,
+    pub rcv_wscale: u8,
+    pub rto: u32,
+    pub ato: u32,
+    pub snd_mss: u32,
+    pub rcv_mss: u32,
+    pub unacked: u32,
+    pub sacked: u32,
+    pub lost: u32,
+    pub retrans: u32,
+    pub last_data_sent: u32,
+    pub last_data_recv: u32,
+    pub last_ack_recv: u32,
+    pub pmtu: u32,
+    pub rcv_ssthresh: u32,
+    pub rtt: u32,
+    pub rttvar: u32,
+    pub snd_ssthresh: u32,
+    pub snd_cwnd: u32,
+    pub advmss: u32,
+    pub reordering: u32,
+    pub rcv_rtt: u32,
+    pub rcv_space: u32,
+    pub total_retrans: u32,
+    pub pacing_rate: u64,
+    pub max_pacing_rate: u64,
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+    pub segs_out: u32,
+    pub segs_in: u32,
+    pub notsent_bytes: u32,
+    pub min_rtt: u32,
+    pub data_segs_in: u32,
+    pub data_segs_out: u32,
+    pub delivery_rate: u64,
+    /// The last delivery-rate sample was application-limited.
+    pub delivery_rate_app_limited: bool,
+    pub delivered: u32,
+    pub bytes_sent: u64,
+    pub bytes_retrans: u64,
+    pub snd_wnd: u32,
+    pub rcv_wnd: u32,
+    /// Time with data outstanding or queued, µs (`tcpi_busy_time`, includes the limited times).
+    pub busy_time: u64,
+    /// Time limited by the peer's receive window, µs (`tcpi_rwnd_limited`).
+    pub rwnd_limited: u64,
+    /// Time limited by the send buffer, µs (`tcpi_sndbuf_limited`).
+    pub sndbuf_limited: u64,
+}
+
+/// `SO_MEMINFO` / `ss -m` skmem, in `SK_MEMINFO_*` order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemInfo {
+    /// r: receive queue + ofo bytes (truesize).
+    pub rmem_alloc: u32,
+    /// rb: receive buffer limit.
+    pub rcvbuf: u32,
+    /// t: bytes below TCP (qdisc/NIC), without Linux's +1 bias.
+    pub wmem_alloc: u32,
+    /// tb: send buffer limit.
+    pub sndbuf: u32,
+    /// f: forward-allocated bytes (always 0: no per-socket page reservation).
+    pub fwd_alloc: u32,
+    /// w: write + retransmit queue (truesize).
+    pub wmem_queued: u32,
+    /// o: option memory (0).
+    pub optmem: u32,
+    /// bl: backlog bytes.
+    pub backlog: u32,
+    /// d: drops.
+    pub drops: u32,
+}
+
+impl MemInfo {
+    /// As the `SK_MEMINFO_*` array.
+    pub fn as_array(&self) -> [u32; 9] {
+        [
+            self.rmem_alloc,
+            self.rcvbuf,
+            self.wmem_alloc,
+            self.sndbuf,
+            self.fwd_alloc,
+            self.wmem_queued,
+            self.optmem,
+            self.backlog,
+            self.drops,
+        ]
+    }
+}
+
+fn ms_since(now: Instant, t: Instant) -> u32 {
+    if t == Instant::ZERO {
+        return 0;
+    }
+    (now - t).as_millis().min(u128::from(u32::MAX)) as u32
+}
+
+impl Sock {
+    pub(crate) fn tcp_info(&self, _env: &crate::socket::Env, now: Instant) -> TcpInfo {
+        let mut o = 0u8;
+        if self.tstamp_ok {
+            o |= 1;
+        }
+        if self.sack_ok {
+            o |= 2;
+        }
+        if self.wscale_ok {
+            o |= 4;
+        }
+        let chrono = self.chrono_totals(now);
+        TcpInfo {
+            state: self.state as u8,
+            ca_state: self.ca_state.as_u8(),
+            retransmits: self.retransmits.min(255) as u8,
+            probes: self.probes_out.min(255) as u8,
+            backoff: self.backoff.min(255) as u8,
+            options: o,
+            snd_wscale: self.snd_wscale,
+            rcv_wscale: self.rcv_wscale,
+            rto: self.rto.as_micros() as u32,
+            ato: self.ack.ato.as_micros() as u32,
+            snd_mss: self.mss_cache,
+            rcv_mss: self.ack.rcv_mss,
+            unacked: self.packets_out,
+            sacked: self.sacked_out,
+            lost: self.lost_out,
+            retrans: self.retrans_out,
+            last_data_sent: ms_since(now, self.lsndtime),
+            last_data_recv: ms_since(now, self.ack.lrcvtime),
+            last_ack_recv: ms_since(now, self.rcv_tstamp),
+            pmtu: self.pmtu(),
+            rcv_ssthresh: self.rcv_ssthresh,
+            rtt: self.srtt_us >> 3,
+            rttvar: self.mdev_us >> 2,
+            snd_ssthresh: self.cc_st.snd_ssthresh,
+            snd_cwnd: self.cc_st.snd_cwnd,
+            advmss: self.advmss,
+            reordering: self.reordering,
+            rcv_rtt: self.rcv_rtt_us >> 3,
+            rcv_space: self.rcvq_space,
+            total_retrans: self.total_retrans,
+            pacing_rate: self.pacing_rate,
+            max_pacing_rate: u64::MAX,
+            bytes_acked: self.bytes_acked,
+            bytes_received: self.bytes_received,
+            segs_out: self.segs_out,
+            segs_in: self.segs_in,
+            notsent_bytes: self.notsent_bytes(),
+            min_rtt: if self.min_rtt_us == u32::MAX {
+                u32::MAX
+            } else {
+                self.min_rtt_us
+            },
+            data_segs_in: self.data_segs_in,
+            data_segs_out: self.data_segs_out,
+            delivery_rate: self.delivery_rate(),
+            delivery_rate_app_limited: self.rate_app_limited,
+            delivered: self.delivered,
+            bytes_sent: self.bytes_sent,
+            bytes_retrans: self.bytes_retrans,
+            snd_wnd: self.snd_wnd,
+            rcv_wnd: self.rcv_wnd,
+            busy_time: chrono.iter().map(|d| d.as_micros() as u64).sum(),
+            rwnd_limited: chrono[1].as_micros() as u64,
+            sndbuf_limited: chrono[2].as_micros() as u64,
+        }
+    }
+
+    pub(crate) fn meminfo(&self) -> MemInfo {
+        MemInfo {
+            rmem_alloc: self.rmem_alloc,
+            rcvbuf: self.rcvbuf,
+            wmem_alloc: self.wmem_alloc,
+            sndbuf: self.sndbuf,
+            fwd_alloc: 0,
+            wmem_queued: self.wmem_queued,
+            optmem: 0,
+            backlog: self.backlog_len,
+            drops: self.drops,
+        }
+    }
+
+    /// `tcp_poll`.
+    pub(crate) fn poll(&mut self, env: &mut Env) -> u32 {
+        let mut mask = 0;
+        if self.state == TcpState::Listen {
+            return match &self.listen {
+                Some(l) if !l.accept_queue.is_empty() => POLLIN | POLLRDNORM,
+                _ => 0,
+            };
+        }
+        if self.shutdown == RCV_SHUTDOWN | SEND_SHUTDOWN || self.state == TcpState::Close {
+            mask |= POLLHUP;
+        }
+        if self.shutdown & RCV_SHUTDOWN != 0 {
+            mask |= POLLIN | POLLRDNORM | POLLRDHUP;
+        }
+        if self.state != TcpState::SynSent && self.state != TcpState::SynRecv {
+            let target = self.opts.rcvlowat.max(1);
+            if self.inq() >= target || self.rx_queue.iter().any(|r| r.fin) {
+                mask |= POLLIN | POLLRDNORM;
+            }
+            if self.shutdown & SEND_SHUTDOWN == 0 {
+                if self.stream_is_writeable(env, 1) {
+                    mask |= POLLOUT | POLLWRNORM;
+                } else {
+                    self.nospace = true;
+                    if self.stream_is_writeable(env, 1) {
+                        mask |= POLLOUT | POLLWRNORM;
+                    }
+                }
+            } else {
+                mask |= POLLOUT | POLLWRNORM;
+            }
+        }
+        if self.err.is_some() {
+            mask |= POLLERR;
+        }
+        mask
+    }
+
+    pub(crate) fn setsockopt(
+        &mut self,
+        env: &mut Env,
+        now: Instant,
+        opt: SockOpt,
+        val: &OptVal,
+    ) -> Result<(), Errno> {
+        use SockOpt::*;
+        match opt {
+            TcpCongestion => {
+                let OptVal::Str(name) = val else {
+                    return Err(Errno::EINVAL);
+                };
+                if !CC_NAMES.contains(&name.as_str()) {
+                    return Err(Errno::ENOENT);
+                }
+                let cc = shallow_cc::by_name(name, &env.cc_params).ok_or(Errno::ENOENT)?;
+                self.cc = cc;
+                if self.state == TcpState::Established {
+                    self.sync_cc_state(now);
+                    self.cc.init(&mut self.cc_st, now.as_micros());
+                }
+                return Ok(());
+            }
+            SoLinger => {
+                let OptVal::Linger { onoff, secs } = val else {
+                    return Err(Errno::EINVAL);
+                };
+                self.opts.linger = if *onoff {
+                    Some((*secs).max(0) as u32)
+                } else {
+                    None
+                };
+                return Ok(());
+            }
+            _ => {}
+        }
+        let v = val.int()?;
+        let on = v != 0;
+        match opt {
+            SoReuseaddr => self.opts.reuseaddr = on,
+            SoReuseport => self.opts.reuseport = on,
+            SoKeepalive => {
+                self.opts.keepalive = on;
+                if on && matches!(self.state, TcpState::Established | TcpState::CloseWait) {
+                    let idle = self
+                        .opts
+                        .keepidle
+                        .unwrap_or(env.sysint(Sysctl::tcp_keepalive_time) as u32);
+                    self.arm(
+                        env,
+                        TimerKind::Keepalive,
+                        now + core::time::Duration::from_secs(u64::from(idle)),
+                    );
+                }
+            }
+            SoSndbuf | SoSndbufforce => {
+                let max = if opt == SoSndbuf {
+                    env.sysint(Sysctl::wmem_max)
+                } else {
+                    i64::from(i32::MAX)
+                };
+                let v = v.clamp(0, max) as u32;
+                self.opts.sndbuf_lock = true;
+                self.sndbuf = (v.saturating_mul(2)).max(SOCK_MIN_SNDBUF);
+                self.check_space(env, now);
+            }
+            SoRcvbuf | SoRcvbufforce => {
+                let max = if opt == SoRcvbuf {
+                    env.sysint(Sysctl::rmem_max)
+                } else {
+                    i64::from(i32::MAX)
+                };
+                let v = v.clamp(0, max) as u32;
+                self.opts.rcvbuf_lock = true;
+                self.rcvbuf = (v.saturating_mul(2)).max(SOCK_MIN_RCVBUF);
+            }
+            SoRcvlowat => {
+                self.opts.rcvlowat = (v.clamp(0, i64::from(i32::MAX)) as u32).max(1);
+            }
+            TcpNodelay => {
+                self.opts.nodelay = on;
+                if on {
+                    self.push_pending_frames(env, now, crate::output::NAGLE_PUSH);
+                }
+            }
+            TcpCork => {
+                self.opts.cork = on;
+                if !on {
+                    let ng = self.nonagle() | crate::output::NAGLE_PUSH;
+                    self.push_pending_frames(env, now, ng);
+                }
+            }
+            TcpMaxseg => {
+                if v != 0 && !(88..=65535).contains(&v) {
+                    return Err(Errno::EINVAL);
+                }
+                self.opts.user_mss = v as u32;
+            }
+            TcpKeepidle => {
+                if !(1..=32767).contains(&v) {
+                    return Err(Errno::EINVAL);
+                }
+                self.opts.keepidle = Some(v as u32);
+            }
+            TcpKeepintvl => {
+                if !(1..=32767).contains(&v) {
+                    return Err(Errno::EINVAL);
+                }
+                self.opts.keepintvl = Some(v as u32);
+            }
+            TcpKeepcnt => {
+                if !(1..=127).contains(&v) {
+                    return Err(Errno::EINVAL);
+                }
+                self.opts.keepcnt = Some(v as u32);
+            }
+            TcpSyncnt => {
+                if !(1..=127).contains(&v) {
+                    return Err(Errno::EINVAL);
+                }
+                self.opts.syn_retries = Some(v as u32);
+            }
+            TcpUserTimeout => {
+                if v < 0 {
+                    return Err(Errno::EINVAL);
+                }
+                self.opts.user_timeout_ms = v as u32;
+            }
+            TcpQuickack => {
+                if on {
+                    self.ack.pingpong = 0;
+                    if self.ack.pending & ackf::SCHED != 0 {
+                        self.send_ack(env, now);
+                    }
+                } else {
+                    self.ack.pingpong = 1;
+                }
+            }
+            TcpNotsentLowat => {
+                self.opts.notsent_lowat = v.clamp(0, i64::from(u32::MAX)) as u32;
+                // sk_write_space at once (spec §3.2).
+                self.check_space_force(env);
+            }
+            TcpInq => self.opts.inq = on,
+            IpTos | Ipv6Tclass => self.opts.tos = (v & 0xff) as u8,
+            SoError | SoType | TcpInfo => return Err(Errno::ENOPROTOOPT),
+            TcpCongestion | SoLinger => unreachable!("handled above"),
+        }
+        Ok(())
+    }
+
+    fn check_space_force(&mut self, env: &mut Env) {
+        if self.stream_is_writeable(env, 1) {
+            self.nospace = false;
+            env.wake(self.id, POLLOUT | POLLWRNORM | POLLWRBAND);
+        }
+    }
+
+    pub(crate) fn getsockopt(&mut self, env: &mut Env, opt: SockOpt) -> Result<OptVal, Errno> {
+        use SockOpt::*;
+        let i = |v: u32| Ok(OptVal::Int(i64::from(v)));
+        match opt {
+            SoReuseaddr => i(u32::from(self.opts.reuseaddr)),
+            SoReuseport => i(u32::from(self.opts.reuseport)),
+            SoError => {
+                let e = self.err.take().map(|e| e.code()).unwrap_or(0);
+                Ok(OptVal::Int(i64::from(e)))
+            }
+            SoType => i(1),
+            SoSndbuf | SoSndbufforce => i(self.sndbuf),
+            SoRcvbuf | SoRcvbufforce => i(self.rcvbuf),
+            SoKeepalive => i(u32::from(self.opts.keepalive)),
+            SoLinger => Ok(OptVal::Linger {
+                onoff: self.opts.linger.is_some(),
+                secs: self.opts.linger.unwrap_or(0) as i32,
+            }),
+            SoRcvlowat => i(self.opts.rcvlowat),
+            TcpNodelay => i(u32::from(self.opts.nodelay)),
+            TcpCork => i(u32::from(self.opts.cork)),
+            TcpMaxseg => {
+                if self.is_synchronized() {
+                    i(self.mss_cache)
+                } else if self.opts.user_mss != 0 {
+                    i(self.opts.user_mss)
+                } else {
+                    i(TCP_MSS_DEFAULT)
+                }
+            }
+            TcpKeepidle => i(self
+                .opts
+                .keepidle
+                .unwrap_or(env.sysint(Sysctl::tcp_keepalive_time) as u32)),
+            TcpKeepintvl => i(self
+                .opts
+                .keepintvl
+                .unwrap_or(env.sysint(Sysctl::tcp_keepalive_intvl) as u32)),
+            TcpKeepcnt => i(self
+                .opts
+                .keepcnt
+                .unwrap_or(env.sysint(Sysctl::tcp_keepalive_probes) as u32)),
+            TcpSyncnt => i(self
+                .opts
+                .syn_retries
+                .unwrap_or(env.sysint(Sysctl::tcp_syn_retries) as u32)),
+            TcpUserTimeout => i(self.opts.user_timeout_ms),
+            TcpQuickack => i(u32::from(self.ack.pingpong == 0)),
+            TcpCongestion => Ok(OptVal::Str(self.cc.name().to_string())),
+            TcpNotsentLowat => i(self.opts.notsent_lowat),
+            TcpInq => i(u32::from(self.opts.inq)),
+            IpTos | Ipv6Tclass => i(u32::from(self.opts.tos)),
+            TcpInfo => {
+                env.mib.add(Mib::InSegs, 0);
+                Err(Errno::EOPNOTSUPP)
+            }
+        }
+    }
+}

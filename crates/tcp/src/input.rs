@@ -1,0 +1,1113 @@
+//! Input path of an existing connection (RFC 9293 §3.10.7; Linux `tcp_rcv_state_process`,
+//! `tcp_rcv_synsent_state_process`, `tcp_ack`, `tcp_data_queue`, `tcp_event_data_recv`,
+//! `__tcp_ack_snd_check`).
+
+use crate::errno::Errno;
+use crate::packet::{flags::*, SegIn};
+use crate::seq::*;
+use crate::socket::pollbits::*;
+use crate::socket::*;
+use crate::sysctl::Sysctl;
+use crate::time::Instant;
+use crate::Mib;
+use core::time::Duration;
+use shallow_cc::{AckSample, CaState};
+
+/// What the stack must do after a socket processed a segment.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct RcvOutcome {
+    /// The socket reached CLOSE and should be unhashed (and freed if orphaned).
+    pub closed: bool,
+    /// A passive child just became ESTABLISHED (move to the accept queue).
+    pub child_established: bool,
+    /// Answer with a RST for this segment (as if no socket matched).
+    pub reset: bool,
+}
+
+impl Sock {
+    /// Process one segment for this socket (not a listener).
+    pub fn rcv(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) -> RcvOutcome {
+        let mut out = RcvOutcome::default();
+        self.segs_in += seg.gso_segs;
+        match self.state {
+            TcpState::Close | TcpState::Listen => {
+                out.reset = !seg.has(RST);
+                return out;
+            }
+            TcpState::SynSent => {
+                self.rcv_synsent(env, now, seg, &mut out);
+                return out;
+            }
+            TcpState::TimeWait => {
+                self.rcv_timewait(env, now, seg, &mut out);
+                return out;
+            }
+            _ => {}
+        }
+        // PAWS (RFC 7323 §5).
+        if let (true, Some((tsval, _))) = (self.tstamp_ok, seg.opts.ts) {
+            if before(tsval, self.ts_recent)
+                && !seg.has(RST)
+                && now - self.ts_recent_stamp < Duration::from_secs(24 * 86400)
+            {
+                env.mib.inc(Mib::PAWSEstab);
+                self.send_dupack(env, now, seg);
+                return out;
+            }
+        }
+        // Sequence acceptability (tcp_sequence).
+        let end = seg.end_seq();
+        let win_end = self.rcv_nxt.wrapping_add(self.receive_window());
+        let acceptable = !before(end, self.rcv_wup) && !after(seg.seq, win_end);
+        if !acceptable {
+            if seg.has(RST) {
+                return out;
+            }
+            if after(seg.seq, win_end) {
+                env.mib.inc(Mib::BeyondWindow);
+            }
+            if self.state == TcpState::SynRecv && seg.has(SYN) {
+                // retransmitted SYN: re-send SYN-ACK (handled by rcv_synrecv_syn)
+                self.send_synack(env, now);
+                return out;
+            }
+            self.send_dupack(env, now, seg);
+            return out;
+        }
+        // RST (RFC 5961 §3.2).
+        if seg.has(RST) {
+            if seg.seq == self.rcv_nxt || (self.state == TcpState::SynRecv) {
+                self.reset_received(env, now);
+                out.closed = true;
+            } else {
+                self.send_challenge_ack(env, now);
+            }
+            return out;
+        }
+        // SYN in a synchronized state (RFC 5961 §4).
+        // Simultaneous open: a SYN-ACK acking our SYN completes SYN_RECV (tcp_validate_incoming).
+        let simopen_synack = self.state == TcpState::SynRecv
+            && seg.has(SYN)
+            && seg.has(ACK)
+            && seg.seq.wrapping_add(1) == self.rcv_nxt
+            && seg.ack == self.snd_nxt;
+        if seg.has(SYN) && !simopen_synack {
+            if self.state == TcpState::SynRecv && seg.seq == self.irs {
+                self.send_synack(env, now);
+                return out;
+            }
+            env.mib.inc(Mib::TCPSYNChallenge);
+            self.send_challenge_ack(env, now);
+            return out;
+        }
+        if !seg.has(ACK) {
+            return out;
+        }
+        // ACK processing.
+        if self.state == TcpState::SynRecv {
+            if !after(seg.ack, self.snd_una) || after(seg.ack, self.snd_nxt) {
+                out.reset = true;
+                return out;
+            }
+            self.snd_una = seg.ack;
+            self.snd_wnd = u32::from(seg.window) << self.snd_wscale;
+            self.snd_wl1 = seg.seq;
+            self.max_window = self.max_window.max(self.snd_wnd);
+            self.disarm(env, TimerKind::Retrans);
+            self.retransmits = 0;
+            self.backoff = 0;
+            if let (true, Some((_, ecr))) = (self.tstamp_ok, seg.opts.ts) {
+                let rtt = self.tsval(now).wrapping_sub(ecr);
+                if rtt < 1_000_000 && ecr != 0 {
+                    self.rtt_sample(env, now, rtt.max(1) * 1000);
+                }
+            } else if self.synack_retries_done == 0 {
+                let rtt = (now - self.lsndtime).as_micros() as u32;
+                self.rtt_sample(env, now, rtt.max(1));
+            }
+            self.become_established(env, now);
+            out.child_established = true;
+        }
+        let ack_ok = self.tcp_ack(env, now, seg);
+        if !ack_ok {
+            return out;
+        }
+        // tcp_replace_ts_recent (FLAG_UPDATE_TS_RECENT): only once the ACK was validated
+        // (packetdrill ts_recent/invalid_ack.pkt), for segments covering rcv_wup.
+        if let (true, Some((tsval, _))) = (self.tstamp_ok, seg.opts.ts) {
+            if !after(seg.seq, self.rcv_wup) && !before(tsval, self.ts_recent) {
+                self.ts_recent = tsval;
+                self.ts_recent_stamp = now;
+            }
+        }
+        // FIN acknowledgements (RFC 9293 §3.10.7.4 "fifth, check the ACK field").
+        let fin_acked = self.snd_una == self.write_seq && self.fin_queued();
+        match self.state {
+            TcpState::FinWait1 if fin_acked => {
+                self.state = TcpState::FinWait2;
+                self.shutdown |= SEND_SHUTDOWN;
+                env.wake(self.id, POLLOUT | POLLIN | POLLHUP);
+                if self.orphan {
+                    let t = self.fin_timeout(env);
+                    self.arm(env, TimerKind::Keepalive, now + t);
+                }
+            }
+            TcpState::Closing if fin_acked => {
+                self.enter_time_wait(env, now);
+                return out;
+            }
+            TcpState::LastAck if fin_acked => {
+                self.set_closed(env);
+                out.closed = true;
+                return out;
+            }
+            _ => {}
+        }
+        // RFC 1122 §4.2.2.13 / tcp_rcv_state_process step 7: new data for a socket that shut
+        // down reading in FIN_WAIT1/2 → reset (TCPAbortOnData), answered from the segment.
+        if matches!(self.state, TcpState::FinWait1 | TcpState::FinWait2)
+            && self.shutdown & RCV_SHUTDOWN != 0
+            && !seg.payload.is_empty()
+            && after(seg.seq.wrapping_add(seg.payload.len() as u32), self.rcv_nxt)
+        {
+            env.mib.inc(Mib::TCPAbortOnData);
+            self.err = Some(Errno::ECONNRESET);
+            self.set_closed(env);
+            out.closed = true;
+            out.reset = true;
+            return out;
+        }
+        // Data and FIN.
+        if !seg.payload.is_empty() || seg.has(FIN) {
+            match self.state {
+                TcpState::Established | TcpState::FinWait1 | TcpState::FinWait2 => {
+                    self.data_queue(env, now, seg);
+                }
+                // Data after the peer's FIN: ignore (RFC 9293), but ACK if it's new.
+                TcpState::CloseWait | TcpState::Closing | TcpState::LastAck
+                    if after(seg.end_seq(), self.rcv_nxt) =>
+                {
+                    self.send_ack(env, now);
+                }
+                _ => {}
+            }
+        }
+        if self.state == TcpState::TimeWait || self.state == TcpState::Close {
+            out.closed = self.state == TcpState::Close;
+            return out;
+        }
+        // tcp_data_snd_check + tcp_ack_snd_check.
+        let ng = self.nonagle();
+        self.push_pending_frames(env, now, ng);
+        self.check_space(env, now);
+        self.ack_snd_check(env, now);
+        out
+    }
+
+    /// True if the last skb queued carries FIN (we sent or will send FIN).
+    fn fin_queued(&self) -> bool {
+        self.shutdown & SEND_SHUTDOWN != 0
+            || matches!(
+                self.state,
+                TcpState::FinWait1 | TcpState::Closing | TcpState::LastAck
+            )
+    }
+
+    pub fn fin_timeout(&self, env: &Env) -> Duration {
+        Duration::from_secs(env.sysint(Sysctl::tcp_fin_timeout).max(1) as u64)
+    }
+
+    /// `tcp_done`-like: move to CLOSE, stop timers, wake everyone.
+    pub fn set_closed(&mut self, env: &mut Env) {
+        if matches!(self.state, TcpState::Established | TcpState::CloseWait) {
+            env.mib.sub(Mib::CurrEstab, 1);
+        }
+        self.state = TcpState::Close;
+        self.shutdown = RCV_SHUTDOWN | SEND_SHUTDOWN;
+        self.disarm_all(env);
+        env.wake(self.id, POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP);
+    }
+
+    /// `tcp_reset`: the peer reset the connection.
+    pub fn reset_received(&mut self, env: &mut Env, _now: Instant) {
+        self.err = Some(match self.state {
+            TcpState::SynSent => Errno::ECONNREFUSED,
+            TcpState::CloseWait => Errno::EPIPE,
+            TcpState::Close => return,
+            _ => Errno::ECONNRESET,
+        });
+        if matches!(self.state, TcpState::Established | TcpState::CloseWait) {
+            env.mib.inc(Mib::EstabResets);
+        }
+        self.set_closed(env);
+    }
+
+    /// Enter TIME_WAIT for 60 s (`tcp_time_wait`).
+    pub fn enter_time_wait(&mut self, env: &mut Env, now: Instant) {
+        if matches!(self.state, TcpState::Established | TcpState::CloseWait) {
+            env.mib.sub(Mib::CurrEstab, 1);
+        }
+        self.state = TcpState::TimeWait;
+        self.shutdown = RCV_SHUTDOWN | SEND_SHUTDOWN;
+        self.disarm_all(env);
+        self.arm(env, TimerKind::Keepalive, now + TCP_TIMEWAIT_LEN);
+        env.mib.inc(Mib::TW);
+        env.wake(self.id, POLLIN | POLLOUT | POLLHUP | POLLRDHUP);
+    }
+
+    fn rcv_timewait(
+        &mut self,
+        env: &mut Env,
+        now: Instant,
+        seg: &SegIn<'_>,
+        _out: &mut RcvOutcome,
+    ) {
+        // tcp_timewait_state_process: retransmitted FIN → re-ACK and restart the timer.
+        if seg.has(RST) {
+            return;
+        }
+        if seg.has(FIN) && seg.end_seq() == self.rcv_nxt {
+            self.arm(env, TimerKind::Keepalive, now + TCP_TIMEWAIT_LEN);
+        }
+        if seg.has(SYN) && !seg.has(ACK) {
+            return; // no TW recycling: ignore new SYNs while in TIME_WAIT
+        }
+        self.send_ack(env, now);
+    }
+
+    /// `become_established`: state change, counters, CC init, buffers.
+    pub fn become_established(&mut self, env: &mut Env, now: Instant) {
+        self.state = TcpState::Established;
+        env.mib.inc(Mib::CurrEstab);
+        self.lrcvtime = now;
+        self.rcv_tstamp = now;
+        self.snd_cwnd_stamp = now;
+        self.sync_mss(env);
+        let initcwnd = if self.route.initcwnd != 0 {
+            self.route.initcwnd
+        } else {
+            TCP_INIT_CWND
+        };
+        self.cc_st.snd_cwnd = initcwnd;
+        self.cc_st.snd_nxt = self.snd_nxt;
+        self.cc_st.snd_una = self.snd_una;
+        let now_us = now.as_micros();
+        self.cc.init(&mut self.cc_st, now_us);
+        // tcp_init_buffer_space
+        if !self.opts.sndbuf_lock {
+            self.sndbuf_expand(env);
+        }
+        let maxwin = self.full_space(env).max(0) as u32;
+        if self.window_clamp >= maxwin {
+            self.window_clamp = maxwin;
+        }
+        // Force reservation of one segment (tcp_app_win).
+        if env.sysint(Sysctl::tcp_app_win) != 0
+            && self.window_clamp > 2 * self.advmss
+            && self.window_clamp + self.advmss > maxwin
+        {
+            self.window_clamp = (2 * self.advmss).max(maxwin.saturating_sub(self.advmss));
+        }
+        self.rcv_ssthresh = self.rcv_ssthresh.min(self.window_clamp);
+        self.rcvq_space = (self.rcv_wnd).min(10 * self.advmss);
+        self.rcvq_seq = self.rcv_nxt;
+        self.rcvq_time = now;
+        self.ack.rcv_mss = self
+            .advmss
+            .min(self.rcv_wnd / 2)
+            .max(TCP_MSS_DEFAULT)
+            .min(self.advmss);
+        if self.opts.keepalive {
+            let idle = self
+                .opts
+                .keepidle
+                .unwrap_or(env.sysint(Sysctl::tcp_keepalive_time) as u32);
+            self.arm(
+                env,
+                TimerKind::Keepalive,
+                now + Duration::from_secs(u64::from(idle)),
+            );
+        }
+        env.wake(self.id, POLLOUT | POLLWRNORM | POLLIN);
+    }
+
+    /// SYN_SENT processing (`tcp_rcv_synsent_state_process`, RFC 9293 §3.10.7.3).
+    fn rcv_synsent(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>, out: &mut RcvOutcome) {
+        if seg.has(ACK) && (!after(seg.ack, self.iss) || after(seg.ack, self.snd_nxt)) {
+            if !seg.has(RST) {
+                out.reset = true;
+            }
+            return;
+        }
+        if seg.has(RST) {
+            if seg.has(ACK) {
+                self.reset_received(env, now);
+                env.mib.inc(Mib::AttemptFails);
+                out.closed = true;
+            }
+            return;
+        }
+        if !seg.has(SYN) {
+            return;
+        }
+        self.irs = seg.seq;
+        self.rcv_nxt = seg.seq.wrapping_add(1);
+        self.rcv_wup = self.rcv_nxt;
+        self.copied_seq = self.rcv_nxt;
+        self.apply_syn_options(env, seg, true);
+        if let Some((tsval, _)) = seg.opts.ts {
+            if self.tstamp_ok {
+                self.ts_recent = tsval;
+                self.ts_recent_stamp = now;
+            }
+        }
+        if seg.has(ACK) {
+            self.snd_una = seg.ack;
+            self.snd_wnd = u32::from(seg.window) << self.snd_wscale;
+            self.snd_wl1 = seg.seq;
+            self.max_window = self.snd_wnd;
+            self.disarm(env, TimerKind::Retrans);
+            self.packets_out = 0;
+            // RTT from the SYN (Karn: only if not retransmitted).
+            if let (true, Some((_, ecr))) = (self.tstamp_ok, seg.opts.ts) {
+                let rtt = self.tsval(now).wrapping_sub(ecr);
+                if rtt < 1_000_000 && ecr != 0 {
+                    self.rtt_sample(env, now, rtt.max(1) * 1000);
+                }
+            } else if self.retransmits == 0 {
+                let rtt = (now - self.lsndtime).as_micros() as u32;
+                self.rtt_sample(env, now, rtt.max(1));
+            }
+            self.retransmits = 0;
+            self.backoff = 0;
+            self.retrans_stamp = None;
+            self.become_established(env, now);
+            // The SYN was outstanding: tcp_ack's tcp_cong_control sets the pacing rate.
+            self.update_pacing_rate(env);
+            self.connecting = false;
+            self.send_ack(env, now);
+            // Data or FIN on the SYN-ACK.
+            if !seg.payload.is_empty() || seg.has(FIN) {
+                let s2 = SegIn {
+                    seq: seg.seq.wrapping_add(1),
+                    flags: seg.flags & !SYN,
+                    ..*seg
+                };
+                self.data_queue(env, now, &s2);
+                self.ack_snd_check(env, now);
+            }
+            let ng = self.nonagle();
+            self.push_pending_frames(env, now, ng);
+        } else {
+            // Simultaneous open (RFC 9293 §3.5 figure 8).
+            self.state = TcpState::SynRecv;
+            self.snd_wnd = u32::from(seg.window) << self.snd_wscale;
+            self.max_window = self.snd_wnd;
+            self.send_synack(env, now);
+        }
+    }
+
+    /// Negotiate SYN options from a peer's SYN or SYN-ACK (`tcp_parse_options` +
+    /// `tcp_openreq_init` / synsent handling). `active`: we sent the SYN with our options.
+    pub fn apply_syn_options(&mut self, env: &Env, seg: &SegIn<'_>, active: bool) {
+        let o = &seg.opts;
+        let want_ts = env.sysint(Sysctl::tcp_timestamps) != 0;
+        let want_sack = env.sysctl.on(Sysctl::tcp_sack);
+        let want_ws = env.sysctl.on(Sysctl::tcp_window_scaling);
+        let _ = active;
+        self.tstamp_ok = want_ts && o.ts.is_some();
+        self.sack_ok = want_sack && o.sack_ok;
+        self.dsack_ok = self.sack_ok && env.sysctl.on(Sysctl::tcp_dsack);
+        if want_ws && o.wscale.is_some() {
+            self.wscale_ok = true;
+            self.snd_wscale = o.wscale.unwrap_or(0).min(14);
+        } else {
+            self.wscale_ok = false;
+            self.snd_wscale = 0;
+            self.rcv_wscale = 0;
+            self.window_clamp = self.window_clamp.min(65535);
+        }
+        let peer_mss = u32::from(o.mss.unwrap_or(TCP_MSS_DEFAULT as u16));
+        let min_mss = env.sysint(Sysctl::tcp_min_snd_mss) as u32;
+        self.mss_clamp = peer_mss.max(min_mss);
+        if self.opts.user_mss != 0 {
+            self.mss_clamp = self.mss_clamp.min(self.opts.user_mss);
+        }
+        self.tcp_header_len = if self.tstamp_ok { 32 } else { 20 };
+    }
+
+    /// Send an ACK for an unacceptable segment (`tcp_send_dupack`): old data gets a D-SACK
+    /// and quickack.
+    fn send_dupack(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) {
+        let end = seg.end_seq();
+        if end != seg.seq && before(seg.seq, self.rcv_nxt) {
+            env.mib.inc(Mib::DelayedACKLost);
+            self.enter_quickack(TCP_MAX_QUICKACKS);
+            if self.dsack_ok {
+                let r = if after(end, self.rcv_nxt) {
+                    self.rcv_nxt
+                } else {
+                    end
+                };
+                self.dsack = Some((seg.seq, r));
+                env.mib.inc(Mib::TCPDSACKOldSent);
+            }
+        }
+        self.send_ack(env, now);
+    }
+
+    /// RFC 5961 challenge ACK, rate-limited per socket by `tcp_invalid_ratelimit` and globally
+    /// by `tcp_challenge_ack_limit` (`tcp_send_challenge_ack`).
+    pub fn send_challenge_ack(&mut self, env: &mut Env, now: Instant) {
+        let rl = Duration::from_millis(env.sysint(Sysctl::tcp_invalid_ratelimit) as u64);
+        if self.last_oow_ack != Instant::ZERO && now - self.last_oow_ack < rl {
+            env.mib.inc(Mib::TCPACKSkippedChallenge);
+            return;
+        }
+        if !env.challenge_ack_allowed(now) {
+            return;
+        }
+        self.last_oow_ack = now;
+        env.mib.inc(Mib::TCPChallengeACK);
+        self.send_ack(env, now);
+    }
+
+    /// `tcp_incr_quickack`: allow up to `max` immediate ACKs (rcv_wnd / 2 rcv_mss, or 2).
+    pub fn incr_quickack(&mut self, max: u8) {
+        let mut q = self.rcv_wnd / (2 * self.ack.rcv_mss.max(1));
+        if q == 0 {
+            q = 2;
+        }
+        let q = q.min(u32::from(max)) as u8;
+        if q > self.ack.quick {
+            self.ack.quick = q;
+        }
+    }
+
+    /// `tcp_enter_quickack_mode`: quickacks, leave pingpong, ato back to the minimum.
+    pub fn enter_quickack(&mut self, max: u8) {
+        self.incr_quickack(max);
+        self.ack.pingpong = 0;
+        self.ack.ato = TCP_ATO_MIN;
+    }
+
+    fn in_quickack_mode(&self) -> bool {
+        self.route.quickack || (self.ack.quick > 0 && self.ack.pingpong == 0)
+    }
+
+    /// `tcp_ack`: process the acknowledgment field. Returns false if the segment must be dropped.
+    fn tcp_ack(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) -> bool {
+        let ack = seg.ack;
+        let prior_snd_una = self.snd_una;
+        if after(ack, self.snd_nxt) {
+            // RFC 9293 §3.10.7.4: ACK of unsent data. Linux drops it silently when
+            // ESTABLISHED and answers with a challenge ACK in the other states.
+            if self.state != TcpState::Established {
+                self.send_challenge_ack(env, now);
+            }
+            return false;
+        }
+        if before(ack, prior_snd_una) {
+            if before(ack, prior_snd_una.wrapping_sub(self.max_window)) {
+                self.send_challenge_ack(env, now);
+                return false;
+            }
+            // Old ACK: SACK info may still be useful; data is processed.
+            if seg.opts.num_sacks > 0 {
+                self.sacktag(env, now, seg);
+            }
+            return true;
+        }
+        self.rcv_tstamp = now;
+        self.rcv_tsecr = seg.opts.ts.map(|t| t.1).unwrap_or(0);
+        self.ack_orig_acked = false;
+        self.ack_data_sacked = false;
+        let prior_in_flight = self.packets_in_flight();
+        let prior_packets = self.packets_out;
+        // Window update (tcp_ack_update_window).
+        let nwin = u32::from(seg.window) << self.snd_wscale;
+        if after(ack, self.snd_una)
+            || after(seg.seq, self.snd_wl1)
+            || (seg.seq == self.snd_wl1 && (nwin > self.snd_wnd || nwin == 0))
+        {
+            self.snd_wl1 = seg.seq;
+            if self.snd_wnd != nwin {
+                self.snd_wnd = nwin;
+                if nwin > self.max_window {
+                    self.max_window = nwin;
+                    self.sync_mss(env);
+                }
+            }
+        }
+        let sack_newly = if seg.opts.num_sacks > 0 {
+            self.sacktag(env, now, seg)
+        } else {
+            0
+        };
+        let is_dupack = ack == prior_snd_una
+            && seg.payload.is_empty()
+            && !seg.has(FIN)
+            && nwin == self.snd_wnd
+            && prior_packets > 0;
+        if after(ack, prior_snd_una) {
+            if seg.payload.is_empty() {
+                env.mib.inc(Mib::TCPHPAcks);
+            }
+        } else if seg.payload.is_empty() {
+            env.mib.inc(Mib::TCPPureAcks);
+        }
+        self.snd_una = ack;
+        let (acked_pkts, rtt_us) = self.clean_rtx_queue(env, now, prior_snd_una, seg);
+        // TLP: an ACK above tlp_high_seq ends the episode.
+        if let Some(h) = self.tlp_high_seq {
+            if after(ack, h) || (ack == h && !self.tlp_retrans) {
+                self.tlp_high_seq = None;
+            }
+        }
+        if acked_pkts > 0 || rtt_us >= 0 {
+            self.backoff = 0;
+            self.retransmits = 0;
+            self.probes_out = 0;
+        }
+        if self.retrans_out == 0 && self.lost_out == 0 && self.ca_state == CaState::Open {
+            self.retrans_stamp = None;
+            self.retrans_ts = None;
+        }
+        // Reno dupack counting (no SACK): each dupack is "one more packet received".
+        if !self.sack_ok {
+            if is_dupack {
+                if self.sacked_out + 1 < self.packets_out {
+                    self.sacked_out += 1;
+                }
+            } else if acked_pkts > 0 {
+                self.sacked_out = self.sacked_out.saturating_sub(acked_pkts.saturating_sub(1));
+                if ack == self.snd_nxt {
+                    self.sacked_out = 0;
+                }
+            }
+        }
+        let delivered = acked_pkts + sack_newly;
+        self.delivered += delivered;
+        self.rate_gen(now, delivered);
+        self.cc_st.app_limited = self.app_limited != 0;
+        env.mib.add(Mib::TCPDelivered, u64::from(delivered));
+        // Congestion control.
+        self.sync_cc_state(now);
+        let now_us = now.as_micros();
+        if delivered > 0 || rtt_us >= 0 {
+            let sample = AckSample {
+                pkts_acked: delivered,
+                rtt_us,
+                in_flight: prior_in_flight,
+            };
+            self.cc.pkts_acked(&mut self.cc_st, &sample, now_us);
+        }
+        self.fastretrans_alert(env, now, prior_snd_una, is_dupack, delivered);
+        // tcp_may_raise_cwnd: grow only on cumulative (in-order) delivery (RFC 5681).
+        // Open, Disorder and Loss grow cwnd (slow start after an RTO); Recovery/CWR use PRR.
+        if acked_pkts > 0 && !matches!(self.ca_state, CaState::Recovery | CaState::Cwr) {
+            self.cc_st.is_cwnd_limited = self.is_cwnd_limited_now();
+            if self.cc_st.is_cwnd_limited {
+                self.cc.cong_avoid(&mut self.cc_st, ack, delivered, now_us);
+            }
+        }
+        let mib = self.cc.take_mib();
+        let _ = mib;
+        // tcp_cong_control → tcp_update_pacing_rate, only when something was outstanding
+        // (an ACK with nothing in flight takes tcp_ack's no_queue exit).
+        if prior_packets > 0 {
+            self.update_pacing_rate(env);
+        }
+        // F-RTO step 2.b: new data goes out after cwnd was updated (tcp_xmit_recovery).
+        self.frto_xmit_new(env, now);
+        // Timers: restart RTO/TLP, or clear when nothing is outstanding.
+        if self.packets_out == 0 {
+            if self.rtx_event != RtxEvent::Probe0 {
+                self.disarm(env, TimerKind::Retrans);
+            }
+            if !self.write_queue.is_empty() {
+                self.check_probe_timer(env, now);
+            }
+        } else if after(ack, prior_snd_una) || self.rtx_event == RtxEvent::Probe0 {
+            self.schedule_loss_probe_or_rto(env, now, true);
+        }
+        if self.rtx_event == RtxEvent::Probe0 && self.snd_wnd > 0 {
+            // Window opened: stop probing.
+            if self.timers[TimerKind::Retrans as usize].is_some() && self.packets_out == 0 {
+                self.disarm(env, TimerKind::Retrans);
+                self.backoff = 0;
+            }
+        }
+        true
+    }
+
+    /// `tcp_is_cwnd_limited`.
+    fn is_cwnd_limited_now(&self) -> bool {
+        if self.cc_st.in_slow_start() {
+            return self.snd_cwnd() < 2 * self.max_packets_out;
+        }
+        self.is_cwnd_limited
+    }
+
+    /// Copy engine fields the CC reads into its state.
+    pub fn sync_cc_state(&mut self, now: Instant) {
+        self.cc_st.mss_cache = self.mss_cache;
+        self.cc_st.packets_in_flight = self.packets_in_flight();
+        self.cc_st.srtt_us = self.srtt_us;
+        self.cc_st.min_rtt_us = self.min_rtt_us;
+        self.cc_st.delivered = self.delivered;
+        self.cc_st.snd_nxt = self.snd_nxt;
+        self.cc_st.snd_una = self.snd_una;
+        self.cc_st.lsndtime_us = self.lsndtime.as_micros();
+        self.cc_st.sk_pacing_rate = if self.pacing_rate == u64::MAX {
+            0
+        } else {
+            self.pacing_rate
+        };
+        let _ = now;
+    }
+
+    /// `tcp_clean_rtx_queue`: free acked buffers, RTT sample (Karn / timestamps). Returns
+    /// (packets newly cumulatively acked, rtt µs or -1).
+    fn clean_rtx_queue(
+        &mut self,
+        env: &mut Env,
+        now: Instant,
+        prior_snd_una: u32,
+        seg: &SegIn<'_>,
+    ) -> (u32, i64) {
+        let ack = self.snd_una;
+        let mut acked = 0u32;
+        let mut seq_rtt: Option<Instant> = None;
+        let mut any_retrans = false;
+        while let Some(head) = self.rtx_queue.front_mut() {
+            if !after(ack, head.seq) {
+                break;
+            }
+            if before(ack, head.end_seq) {
+                // Partially acked TSO skb: trim the head (tcp_trim_head).
+                let cut = ack.wrapping_sub(head.seq) as usize;
+                let cut = cut.min(head.data.len());
+                if cut == 0 {
+                    break;
+                }
+                let mss = self.mss_cache.max(1);
+                let old_pcount = head.pcount;
+                head.data.drain(..cut);
+                self.bytes_acked += cut as u64;
+                head.seq = ack;
+                head.truesize = head.truesize.saturating_sub(cut as u32);
+                self.wmem_queued = self.wmem_queued.saturating_sub(cut as u32);
+                let new_pcount = head.len().div_ceil(mss).max(1);
+                let diff = old_pcount.saturating_sub(new_pcount);
+                head.pcount = new_pcount;
+                self.packets_out = self.packets_out.saturating_sub(diff);
+                if head.sacked & sacked::RETRANS != 0 {
+                    self.retrans_out = self.retrans_out.saturating_sub(diff);
+                }
+                if head.sacked & sacked::LOST != 0 {
+                    self.lost_out = self.lost_out.saturating_sub(diff);
+                }
+                acked += diff;
+                if head.sacked & sacked::EVER_RETRANS == 0 {
+                    seq_rtt = Some(head.mstamp);
+                    self.ack_orig_acked = true;
+                } else {
+                    any_retrans = true;
+                }
+                break;
+            }
+            let skb = self.rtx_queue.pop_front().expect("front exists");
+            let p = skb.pcount.max(1);
+            if skb.sacked & sacked::ACKED != 0 {
+                self.sacked_out = self.sacked_out.saturating_sub(p);
+            } else {
+                acked += p;
+            }
+            if skb.sacked & sacked::RETRANS != 0 {
+                self.retrans_out = self.retrans_out.saturating_sub(p);
+            }
+            if skb.sacked & sacked::LOST != 0 {
+                self.lost_out = self.lost_out.saturating_sub(p);
+            }
+            if skb.sacked & sacked::EVER_RETRANS != 0 {
+                any_retrans = true;
+            } else if skb.sacked & sacked::ACKED == 0 {
+                seq_rtt = Some(skb.mstamp);
+            }
+            self.packets_out = self.packets_out.saturating_sub(p);
+            self.wmem_queued = self.wmem_queued.saturating_sub(skb.truesize);
+            if skb.len() > 0 {
+                self.bytes_acked += u64::from(skb.len());
+            }
+            if skb.sacked & sacked::ACKED == 0 {
+                self.rate_skb_delivered(&skb);
+                if skb.sacked & sacked::EVER_RETRANS == 0 {
+                    self.ack_orig_acked = true;
+                    if self.sack_seen_any && before(skb.end_seq, self.highest_sack_end) {
+                        self.note_reordering(env, skb.seq);
+                    }
+                }
+            }
+            // RACK: the most recently sent delivered skb.
+            self.rack_advance(
+                skb.mstamp,
+                skb.end_seq,
+                skb.sacked & sacked::EVER_RETRANS != 0,
+                now,
+            );
+        }
+        let _ = prior_snd_una;
+        if self.packets_out == 0 {
+            self.sacked_out = 0;
+            self.lost_out = 0;
+            self.retrans_out = 0;
+        }
+        if self.rtx_queue.is_empty() && self.write_queue.is_empty() {
+            self.chrono_stop(now, crate::output::CHRONO_BUSY);
+        }
+        if self.sack_seen_any && !before(self.snd_una, self.highest_sack_end) {
+            self.sack_seen_any = false;
+        }
+        // RTT: prefer timestamps (RFC 7323 §4.1), else Karn's rule on sequence samples.
+        let mut rtt_us: i64 = -1;
+        if let (true, Some((_, ecr))) = (self.tstamp_ok, seg.opts.ts) {
+            if ecr != 0 && acked > 0 {
+                let d = self.tsval(now).wrapping_sub(ecr);
+                if d < 0x7fff_ffff {
+                    rtt_us = i64::from(d.max(1)) * 1000;
+                }
+            }
+        }
+        if let Some(t) = seq_rtt {
+            let _ = any_retrans;
+            rtt_us = (now - t).as_micros() as i64;
+        }
+        if rtt_us >= 0 {
+            self.rtt_sample(env, now, rtt_us.min(u32::MAX as i64) as u32);
+        }
+        (acked, rtt_us)
+    }
+
+    /// Queue in-window data (`tcp_data_queue`); handles FIN (`tcp_fin`).
+    pub fn data_queue(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) {
+        let mut seq = seg.seq;
+        let mut payload = seg.payload;
+        let fin = seg.has(FIN);
+        if self.shutdown & RCV_SHUTDOWN != 0 && !payload.is_empty() && !self.orphan {
+            // SHUT_RD: Linux still queues; keep queueing (data is discarded on read).
+        }
+        // Trim what we already have.
+        if before(seq, self.rcv_nxt) {
+            let dup = self.rcv_nxt.wrapping_sub(seq) as usize;
+            if dup >= payload.len() && !(fin && seg.end_seq() == self.rcv_nxt.wrapping_add(1)) {
+                // Entirely duplicate (retransmission): D-SACK + quickack.
+                env.mib.inc(Mib::DelayedACKLost);
+                self.enter_quickack(TCP_MAX_QUICKACKS);
+                if self.dsack_ok && !payload.is_empty() {
+                    self.dsack = Some((seg.seq, seg.seq.wrapping_add(payload.len() as u32)));
+                    env.mib.inc(Mib::TCPDSACKOldSent);
+                }
+                self.ack.pending |= ackf::NOW;
+                self.ack.pending |= ackf::SCHED;
+                return;
+            }
+            let dup = dup.min(payload.len());
+            if dup > 0 && self.dsack_ok {
+                self.dsack = Some((seq, self.rcv_nxt));
+            }
+            payload = &payload[dup..];
+            seq = self.rcv_nxt;
+        }
+        // Receive window: never accept beyond what we offered.
+        let win_end = self.rcv_nxt.wrapping_add(self.receive_window());
+        if !payload.is_empty() && self.receive_window() == 0 && seq == self.rcv_nxt {
+            env.mib.inc(Mib::TCPZeroWindowDrop);
+            self.drops += 1;
+            self.ack.pending |= ackf::NOW | ackf::SCHED;
+            return;
+        }
+        let mut fin = fin;
+        if after(seq.wrapping_add(payload.len() as u32), win_end) {
+            let keep = win_end.wrapping_sub(seq) as usize;
+            payload = &payload[..keep.min(payload.len())];
+            fin = false;
+        }
+        if seq == self.rcv_nxt {
+            if payload.is_empty() && !fin {
+                return;
+            }
+            // Memory check (tcp_try_rmem_schedule): refuse beyond rcvbuf.
+            let truesize = payload.len() as u32 + SKB_OVERHEAD;
+            if !payload.is_empty()
+                && self.rmem_alloc + truesize > self.rcvbuf.saturating_mul(2).max(self.rcvbuf)
+                && !self.prune_ofo(env)
+            {
+                env.mib.inc(Mib::TCPRcvQDrop);
+                self.drops += 1;
+                self.ack.pending |= ackf::NOW | ackf::SCHED;
+                return;
+            }
+            self.queue_rcv(env, seq, payload, fin, seg);
+            self.event_data_recv(env, now, seg, payload.len() as u32);
+            if !self.ofo_queue.is_empty() {
+                self.ofo_drain(env);
+                if self.ofo_queue.is_empty() {
+                    // Filling the last hole: ACK now (RFC 5681 §4.2).
+                    self.ack.pending |= ackf::NOW;
+                }
+            }
+            if self.fin_received {
+                self.process_fin(env, now);
+            }
+            if !self.sacks.is_empty() {
+                self.sacks_trim();
+            }
+            env.wake(self.id, POLLIN | POLLRDNORM);
+            self.data_ready_check();
+            return;
+        }
+        // Out of order (tcp_data_queue_ofo).
+        if payload.is_empty() && !fin {
+            return;
+        }
+        // tcp_data_queue_ofo: schedule an ACK; __tcp_ack_snd_check decides (SACK compression).
+        self.ofo_insert(env, seq, payload, fin);
+        self.ack.pending |= ackf::SCHED;
+        self.event_data_recv_ofo(seg);
+    }
+
+    fn data_ready_check(&mut self) {}
+
+    fn event_data_recv_ofo(&mut self, seg: &SegIn<'_>) {
+        self.data_segs_in += seg.gso_segs;
+        self.bytes_received += 0;
+    }
+
+    /// Append in-order bytes to the receive queue, coalescing into the tail (`tcp_queue_rcv`).
+    fn queue_rcv(&mut self, env: &mut Env, seq: u32, payload: &[u8], fin: bool, seg: &SegIn<'_>) {
+        let len = payload.len() as u32;
+        if len > 0 {
+            let coalesce = self
+                .rx_queue
+                .back()
+                .map(|t| !t.fin && t.data.len() + payload.len() <= 65536)
+                .unwrap_or(false);
+            if coalesce {
+                let t = self.rx_queue.back_mut().expect("checked");
+                t.data.extend_from_slice(payload);
+                t.truesize += len;
+                self.rmem_alloc += len;
+                env.mib.inc(Mib::TCPRcvCoalesce);
+            } else {
+                let truesize = len + SKB_OVERHEAD;
+                self.rmem_alloc += truesize;
+                self.rx_queue.push_back(RxSkb {
+                    seq,
+                    data: payload.to_vec(),
+                    off: 0,
+                    fin: false,
+                    truesize,
+                });
+            }
+        }
+        self.rcv_nxt = seq.wrapping_add(len);
+        self.bytes_received += u64::from(len);
+        self.data_segs_in += seg.gso_segs;
+        if fin {
+            self.rcv_nxt = self.rcv_nxt.wrapping_add(1);
+            self.fin_received = true;
+            // A zero-length marker so readers see EOF in order.
+            self.rx_queue.push_back(RxSkb {
+                seq: seq.wrapping_add(len),
+                data: Vec::new(),
+                off: 0,
+                fin: true,
+                truesize: 0,
+            });
+        }
+    }
+
+    /// `tcp_fin`: the peer closed its sending side.
+    fn process_fin(&mut self, env: &mut Env, now: Instant) {
+        if self.shutdown & RCV_SHUTDOWN != 0
+            && self.state != TcpState::Established
+            && self.state != TcpState::FinWait1
+            && self.state != TcpState::FinWait2
+        {
+            return;
+        }
+        self.shutdown |= RCV_SHUTDOWN;
+        self.ack.pending |= ackf::NOW | ackf::SCHED;
+        match self.state {
+            TcpState::SynRecv | TcpState::Established => {
+                self.state = TcpState::CloseWait;
+                self.ack.pingpong = 1;
+            }
+            TcpState::FinWait1 => {
+                // Simultaneous close.
+                self.send_ack(env, now);
+                self.state = TcpState::Closing;
+            }
+            TcpState::FinWait2 => {
+                self.send_ack(env, now);
+                self.enter_time_wait(env, now);
+            }
+            _ => {}
+        }
+        self.ofo_queue.clear();
+        env.wake(self.id, POLLIN | POLLRDNORM | POLLRDHUP);
+    }
+
+    /// `tcp_event_data_recv`: delayed-ACK estimator (spec §6.4), rcv_mss, window growth.
+    fn event_data_recv(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>, len: u32) {
+        self.ack.pending |= ackf::SCHED;
+        self.rcv_rtt_measure(now);
+        if let Some((_, ecr)) = seg.opts.ts {
+            self.rcv_rtt_measure_ts(now, ecr, len);
+        }
+        // tcp_measure_rcv_mss
+        let seg_size = match seg.gso_size {
+            Some(g) if g > 0 && len > u32::from(g) => u32::from(g),
+            _ => len,
+        };
+        if seg_size >= self.ack.rcv_mss {
+            self.ack.rcv_mss = seg_size.min(self.advmss.max(seg_size));
+            if seg.has(PSH) {
+                self.ack.pending |= ackf::PUSHED;
+            }
+        } else if seg_size > 0 {
+            if self.ack.pending & ackf::PUSHED != 0 {
+                self.ack.pending |= ackf::PUSHED2;
+            }
+            self.ack.pending |= ackf::PUSHED;
+        }
+        self.ack.last_seg_size = seg_size;
+        let rto = self.rto;
+        if self.ack.lrcvtime == Instant::ZERO || self.ack.ato == Duration::ZERO {
+            // First data: allow quickacks (pingpong is kept).
+            self.incr_quickack(TCP_MAX_QUICKACKS);
+            self.ack.ato = TCP_ATO_MIN;
+        } else {
+            let m = now - self.ack.lrcvtime;
+            if m <= TCP_ATO_MIN / 2 {
+                self.ack.ato = self.ack.ato / 2 + TCP_ATO_MIN / 2;
+            } else if m < self.ack.ato {
+                self.ack.ato = (self.ack.ato / 2 + m).min(rto).min(TCP_DELACK_MAX);
+            } else if m > rto {
+                self.incr_quickack(TCP_MAX_QUICKACKS);
+            }
+        }
+        self.ack.lrcvtime = now;
+        self.lrcvtime = now;
+        // tcp_grow_window
+        let space = self.tcp_space(env).max(0) as u32;
+        if self.rcv_ssthresh < self.window_clamp
+            && self.rcv_ssthresh < space
+            && !env.memory_pressure
+        {
+            let incr = 2 * self.advmss;
+            self.rcv_ssthresh = (self.rcv_ssthresh + incr)
+                .min(self.window_clamp)
+                .min(space.max(self.rcv_ssthresh));
+        }
+    }
+
+    /// `tcp_ack_snd_check` / `__tcp_ack_snd_check` (spec §6.2).
+    pub fn ack_snd_check(&mut self, env: &mut Env, now: Instant) {
+        if self.ack.pending & ackf::SCHED == 0 {
+            return;
+        }
+        let unacked = self.rcv_nxt.wrapping_sub(self.rcv_wup);
+        let lowat_wants = self.rcv_nxt.wrapping_sub(self.copied_seq) < self.opts.rcvlowat;
+        let immediate = (unacked > self.ack.rcv_mss
+            && (lowat_wants || {
+                let w = self.peek_select_window(env);
+                w >= self.rcv_wnd
+            }))
+            || self.in_quickack_mode()
+            || self.ack.pending & ackf::NOW != 0;
+        if immediate {
+            if self.owned && env.sysctl.on(Sysctl::tcp_backlog_ack_defer) {
+                self.tsq_flags |= tsq::ACK_DEFERRED;
+                return;
+            }
+            self.send_ack(env, now);
+            return;
+        }
+        if self.ofo_queue.is_empty() {
+            self.send_delayed_ack(env, now);
+            return;
+        }
+        // Out-of-order data: SACK compression (spec §6.2). Never deferred.
+        let nr = env.sysint(Sysctl::tcp_comp_sack_nr) as u32;
+        if !self.sack_ok || self.compressed_ack >= nr {
+            self.send_ack(env, now);
+            return;
+        }
+        if self.compressed_ack_rcv_nxt != self.rcv_nxt {
+            self.compressed_ack_rcv_nxt = self.rcv_nxt;
+            self.dup_ack_counter = 0;
+        }
+        if self.dup_ack_counter < 3 {
+            self.dup_ack_counter += 1;
+            self.send_ack(env, now);
+            return;
+        }
+        self.compressed_ack += 1;
+        if self.timers[TimerKind::CompSack as usize].is_some() {
+            return;
+        }
+        let mut rtt_us = u64::from(self.rcv_rtt_us >> 3);
+        let srtt = u64::from(self.srtt_us >> 3);
+        if srtt != 0 && (rtt_us == 0 || srtt < rtt_us) {
+            rtt_us = srtt;
+        }
+        let delay_ns = (env.sysint(Sysctl::tcp_comp_sack_delay_ns) as u64).min(rtt_us * 1000 / 20);
+        let slack = env.sysint(Sysctl::tcp_comp_sack_slack_ns) as u64;
+        self.arm(
+            env,
+            TimerKind::CompSack,
+            now + Duration::from_nanos(delay_ns + slack),
+        );
+    }
+
+    /// `__tcp_select_window` without side effects on rcv_wnd (for the ACK decision).
+    fn peek_select_window(&self, env: &Env) -> u32 {
+        let free = self.tcp_space(env).max(0) as u32;
+        free.min(self.rcv_ssthresh)
+    }
+
+    /// `tcp_send_delayed_ack`.
+    pub fn send_delayed_ack(&mut self, env: &mut Env, now: Instant) {
+        let mut ato = self.ack.ato;
+        if ato > TCP_ATO_MIN {
+            let max_ato = if self.ack.pingpong > 0 || self.ack.pending & ackf::PUSHED != 0 {
+                TCP_DELACK_MAX
+            } else {
+                Duration::from_millis(500)
+            };
+            let mut max_ato = max_ato;
+            if self.srtt_us != 0 {
+                let rtt = Duration::from_micros(u64::from(self.srtt_us >> 3)).max(TCP_ATO_MIN);
+                max_ato = max_ato.min(rtt);
+            }
+            ato = ato.min(max_ato);
+        }
+        let delack_max = self.rto_min(env).saturating_sub(Duration::from_millis(1));
+        ato = ato.min(delack_max);
+        let mut timeout = now + ato;
+        if self.ack.pending & ackf::TIMER != 0 {
+            if self.ack.timeout <= now + ato / 4 {
+                self.send_ack(env, now);
+                return;
+            }
+            if self.ack.timeout < timeout {
+                timeout = self.ack.timeout;
+            }
+        }
+        self.ack.pending |= ackf::SCHED | ackf::TIMER;
+        self.ack.timeout = timeout;
+        self.arm(env, TimerKind::Delack, timeout);
+    }
+}

@@ -1,0 +1,109 @@
+//! Shallow's sans-IO TCP engine: one host's TCP/IP as a data structure that behaves like
+//! Linux 6.x. It reads no clock, does no I/O and has no global state: time, packets, TX
+//! completions and socket calls are inputs; packets, timer deadlines and wake-ups are outputs
+//! (see `ARCHITECTURE.md`, "The engine's interface").
+//!
+//! Map of the crate:
+//! - [`stack`]: [`Stack`], the host: addresses, routes, socket table, 4-tuple demux,
+//!   listeners (SYN and accept queues), timers, and the socket API (Linux errnos).
+//! - [`socket`]: per-connection state (`Sock`, Linux `tcp_sock` field names), buffers
+//!   (`Skb`, `truesize`), [`Transmit`], [`TxToken`], [`Wakeup`], constants.
+//! - [`output`]: MSS / `size_goal`, window selection, `tcp_write_xmit` (cwnd, rwnd, Nagle,
+//!   TSO autosizing and deferral, TSQ), transmit with TX tokens, ACK/RST/SYN/FIN, pacing,
+//!   write-space wake-ups (`tcp_check_space`), sndbuf autotuning.
+//! - `input` (private): segment processing (RFC 9293 §3.10.7): PAWS, sequence checks,
+//!   RFC 5961 RST/SYN handling and challenge ACKs, `tcp_ack`, data queueing, FIN, delayed
+//!   ACK / quickack / pingpong, SACK compression, backlog ACK deferral.
+//! - [`recv`]: out-of-order queue and SACK blocks, `recvmsg`, ACK-on-read, rcvbuf autotuning.
+//! - `recovery` (private): SACK scoreboard, reordering detection, RACK-TLP, PRR, NewReno
+//!   fallback, RTO with F-RTO and undo (D-SACK, timestamps), delivery-rate sampling,
+//!   path-MTU reduction.
+//! - `rtt` (private): RFC 6298 estimator with Linux's 200 ms floor, windowed min-RTT.
+//! - [`sockopt`], [`info`]: socket options, `tcp_info` (incl. delivery rate and the busy /
+//!   rwnd-limited / sndbuf-limited chronographs), `SO_MEMINFO`, `tcp_poll`.
+//! - [`sysctl`]: sysctls by Linux name with 6.18 defaults. [`mib`]: SNMP counters.
+//! - [`packet`]: the only code that touches bytes (through `shallow_wire`).
+//! - [`time`], [`seq`], [`errno`]: foundations.
+//! - `harness` (feature `test-util`): two stacks over an impaired in-memory link.
+//!
+//! # Example: two stacks joined by hand
+//!
+//! ```
+//! use shallow_tcp::{Errno, Family, Instant, Stack};
+//! use std::net::SocketAddr;
+//!
+//! let (mut a, mut b) = (Stack::new(1), Stack::new(2));
+//! a.add_address("10.0.0.1".parse().unwrap());
+//! b.add_address("10.0.0.2".parse().unwrap());
+//! let now = Instant::from_secs(1);
+//! let server: SocketAddr = "10.0.0.2:80".parse().unwrap();
+//! let l = b.socket(Family::V4).unwrap();
+//! b.bind(l, server).unwrap();
+//! b.listen(l, 16).unwrap();
+//! let c = a.socket(Family::V4).unwrap();
+//! assert_eq!(a.connect(now, c, server), Err(Errno::EINPROGRESS));
+//! // The "wire": move packets both ways, completing every TX token at once.
+//! let mut pump = |a: &mut Stack, b: &mut Stack| {
+//!     for _ in 0..8 {
+//!         while let Some(t) = a.poll_transmit(now) {
+//!             b.input(now, &t.data, t.gso_size);
+//!             if let Some(tok) = t.token { a.tx_complete(now, tok) }
+//!         }
+//!         while let Some(t) = b.poll_transmit(now) {
+//!             a.input(now, &t.data, t.gso_size);
+//!             if let Some(tok) = t.token { b.tx_complete(now, tok) }
+//!         }
+//!     }
+//! };
+//! pump(&mut a, &mut b);
+//! let (s, _peer) = b.accept(l).unwrap();
+//! assert_eq!(a.send(now, c, b"hello", 0), Ok(5));
+//! pump(&mut a, &mut b);
+//! let mut buf = [0u8; 16];
+//! assert_eq!(b.recv(now, s, &mut buf, 0), Ok(5));
+//! assert_eq!(&buf[..5], b"hello");
+//! ```
+//!
+//! Accounting rule: every buffer's `truesize` is its payload plus [`SKB_OVERHEAD`]; the same
+//! rule feeds `wmem_queued`, `wmem_alloc` (bytes below TCP until `tx_complete`) and
+//! `rmem_alloc`.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod errno;
+pub mod mib;
+pub mod seq;
+pub mod sysctl;
+pub mod time;
+
+pub use errno::{Errno, SocketId};
+pub use mib::{Counters, Mib};
+pub use sysctl::{SysctlError, Sysctls};
+pub use time::Instant;
+
+pub mod info;
+mod input;
+pub mod output;
+pub mod packet;
+mod recovery;
+pub mod recv;
+mod rtt;
+pub mod socket;
+pub mod sockopt;
+pub mod stack;
+
+pub use info::{MemInfo, TcpInfo};
+pub use recv::msgflags;
+pub use socket::{pollbits, Family, RouteAttrs, TcpState, Transmit, TxToken, Wakeup, SKB_OVERHEAD};
+pub use sockopt::{OptVal, SockOpt};
+pub use stack::{Ioctl, Shutdown, SockStat, SocketRow, Stack};
+
+#[cfg(any(test, feature = "test-util"))]
+pub mod harness;
+
+#[cfg(test)]
+mod drill_like_tests;
+#[cfg(test)]
+mod e2e_tests;
+#[cfg(test)]
+mod prop_tests;

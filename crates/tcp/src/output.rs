@@ -1,0 +1,928 @@
+//! Output path: MSS and window selection, option building, `tcp_write_xmit`, segment
+//! transmission with TX-completion tokens, pure ACKs, RSTs, SYN/SYN-ACK and FIN.
+
+use crate::packet::{flags::*, OutOpt};
+use crate::seq::*;
+use crate::socket::*;
+use crate::sysctl::Sysctl;
+use crate::time::Instant;
+use crate::Mib;
+use core::time::Duration;
+
+fn len_of(s: &Skb) -> u32 {
+    s.len()
+}
+
+/// Chronograph types (`enum tcp_chrono`).
+pub(crate) const CHRONO_BUSY: u8 = 1;
+pub(crate) const CHRONO_RWND_LIMITED: u8 = 2;
+pub(crate) const CHRONO_SNDBUF_LIMITED: u8 = 3;
+
+/// `nonagle` values (`TCP_NAGLE_OFF`, `TCP_NAGLE_CORK`, `TCP_NAGLE_PUSH`).
+pub(crate) const NAGLE_OFF: u8 = 1;
+pub(crate) const NAGLE_CORK: u8 = 2;
+pub(crate) const NAGLE_PUSH: u8 = 4;
+
+impl Sock {
+    /// Socket's Nagle mode (`tp->nonagle`).
+    pub fn nonagle(&self) -> u8 {
+        let mut n = 0;
+        if self.opts.nodelay {
+            n |= NAGLE_OFF;
+        }
+        if self.opts.cork {
+            n |= NAGLE_CORK;
+        }
+        n
+    }
+
+    /// Bytes of TCP options on established segments excluding SACK (`tcp_header_len - 20`).
+    fn base_opt_len(&self) -> u32 {
+        self.tcp_header_len - 20
+    }
+
+    /// Number of SACK blocks the next ACK will carry (D-SACK first), limited so all options fit.
+    fn num_sack_blocks(&self) -> usize {
+        if !self.sack_ok {
+            return 0;
+        }
+        let n = self.sacks.len() + usize::from(self.dsack.is_some());
+        let max = if self.tstamp_ok { 3 } else { 4 };
+        n.min(max)
+    }
+
+    /// `tcp_current_mss`: mss_cache minus the bytes of SACK blocks this segment will carry.
+    pub fn current_mss(&self) -> u32 {
+        let n = self.num_sack_blocks() as u32;
+        let extra = if n > 0 { 4 + 8 * n } else { 0 };
+        self.mss_cache.saturating_sub(extra).max(1)
+    }
+
+    /// `tcp_bound_to_half_wnd`.
+    pub fn bound_to_half_wnd(&self, x: u32) -> u32 {
+        let cutoff = if self.max_window > TCP_MSS_DEFAULT {
+            self.max_window / 2
+        } else {
+            self.max_window
+        };
+        if cutoff != 0 && x > cutoff {
+            cutoff.max(68u32.saturating_sub(self.tcp_header_len))
+        } else {
+            x
+        }
+    }
+
+    /// Path MTU for this socket.
+    pub fn pmtu(&self) -> u32 {
+        if self.route.mtu != 0 {
+            self.route.mtu
+        } else {
+            1500
+        }
+    }
+
+    /// `tcp_sync_mss`: recompute `mss_cache` from the path MTU, the peer's MSS and options.
+    pub fn sync_mss(&mut self, env: &Env) {
+        let mut m = self.pmtu().saturating_sub(self.ip_hdr_len() + 20);
+        m = m.min(self.mss_clamp);
+        if self.opts.user_mss != 0 {
+            m = m.min(self.opts.user_mss);
+        }
+        m = m.saturating_sub(self.base_opt_len());
+        m = self.bound_to_half_wnd(m);
+        m = m.max(env.sysint(Sysctl::tcp_min_snd_mss) as u32 - self.base_opt_len().min(40));
+        self.mss_cache = m.max(8);
+        self.cc_st.mss_cache = self.mss_cache;
+    }
+
+    /// Advertised MSS: route advmss, else MTU - IP - 20 (`dst_metric_advmss`), clamped by TCP_MAXSEG.
+    pub fn route_advmss(&self) -> u32 {
+        let mut m = if self.route.advmss != 0 {
+            self.route.advmss
+        } else {
+            self.pmtu().saturating_sub(self.ip_hdr_len() + 20)
+        };
+        if self.opts.user_mss != 0 {
+            m = m.min(self.opts.user_mss);
+        }
+        m.clamp(88, 65535)
+    }
+
+    /// `tcp_xmit_size_goal` (spec §1.3): largest whole number of MSS within min(GSO max,
+    /// half the largest peer window).
+    pub fn size_goal(&mut self, mss_now: u32) -> u32 {
+        let g = self.bound_to_half_wnd(GSO_MAX_SIZE);
+        let mut cached = self.gso_segs_cache * mss_now;
+        if g < cached || g >= cached + mss_now {
+            self.gso_segs_cache = (g / mss_now).min(GSO_MAX_SEGS);
+            cached = self.gso_segs_cache * mss_now;
+        }
+        cached.max(mss_now)
+    }
+
+    /// `tcp_select_initial_window` (Linux 6.x): initial `rcv_wnd`, `window_clamp`, `rcv_wscale`.
+    pub fn select_initial_window(&mut self, env: &Env, mss: u32, wscale_ok: bool) {
+        if self.window_clamp == 0 {
+            self.window_clamp = 65535u32 << 14;
+        }
+        let mut space = (self.full_space(env).max(0) as u32).min(self.window_clamp);
+        if space > mss && mss > 0 {
+            space = space / mss * mss;
+        }
+        let mut rcv_wnd = if env.sysint(Sysctl::tcp_workaround_signed_windows) != 0 {
+            space.min(32767)
+        } else {
+            space.min(65535)
+        };
+        if self.route.initrwnd != 0 {
+            rcv_wnd = rcv_wnd.min(self.route.initrwnd * mss);
+        }
+        self.rcv_wscale = 0;
+        if wscale_ok {
+            let rmem2 = env.sysctl.triple(Sysctl::tcp_rmem)[2] as u32;
+            let rmem_max = env.sysint(Sysctl::rmem_max) as u32;
+            let s = rmem2.max(rmem_max).min(self.window_clamp).max(1);
+            let ilog2 = 31 - s.leading_zeros();
+            self.rcv_wscale = ilog2.saturating_sub(15).min(14) as u8;
+        }
+        self.window_clamp = self.window_clamp.min(65535u32 << self.rcv_wscale);
+        self.rcv_wnd = rcv_wnd;
+        self.rcv_ssthresh = rcv_wnd;
+    }
+
+    /// `__tcp_select_window`: the window we would like to offer now.
+    fn raw_select_window(&mut self, env: &mut Env) -> u32 {
+        let mut mss = self.ack.rcv_mss;
+        let mut free_space = self.tcp_space(env).max(0) as u32;
+        let allowed_space = self.full_space(env).max(0) as u32;
+        let full_space = self.window_clamp.min(allowed_space);
+        if mss > full_space {
+            mss = full_space;
+        }
+        if free_space < full_space / 2 {
+            self.ack.quick = 0;
+            if env.memory_pressure {
+                self.rcv_ssthresh = self.rcv_ssthresh.min(4 * self.advmss);
+            }
+            free_space = free_space >> self.rcv_wscale << self.rcv_wscale;
+            if free_space < mss {
+                return 0;
+            }
+        }
+        if free_space > self.rcv_ssthresh {
+            free_space = self.rcv_ssthresh;
+        }
+        let mut window = self.rcv_wnd;
+        if self.rcv_wscale != 0 {
+            window = free_space;
+            let unit = 1u32 << self.rcv_wscale;
+            if window % unit != 0 {
+                window = (window / unit + 1) * unit;
+            }
+        } else if window <= free_space.saturating_sub(mss) || window > free_space {
+            window = free_space.checked_div(mss).map_or(free_space, |q| q * mss);
+        } else if mss == full_space && free_space > window + full_space / 2 {
+            window = free_space;
+        }
+        window
+    }
+
+    /// `tcp_select_window`: choose the window field for an outgoing segment and record it
+    /// (`rcv_wnd`, `rcv_wup`). Never shrinks the offered window unless `tcp_shrink_window`.
+    pub fn select_window(&mut self, env: &mut Env) -> u16 {
+        let old_win = self.rcv_wnd;
+        let cur_win = self.receive_window();
+        let mut new_win = self.raw_select_window(env);
+        if new_win < cur_win && !env.sysctl.on(Sysctl::tcp_shrink_window) {
+            if new_win == 0 {
+                env.mib.inc(Mib::TCPWantZeroWindowAdv);
+            }
+            let unit = 1u32 << self.rcv_wscale;
+            new_win = cur_win.div_ceil(unit) * unit;
+        }
+        self.rcv_wnd = new_win;
+        self.rcv_wup = self.rcv_nxt;
+        let cap = if self.rcv_wscale == 0 && env.sysctl.on(Sysctl::tcp_workaround_signed_windows) {
+            32767
+        } else {
+            65535u32 << self.rcv_wscale
+        };
+        let w = new_win.min(cap) >> self.rcv_wscale;
+        if w == 0 {
+            if old_win != 0 {
+                env.mib.inc(Mib::TCPToZeroWindowAdv);
+            }
+        } else if old_win == 0 {
+            env.mib.inc(Mib::TCPFromZeroWindowAdv);
+        }
+        w as u16
+    }
+
+    /// Options of an established-state segment: TS, then SACK blocks (D-SACK first).
+    pub fn established_opts(&self, now: Instant, out: &mut Vec<OutOpt>) {
+        if self.tstamp_ok {
+            out.push(OutOpt::Nop);
+            out.push(OutOpt::Nop);
+            out.push(OutOpt::Ts(self.tsval(now), self.ts_recent));
+        }
+        let n = self.num_sack_blocks();
+        if n > 0 {
+            let mut b = [(0u32, 0u32); 4];
+            let mut i = 0;
+            if let Some(d) = self.dsack {
+                b[0] = d;
+                i = 1;
+            }
+            for s in &self.sacks {
+                if i >= n {
+                    break;
+                }
+                b[i] = *s;
+                i += 1;
+            }
+            out.push(OutOpt::Nop);
+            out.push(OutOpt::Nop);
+            out.push(OutOpt::Sack(b, i as u8));
+        }
+    }
+
+    /// SYN / SYN-ACK options in Linux's order (see the packetdrill lines:
+    /// `mss,sackOK,TS,nop,wscale` / `mss,nop,nop,sackOK,nop,wscale`).
+    pub fn syn_opts(&self, now: Instant, out: &mut Vec<OutOpt>, tsecr: u32) {
+        out.push(OutOpt::Mss(self.advmss.min(65535) as u16));
+        if self.tstamp_ok {
+            if self.sack_ok {
+                out.push(OutOpt::SackOk);
+            } else {
+                out.push(OutOpt::Nop);
+                out.push(OutOpt::Nop);
+            }
+            out.push(OutOpt::Ts(self.tsval(now), tsecr));
+        } else if self.sack_ok {
+            out.push(OutOpt::Nop);
+            out.push(OutOpt::Nop);
+            out.push(OutOpt::SackOk);
+        }
+        if self.wscale_ok {
+            out.push(OutOpt::Nop);
+            out.push(OutOpt::Wscale(self.rcv_wscale));
+        }
+    }
+
+    /// `tcp_event_ack_sent`: an ACK left with this segment; clear delayed-ACK state.
+    fn event_ack_sent(&mut self, env: &mut Env, _pkts: u32) {
+        if self.compressed_ack > 0 {
+            env.mib
+                .add(Mib::TCPAckCompressed, u64::from(self.compressed_ack));
+            self.compressed_ack = 0;
+            self.disarm(env, TimerKind::CompSack);
+        }
+        // tcp_dec_quickack_mode: one quick ACK used if an ACK was scheduled.
+        if self.ack.quick > 0 {
+            let pkts = u32::from(self.ack.pending & ackf::SCHED != 0);
+            let q = self.ack.quick as u32;
+            if pkts >= q {
+                self.ack.quick = 0;
+                self.ack.ato = TCP_ATO_MIN;
+            } else {
+                self.ack.quick = (q - pkts) as u8;
+            }
+        }
+        self.ack.pending = 0;
+        self.disarm(env, TimerKind::Delack);
+        self.dsack = None;
+    }
+
+    /// Send a pure ACK now (`tcp_send_ack`). Carries no TX token.
+    pub fn send_ack(&mut self, env: &mut Env, now: Instant) {
+        if self.state == TcpState::Close || self.state == TcpState::Listen {
+            return;
+        }
+        let mut opts = Vec::with_capacity(6);
+        self.established_opts(now, &mut opts);
+        let win = self.select_window(env);
+        let seg = self.seg(env, self.snd_nxt, ACK, win, &opts, &[]);
+        env.emit(&seg, None, None, None);
+        self.segs_out += 1;
+        self.event_ack_sent(env, 1);
+    }
+
+    /// Send a RST for this connection (`tcp_send_active_reset`), seq = snd_nxt.
+    pub fn send_active_reset(&mut self, env: &mut Env, now: Instant) {
+        let mut opts = Vec::new();
+        if self.tstamp_ok {
+            opts.push(OutOpt::Nop);
+            opts.push(OutOpt::Nop);
+            opts.push(OutOpt::Ts(self.tsval(now), self.ts_recent));
+        }
+        let win = self.select_window(env);
+        let seg = self.seg(env, self.snd_nxt, RST | ACK, win, &opts, &[]);
+        env.emit(&seg, None, None, None);
+        env.mib.inc(Mib::OutRsts);
+    }
+
+    /// Send the SYN (active open) from the head of the retransmit queue.
+    pub fn send_syn(&mut self, env: &mut Env, now: Instant) {
+        let mut opts = Vec::with_capacity(6);
+        self.syn_opts(now, &mut opts, 0);
+        let win = self.rcv_wnd.min(65535) as u16;
+        let seg = self.seg(env, self.iss, SYN, win, &opts, &[]);
+        env.emit(&seg, None, None, None);
+        self.segs_out += 1;
+        self.lsndtime = now;
+    }
+
+    /// Send the SYN-ACK (passive open).
+    pub fn send_synack(&mut self, env: &mut Env, now: Instant) {
+        let mut opts = Vec::with_capacity(6);
+        let ecr = self.ts_recent;
+        self.syn_opts(now, &mut opts, ecr);
+        let win = self.rcv_wnd.min(65535) as u16;
+        let seg = self.seg(env, self.iss, SYN | ACK, win, &opts, &[]);
+        env.emit(&seg, None, None, None);
+        self.segs_out += 1;
+        self.lsndtime = now;
+    }
+
+    /// `tcp_tso_autosize` / `tcp_tso_segs` (spec §2.7): segments per TSO packet.
+    pub fn tso_segs(&self, env: &Env, mss: u32) -> u32 {
+        let min_segs = self
+            .cc
+            .min_tso_segs()
+            .unwrap_or(env.sysint(Sysctl::tcp_min_tso_segs) as u32)
+            .max(1);
+        let mut bytes = self.pacing_rate >> 10;
+        let log = env.sysint(Sysctl::tcp_tso_rtt_log) as u32;
+        if log > 0 && self.min_rtt_us != u32::MAX {
+            let r = self.min_rtt_us >> log.min(31);
+            if r < 32 {
+                bytes += u64::from(GSO_MAX_SIZE >> r);
+            }
+        }
+        let bytes = bytes.min(u64::from(GSO_MAX_SIZE)) as u32;
+        (bytes / mss.max(1)).max(min_segs).min(GSO_MAX_SEGS)
+    }
+
+    /// `tcp_update_pacing_rate` (spec §2.8).
+    pub fn update_pacing_rate(&mut self, env: &Env) {
+        let mss = u64::from(self.mss_cache);
+        let mut rate = mss * (1_000_000u64 << 3);
+        let cwnd = self.snd_cwnd();
+        if cwnd < self.cc_st.snd_ssthresh / 2 {
+            rate = rate * env.sysint(Sysctl::tcp_pacing_ss_ratio) as u64 / 100;
+        } else {
+            rate = rate * env.sysint(Sysctl::tcp_pacing_ca_ratio) as u64 / 100;
+        }
+        rate *= u64::from(cwnd.max(self.packets_out));
+        if self.srtt_us != 0 {
+            rate /= u64::from(self.srtt_us);
+        }
+        self.pacing_rate = rate;
+        self.cc_st.sk_pacing_rate = rate;
+    }
+
+    /// `tcp_snd_wnd_test` end: right edge of the peer's window.
+    pub fn snd_wnd_end(&self) -> u32 {
+        self.snd_una.wrapping_add(self.snd_wnd)
+    }
+
+    /// `tcp_cwnd_test`: how many packets cwnd lets us send now.
+    fn cwnd_quota(&self) -> u32 {
+        let in_flight = self.packets_in_flight();
+        let cwnd = self.snd_cwnd();
+        if in_flight >= cwnd {
+            return 0;
+        }
+        // "ensure at least 2 GSO packets in flight": at most half of cwnd per skb.
+        (cwnd / 2).max(1).min(cwnd - in_flight)
+    }
+
+    /// `tcp_nagle_check` (with Minshall's rule): true = hold a partial segment.
+    fn nagle_check(&self, partial: bool, nonagle: u8) -> bool {
+        partial
+            && (nonagle & NAGLE_CORK != 0
+                || (nonagle == 0 && self.packets_out > 0 && self.minshall_check()))
+    }
+
+    /// Minshall: a small segment is still unacknowledged (`tcp_minshall_check`).
+    fn minshall_check(&self) -> bool {
+        after(self.snd_sml, self.snd_una) && !after(self.snd_sml, self.snd_nxt)
+    }
+
+    /// `tcp_small_queue_check` (spec §2.5): true = stop, too many bytes below TCP.
+    fn small_queue_check(&mut self, env: &Env, truesize: u32, factor: u32) -> bool {
+        let mut limit = (2 * u64::from(truesize)).max(self.pacing_rate >> 10);
+        limit = limit.min(env.sysint(Sysctl::tcp_limit_output_bytes) as u64);
+        limit <<= factor;
+        if u64::from(self.wmem_alloc_biased()) <= limit {
+            return false;
+        }
+        if self.rtx_queue.len() <= 1 {
+            return false;
+        }
+        self.tsq_flags |= tsq::THROTTLED;
+        u64::from(self.wmem_alloc_biased()) > limit
+    }
+
+    /// Split the write-queue head so it holds at most `len` payload bytes (`tso_fragment`):
+    /// the remainder gets a new buffer (and its own overhead); FIN/PSH stay on the remainder.
+    fn split_write_head(&mut self, len: u32) {
+        let Some(skb) = self.write_queue.front_mut() else {
+            return;
+        };
+        if skb.len() <= len {
+            return;
+        }
+        let tail = skb.data.split_off(len as usize);
+        let nlen = tail.len() as u32;
+        let mut rest = Skb::new(skb.seq.wrapping_add(len), 0);
+        rest.flags = skb.flags & (FIN | PSH);
+        skb.flags &= !(FIN | PSH);
+        rest.end_seq = skb.end_seq;
+        skb.end_seq = skb.seq.wrapping_add(len);
+        rest.data = tail;
+        rest.eor = skb.eor;
+        skb.eor = false;
+        skb.truesize = skb.truesize.saturating_sub(nlen);
+        rest.truesize += nlen;
+        self.wmem_queued += SKB_OVERHEAD;
+        self.write_queue.insert(1, rest);
+    }
+
+    /// `tcp_grow_skb`: pull up to `amount` bytes from the next write-queue skb into the head so
+    /// one TSO packet can fill the cwnd quota (6.x). An emptied next skb is freed and its
+    /// flags (PSH/FIN) and EOR move to the head.
+    fn grow_head(&mut self, amount: u32) {
+        if self.write_queue.len() < 2 || amount == 0 {
+            return;
+        }
+        let (head_eor, next_len) = (self.write_queue[0].eor, self.write_queue[1].len());
+        if head_eor || self.write_queue[0].flags & FIN != 0 {
+            return;
+        }
+        let nlen = amount.min(next_len);
+        if nlen == 0 {
+            return;
+        }
+        let moved: Vec<u8> = self.write_queue[1].data.drain(..nlen as usize).collect();
+        {
+            let next = &mut self.write_queue[1];
+            next.seq = next.seq.wrapping_add(nlen);
+            next.truesize = next.truesize.saturating_sub(nlen);
+        }
+        let head = &mut self.write_queue[0];
+        head.data.extend_from_slice(&moved);
+        head.end_seq = head.end_seq.wrapping_add(nlen);
+        head.truesize += nlen;
+        if self.write_queue[1].data.is_empty() {
+            let next = self.write_queue.remove(1).expect("checked length");
+            let head = &mut self.write_queue[0];
+            head.end_seq = next.end_seq;
+            head.flags |= next.flags;
+            head.eor = next.eor;
+            self.wmem_queued = self.wmem_queued.saturating_sub(next.truesize);
+        }
+    }
+
+    /// `tcp_tso_should_defer`: hold a partial TSO packet when more room is expected soon.
+    fn tso_should_defer(&mut self, env: &Env, now: Instant, max_segs: u32, is_tail: bool) -> bool {
+        if matches!(
+            self.ca_state,
+            shallow_cc::CaState::Recovery | shallow_cc::CaState::Loss
+        ) {
+            return false;
+        }
+        // Defer only if the last transmit was recent (1 ms).
+        if now > self.wstamp + Duration::from_millis(1) {
+            return false;
+        }
+        let Some(head) = self.write_queue.front() else {
+            return false;
+        };
+        let (seq, len, fin, eor) = (head.seq, head.len(), head.flags & FIN != 0, head.eor);
+        let in_flight = self.packets_in_flight();
+        let cwnd = self.snd_cwnd();
+        let mss = self.mss_cache;
+        let send_win = self.snd_wnd_end().wrapping_sub(seq);
+        let cong_win = cwnd.saturating_sub(in_flight) * mss;
+        let limit = send_win.min(cong_win);
+        if limit >= max_segs * mss {
+            return false;
+        }
+        if !is_tail && limit >= len {
+            return false;
+        }
+        let div = env.sysint(Sysctl::tcp_tso_win_divisor) as u32;
+        match self.snd_wnd.min(cwnd * mss).checked_div(div) {
+            Some(chunk) if limit >= chunk => return false,
+            Some(_) => {}
+            None if limit > 3 * mss => return false,
+            None => {}
+        }
+        let Some(rhead) = self.rtx_queue.front() else {
+            return false;
+        };
+        // If the next ACK is likely to come too late (half srtt), do not defer.
+        let age = now - rhead.mstamp;
+        if age < Duration::from_micros(u64::from(self.srtt_us >> 4)) {
+            return false;
+        }
+        if cong_win < send_win {
+            if cong_win <= len {
+                self.cwnd_limited_now = true;
+                return true;
+            }
+        } else if send_win <= len {
+            self.rwnd_limited_now = true;
+            return true;
+        }
+        if fin || eor {
+            return false;
+        }
+        true
+    }
+
+    /// `tcp_cwnd_validate`: remember whether the flow used its whole cwnd in this window.
+    fn cwnd_validate(&mut self, is_cwnd_limited: bool) {
+        if !before(self.snd_una, self.cwnd_usage_seq)
+            || is_cwnd_limited
+            || (!self.is_cwnd_limited && self.packets_out > self.max_packets_out)
+        {
+            self.is_cwnd_limited = is_cwnd_limited;
+            self.max_packets_out = self.packets_out;
+            self.cwnd_usage_seq = self.snd_nxt;
+        }
+    }
+
+    /// `tcp_write_xmit`: send new data from the write queue as cwnd, rwnd, Nagle, TSO
+    /// deferral and TSQ allow. Returns true if nothing could be sent while data is pending and
+    /// nothing is in flight (the caller arms the zero-window probe).
+    pub fn write_xmit(&mut self, env: &mut Env, now: Instant, nonagle: u8, push_one: bool) -> bool {
+        if !matches!(
+            self.state,
+            TcpState::Established
+                | TcpState::CloseWait
+                | TcpState::FinWait1
+                | TcpState::Closing
+                | TcpState::LastAck
+        ) {
+            return false;
+        }
+        let mss_now = self.current_mss();
+        let mut sent_pkts = 0u32;
+        self.cwnd_limited_now = false;
+        self.rwnd_limited_now = false;
+        let max_segs = if env.gso {
+            self.tso_segs(env, mss_now)
+        } else {
+            1
+        };
+        while let Some(head) = self.write_queue.front() {
+            let head_len = head.len();
+            let head_fin = head.flags & FIN != 0;
+            let mut cwnd_quota = self.cwnd_quota();
+            if cwnd_quota == 0 {
+                // tcp_cwnd_test: a lone FIN may go out even when cwnd is full.
+                if !(head_len == 0 && head_fin) {
+                    self.cwnd_limited_now = true;
+                    break;
+                }
+                cwnd_quota = 1;
+            }
+            // tcp_snd_wnd_test on the first segment.
+            let first_end = head.seq.wrapping_add(head_len.min(mss_now));
+            if head_len > 0 && after(first_end, self.snd_wnd_end()) {
+                self.rwnd_limited_now = true;
+                break;
+            }
+            cwnd_quota = cwnd_quota.min(max_segs);
+            let missing = (cwnd_quota * mss_now).saturating_sub(head_len);
+            if missing > 0 {
+                self.grow_head(missing);
+            }
+            let Some(head) = self.write_queue.front() else {
+                break;
+            };
+            let head_len = head.len();
+            let is_tail = self.write_queue.len() == 1;
+            let tso_segs = head_len.div_ceil(mss_now).max(1);
+            if tso_segs == 1 {
+                // tcp_nagle_test: only the tail is subject to Nagle.
+                let partial = head_len < mss_now;
+                let ng = if is_tail { nonagle } else { NAGLE_PUSH };
+                if ng & NAGLE_PUSH == 0 && !head_fin && self.nagle_check(partial, ng) {
+                    break;
+                }
+            } else if !push_one && self.tso_should_defer(env, now, max_segs, is_tail) {
+                break;
+            }
+            // tcp_mss_split_point
+            let Some(head) = self.write_queue.front() else {
+                break;
+            };
+            let window = self.snd_wnd_end().wrapping_sub(head.seq);
+            let max_len = mss_now * cwnd_quota;
+            let limit = if max_len <= window && !is_tail {
+                max_len
+            } else {
+                let needed = head_len.min(window);
+                if max_len <= needed {
+                    max_len
+                } else {
+                    let partial = needed % mss_now;
+                    if partial != 0 && needed > partial && self.nagle_check(true, nonagle) {
+                        needed - partial
+                    } else {
+                        needed
+                    }
+                }
+            };
+            if head_len > limit {
+                if limit == 0 {
+                    break;
+                }
+                self.split_write_head(limit);
+            }
+            let truesize = self.write_queue.front().map(|s| s.truesize).unwrap_or(0);
+            if self.small_queue_check(env, truesize, 0) {
+                break;
+            }
+            let Some(skb) = self.write_queue.pop_front() else {
+                break;
+            };
+            self.rtx_queue.push_back(skb);
+            let idx = self.rtx_queue.len() - 1;
+            self.transmit_skb(env, now, idx, false);
+            self.event_new_data_sent(env, now, idx);
+            sent_pkts += 1;
+            if push_one {
+                break;
+            }
+        }
+        if self.rwnd_limited_now {
+            self.chrono_start(now, CHRONO_RWND_LIMITED);
+        } else {
+            self.chrono_stop(now, CHRONO_RWND_LIMITED);
+        }
+        if self.write_queue.is_empty() && self.nospace {
+            self.chrono_start(now, CHRONO_SNDBUF_LIMITED);
+        }
+        let limited = self.cwnd_limited_now || self.packets_in_flight() >= self.snd_cwnd();
+        if sent_pkts > 0 {
+            self.cwnd_validate(limited);
+            if self.rtx_event != RtxEvent::Probe0
+                || self.timers[TimerKind::Retrans as usize].is_none()
+            {
+                self.schedule_loss_probe_or_rto(env, now, false);
+            }
+            return false;
+        }
+        if limited {
+            self.cwnd_validate(true);
+        }
+        !self.write_queue.is_empty() && self.packets_out == 0
+    }
+
+    /// `tcp_event_new_data_sent`: snd_nxt advanced.
+    fn event_new_data_sent(&mut self, env: &mut Env, now: Instant, idx: usize) {
+        let (end, pcount) = {
+            let s = &self.rtx_queue[idx];
+            (s.end_seq, s.pcount)
+        };
+        let prior_packets = self.packets_out;
+        self.snd_nxt = end;
+        self.packets_out += pcount;
+        env.mib.add(Mib::TCPOrigDataSent, u64::from(pcount));
+        if prior_packets == 0 && self.timers[TimerKind::Retrans as usize].is_none() {
+            self.rtx_event = RtxEvent::Rto;
+        }
+        self.chrono_start(now, CHRONO_BUSY);
+        // tcp_check_space from the output path (4bfe744ff164).
+        self.check_space(env, now);
+    }
+
+    /// Transmit `rtx_queue[idx]` (first transmission or retransmission) as one packet,
+    /// possibly a TSO super-segment. Charges `wmem_alloc` and issues a TX token.
+    pub fn transmit_skb(&mut self, env: &mut Env, now: Instant, idx: usize, retrans: bool) {
+        let mss = self.current_mss();
+        let mut opts = Vec::with_capacity(6);
+        self.established_opts(now, &mut opts);
+        let win = self.select_window(env);
+        if self.wstamp < now {
+            self.wstamp = now;
+        }
+        let departure = self.wstamp;
+        if len_of(&self.rtx_queue[idx]) > 0 {
+            // tcp_event_data_sent: CA_EVENT_TX_START after idle; a reply within ato of the
+            // last received segment counts towards pingpong (interactive) mode.
+            if self.packets_in_flight() == 0 {
+                self.sync_cc_state(now);
+                self.cc.cwnd_event(
+                    &mut self.cc_st,
+                    shallow_cc::CaEvent::TxStart,
+                    now.as_micros(),
+                );
+            }
+            if self.ack.lrcvtime != Instant::ZERO && now - self.ack.lrcvtime < self.ack.ato {
+                self.ack.pingpong = self.ack.pingpong.saturating_add(1);
+            }
+        }
+        let (seq, fl, len, truesize) = {
+            let s = &self.rtx_queue[idx];
+            (s.seq, s.flags, s.len(), s.truesize)
+        };
+        let pcount = len.div_ceil(mss).max(1);
+        let gso = if len > mss {
+            Some(mss.min(65535) as u16)
+        } else {
+            None
+        };
+        let token = TxToken {
+            idx: self.id.0,
+            gen: self.gen,
+            truesize,
+            seq,
+        };
+        let delivered = self.delivered;
+        // tcp_rate_skb_sent: a fresh send window starts when nothing is in flight.
+        if self.packets_out == 0 {
+            self.first_tx_mstamp = now;
+            self.delivered_mstamp = now;
+        }
+        let (ftx, dms, al) = (
+            self.first_tx_mstamp,
+            self.delivered_mstamp,
+            self.app_limited != 0,
+        );
+        {
+            let s = &mut self.rtx_queue[idx];
+            s.tx_first_tx = ftx;
+            s.tx_delivered_mstamp = dms;
+            s.tx_app_limited = al;
+            s.pcount = pcount;
+            s.mstamp = now;
+            if !retrans {
+                s.first_tx = now;
+            }
+            s.delivered = delivered;
+            s.in_host = s.in_host.saturating_add(1);
+        }
+        let flags = fl | ACK;
+        let payload = std::mem::take(&mut self.rtx_queue[idx].data);
+        let seg = self.seg(env, seq, flags, win, &opts, &payload);
+        let ok = env.emit(&seg, gso, Some(departure), Some(token));
+        self.rtx_queue[idx].data = payload;
+        // tcp_minshall_update: remember the end of a packet with a short last segment.
+        if len < pcount * mss {
+            self.snd_sml = seq.wrapping_add(len);
+        }
+        if ok {
+            // OutSegs counts wire segments.
+            env.mib.add(Mib::OutSegs, u64::from(pcount) - 1);
+            self.wmem_alloc += truesize;
+            self.segs_out += pcount;
+            if len > 0 {
+                self.data_segs_out += pcount;
+            }
+            self.bytes_sent += u64::from(len);
+            if retrans {
+                self.bytes_retrans += u64::from(len);
+                env.mib.add(Mib::RetransSegs, u64::from(pcount));
+            }
+        }
+        self.lsndtime = now;
+        self.event_ack_sent(env, pcount);
+        // EDT: with a pacing qdisc (fq), advance the departure stamp by len / rate
+        // (tcp_update_skb_after_send), after the first 10 data segments.
+        if env.fq_pacing && self.pacing_rate > 0 && self.data_segs_out >= 10 && len > 0 {
+            let ns = u64::from(len) * 1_000_000_000 / self.pacing_rate.max(1);
+            self.wstamp += Duration::from_nanos(ns);
+        }
+    }
+
+    /// `tcp_send_fin`: append FIN to the tail skb, or queue a FIN-only skb, and push.
+    pub fn send_fin(&mut self, env: &mut Env, now: Instant) {
+        if let Some(tail) = self.write_queue.back_mut() {
+            tail.flags |= FIN;
+            tail.end_seq = tail.end_seq.wrapping_add(1);
+        } else {
+            let mut skb = Skb::new(self.write_seq, FIN);
+            skb.truesize = SKB_OVERHEAD;
+            self.wmem_queued += skb.truesize;
+            self.write_queue.push_back(skb);
+        }
+        self.write_seq = self.write_seq.wrapping_add(1);
+        self.push_pending_frames(env, now, NAGLE_OFF);
+    }
+
+    /// `__tcp_push_pending_frames`: write_xmit, and arm the zero-window probe if stuck.
+    pub fn push_pending_frames(&mut self, env: &mut Env, now: Instant, nonagle: u8) {
+        if self.write_queue.is_empty() {
+            return;
+        }
+        if self.write_xmit(env, now, nonagle, false) {
+            self.check_probe_timer(env, now);
+        }
+    }
+
+    /// `tcp_check_probe_timer`: arm the persist timer when nothing is in flight and no
+    /// timer is pending.
+    pub fn check_probe_timer(&mut self, env: &mut Env, now: Instant) {
+        if self.packets_out == 0 && self.timers[TimerKind::Retrans as usize].is_none() {
+            self.rtx_event = RtxEvent::Probe0;
+            let when = self.probe0_when();
+            self.arm(env, TimerKind::Retrans, now + when);
+        }
+    }
+
+    /// Persist-timer interval: RTO backed off by `backoff`, capped at TCP_RTO_MAX.
+    pub fn probe0_when(&self) -> Duration {
+        let base = self.rto.max(Duration::from_millis(200));
+        let d = base.saturating_mul(1u32 << self.backoff.min(20));
+        d.min(TCP_RTO_MAX)
+    }
+
+    /// Send a zero-window probe (`tcp_write_wakeup` / `tcp_xmit_probe_skb`): an old-sequence
+    /// segment with no data (seq = snd_una - 1) that makes the peer answer with its window.
+    pub fn send_probe0(&mut self, env: &mut Env, now: Instant) {
+        // tcp_write_wakeup: if the window allows, send (part of) the head with PSH, ignoring
+        // Nagle, cork and cwnd.
+        if let Some(head) = self.write_queue.front() {
+            let wnd_end = self.snd_wnd_end();
+            if before(head.seq, wnd_end) && self.snd_wnd > 0 {
+                let mss = self.current_mss();
+                let seg_size = wnd_end.wrapping_sub(head.seq).min(mss);
+                if head.len() > seg_size {
+                    self.split_write_head(seg_size);
+                }
+                if let Some(skb) = self.write_queue.pop_front() {
+                    let mut skb = skb;
+                    skb.flags |= PSH;
+                    self.rtx_queue.push_back(skb);
+                    let idx = self.rtx_queue.len() - 1;
+                    self.transmit_skb(env, now, idx, false);
+                    self.event_new_data_sent(env, now, idx);
+                    self.rtx_event = RtxEvent::Rto;
+                    self.schedule_loss_probe_or_rto(env, now, false);
+                }
+                return;
+            }
+        }
+        let mut opts = Vec::with_capacity(4);
+        self.established_opts(now, &mut opts);
+        let win = self.select_window(env);
+        let seg = self.seg(env, self.snd_una.wrapping_sub(1), ACK, win, &opts, &[]);
+        env.emit(&seg, None, None, None);
+        env.mib.inc(Mib::TCPWinProbe);
+        self.segs_out += 1;
+    }
+
+    /// `tcp_check_space` → `tcp_new_space` → `sk_stream_write_space` (spec §4.2): if a writer
+    /// armed SOCK_NOSPACE and the socket is now writeable with the wake=1 hysteresis, wake it.
+    pub fn check_space(&mut self, env: &mut Env, now: Instant) {
+        if !self.nospace {
+            return;
+        }
+        if self.should_expand_sndbuf(env) {
+            self.sndbuf_expand(env);
+        }
+        if self.stream_is_writeable(env, 1) {
+            self.nospace = false;
+            self.chrono_stop(now, CHRONO_SNDBUF_LIMITED);
+            env.wake(
+                self.id,
+                crate::socket::pollbits::POLLOUT
+                    | crate::socket::pollbits::POLLWRNORM
+                    | crate::socket::pollbits::POLLWRBAND,
+            );
+        }
+    }
+
+    /// `tcp_should_expand_sndbuf`.
+    fn should_expand_sndbuf(&self, env: &Env) -> bool {
+        if self.opts.sndbuf_lock || env.memory_pressure {
+            return false;
+        }
+        if env.memory_allocated >= env.sysctl.triple(Sysctl::tcp_mem)[0] {
+            return false;
+        }
+        self.packets_in_flight() < self.snd_cwnd()
+    }
+
+    /// `tcp_sndbuf_expand` (spec §4.2).
+    pub fn sndbuf_expand(&mut self, env: &Env) {
+        if self.opts.sndbuf_lock {
+            return;
+        }
+        let per_mss =
+            (self.mss_clamp.max(self.mss_cache) + MAX_TCP_HEADER + 320).next_power_of_two() + 256;
+        let nr_segs = TCP_INIT_CWND.max(self.snd_cwnd()).max(self.reordering + 1);
+        let factor = self.cc.sndbuf_expand().unwrap_or(2);
+        let sndmem = u64::from(factor) * u64::from(nr_segs) * u64::from(per_mss);
+        let max = env.sysctl.triple(Sysctl::tcp_wmem)[2] as u64;
+        let s = sndmem.min(max) as u32;
+        if s > self.sndbuf {
+            self.sndbuf = s;
+        }
+    }
+}

@@ -1,0 +1,421 @@
+//! Glue to `shallow_wire`: parse an inbound IP packet into a `SegIn` and build outbound
+//! segments. This is the only module that touches packet bytes.
+
+use core::net::{IpAddr, SocketAddr};
+use flags::*;
+use shallow_wire::{
+    IpPacket, IpRepr, Ipv4Repr, Ipv6Repr, SackBlocks, TcpFlags, TcpOption, TcpOptionRepr,
+    TcpPacket, TcpRepr, IPPROTO_TCP,
+};
+
+/// TCP flag bits as they sit in the header (RFC 9293 §3.1).
+pub(crate) mod flags {
+    pub const URG: u16 = 0x20;
+    pub const ECE: u16 = 0x40;
+    pub const CWR: u16 = 0x80;
+    pub const FIN: u16 = 0x01;
+    pub const SYN: u16 = 0x02;
+    pub const RST: u16 = 0x04;
+    pub const PSH: u16 = 0x08;
+    pub const ACK: u16 = 0x10;
+}
+
+/// Options of an inbound segment (Linux `tcp_parse_options` → `struct tcp_options_received`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RxOpts {
+    pub mss: Option<u16>,
+    pub wscale: Option<u8>,
+    pub sack_ok: bool,
+    pub ts: Option<(u32, u32)>,
+    pub sack: [(u32, u32); 4],
+    pub num_sacks: u8,
+}
+
+/// A parsed inbound TCP segment.
+#[derive(Debug)]
+pub(crate) struct SegIn<'a> {
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    pub seq: u32,
+    pub ack: u32,
+    pub flags: u16,
+    pub window: u16,
+    pub opts: RxOpts,
+    pub payload: &'a [u8],
+    /// Number of wire segments this (possibly GRO-aggregated) packet stands for.
+    pub gso_segs: u32,
+    /// Wire segment size if GRO-aggregated.
+    pub gso_size: Option<u16>,
+    /// IP TOS / traffic class byte (ECN is not negotiated; kept for later).
+    #[allow(dead_code)]
+    pub tos: u8,
+}
+
+impl SegIn<'_> {
+    /// seq + payload + SYN + FIN (`TCP_SKB_CB(skb)->end_seq`).
+    pub fn end_seq(&self) -> u32 {
+        let mut l = self.payload.len() as u32;
+        if self.flags & flags::SYN != 0 {
+            l += 1;
+        }
+        if self.flags & flags::FIN != 0 {
+            l += 1;
+        }
+        self.seq.wrapping_add(l)
+    }
+    pub fn has(&self, f: u16) -> bool {
+        self.flags & f != 0
+    }
+}
+
+/// An owned copy of a segment, kept in a socket's backlog (`sk_backlog`).
+#[derive(Debug)]
+pub(crate) struct OwnedSeg {
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    pub seq: u32,
+    pub ack: u32,
+    pub flags: u16,
+    pub window: u16,
+    pub opts: RxOpts,
+    pub payload: Vec<u8>,
+    pub gso_segs: u32,
+    pub gso_size: Option<u16>,
+    pub tos: u8,
+}
+
+impl OwnedSeg {
+    pub fn from_seg(s: &SegIn<'_>) -> OwnedSeg {
+        OwnedSeg {
+            src: s.src,
+            dst: s.dst,
+            seq: s.seq,
+            ack: s.ack,
+            flags: s.flags,
+            window: s.window,
+            opts: s.opts,
+            payload: s.payload.to_vec(),
+            gso_segs: s.gso_segs,
+            gso_size: s.gso_size,
+            tos: s.tos,
+        }
+    }
+    pub fn as_seg(&self) -> SegIn<'_> {
+        SegIn {
+            src: self.src,
+            dst: self.dst,
+            seq: self.seq,
+            ack: self.ack,
+            flags: self.flags,
+            window: self.window,
+            opts: self.opts,
+            payload: &self.payload,
+            gso_segs: self.gso_segs,
+            gso_size: self.gso_size,
+            tos: self.tos,
+        }
+    }
+    /// `tcp_add_backlog` coalescing: append `s` if it directly follows this segment and
+    /// carries identical options and compatible flags. Returns true if merged.
+    pub fn try_coalesce(&mut self, s: &SegIn<'_>) -> bool {
+        let end = self.seq.wrapping_add(self.payload.len() as u32);
+        if end != s.seq
+            || self.flags & FIN != 0
+            || self.tos != s.tos
+            || (self.flags | s.flags) & (SYN | RST | URG) != 0
+            || (self.flags & s.flags) & ACK == 0
+            || (self.flags ^ s.flags) & (ECE | CWR) != 0
+            || self.opts != s.opts
+        {
+            return false;
+        }
+        self.payload.extend_from_slice(s.payload);
+        if !crate::seq::before(s.ack, self.ack) {
+            self.ack = s.ack;
+            self.window = s.window;
+        }
+        self.flags |= s.flags & (PSH | FIN);
+        let g = s.gso_size.unwrap_or(s.payload.len().min(65535) as u16);
+        let mine = self
+            .gso_size
+            .unwrap_or(self.payload.len().min(65535) as u16);
+        self.gso_size = Some(g.max(mine));
+        self.gso_segs = (self.gso_segs + s.gso_segs).min(0xffff);
+        true
+    }
+}
+
+/// What an ICMP error tells TCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IcmpKind {
+    /// Fragmentation needed / packet too big, with the next-hop MTU.
+    FragNeeded(u32),
+    /// Destination unreachable with this errno; `hard` for port/protocol unreachable.
+    Unreach(crate::Errno),
+}
+
+/// An ICMP error about one of our TCP segments.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IcmpIn {
+    /// Our address in the invoking packet (its source).
+    pub local: SocketAddr,
+    /// The peer's address (the invoking packet's destination).
+    pub remote: SocketAddr,
+    /// Sequence number of the invoking segment.
+    pub seq: u32,
+    pub kind: IcmpKind,
+}
+
+/// Parse an ICMPv4/ICMPv6 error quoting a TCP segment (`tcp_v4_err` / `tcp_v6_err` input).
+pub(crate) fn parse_icmp(packet: &[u8]) -> Option<IcmpIn> {
+    use crate::Errno;
+    let ip = IpPacket::parse(packet).ok()?;
+    let (kind, invoking) = match &ip {
+        IpPacket::V4(_) if ip.protocol() == shallow_wire::IPPROTO_ICMP => {
+            match shallow_wire::Icmpv4Repr::parse(ip.payload()).ok()? {
+                shallow_wire::Icmpv4Repr::DstUnreachable {
+                    code,
+                    next_hop_mtu,
+                    invoking,
+                } => {
+                    let k = match code {
+                        4 => IcmpKind::FragNeeded(u32::from(next_hop_mtu)),
+                        0 | 6 | 11 => IcmpKind::Unreach(Errno::ENETUNREACH),
+                        2 => IcmpKind::Unreach(Errno::ENOPROTOOPT),
+                        3 => IcmpKind::Unreach(Errno::ECONNREFUSED),
+                        9 | 10 | 13 => IcmpKind::Unreach(Errno::EACCES),
+                        _ => IcmpKind::Unreach(Errno::EHOSTUNREACH),
+                    };
+                    (k, invoking)
+                }
+                _ => return None,
+            }
+        }
+        IpPacket::V6(p) if ip.protocol() == shallow_wire::IPPROTO_ICMPV6 => {
+            match shallow_wire::Icmpv6Repr::parse(ip.payload(), p.src(), p.dst()).ok()? {
+                shallow_wire::Icmpv6Repr::PacketTooBig { mtu, invoking } => {
+                    (IcmpKind::FragNeeded(mtu), invoking)
+                }
+                shallow_wire::Icmpv6Repr::DstUnreachable { code, invoking } => {
+                    let e = match code {
+                        0 => Errno::ENETUNREACH,
+                        1 => Errno::EACCES,
+                        4 => Errno::ECONNREFUSED,
+                        _ => Errno::EHOSTUNREACH,
+                    };
+                    (IcmpKind::Unreach(e), invoking)
+                }
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    let inner = IpPacket::parse_snapped(invoking).ok()?;
+    if inner.protocol() != IPPROTO_TCP {
+        return None;
+    }
+    let t = inner.payload();
+    if t.len() < 8 {
+        return None;
+    }
+    let sport = u16::from_be_bytes([t[0], t[1]]);
+    let dport = u16::from_be_bytes([t[2], t[3]]);
+    let seq = u32::from_be_bytes([t[4], t[5], t[6], t[7]]);
+    Some(IcmpIn {
+        local: SocketAddr::new(inner.src(), sport),
+        remote: SocketAddr::new(inner.dst(), dport),
+        seq,
+        kind,
+    })
+}
+
+/// Why an inbound packet was not turned into a segment.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ParseError {
+    /// Malformed IP or TCP.
+    Malformed,
+    /// Not TCP (or a fragment): ignored.
+    NotTcp,
+    /// Bad TCP checksum.
+    Checksum,
+}
+
+/// Parse an IP packet holding a TCP segment. Never panics on any input.
+pub(crate) fn parse(packet: &[u8], gso_size: Option<u16>) -> Result<SegIn<'_>, ParseError> {
+    let ip = IpPacket::parse(packet).map_err(|_| ParseError::Malformed)?;
+    if ip.protocol() != IPPROTO_TCP || ip.is_fragment() {
+        return Err(ParseError::NotTcp);
+    }
+    let (src, dst) = (ip.src(), ip.dst());
+    let tcp = TcpPacket::new_checked(ip.payload()).map_err(|_| ParseError::Malformed)?;
+    if !tcp.checksum_valid(src, dst) {
+        return Err(ParseError::Checksum);
+    }
+    let mut opts = RxOpts::default();
+    let syn = tcp.flags().contains(TcpFlags::SYN);
+    for o in tcp.options() {
+        match o {
+            Ok(TcpOption::Eol) | Err(_) => break,
+            Ok(TcpOption::Mss(m)) if syn => opts.mss = Some(m),
+            Ok(TcpOption::WindowScale(w)) if syn => opts.wscale = Some(w.min(14)),
+            Ok(TcpOption::SackPermitted) if syn => opts.sack_ok = true,
+            Ok(TcpOption::Timestamps { tsval, tsecr }) => opts.ts = Some((tsval, tsecr)),
+            Ok(TcpOption::Sack(b)) if !syn => {
+                let mut n = 0;
+                for (l, r) in b.iter() {
+                    if n < 4 {
+                        opts.sack[n] = (l, r);
+                        n += 1;
+                    }
+                }
+                opts.num_sacks = n as u8;
+            }
+            Ok(_) => {}
+        }
+    }
+    let payload = tcp.payload();
+    let gso_segs = match gso_size {
+        Some(g) if g > 0 && payload.len() > g as usize => payload.len().div_ceil(g as usize) as u32,
+        _ => 1,
+    };
+    Ok(SegIn {
+        src: SocketAddr::new(src, tcp.src_port()),
+        dst: SocketAddr::new(dst, tcp.dst_port()),
+        seq: tcp.seq(),
+        ack: tcp.ack(),
+        flags: tcp.flags().bits() & 0xff,
+        window: tcp.window(),
+        opts,
+        payload,
+        gso_segs,
+        gso_size,
+        tos: ip.tos(),
+    })
+}
+
+/// An option to put on an outbound segment (built into `TcpOptionRepr`s in Linux order).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum OutOpt {
+    Nop,
+    Mss(u16),
+    Wscale(u8),
+    SackOk,
+    Ts(u32, u32),
+    Sack([(u32, u32); 4], u8),
+}
+
+/// Header fields of an outbound segment.
+pub(crate) struct SegOut<'a> {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub seq: u32,
+    pub ack: u32,
+    pub flags: u16,
+    pub window: u16,
+    pub tos: u8,
+    pub ttl: u8,
+    pub ident: u16,
+    pub opts: &'a [OutOpt],
+    pub payload: &'a [u8],
+}
+
+/// Build one IP packet. Returns `None` only if the addresses' families differ or the segment
+/// cannot be encoded (a bug guard; never expected).
+pub(crate) fn build(s: &SegOut<'_>) -> Option<Vec<u8>> {
+    let mut options = Vec::with_capacity(s.opts.len());
+    for o in s.opts {
+        options.push(match *o {
+            OutOpt::Nop => TcpOptionRepr::Nop,
+            OutOpt::Mss(m) => TcpOptionRepr::Mss(m),
+            OutOpt::Wscale(w) => TcpOptionRepr::WindowScale(w),
+            OutOpt::SackOk => TcpOptionRepr::SackPermitted,
+            OutOpt::Ts(tsval, tsecr) => TcpOptionRepr::Timestamps { tsval, tsecr },
+            OutOpt::Sack(b, n) => {
+                TcpOptionRepr::Sack(SackBlocks::from_slice(&b[..(n as usize).min(4)]).ok()?)
+            }
+        });
+    }
+    let tcp = TcpRepr {
+        src_port: s.local.port(),
+        dst_port: s.remote.port(),
+        seq: s.seq,
+        ack: s.ack,
+        flags: TcpFlags(s.flags),
+        window: s.window,
+        urgent: 0,
+        options,
+    };
+    let tcp_len = tcp.header_len() + s.payload.len();
+    let ip = match (s.local.ip(), s.remote.ip()) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => IpRepr::V4(Ipv4Repr {
+            src: a,
+            dst: b,
+            protocol: IPPROTO_TCP,
+            ttl: s.ttl,
+            tos: s.tos,
+            df: true,
+            ident: s.ident,
+            payload_len: tcp_len,
+        }),
+        (IpAddr::V6(a), IpAddr::V6(b)) => IpRepr::V6(Ipv6Repr {
+            src: a,
+            dst: b,
+            next_header: IPPROTO_TCP,
+            hop_limit: s.ttl,
+            traffic_class: s.tos,
+            flow_label: 0,
+            payload_len: tcp_len,
+        }),
+        _ => return None,
+    };
+    let hl = ip.header_len();
+    let mut buf = vec![0u8; hl + tcp_len];
+    ip.emit(&mut buf).ok()?;
+    tcp.emit(&mut buf[hl..], s.payload, s.local.ip(), s.remote.ip())
+        .ok()?;
+    Some(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_syn_options() {
+        let local: SocketAddr = "10.0.0.1:1234".parse().unwrap();
+        let remote: SocketAddr = "10.0.0.2:80".parse().unwrap();
+        let opts = [
+            OutOpt::Mss(1460),
+            OutOpt::SackOk,
+            OutOpt::Ts(7, 0),
+            OutOpt::Nop,
+            OutOpt::Wscale(8),
+        ];
+        let p = build(&SegOut {
+            local,
+            remote,
+            seq: 100,
+            ack: 0,
+            flags: flags::SYN,
+            window: 65535,
+            tos: 0,
+            ttl: 64,
+            ident: 0,
+            opts: &opts,
+            payload: &[],
+        })
+        .unwrap();
+        let s = parse(&p, None).unwrap();
+        assert_eq!(s.src, local);
+        assert_eq!(s.opts.mss, Some(1460));
+        assert_eq!(s.opts.wscale, Some(8));
+        assert!(s.opts.sack_ok);
+        assert_eq!(s.opts.ts, Some((7, 0)));
+        assert_eq!(s.end_seq(), 101);
+        let mut bad = p.clone();
+        let n = bad.len() - 1;
+        bad[n] ^= 0xff;
+        assert_eq!(parse(&bad, None).unwrap_err(), ParseError::Checksum);
+        assert_eq!(parse(&[0x45, 0], None).unwrap_err(), ParseError::Malformed);
+    }
+}

@@ -1,0 +1,920 @@
+//! Loss recovery: SACK scoreboard (`tcp_sacktag_write_queue`), RACK-TLP (RFC 8985), PRR
+//! (RFC 6937), NewReno dupack fallback, RTO (`tcp_retransmit_timer`, `tcp_enter_loss`), and the
+//! retransmit queue walk (`tcp_xmit_retransmit_queue`).
+
+use crate::errno::Errno;
+use crate::packet::SegIn;
+use crate::seq::*;
+use crate::socket::*;
+use crate::sysctl::Sysctl;
+use crate::time::Instant;
+use crate::Mib;
+use core::time::Duration;
+use shallow_cc::{CaEvent, CaState};
+
+impl Sock {
+    fn set_ca_state(&mut self, now: Instant, st: CaState) {
+        if self.ca_state != st {
+            self.cc.set_state(&mut self.cc_st, st, now.as_micros());
+            self.ca_state = st;
+        }
+    }
+
+    /// RACK: remember the most recently (re)sent delivered skb (`tcp_rack_advance`).
+    pub fn rack_advance(&mut self, xmit: Instant, end_seq: u32, retrans: bool, now: Instant) {
+        let rtt_us = (now - xmit).as_micros() as u32;
+        if retrans && self.min_rtt_us != u32::MAX && rtt_us < self.min_rtt_us {
+            // Possibly a spurious retransmission acked by the original: ignore (RFC 8985 §6.2 step 2).
+            return;
+        }
+        if xmit > self.rack_mstamp
+            || (xmit == self.rack_mstamp && after(end_seq, self.rack_end_seq))
+        {
+            self.rack_mstamp = xmit;
+            self.rack_end_seq = end_seq;
+            self.rack_rtt_us = rtt_us;
+            self.rack_advanced = true;
+        }
+    }
+
+    /// Process SACK blocks (RFC 2018; D-SACK RFC 2883). Returns packets newly SACKed.
+    pub fn sacktag(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) -> u32 {
+        if !self.sack_ok {
+            return 0;
+        }
+        let n = seg.opts.num_sacks as usize;
+        let mut newly = 0u32;
+        for (i, &(l, r)) in seg.opts.sack[..n].iter().enumerate() {
+            if !after(r, l) {
+                env.mib.inc(Mib::TCPSACKDiscard);
+                continue;
+            }
+            // D-SACK: first block below the cumulative ACK, or inside the second block.
+            if i == 0 {
+                let is_dsack = before(l, seg.ack)
+                    || (n > 1 && !before(l, seg.opts.sack[1].0) && !after(r, seg.opts.sack[1].1));
+                if is_dsack {
+                    env.mib.inc(Mib::TCPDSACKRecv);
+                    env.mib.inc(Mib::TCPDSACKRecvSegs);
+                    self.rack_dsack_seen = true;
+                    // RACK: widen the reordering window after a D-SACK (RFC 8985 §6.2 step 4).
+                    self.rack_reo_wnd_steps = (self.rack_reo_wnd_steps + 1).min(255);
+                    // tcp_check_dsack: a D-SACK for data retransmitted in this episode means
+                    // the retransmission was not needed.
+                    if let Some(m) = self.undo_marker {
+                        if self.undo_retrans > 0 && !after(r, seg.ack) && after(r, m) {
+                            let segs = r.wrapping_sub(l).div_ceil(self.mss_cache.max(1)).max(1);
+                            self.undo_retrans = (self.undo_retrans - segs as i32).max(0);
+                        }
+                    }
+                    continue;
+                }
+            }
+            if !after(r, self.snd_una) || after(r, self.snd_nxt) {
+                env.mib.inc(Mib::TCPSACKDiscard);
+                continue;
+            }
+            newly += self.sack_range(env, now, l, r);
+        }
+        newly
+    }
+
+    /// Mark skbs fully inside [l, r) as SACKed, splitting partially covered skbs on MSS
+    /// boundaries (`tcp_match_skb_to_sack`).
+    fn sack_range(&mut self, env: &mut Env, now: Instant, l: u32, r: u32) -> u32 {
+        let mss = self.mss_cache.max(1);
+        let mut newly = 0;
+        // First buffer that ends after the block's left edge (the queue is in seq order).
+        let mut i = self.rtx_queue.partition_point(|s| !after(s.end_seq, l));
+        while i < self.rtx_queue.len() {
+            let (seq, end) = (self.rtx_queue[i].seq, self.rtx_queue[i].end_seq);
+            if !after(end, l) {
+                i += 1;
+                continue;
+            }
+            if !before(seq, r) {
+                break;
+            }
+            // Split so the skb lies entirely inside or outside the block.
+            if before(seq, l) {
+                let off = l.wrapping_sub(seq);
+                let off = off / mss * mss;
+                if off > 0 && off < self.rtx_queue[i].len() {
+                    self.split_rtx(i, off);
+                }
+                i += 1;
+                continue;
+            }
+            if after(end, r) {
+                let off = r.wrapping_sub(seq);
+                let off = off / mss * mss;
+                if off > 0 && off < self.rtx_queue[i].len() {
+                    self.split_rtx(i, off);
+                } else {
+                    break;
+                }
+            }
+            let skb = &mut self.rtx_queue[i];
+            if skb.sacked & sacked::ACKED == 0 {
+                let p = skb.pcount.max(1);
+                if skb.sacked & sacked::RETRANS != 0 {
+                    self.retrans_out = self.retrans_out.saturating_sub(p);
+                    skb.sacked &= !sacked::RETRANS;
+                }
+                if skb.sacked & sacked::LOST != 0 {
+                    self.lost_out = self.lost_out.saturating_sub(p);
+                    skb.sacked &= !sacked::LOST;
+                }
+                skb.sacked |= sacked::ACKED;
+                self.sacked_out += p;
+                newly += p;
+                let (m, e, rt) = (
+                    skb.mstamp,
+                    skb.end_seq,
+                    skb.sacked & sacked::EVER_RETRANS != 0,
+                );
+                let (sseq, send) = (skb.seq, skb.end_seq);
+                let snap = (
+                    skb.delivered,
+                    skb.tx_delivered_mstamp,
+                    skb.tx_app_limited,
+                    skb.tx_first_tx,
+                );
+                self.rate_delivered_snapshot(snap, m);
+                self.ack_data_sacked = true;
+                // tcp_check_sack_reordering: SACK for never-retransmitted data below the
+                // highest SACKed sequence means the network reordered.
+                if !rt && self.sack_seen_any && before(send, self.highest_sack_end) {
+                    self.note_reordering(env, sseq);
+                }
+                if !self.sack_seen_any || after(send, self.highest_sack_end) {
+                    self.highest_sack_end = send;
+                    self.sack_seen_any = true;
+                }
+                if !rt {
+                    self.ack_orig_acked = true;
+                }
+                // Reordering: a SACK for something sent before a hole.
+                self.rack_advance(m, e, rt, now);
+            }
+            i += 1;
+        }
+        let _ = env;
+        newly
+    }
+
+    /// Split `rtx_queue[i]` after `off` payload bytes (`tcp_fragment` on the rtx queue).
+    fn split_rtx(&mut self, i: usize, off: u32) {
+        let mss = self.mss_cache.max(1);
+        let skb = &mut self.rtx_queue[i];
+        let tail = skb.data.split_off(off as usize);
+        let nlen = tail.len() as u32;
+        let mut rest = Skb::new(skb.seq.wrapping_add(off), 0);
+        rest.flags = skb.flags & (crate::packet::flags::FIN | crate::packet::flags::PSH);
+        skb.flags &= !(crate::packet::flags::FIN | crate::packet::flags::PSH);
+        rest.end_seq = skb.end_seq;
+        skb.end_seq = skb.seq.wrapping_add(off);
+        rest.data = tail;
+        rest.truesize += nlen;
+        skb.truesize = skb.truesize.saturating_sub(nlen);
+        rest.sacked = skb.sacked;
+        rest.mstamp = skb.mstamp;
+        rest.first_tx = skb.first_tx;
+        rest.delivered = skb.delivered;
+        let old = skb.pcount;
+        skb.pcount = skb.len().div_ceil(mss).max(1);
+        rest.pcount = rest.len().div_ceil(mss).max(1);
+        let diff = (skb.pcount + rest.pcount).saturating_sub(old);
+        let fl = skb.sacked;
+        self.packets_out += diff;
+        if fl & sacked::LOST != 0 {
+            self.lost_out += diff;
+        }
+        if fl & sacked::RETRANS != 0 {
+            self.retrans_out += diff;
+        }
+        if fl & sacked::ACKED != 0 {
+            self.sacked_out += diff;
+        }
+        self.wmem_queued += SKB_OVERHEAD;
+        self.rtx_queue.insert(i + 1, rest);
+    }
+
+    /// RACK reordering window (RFC 8985 §6.2 step 4; Linux `tcp_rack_reo_wnd`).
+    fn rack_reo_wnd(&self) -> Duration {
+        if self.min_rtt_us == u32::MAX {
+            return Duration::ZERO;
+        }
+        if !self.reord_seen
+            && (matches!(self.ca_state, CaState::Recovery | CaState::Loss)
+                || self.sacked_out >= self.reordering)
+        {
+            return Duration::ZERO;
+        }
+        let w = u64::from(self.min_rtt_us / 4) * u64::from(self.rack_reo_wnd_steps);
+        Duration::from_micros(w.min(u64::from(self.srtt_us >> 3)))
+    }
+
+    /// RACK loss detection (`tcp_rack_detect_loss`). Returns the earliest pending timeout.
+    fn rack_detect_loss(&mut self, now: Instant) -> Option<Duration> {
+        if self.rack_mstamp == Instant::ZERO {
+            return None;
+        }
+        let reo = self.rack_reo_wnd();
+        let rtt = Duration::from_micros(u64::from(self.rack_rtt_us));
+        let mut timeout: Option<Duration> = None;
+        for i in 0..self.rtx_queue.len() {
+            let skb = &self.rtx_queue[i];
+            if skb.sacked & sacked::ACKED != 0 {
+                continue;
+            }
+            if skb.sacked & sacked::LOST != 0 && skb.sacked & sacked::RETRANS == 0 {
+                continue;
+            }
+            // Sent after the RACK skb? Then nothing more to decide.
+            let sent_before = skb.mstamp < self.rack_mstamp
+                || (skb.mstamp == self.rack_mstamp && before(skb.end_seq, self.rack_end_seq));
+            if !sent_before {
+                continue;
+            }
+            let elapsed = now - skb.mstamp;
+            let deadline = rtt + reo;
+            if elapsed >= deadline {
+                self.mark_lost(i);
+            } else {
+                let rem = deadline - elapsed;
+                timeout = Some(timeout.map_or(rem, |t: Duration| t.max(rem)));
+            }
+        }
+        timeout
+    }
+
+    /// Mark `rtx_queue[i]` lost (`tcp_mark_skb_lost`).
+    fn mark_lost(&mut self, i: usize) {
+        let skb = &mut self.rtx_queue[i];
+        let p = skb.pcount.max(1);
+        if skb.sacked & sacked::RETRANS != 0 {
+            skb.sacked &= !sacked::RETRANS;
+            self.retrans_out = self.retrans_out.saturating_sub(p);
+        }
+        if skb.sacked & sacked::LOST == 0 {
+            skb.sacked |= sacked::LOST;
+            self.lost_out += p;
+        }
+    }
+
+    /// NewReno: mark the head lost once dupacks reach the reordering threshold.
+    fn newreno_mark_lost(&mut self) {
+        if self.sacked_out >= self.reordering || (self.ca_state == CaState::Recovery) {
+            if let Some(h) = self.rtx_queue.front() {
+                if h.sacked & (sacked::LOST | sacked::RETRANS) == 0 {
+                    self.mark_lost(0);
+                }
+            }
+        }
+    }
+
+    /// `tcp_fastretrans_alert` (simplified): detect loss, enter/exit Recovery, PRR, retransmit.
+    pub fn fastretrans_alert(
+        &mut self,
+        env: &mut Env,
+        now: Instant,
+        prior_snd_una: u32,
+        is_dupack: bool,
+        delivered: u32,
+    ) {
+        let rack = env.sysint(Sysctl::tcp_recovery) & 1 != 0;
+        if self.ca_state == CaState::Loss {
+            self.process_loss(env, now, prior_snd_una, is_dupack);
+            return;
+        }
+        // Exit recovery.
+        match self.ca_state {
+            CaState::Recovery if !before(self.snd_una, self.high_seq) => {
+                if self.may_undo() {
+                    // tcp_try_undo_recovery / tcp_try_undo_loss.
+                    env.mib.inc(if self.ca_state == CaState::Loss {
+                        Mib::TCPLossUndo
+                    } else {
+                        Mib::TCPFullUndo
+                    });
+                    self.undo_cwnd_reduction(now);
+                } else if self.ca_state == CaState::Recovery {
+                    // tcp_end_cwnd_reduction
+                    if self.cc_st.snd_ssthresh < shallow_cc::TCP_INFINITE_SSTHRESH {
+                        self.cc_st.snd_cwnd = self.cc_st.snd_ssthresh.max(1);
+                    }
+                    self.cc
+                        .cwnd_event(&mut self.cc_st, CaEvent::CompleteCwr, now.as_micros());
+                }
+                self.set_ca_state(now, CaState::Open);
+                self.snd_cwnd_stamp = now;
+            }
+            _ => {}
+        }
+        // D-SACKs covered every retransmission: undo (tcp_try_undo_dsack).
+        if matches!(self.ca_state, CaState::Recovery | CaState::Disorder)
+            && self.undo_marker.is_some()
+            && self.undo_retrans == 0
+        {
+            env.mib.inc(Mib::TCPDSACKUndo);
+            self.undo_cwnd_reduction(now);
+        }
+        // Loss detection.
+        let una_advanced = after(self.snd_una, prior_snd_una);
+        let lost_before = self.lost_out;
+        let mut reo_timeout = None;
+        if !self.rtx_queue.is_empty() {
+            if !self.sack_ok {
+                if is_dupack || self.ca_state == CaState::Recovery {
+                    self.newreno_mark_lost();
+                }
+            } else if rack && self.rack_advanced {
+                self.rack_advanced = false;
+                reo_timeout = self.rack_detect_loss(now);
+            }
+        }
+        if self.ca_state == CaState::Open && (self.sacked_out > 0) {
+            self.set_ca_state(now, CaState::Disorder);
+        } else if self.ca_state == CaState::Disorder && self.sacked_out == 0 && self.lost_out == 0 {
+            self.set_ca_state(now, CaState::Open);
+        }
+        let newly_lost = self.lost_out.saturating_sub(lost_before);
+        // Enter recovery on the first loss.
+        if self.lost_out > 0
+            && matches!(
+                self.ca_state,
+                CaState::Open | CaState::Disorder | CaState::Cwr
+            )
+        {
+            self.enter_recovery(env, now);
+        }
+        if self.ca_state == CaState::Recovery && delivered > 0 && self.prior_cwnd > 0 {
+            // PRR (RFC 6937 §3; Linux tcp_cwnd_reduction).
+            self.prr_delivered += delivered;
+            let in_flight = self.packets_in_flight() as i64;
+            let ssthresh = i64::from(self.cc_st.snd_ssthresh);
+            let delta = ssthresh - in_flight;
+            let prr_out = i64::from(self.prr_out);
+            let mut sndcnt = if delta < 0 {
+                let dividend =
+                    ssthresh * i64::from(self.prr_delivered) + i64::from(self.prior_cwnd) - 1;
+                dividend / i64::from(self.prior_cwnd) - prr_out
+            } else if una_advanced && newly_lost == 0 {
+                // PRR-SSRB: slow start back towards ssthresh.
+                delta.min((i64::from(self.prr_delivered) - prr_out).max(i64::from(delivered)) + 1)
+            } else {
+                delta.min(i64::from(delivered))
+            };
+            // Force a fast retransmit upon entering fast recovery.
+            sndcnt = sndcnt.max(i64::from(self.prr_out == 0));
+            self.cc_st.snd_cwnd = (in_flight + sndcnt).max(1) as u32;
+        }
+        let _ = prior_snd_una;
+        if self.lost_out > self.retrans_out {
+            self.xmit_retransmit_queue(env, now);
+        }
+        if let Some(t) = reo_timeout {
+            if self.packets_out > 0 {
+                self.rtx_event = RtxEvent::ReoTimeout;
+                let pad = Duration::from_millis(2);
+                self.arm(env, TimerKind::Retrans, now + t + pad);
+            }
+        }
+    }
+
+    /// `tcp_rate_skb_delivered` for a buffer leaving the queue.
+    pub fn rate_skb_delivered(&mut self, skb: &Skb) {
+        let snap = (
+            skb.delivered,
+            skb.tx_delivered_mstamp,
+            skb.tx_app_limited,
+            skb.tx_first_tx,
+        );
+        self.rate_delivered_snapshot(snap, skb.mstamp);
+    }
+
+    /// Keep the sample of the most recently sent delivered buffer.
+    pub fn rate_delivered_snapshot(&mut self, snap: (u32, Instant, bool, Instant), sent: Instant) {
+        let (delivered, dms, app_limited, first_tx) = snap;
+        if dms == Instant::ZERO {
+            return;
+        }
+        let newer = match self.rs_prior_delivered {
+            None => true,
+            Some(p) => after(delivered, p) || delivered == p,
+        };
+        if newer {
+            self.rs_prior_delivered = Some(delivered);
+            self.rs_prior_mstamp = dms;
+            self.rs_app_limited = app_limited;
+            self.rs_interval_us = (sent - first_tx).as_micros() as u64;
+            self.first_tx_mstamp = sent;
+        }
+    }
+
+    /// `tcp_rate_gen`: close the sample of this ACK; keep it if valid and not app-limited
+    /// (or faster than the last one). Feeds `tcpi_delivery_rate`.
+    pub fn rate_gen(&mut self, now: Instant, delivered_now: u32) {
+        if self.app_limited != 0 && after(self.delivered, self.app_limited) {
+            self.app_limited = 0;
+        }
+        if delivered_now > 0 {
+            self.delivered_mstamp = now;
+        }
+        let Some(prior) = self.rs_prior_delivered.take() else {
+            return;
+        };
+        let d = self.delivered.wrapping_sub(prior);
+        let ack_us = (now - self.rs_prior_mstamp).as_micros() as u64;
+        let interval = self.rs_interval_us.max(ack_us);
+        if interval == 0 || (self.min_rtt_us != u32::MAX && interval < u64::from(self.min_rtt_us)) {
+            return;
+        }
+        let better = u64::from(d) * self.rate_interval_us.max(1)
+            >= u64::from(self.rate_delivered) * interval;
+        if !self.rs_app_limited || better || self.rate_interval_us == 0 {
+            self.rate_delivered = d;
+            self.rate_interval_us = interval;
+            self.rate_app_limited = self.rs_app_limited;
+        }
+    }
+
+    /// `tcp_rate_check_app_limited`: the application is not keeping the pipe full.
+    pub fn rate_check_app_limited(&mut self) {
+        if self.write_seq.wrapping_sub(self.snd_nxt) < self.mss_cache
+            && self.wmem_alloc == 0
+            && self.packets_in_flight() < self.snd_cwnd()
+            && self.lost_out <= self.retrans_out
+        {
+            let v = self.delivered.wrapping_add(self.packets_in_flight());
+            self.app_limited = if v == 0 { 1 } else { v };
+        }
+    }
+
+    /// `tcpi_delivery_rate`, bytes/s.
+    pub fn delivery_rate(&self) -> u64 {
+        if self.rate_interval_us == 0 {
+            return 0;
+        }
+        u64::from(self.rate_delivered) * u64::from(self.mss_cache) * 1_000_000
+            / self.rate_interval_us
+    }
+
+    /// ACK processing in the Loss state (`tcp_process_loss`) with F-RTO (RFC 5682 §3.1, the
+    /// SACK-enhanced variant Linux uses with `tcp_frto` = 2).
+    fn process_loss(&mut self, env: &mut Env, now: Instant, prior_snd_una: u32, is_dupack: bool) {
+        let una_advanced = after(self.snd_una, prior_snd_una);
+        let recovered = !before(self.snd_una, self.high_seq);
+        if una_advanced && self.may_undo() {
+            // tcp_try_undo_loss(sk, false): timestamps show the original got through.
+            env.mib.inc(Mib::TCPLossUndo);
+            self.undo_cwnd_reduction(now);
+            return;
+        }
+        let mut send_new = false;
+        if self.frto {
+            // Step 3.b: never-retransmitted data was (s)acked → the RTO was spurious.
+            if self.ack_orig_acked {
+                env.mib.inc(Mib::TCPSpuriousRTOs);
+                env.mib.inc(Mib::TCPLossUndo);
+                self.undo_cwnd_reduction(now);
+                return;
+            }
+            if after(self.snd_nxt, self.high_seq) {
+                if self.ack_data_sacked || is_dupack {
+                    self.frto = false; // step 3.a: the loss was real
+                }
+            } else if una_advanced && !recovered {
+                self.high_seq = self.snd_nxt;
+                // Step 2.b: send new data instead of retransmitting, if any fits.
+                if !self.write_queue.is_empty() && after(self.snd_wnd_end(), self.snd_nxt) {
+                    send_new = true;
+                } else {
+                    self.frto = false;
+                }
+            }
+        }
+        if recovered && !send_new {
+            // Step 2.a: everything acked; end the episode (tcp_try_undo_recovery).
+            if self.may_undo() {
+                env.mib.inc(Mib::TCPLossUndo);
+                self.undo_cwnd_reduction(now);
+            } else {
+                self.set_ca_state(now, CaState::Open);
+                self.snd_cwnd_stamp = now;
+            }
+            return;
+        }
+        if !self.sack_ok && is_dupack {
+            self.newreno_mark_lost();
+        }
+        if send_new {
+            // tcp_xmit_recovery with REXMIT_NEW (after cwnd was updated by this ACK).
+            self.pending_frto_new = true;
+            return;
+        }
+        if self.lost_out > self.retrans_out {
+            self.xmit_retransmit_queue(env, now);
+        }
+    }
+
+    /// Run the deferred F-RTO "send new data" step once cwnd is updated (`tcp_xmit_recovery`).
+    pub fn frto_xmit_new(&mut self, env: &mut Env, now: Instant) {
+        if !self.pending_frto_new {
+            return;
+        }
+        self.pending_frto_new = false;
+        self.push_pending_frames(env, now, crate::output::NAGLE_OFF);
+        if after(self.snd_nxt, self.high_seq) {
+            return;
+        }
+        self.frto = false;
+        if self.lost_out > self.retrans_out {
+            self.xmit_retransmit_queue(env, now);
+        }
+    }
+
+    /// `tcp_simple_retransmit`: after a path-MTU drop, resend everything larger than the new
+    /// MSS (entering Loss without a cwnd reduction beyond ssthresh).
+    pub fn simple_retransmit(&mut self, env: &mut Env, now: Instant) {
+        let mss = self.mss_cache;
+        let prior_lost = self.lost_out;
+        for i in 0..self.rtx_queue.len() {
+            let s = &self.rtx_queue[i];
+            if s.len() > mss && s.sacked & sacked::ACKED == 0 {
+                self.rtx_queue[i].in_host = 0;
+                self.mark_lost(i);
+            }
+        }
+        if prior_lost == self.lost_out {
+            return;
+        }
+        if self.ca_state != CaState::Loss {
+            self.high_seq = self.snd_nxt;
+            self.cc_st.snd_ssthresh = self
+                .cc_st
+                .snd_ssthresh
+                .max((self.snd_cwnd() >> 1) + (self.snd_cwnd() >> 2));
+            self.prior_ssthresh = 0;
+            self.undo_marker = None;
+            self.set_ca_state(now, CaState::Loss);
+        }
+        self.xmit_retransmit_queue(env, now);
+    }
+
+    /// Reordering detected for data starting at `seq` (`tcp_check_sack_reordering`): raise
+    /// the dupthresh-like `reordering` (capped by `tcp_max_reordering`) and let RACK keep its
+    /// reordering window.
+    pub fn note_reordering(&mut self, env: &mut Env, seq: u32) {
+        let mss = self.mss_cache.max(1);
+        let metric = self.highest_sack_end.wrapping_sub(seq);
+        let max = env.sysint(Sysctl::tcp_max_reordering) as u32;
+        if metric > self.reordering.saturating_mul(mss) {
+            self.reordering = metric.div_ceil(mss).min(max);
+        }
+        self.reord_seen = true;
+        env.mib.inc(if self.sack_ok {
+            Mib::TCPSACKReorder
+        } else {
+            Mib::TCPRenoReorder
+        });
+    }
+
+    /// `tcp_init_undo`.
+    fn init_undo(&mut self) {
+        self.undo_marker = Some(self.snd_una);
+        self.undo_retrans = if self.retrans_out > 0 {
+            self.retrans_out as i32
+        } else {
+            -1
+        };
+    }
+
+    /// `tcp_packet_delayed`: the ACK echoes a timestamp older than our first retransmission,
+    /// so the original transmission got through.
+    fn packet_delayed(&self) -> bool {
+        match self.retrans_ts {
+            Some(t) => self.tstamp_ok && self.rcv_tsecr != 0 && before(self.rcv_tsecr, t),
+            None => false,
+        }
+    }
+
+    /// `tcp_may_undo`.
+    fn may_undo(&self) -> bool {
+        self.undo_marker.is_some() && (self.undo_retrans == 0 || self.packet_delayed())
+    }
+
+    /// `tcp_undo_cwnd_reduction`: restore cwnd/ssthresh, forget LOST marks, back to Open.
+    fn undo_cwnd_reduction(&mut self, now: Instant) {
+        for s in self.rtx_queue.iter_mut() {
+            s.sacked &= !sacked::LOST;
+        }
+        self.lost_out = 0;
+        if self.prior_ssthresh > 0 {
+            let c = self.cc.undo_cwnd(&self.cc_st, self.prior_cwnd);
+            self.cc_st.snd_cwnd = self.cc_st.snd_cwnd.max(c);
+            if self.prior_ssthresh > self.cc_st.snd_ssthresh {
+                self.cc_st.snd_ssthresh = self.prior_ssthresh;
+            }
+        }
+        self.undo_marker = None;
+        self.retrans_ts = None;
+        self.set_ca_state(now, CaState::Open);
+        self.snd_cwnd_stamp = now;
+    }
+
+    /// Enter fast recovery (`tcp_enter_recovery` + `tcp_init_cwnd_reduction`).
+    fn enter_recovery(&mut self, env: &mut Env, now: Instant) {
+        env.mib.inc(if self.sack_ok {
+            Mib::TCPSackRecovery
+        } else {
+            Mib::TCPRenoRecovery
+        });
+        self.high_seq = self.snd_nxt;
+        self.init_undo();
+        self.prior_ssthresh = self.cc_st.snd_ssthresh;
+        self.prior_cwnd = self.snd_cwnd();
+        self.sync_cc_state(now);
+        self.cc_st.snd_ssthresh = self.cc.ssthresh(&self.cc_st);
+        self.prr_delivered = 0;
+        self.prr_out = 0;
+        self.set_ca_state(now, CaState::Recovery);
+    }
+
+    /// Retransmit lost skbs as cwnd allows (`tcp_xmit_retransmit_queue`).
+    pub fn xmit_retransmit_queue(&mut self, env: &mut Env, now: Instant) {
+        let mut i = 0;
+        while i < self.rtx_queue.len() {
+            if self.packets_in_flight() >= self.snd_cwnd() {
+                break;
+            }
+            let s = &self.rtx_queue[i];
+            if s.sacked & sacked::LOST == 0 || s.sacked & (sacked::RETRANS | sacked::ACKED) != 0 {
+                i += 1;
+                continue;
+            }
+            // Double TSQ limit for retransmits.
+            let limit = (2 * u64::from(s.truesize))
+                .max(self.pacing_rate >> 10)
+                .min(env.sysint(Sysctl::tcp_limit_output_bytes) as u64)
+                << 1;
+            if u64::from(self.wmem_alloc_biased()) > limit && self.rtx_queue.len() > 1 {
+                self.tsq_flags |= tsq::THROTTLED;
+                break;
+            }
+            self.retransmit_skb(env, now, i, 0);
+            if self.ca_state == CaState::Recovery {
+                self.prr_out += self.rtx_queue[i].pcount;
+                env.mib.inc(Mib::TCPFastRetrans);
+            } else if self.ca_state == CaState::Loss {
+                env.mib.inc(Mib::TCPSlowStartRetrans);
+            }
+            i += 1;
+        }
+    }
+
+    /// `__tcp_retransmit_skb`: resend `rtx_queue[i]`, split to what cwnd allows.
+    /// `segs_limit`: 0 = cwnd decides.
+    pub fn retransmit_skb(&mut self, env: &mut Env, now: Instant, i: usize, segs_limit: u32) {
+        let mss = self.current_mss();
+        let avail = self
+            .snd_cwnd()
+            .saturating_sub(self.packets_in_flight())
+            .max(1);
+        let segs = if segs_limit > 0 { segs_limit } else { avail };
+        let segs = if env.gso { segs } else { 1 };
+        let max_len = segs.saturating_mul(mss);
+        if self.rtx_queue[i].len() > max_len && max_len > 0 {
+            self.split_rtx(i, max_len);
+        }
+        if self.rtx_queue[i].in_host > 0 {
+            // skb_still_in_host_queue: the original is still below us.
+            env.mib.inc(Mib::TCPSpuriousRtxHostQueues);
+            self.tsq_flags |= tsq::THROTTLED;
+            return;
+        }
+        self.transmit_skb(env, now, i, true);
+        let s = &mut self.rtx_queue[i];
+        let p = s.pcount.max(1);
+        if s.sacked & sacked::RETRANS == 0 {
+            s.sacked |= sacked::RETRANS;
+            self.retrans_out += p;
+        }
+        s.sacked |= sacked::EVER_RETRANS;
+        self.total_retrans += p;
+        if self.retrans_stamp.is_none() {
+            self.retrans_stamp = Some(s.first_tx);
+        }
+        if self.retrans_ts.is_none() {
+            self.retrans_ts = Some(self.tsval(now));
+        }
+        if self.undo_retrans < 0 {
+            self.undo_retrans = 0;
+        }
+        self.undo_retrans += p as i32;
+    }
+
+    /// Arm TLP if allowed, else the RTO (`tcp_schedule_loss_probe` / `tcp_rearm_rto`).
+    pub fn schedule_loss_probe_or_rto(&mut self, env: &mut Env, now: Instant, advancing: bool) {
+        if self.packets_out == 0 {
+            return;
+        }
+        let er = env.sysint(Sysctl::tcp_early_retrans);
+        let tlp_ok = (er == 3 || er == 4)
+            && self.sack_ok
+            && matches!(self.ca_state, CaState::Open | CaState::Cwr)
+            && self.tlp_high_seq.is_none();
+        let rto_at = self.rto_deadline(now, advancing);
+        if tlp_ok {
+            let mut pto = if self.srtt_us != 0 {
+                let t = Duration::from_micros(u64::from(self.srtt_us >> 2));
+                if self.packets_out == 1 {
+                    t + self.rto_min(env)
+                } else {
+                    t + Duration::from_millis(2)
+                }
+            } else {
+                TCP_TIMEOUT_INIT
+            };
+            let rto_delta = rto_at - now;
+            if rto_delta > Duration::ZERO {
+                pto = pto.min(rto_delta);
+            }
+            self.rtx_event = RtxEvent::LossProbe;
+            self.arm(env, TimerKind::Retrans, now + pto);
+            return;
+        }
+        self.rtx_event = RtxEvent::Rto;
+        self.arm(env, TimerKind::Retrans, rto_at);
+    }
+
+    /// When the RTO would fire: head skb's send time + rto (`tcp_rearm_rto` with
+    /// `tcp_rto_delta_us`), or now + rto.
+    fn rto_deadline(&self, now: Instant, advancing: bool) -> Instant {
+        let rto = self.rto;
+        if advancing {
+            return now + rto;
+        }
+        match self.rtx_queue.front() {
+            Some(h) if h.mstamp != Instant::ZERO && h.mstamp + rto > now => h.mstamp + rto,
+            _ => now + rto,
+        }
+    }
+
+    /// `tcp_send_loss_probe`: send new data if possible, else retransmit the last skb.
+    pub fn send_loss_probe(&mut self, env: &mut Env, now: Instant) {
+        let before_nxt = self.snd_nxt;
+        if !self.write_queue.is_empty() {
+            self.write_xmit(env, now, crate::output::NAGLE_PUSH, true);
+        }
+        if self.snd_nxt == before_nxt {
+            if let Some(last) = self.rtx_queue.len().checked_sub(1) {
+                let mss = self.current_mss();
+                let len = self.rtx_queue[last].len();
+                if len > mss {
+                    // Probe with the last MSS only.
+                    let off = (len - 1) / mss * mss;
+                    if off > 0 {
+                        self.split_rtx(last, off);
+                    }
+                }
+                let last = self.rtx_queue.len() - 1;
+                if self.rtx_queue[last].sacked & sacked::ACKED == 0 {
+                    self.retransmit_skb(env, now, last, 1);
+                    self.tlp_retrans = true;
+                }
+            }
+        } else {
+            self.tlp_retrans = false;
+        }
+        env.mib.inc(Mib::TCPLossProbes);
+        self.tlp_high_seq = Some(self.snd_nxt);
+        self.rtx_event = RtxEvent::Rto;
+        let at = self.rto_deadline(now, true);
+        self.arm(env, TimerKind::Retrans, at);
+    }
+
+    /// RTO expiry for an established connection (`tcp_retransmit_timer`).
+    pub fn retransmit_timer(&mut self, env: &mut Env, now: Instant) -> bool {
+        if self.packets_out == 0 || self.rtx_queue.is_empty() {
+            return false;
+        }
+        if self.write_timeout(env, now) {
+            return true;
+        }
+        // tcp_enter_loss
+        env.mib.inc(Mib::TCPTimeouts);
+        let new_recovery = matches!(
+            self.ca_state,
+            CaState::Open | CaState::Disorder | CaState::Cwr
+        );
+        self.frto = env.sysint(Sysctl::tcp_frto) != 0 && (new_recovery || self.retransmits > 0);
+        self.pending_frto_new = false;
+        if !matches!(self.ca_state, CaState::Loss) {
+            self.prior_ssthresh = self.cc_st.snd_ssthresh;
+            self.prior_cwnd = self.snd_cwnd();
+            self.init_undo();
+            self.sync_cc_state(now);
+            self.cc_st.snd_ssthresh = self.cc.ssthresh(&self.cc_st);
+            self.cc
+                .cwnd_event(&mut self.cc_st, CaEvent::Loss, now.as_micros());
+        }
+        self.cc_st.snd_cwnd = 1;
+        self.cc_st.snd_cwnd_cnt = 0;
+        self.snd_cwnd_stamp = now;
+        self.retrans_out = 0;
+        self.lost_out = 0;
+        for i in 0..self.rtx_queue.len() {
+            let s = &mut self.rtx_queue[i];
+            s.sacked &= !sacked::RETRANS;
+            if s.sacked & sacked::ACKED == 0 {
+                s.sacked |= sacked::LOST;
+                self.lost_out += s.pcount.max(1);
+            }
+        }
+        self.high_seq = self.snd_nxt;
+        self.tlp_high_seq = None;
+        self.set_ca_state(now, CaState::Loss);
+        // Retransmit the head.
+        if let Some(h) = self.rtx_queue.front() {
+            if h.sacked & sacked::ACKED == 0 {
+                self.rtx_queue[0].in_host = 0;
+                self.retransmit_skb(env, now, 0, 1);
+            }
+        }
+        self.backoff += 1;
+        self.retransmits += 1;
+        self.rto = (self.rto * 2).min(self.rto_max(env));
+        self.rtx_event = RtxEvent::Rto;
+        let at = now + self.rto;
+        self.arm(env, TimerKind::Retrans, at);
+        false
+    }
+
+    /// `tcp_write_timeout`: too many retransmissions → ETIMEDOUT. Returns true if the
+    /// connection was killed.
+    pub fn write_timeout(&mut self, env: &mut Env, now: Instant) -> bool {
+        let syn = matches!(self.state, TcpState::SynSent | TcpState::SynRecv);
+        let (boundary, base) = if syn {
+            let r = self
+                .opts
+                .syn_retries
+                .unwrap_or(env.sysint(Sysctl::tcp_syn_retries) as u32);
+            (r, TCP_TIMEOUT_INIT)
+        } else {
+            let mut r = env.sysint(Sysctl::tcp_retries2) as u32;
+            if self.orphan {
+                let o = env.sysint(Sysctl::tcp_orphan_retries) as u32;
+                r = if o == 0 { 8 } else { o };
+            }
+            (r, self.rto_min(env))
+        };
+        let start = self.retrans_stamp.unwrap_or(now);
+        let elapsed = now - start;
+        let expired = if self.opts.user_timeout_ms != 0 && !syn {
+            elapsed >= Duration::from_millis(u64::from(self.opts.user_timeout_ms))
+        } else if syn {
+            self.retransmits >= boundary
+        } else {
+            elapsed >= retrans_timeout(base, boundary)
+        };
+        if expired {
+            self.err = Some(self.err_soft.unwrap_or(Errno::ETIMEDOUT));
+            env.mib.inc(Mib::TCPAbortOnTimeout);
+            if self.state == TcpState::SynSent {
+                env.mib.inc(Mib::AttemptFails);
+            }
+            self.set_closed(env);
+            return true;
+        }
+        false
+    }
+}
+
+/// Total time of `boundary` exponential retransmissions from `base`, capped at TCP_RTO_MAX per
+/// step (`retransmits_timed_out`'s timeout computation).
+fn retrans_timeout(base: Duration, boundary: u32) -> Duration {
+    let base_ms = base.as_millis().max(1) as u64;
+    let max_ms = TCP_RTO_MAX.as_millis() as u64;
+    let thresh = 63 - (max_ms / base_ms).max(1).leading_zeros();
+    let ms = if boundary <= thresh {
+        ((2u64 << boundary) - 1) * base_ms
+    } else {
+        ((2u64 << thresh) - 1) * base_ms + u64::from(boundary - thresh) * max_ms
+    };
+    Duration::from_millis(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn retries2_timeout_is_924_6_s() {
+        // tcp_retries2 = 15 with 200 ms base: Linux documents ~924.6 s.
+        assert_eq!(
+            retrans_timeout(Duration::from_millis(200), 15),
+            Duration::from_millis(924_600)
+        );
+    }
+}

@@ -1,0 +1,411 @@
+//! Receive side: out-of-order queue and SACK blocks (RFC 2018 §4), the application read
+//! path (`tcp_recvmsg`), ACK-on-read (`tcp_cleanup_rbuf`) and receive-buffer autotuning
+//! (`tcp_rcv_space_adjust`).
+
+use crate::errno::Errno;
+use crate::seq::*;
+use crate::socket::*;
+use crate::sysctl::Sysctl;
+use crate::time::Instant;
+use crate::Mib;
+
+/// recv() flags (Linux values).
+pub mod msgflags {
+    /// MSG_OOB.
+    pub const MSG_OOB: u32 = 0x1;
+    /// MSG_PEEK: read without consuming.
+    pub const MSG_PEEK: u32 = 0x2;
+    /// MSG_TRUNC: discard the bytes instead of copying.
+    pub const MSG_TRUNC: u32 = 0x20;
+    /// MSG_DONTWAIT: never block (our calls never block; EAGAIN instead).
+    pub const MSG_DONTWAIT: u32 = 0x40;
+    /// MSG_EOR: end of record; do not append later writes to this buffer.
+    pub const MSG_EOR: u32 = 0x80;
+    /// MSG_WAITALL: wait for the full amount.
+    pub const MSG_WAITALL: u32 = 0x100;
+    /// MSG_NOSIGNAL: no SIGPIPE (we never raise signals).
+    pub const MSG_NOSIGNAL: u32 = 0x4000;
+    /// MSG_MORE: more data coming; cork.
+    pub const MSG_MORE: u32 = 0x8000;
+}
+
+/// Most out-of-order segments kept, whatever rcvbuf says (bounds work per packet).
+const OFO_MAX_SEGS: usize = 4096;
+
+impl Sock {
+    /// Insert an out-of-order segment, merging overlaps (`tcp_data_queue_ofo`).
+    pub fn ofo_insert(&mut self, env: &mut Env, seq: u32, payload: &[u8], fin: bool) {
+        let end = seq.wrapping_add(payload.len() as u32);
+        let truesize = payload.len() as u32 + SKB_OVERHEAD;
+        let over = self.rmem_alloc + truesize > self.rcvbuf || self.ofo_queue.len() >= OFO_MAX_SEGS;
+        if over && !(self.prune_ofo(env) && self.rmem_alloc + truesize <= self.rcvbuf) {
+            env.mib.inc(Mib::TCPOFODrop);
+            self.drops += 1;
+            return;
+        }
+        env.mib.inc(Mib::TCPOFOQueue);
+        // Find insertion point (queue sorted by seq).
+        let pos = self
+            .ofo_queue
+            .iter()
+            .position(|o| after(o.seq, seq))
+            .unwrap_or(self.ofo_queue.len());
+        // Fully covered by the previous one? D-SACK it.
+        if pos > 0 {
+            let p = &self.ofo_queue[pos - 1];
+            if !after(end, p.end_seq) && !before(seq, p.seq) {
+                if self.dsack_ok {
+                    self.dsack = Some((seq, end));
+                    env.mib.inc(Mib::TCPDSACKOfoSent);
+                }
+                env.mib.inc(Mib::TCPOFOMerge);
+                self.update_sack_blocks(seq, end);
+                return;
+            }
+        }
+        self.rmem_alloc += truesize;
+        self.ofo_queue.insert(
+            pos,
+            OfoSkb {
+                seq,
+                end_seq: end,
+                data: payload.to_vec(),
+                fin,
+                truesize,
+            },
+        );
+        // Drop later segments fully covered by the new one.
+        let mut j = pos + 1;
+        while j < self.ofo_queue.len() {
+            let o = &self.ofo_queue[j];
+            if !after(o.end_seq, end) && !before(o.seq, seq) {
+                let o = self.ofo_queue.remove(j);
+                self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
+                env.mib.inc(Mib::TCPOFOMerge);
+            } else {
+                j += 1;
+            }
+        }
+        self.update_sack_blocks(seq, end);
+    }
+
+    /// Maintain our SACK blocks: the block containing the newest segment goes first
+    /// (RFC 2018 §4), merged with neighbours.
+    fn update_sack_blocks(&mut self, seq: u32, end: u32) {
+        if !self.sack_ok {
+            return;
+        }
+        // Recompute the block containing [seq, end) from the ofo queue.
+        let (mut l, mut r) = (seq, end);
+        loop {
+            let mut changed = false;
+            for o in &self.ofo_queue {
+                if !after(o.seq, r) && !before(o.end_seq, l) {
+                    if before(o.seq, l) {
+                        l = o.seq;
+                        changed = true;
+                    }
+                    if after(o.end_seq, r) {
+                        r = o.end_seq;
+                        changed = true;
+                    }
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        self.sacks.retain(|&(a, b)| after(a, r) || before(b, l));
+        self.sacks.insert(0, (l, r));
+        self.sacks.truncate(4);
+    }
+
+    /// Drop SACK blocks now below rcv_nxt (`tcp_sack_remove`).
+    pub fn sacks_trim(&mut self) {
+        let n = self.rcv_nxt;
+        self.sacks.retain(|&(_, r)| after(r, n));
+    }
+
+    /// Move segments that became in-order from the ofo queue (`tcp_ofo_queue`).
+    pub fn ofo_drain(&mut self, env: &mut Env) {
+        while let Some(first) = self.ofo_queue.first() {
+            if after(first.seq, self.rcv_nxt) {
+                break;
+            }
+            let o = self.ofo_queue.remove(0);
+            self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
+            if !after(o.end_seq, self.rcv_nxt) && (!o.fin || o.end_seq != self.rcv_nxt) {
+                continue;
+            }
+            let skip = self.rcv_nxt.wrapping_sub(o.seq) as usize;
+            let data = &o.data[skip.min(o.data.len())..];
+            let len = data.len() as u32;
+            if len > 0 {
+                let truesize = len + SKB_OVERHEAD;
+                self.rmem_alloc += truesize;
+                self.rx_queue.push_back(RxSkb {
+                    seq: self.rcv_nxt,
+                    data: data.to_vec(),
+                    off: 0,
+                    fin: false,
+                    truesize,
+                });
+                self.bytes_received += u64::from(len);
+            }
+            self.rcv_nxt = self.rcv_nxt.wrapping_add(len);
+            if o.fin {
+                self.rcv_nxt = self.rcv_nxt.wrapping_add(1);
+                self.fin_received = true;
+                self.rx_queue.push_back(RxSkb {
+                    seq: self.rcv_nxt,
+                    data: Vec::new(),
+                    off: 0,
+                    fin: true,
+                    truesize: 0,
+                });
+                break;
+            }
+        }
+        self.sacks_trim();
+        let _ = env;
+    }
+
+    /// `tcp_prune_ofo_queue`: drop out-of-order data from the far end. True if memory was freed.
+    pub fn prune_ofo(&mut self, env: &mut Env) -> bool {
+        if self.ofo_queue.is_empty() {
+            return false;
+        }
+        let goal = self.rcvbuf / 8;
+        let mut freed = 0;
+        while let Some(o) = self.ofo_queue.pop() {
+            self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
+            freed += o.truesize;
+            env.mib.inc(Mib::TCPOFODrop);
+            if freed >= goal {
+                break;
+            }
+        }
+        env.mib.inc(Mib::TCPRcvPruned);
+        // SACK blocks must not claim data we dropped (reneging is allowed but avoid lying).
+        self.sacks.clear();
+        let mut blocks = Vec::new();
+        for o in &self.ofo_queue {
+            match blocks.last_mut() {
+                Some((_, r)) if !after(o.seq, *r) => *r = seq_max(*r, o.end_seq),
+                _ => blocks.push((o.seq, o.end_seq)),
+            }
+        }
+        blocks.reverse();
+        blocks.truncate(4);
+        self.sacks = blocks;
+        true
+    }
+
+    /// Bytes readable now (`tcp_inq`).
+    pub fn inq(&self) -> u32 {
+        self.rx_queue
+            .iter()
+            .map(|r| (r.data.len() - r.off) as u32)
+            .sum()
+    }
+
+    /// `tcp_recvmsg` (non-blocking): copy up to `buf.len()` bytes. Ok(0) = EOF.
+    pub fn recvmsg(
+        &mut self,
+        env: &mut Env,
+        now: Instant,
+        buf: &mut [u8],
+        flags: u32,
+    ) -> Result<usize, Errno> {
+        use msgflags::*;
+        if self.state == TcpState::Listen {
+            return Err(Errno::ENOTCONN);
+        }
+        if flags & MSG_OOB != 0 {
+            return Err(Errno::EINVAL);
+        }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let peek = flags & MSG_PEEK != 0;
+        let trunc = flags & MSG_TRUNC != 0;
+        let avail = self.inq() as usize;
+        // sock_rcvlowat: a blocking reader waits for MSG_WAITALL's full length or SO_RCVLOWAT;
+        // a non-blocking one (O_NONBLOCK / MSG_DONTWAIT) takes whatever is there.
+        let nonblock = self.opts.nonblock || flags & MSG_DONTWAIT != 0;
+        let target = if nonblock {
+            1
+        } else if flags & MSG_WAITALL != 0 {
+            buf.len().max(1)
+        } else {
+            (self.opts.rcvlowat as usize).min(buf.len()).max(1)
+        };
+        let eof = self.rx_queue.iter().any(|r| r.fin) || self.shutdown & RCV_SHUTDOWN != 0;
+        if avail < target && !eof {
+            if let Some(e) = self.err.take() {
+                return Err(e);
+            }
+            if self.state == TcpState::Close {
+                return Ok(0);
+            }
+            // The caller waits for a data-ready wake-up and retries.
+            return Err(Errno::EAGAIN);
+        }
+        if avail == 0 {
+            if let Some(e) = self.err.take() {
+                return Err(e);
+            }
+            return Ok(0);
+        }
+        let mut copied = 0usize;
+        if peek {
+            for r in &self.rx_queue {
+                if copied >= buf.len() {
+                    break;
+                }
+                let d = &r.data[r.off..];
+                let n = d.len().min(buf.len() - copied);
+                if !trunc {
+                    buf[copied..copied + n].copy_from_slice(&d[..n]);
+                }
+                copied += n;
+            }
+            return Ok(copied);
+        }
+        while copied < buf.len() {
+            let Some(r) = self.rx_queue.front_mut() else {
+                break;
+            };
+            if r.fin {
+                break;
+            }
+            let d = &r.data[r.off..];
+            let n = d.len().min(buf.len() - copied);
+            if !trunc {
+                buf[copied..copied + n].copy_from_slice(&d[..n]);
+            }
+            r.off += n;
+            copied += n;
+            if r.off >= r.data.len() {
+                let r = self.rx_queue.pop_front().expect("front exists");
+                self.rmem_alloc = self.rmem_alloc.saturating_sub(r.truesize);
+            }
+        }
+        self.copied_seq = self.copied_seq.wrapping_add(copied as u32);
+        self.rcv_space_adjust(env, now);
+        self.cleanup_rbuf(env, now, copied as u32);
+        Ok(copied)
+    }
+
+    /// `tcp_cleanup_rbuf` (spec §6.4 "ACK on read").
+    pub fn cleanup_rbuf(&mut self, env: &mut Env, now: Instant, copied: u32) {
+        if !matches!(
+            self.state,
+            TcpState::Established | TcpState::FinWait1 | TcpState::FinWait2
+        ) {
+            return;
+        }
+        let mut time_to_ack = false;
+        if self.ack.pending & ackf::SCHED != 0 {
+            let unacked = self.rcv_nxt.wrapping_sub(self.rcv_wup);
+            if unacked > self.ack.rcv_mss
+                || (copied > 0
+                    && (self.ack.pending & ackf::PUSHED2 != 0
+                        || (self.ack.pending & ackf::PUSHED != 0 && self.ack.pingpong == 0))
+                    && self.rx_queue.is_empty())
+            {
+                time_to_ack = true;
+            }
+        }
+        if copied > 0 && !time_to_ack && self.shutdown & RCV_SHUTDOWN == 0 {
+            let rcv_window_now = self.receive_window();
+            if 2 * rcv_window_now <= self.window_clamp {
+                let mut probe = self.clone_window_probe(env);
+                probe = probe.max(0);
+                if probe as u32 >= 2 * rcv_window_now {
+                    time_to_ack = true;
+                }
+            }
+        }
+        if time_to_ack {
+            self.send_ack(env, now);
+        }
+    }
+
+    fn clone_window_probe(&self, env: &Env) -> i64 {
+        let free = self.tcp_space(env).min(i64::from(self.rcv_ssthresh));
+        if self.rcv_wscale != 0 {
+            free >> self.rcv_wscale << self.rcv_wscale
+        } else {
+            free
+        }
+    }
+
+    /// Receive-buffer autotuning (`tcp_rcv_space_adjust`, dynamic right-sizing): once per
+    /// receiver RTT, size rcvbuf for twice the bytes the application consumed in the last
+    /// RTT plus the growth seen (slow start), up to `tcp_rmem[2]`; the window clamp follows.
+    fn rcv_space_adjust(&mut self, env: &mut Env, now: Instant) {
+        let rtt = u64::from(self.rcv_rtt_us >> 3);
+        if self.rcv_rtt_us == 0 || ((now - self.rcvq_time).as_micros() as u64) < rtt {
+            return;
+        }
+        let copied = self.copied_seq.wrapping_sub(self.rcvq_seq);
+        if copied > self.rcvq_space {
+            if env.sysctl.on(Sysctl::tcp_moderate_rcvbuf) && !self.opts.rcvbuf_lock {
+                let space = u64::from(self.rcvq_space.max(1));
+                let mut rcvwin = (u64::from(copied) << 1) + 16 * u64::from(self.advmss);
+                let grow = rcvwin * (u64::from(copied) - space) / space;
+                rcvwin += grow << 1;
+                let rmem2 = env.sysctl.triple(Sysctl::tcp_rmem)[2] as u64;
+                // tcp_space_from_win: the buffer that yields this window (x2 with the default
+                // tcp_adv_win_scale / scaling ratio).
+                let rcvbuf = (rcvwin * 2).min(rmem2).min(u64::from(u32::MAX)) as u32;
+                if rcvbuf > self.rcvbuf {
+                    self.rcvbuf = rcvbuf;
+                    self.window_clamp = Sock::win_from_space(env, i64::from(rcvbuf)).max(0) as u32;
+                }
+            }
+            self.rcvq_space = copied;
+        }
+        self.rcvq_seq = self.copied_seq;
+        self.rcvq_time = now;
+    }
+
+    /// `tcp_rcv_rtt_update`: receiver-side RTT (µs << 3). Window-based samples only lower it.
+    pub fn rcv_rtt_update(&mut self, sample_us: u32, win_dep: bool) {
+        let m = sample_us.max(1).saturating_mul(8);
+        let old = self.rcv_rtt_us;
+        if old == 0 || m < old {
+            self.rcv_rtt_us = m;
+        } else if !win_dep {
+            self.rcv_rtt_us = old - (old >> 3) + sample_us;
+        }
+    }
+
+    /// `tcp_rcv_rtt_measure`: one sample per window of data (no timestamps needed).
+    pub fn rcv_rtt_measure(&mut self, now: Instant) {
+        if self.rcv_rtt_time != Instant::ZERO {
+            if before(self.rcv_nxt, self.rcv_rtt_seq) {
+                return;
+            }
+            let d = (now - self.rcv_rtt_time).as_micros().max(1) as u32;
+            self.rcv_rtt_update(d, true);
+        }
+        self.rcv_rtt_seq = self.rcv_nxt.wrapping_add(self.rcv_wnd);
+        self.rcv_rtt_time = now;
+    }
+
+    /// `tcp_rcv_rtt_measure_ts`: a full-sized segment echoing our timestamp.
+    pub fn rcv_rtt_measure_ts(&mut self, now: Instant, tsecr: u32, seg_len: u32) {
+        if !self.tstamp_ok || tsecr == 0 || tsecr == self.rcv_rtt_last_tsecr {
+            return;
+        }
+        self.rcv_rtt_last_tsecr = tsecr;
+        if seg_len >= self.ack.rcv_mss {
+            let d = self.tsval(now).wrapping_sub(tsecr);
+            if d < 0x7fff_ffff && d > 0 {
+                self.rcv_rtt_update(d.saturating_mul(1000), false);
+            }
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! RTT estimation and RTO (RFC 6298 with Linux's `tcp_rtt_estimator` / `tcp_set_rto`), and the
+//! windowed min-RTT filter.
+
+use crate::socket::*;
+use crate::sysctl::Sysctl;
+use crate::time::Instant;
+use core::time::Duration;
+
+impl Sock {
+    /// Minimum RTO: route `rto_min`, else `tcp_rto_min_us` (200 ms).
+    pub fn rto_min(&self, env: &Env) -> Duration {
+        if self.route.rto_min_ms != 0 {
+            Duration::from_millis(u64::from(self.route.rto_min_ms))
+        } else {
+            Duration::from_micros(env.sysint(Sysctl::tcp_rto_min_us) as u64)
+        }
+    }
+
+    /// Maximum RTO (`tcp_rto_max_ms`).
+    pub fn rto_max(&self, env: &Env) -> Duration {
+        Duration::from_millis(env.sysint(Sysctl::tcp_rto_max_ms) as u64)
+    }
+
+    /// Feed one RTT sample in µs (`tcp_rtt_estimator`, RFC 6298 §2 with Linux's mdev_max
+    /// smoothing so RTO >= srtt + rto_min), then recompute the RTO (`tcp_set_rto`).
+    pub fn rtt_sample(&mut self, env: &Env, now: Instant, mrtt_us: u32) {
+        let mrtt = mrtt_us.max(1);
+        self.update_min_rtt(env, now, mrtt);
+        let rto_min_us = self.rto_min(env).as_micros() as u32;
+        let mut m = mrtt as i64;
+        if self.srtt_us != 0 {
+            m -= i64::from(self.srtt_us >> 3);
+            self.srtt_us = (i64::from(self.srtt_us) + m).max(1) as u32;
+            if m < 0 {
+                m = -m;
+                m -= i64::from(self.mdev_us >> 2);
+                if m > 0 {
+                    m >>= 3;
+                }
+            } else {
+                m -= i64::from(self.mdev_us >> 2);
+            }
+            self.mdev_us = (i64::from(self.mdev_us) + m).max(0) as u32;
+            if self.mdev_us > self.mdev_max_us {
+                self.mdev_max_us = self.mdev_us;
+                if self.mdev_max_us > self.rttvar_us {
+                    self.rttvar_us = self.mdev_max_us;
+                }
+            }
+            if crate::seq::after(self.snd_una, self.rtt_seq) {
+                if self.mdev_max_us < self.rttvar_us {
+                    self.rttvar_us -= (self.rttvar_us - self.mdev_max_us) >> 2;
+                }
+                self.rtt_seq = self.snd_nxt;
+                self.mdev_max_us = rto_min_us;
+            }
+        } else {
+            self.srtt_us = mrtt << 3;
+            self.mdev_us = mrtt << 1;
+            self.rttvar_us = self.mdev_us.max(rto_min_us);
+            self.mdev_max_us = self.rttvar_us;
+            self.rtt_seq = self.snd_nxt;
+        }
+        self.cc_st.srtt_us = self.srtt_us;
+        self.set_rto(env);
+    }
+
+    /// `tcp_set_rto`: RTO = srtt + rttvar (rttvar >= rto_min), bounded by tcp_rto_max_ms.
+    pub fn set_rto(&mut self, env: &Env) {
+        let us = u64::from(self.srtt_us >> 3) + u64::from(self.rttvar_us);
+        self.rto = Duration::from_micros(us).min(self.rto_max(env));
+    }
+
+    /// Windowed min-RTT (`tcp_update_rtt_min`, window `tcp_min_rtt_wlen` seconds).
+    fn update_min_rtt(&mut self, env: &Env, now: Instant, rtt_us: u32) {
+        let wlen = Duration::from_secs(env.sysint(Sysctl::tcp_min_rtt_wlen) as u64);
+        if rtt_us <= self.min_rtt_us || now - self.min_rtt_stamp > wlen {
+            self.min_rtt_us = rtt_us;
+            self.min_rtt_stamp = now;
+        }
+        self.cc_st.min_rtt_us = self.min_rtt_us;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SocketId;
+
+    #[test]
+    fn rfc6298_first_sample_and_min_rto() {
+        let env = Env::new(1);
+        let mut s = Sock::new(SocketId(0), 1, Family::V4, &env);
+        s.rtt_sample(&env, Instant::from_secs(1), 100_000);
+        assert_eq!(s.srtt_us >> 3, 100_000);
+        // RTO = srtt + max(2*rtt, rto_min) = 100 ms + 200 ms.
+        assert_eq!(s.rto, Duration::from_millis(300));
+        // Steady samples keep RTO >= srtt + 200 ms (Linux mdev_max floor).
+        for i in 0..50 {
+            s.snd_una = s.snd_una.wrapping_add(1000);
+            s.rtt_sample(&env, Instant::from_secs(2 + i), 100_000);
+        }
+        assert!(s.rto >= Duration::from_millis(300));
+        assert_eq!(s.min_rtt_us, 100_000);
+    }
+}

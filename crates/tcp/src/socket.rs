@@ -1,0 +1,1149 @@
+//! Socket state: [`TcpState`], the per-connection control block (`Sock`), the write-queue
+//! buffer (`Skb`) and the environment a socket acts on (`Env`: sysctls, counters, output
+//! queue, wake-ups, timer set, RNG). Logic lives in the other modules as `impl Sock` blocks.
+
+use crate::mib::{Counters, Mib};
+use crate::packet::{self, OutOpt, SegOut};
+use crate::sysctl::{Sysctl, Sysctls};
+use crate::time::Instant;
+use crate::SocketId;
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use core::time::Duration;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use shallow_cc::{CaState, CcState, CongestionControl};
+use std::collections::{BTreeSet, VecDeque};
+
+/// TCP states with Linux's numbering (`tcpi_state`, `/proc/net/tcp` `st`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum TcpState {
+    /// TCP_ESTABLISHED.
+    Established = 1,
+    /// TCP_SYN_SENT.
+    SynSent = 2,
+    /// TCP_SYN_RECV.
+    SynRecv = 3,
+    /// TCP_FIN_WAIT1.
+    FinWait1 = 4,
+    /// TCP_FIN_WAIT2.
+    FinWait2 = 5,
+    /// TCP_TIME_WAIT.
+    TimeWait = 6,
+    /// TCP_CLOSE.
+    Close = 7,
+    /// TCP_CLOSE_WAIT.
+    CloseWait = 8,
+    /// TCP_LAST_ACK.
+    LastAck = 9,
+    /// TCP_LISTEN.
+    Listen = 10,
+    /// TCP_CLOSING.
+    Closing = 11,
+}
+
+impl TcpState {
+    /// Linux's upper-case name, e.g. `"ESTABLISHED"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TcpState::Established => "ESTABLISHED",
+            TcpState::SynSent => "SYN_SENT",
+            TcpState::SynRecv => "SYN_RECV",
+            TcpState::FinWait1 => "FIN_WAIT1",
+            TcpState::FinWait2 => "FIN_WAIT2",
+            TcpState::TimeWait => "TIME_WAIT",
+            TcpState::Close => "CLOSE",
+            TcpState::CloseWait => "CLOSE_WAIT",
+            TcpState::LastAck => "LAST_ACK",
+            TcpState::Listen => "LISTEN",
+            TcpState::Closing => "CLOSING",
+        }
+    }
+}
+
+/// Address family of a socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// AF_INET.
+    V4,
+    /// AF_INET6 (accepts IPv4-mapped peers only as IPv6 addresses; no dual-stack mapping).
+    V6,
+}
+
+impl Family {
+    pub(crate) fn unspecified(self) -> IpAddr {
+        match self {
+            Family::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            Family::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        }
+    }
+    pub(crate) fn of(ip: IpAddr) -> Family {
+        match ip {
+            IpAddr::V4(_) => Family::V4,
+            IpAddr::V6(_) => Family::V6,
+        }
+    }
+}
+
+/// One data packet handed to the layers below TCP: the substrate must call
+/// [`Stack::tx_complete`](crate::Stack::tx_complete) with it exactly once, when the packet
+/// leaves the host (or is dropped there). Not `Clone`, so it cannot be completed twice.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TxToken {
+    pub(crate) idx: u32,
+    pub(crate) gen: u32,
+    pub(crate) truesize: u32,
+    /// First sequence number of the buffer sent (to find it for `skb_still_in_host_queue`).
+    pub(crate) seq: u32,
+}
+
+impl TxToken {
+    /// Bytes this packet charges to its socket's `sk_wmem_alloc` until completion.
+    pub fn truesize(&self) -> u32 {
+        self.truesize
+    }
+}
+
+/// One outbound IP packet.
+#[derive(Debug)]
+pub struct Transmit {
+    /// One IP packet; a TSO super-segment may exceed the MTU.
+    pub data: Vec<u8>,
+    /// Payload bytes per wire segment when `data` is a super-segment (None: one segment).
+    pub gso_size: Option<u16>,
+    /// Earliest departure time (EDT) for a pacing qdisc (`skb->tstamp`).
+    pub departure: Option<Instant>,
+    /// Some for data packets: call `tx_complete(token)` exactly once. None for pure ACKs/RSTs.
+    pub token: Option<TxToken>,
+    /// Flow hash for fq (stable per connection).
+    pub flow: u32,
+}
+
+/// poll(2) event bits (Linux values).
+pub mod pollbits {
+    /// Data to read.
+    pub const POLLIN: u32 = 0x001;
+    /// Urgent data.
+    pub const POLLPRI: u32 = 0x002;
+    /// Writable.
+    pub const POLLOUT: u32 = 0x004;
+    /// Error pending.
+    pub const POLLERR: u32 = 0x008;
+    /// Hang-up (both directions shut).
+    pub const POLLHUP: u32 = 0x010;
+    /// Normal data to read.
+    pub const POLLRDNORM: u32 = 0x040;
+    /// Priority band data.
+    pub const POLLRDBAND: u32 = 0x080;
+    /// Normal data writable.
+    pub const POLLWRNORM: u32 = 0x100;
+    /// Priority band writable.
+    pub const POLLWRBAND: u32 = 0x200;
+    /// Peer shut down writing.
+    pub const POLLRDHUP: u32 = 0x2000;
+}
+
+/// A wake-up for the substrate: wake waiters on `socket` whose interest intersects `events`
+/// (Linux `sk_data_ready` → POLLIN|POLLRDNORM, `sk_write_space` → POLLOUT|POLLWRNORM|POLLWRBAND,
+/// `sk_state_change`/`sk_error_report` → all events). Level-triggered users re-poll;
+/// edge-triggered users treat each wake-up as an edge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wakeup {
+    /// The socket.
+    pub socket: SocketId,
+    /// poll bits of the wake-up ([`pollbits`]).
+    pub events: u32,
+}
+
+/// Wake-up queue length beyond which wake-ups of one socket are merged.
+pub const MAX_WAKEUPS: usize = 4096;
+
+/// Per-socket timers. Linux multiplexes several events on the retransmit timer
+/// (`icsk_pending`); so do we ([`RtxEvent`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum TimerKind {
+    /// RTO, SYN/SYN-ACK retransmit, zero-window probe, TLP, RACK reordering timer.
+    Retrans = 0,
+    /// Delayed ACK.
+    Delack = 1,
+    /// Keepalive; also FIN_WAIT2 and TIME_WAIT expiry (Linux uses the keepalive timer / tw timer).
+    Keepalive = 2,
+    /// Compressed-SACK hrtimer (`tcp_compressed_ack_kick`).
+    CompSack = 3,
+}
+pub(crate) const NTIMERS: usize = 4;
+
+/// What the retransmit timer is armed for (`icsk_pending`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RtxEvent {
+    Rto,
+    Probe0,
+    LossProbe,
+    ReoTimeout,
+}
+
+/// `sk_tsq_flags` bits (include/linux/tcp.h `enum tsq_enum`).
+pub(crate) mod tsq {
+    pub const THROTTLED: u8 = 1 << 0;
+    pub const TSQ_DEFERRED: u8 = 1 << 2;
+    pub const WRITE_TIMER_DEFERRED: u8 = 1 << 3;
+    pub const DELACK_TIMER_DEFERRED: u8 = 1 << 4;
+    pub const ACK_DEFERRED: u8 = 1 << 5;
+}
+
+/// `icsk_ack.pending` bits.
+pub(crate) mod ackf {
+    pub const SCHED: u8 = 1;
+    pub const TIMER: u8 = 2;
+    pub const PUSHED: u8 = 4;
+    pub const PUSHED2: u8 = 8;
+    pub const NOW: u8 = 16;
+}
+
+/// `TCP_SKB_CB(skb)->sacked` bits.
+pub(crate) mod sacked {
+    pub const ACKED: u8 = 1;
+    pub const RETRANS: u8 = 2;
+    pub const LOST: u8 = 4;
+    pub const EVER_RETRANS: u8 = 8;
+}
+
+/// Accounting overhead of one buffer (our `SKB_TRUESIZE(0)` for a TX skb with its header
+/// area): `truesize = payload + SKB_OVERHEAD`. One rule for `wmem_queued`, `wmem_alloc` and
+/// `rmem_alloc` (spec §1.1).
+pub const SKB_OVERHEAD: u32 = 1280;
+/// `MAX_TCP_HEADER` (bytes reserved for headers in a TX skb).
+pub(crate) const MAX_TCP_HEADER: u32 = 320;
+/// `sk_gso_max_size` for a 64 KiB GSO device: 65536 - (MAX_TCP_HEADER + 1).
+pub(crate) const GSO_MAX_SIZE: u32 = 65536 - (MAX_TCP_HEADER + 1);
+/// `GSO_MAX_SEGS`.
+pub(crate) const GSO_MAX_SEGS: u32 = 65535;
+/// `SOCK_MIN_SNDBUF` = 2 * TCP_SKB_MIN_TRUESIZE (2048 + aligned sk_buff).
+pub(crate) const SOCK_MIN_SNDBUF: u32 = 2 * (2048 + 256);
+/// `SOCK_MIN_RCVBUF`.
+pub(crate) const SOCK_MIN_RCVBUF: u32 = 2048 + 256;
+/// Initial RTO (RFC 6298 §2.1: 1 s).
+pub(crate) const TCP_TIMEOUT_INIT: Duration = Duration::from_secs(1);
+/// `TCP_ATO_MIN` / `TCP_DELACK_MIN`: 40 ms.
+pub(crate) const TCP_ATO_MIN: Duration = Duration::from_millis(40);
+/// `TCP_DELACK_MAX`: 200 ms.
+pub(crate) const TCP_DELACK_MAX: Duration = Duration::from_millis(200);
+/// `TCP_MAX_QUICKACKS`.
+pub(crate) const TCP_MAX_QUICKACKS: u8 = 16;
+/// `TCP_TIMEWAIT_LEN`: 60 s.
+pub(crate) const TCP_TIMEWAIT_LEN: Duration = Duration::from_secs(60);
+/// `TCP_MSS_DEFAULT`.
+pub(crate) const TCP_MSS_DEFAULT: u32 = 536;
+/// `TCP_INIT_CWND`.
+pub(crate) const TCP_INIT_CWND: u32 = 10;
+/// `TCP_RESOURCE_PROBE_INTERVAL` / max probe interval: `TCP_RTO_MAX`.
+pub(crate) const TCP_RTO_MAX: Duration = Duration::from_secs(120);
+
+/// A buffer of the write or retransmit queue (Linux `struct sk_buff` + `tcp_skb_cb`).
+#[derive(Debug)]
+pub(crate) struct Skb {
+    pub seq: u32,
+    /// seq + payload + SYN + FIN.
+    pub end_seq: u32,
+    /// TCP flags to put on the segment (SYN/FIN/PSH; ACK is added at transmit).
+    pub flags: u16,
+    pub data: Vec<u8>,
+    /// Accounting size: payload + [`SKB_OVERHEAD`].
+    pub truesize: u32,
+    /// MSG_EOR: never append to this skb.
+    pub eor: bool,
+    /// `sacked` bits.
+    pub sacked: u8,
+    /// Last transmit time (`skb_mstamp_ns`).
+    pub mstamp: Instant,
+    /// First transmit time, for tcp_info/undo.
+    pub first_tx: Instant,
+    /// Number of wire segments (tcp_skb_pcount), set when sent.
+    pub pcount: u32,
+    /// `tp->delivered` when this skb was (last) sent (rate sample).
+    pub delivered: u32,
+    /// Copies of this skb still in host queues (for `skb_still_in_host_queue`).
+    pub in_host: u16,
+    /// Rate-sample snapshot at send (`tx.first_tx_mstamp`, `tx.delivered_mstamp`,
+    /// `tx.is_app_limited`).
+    pub tx_first_tx: Instant,
+    pub tx_delivered_mstamp: Instant,
+    pub tx_app_limited: bool,
+}
+
+impl Skb {
+    pub fn new(seq: u32, flags: u16) -> Skb {
+        let fl = u32::from(flags & (packet::flags::SYN | packet::flags::FIN) != 0);
+        Skb {
+            seq,
+            end_seq: seq.wrapping_add(fl),
+            flags,
+            data: Vec::new(),
+            truesize: SKB_OVERHEAD,
+            eor: false,
+            sacked: 0,
+            mstamp: Instant::ZERO,
+            first_tx: Instant::ZERO,
+            pcount: 0,
+            delivered: 0,
+            in_host: 0,
+            tx_first_tx: Instant::ZERO,
+            tx_delivered_mstamp: Instant::ZERO,
+            tx_app_limited: false,
+        }
+    }
+    pub fn len(&self) -> u32 {
+        self.data.len() as u32
+    }
+}
+
+/// A received in-order segment waiting for recv().
+#[derive(Debug)]
+pub(crate) struct RxSkb {
+    #[allow(dead_code)]
+    pub seq: u32,
+    pub data: Vec<u8>,
+    /// Bytes already consumed by the application.
+    pub off: usize,
+    pub fin: bool,
+    pub truesize: u32,
+}
+
+/// An out-of-order segment (RFC 9293 §3.10.7.4 queueing).
+#[derive(Debug)]
+pub(crate) struct OfoSkb {
+    pub seq: u32,
+    pub end_seq: u32,
+    pub data: Vec<u8>,
+    pub fin: bool,
+    pub truesize: u32,
+}
+
+/// Listener state: SYN queue (children in SYN_RECV) and accept queue.
+#[derive(Debug, Default)]
+pub(crate) struct Listen {
+    pub backlog: u32,
+    /// Children in SYN_RECV (`reqsk` queue length).
+    pub syn_queue: Vec<SocketId>,
+    /// Established children waiting for accept().
+    pub accept_queue: VecDeque<SocketId>,
+}
+
+/// Delayed-ACK engine state (`icsk_ack`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AckState {
+    pub pending: u8,
+    pub quick: u8,
+    pub pingpong: u8,
+    pub ato: Duration,
+    pub timeout: Instant,
+    pub lrcvtime: Instant,
+    pub rcv_mss: u32,
+    pub last_seg_size: u32,
+}
+
+/// The shared environment of all sockets of one stack.
+pub(crate) struct Env {
+    pub sysctl: Sysctls,
+    pub mib: Counters,
+    pub rng: ChaCha8Rng,
+    pub key: (u64, u64),
+    pub txq: VecDeque<Transmit>,
+    pub wakeups: VecDeque<Wakeup>,
+    pub timers: BTreeSet<(Instant, u32, u32, TimerKind)>,
+    pub ip_ident: u16,
+    /// Challenge-ACK rate limiter: (second, count) (RFC 5961 §7).
+    pub challenge: (u64, u32),
+    pub cc_params: shallow_cc::CcParams,
+    /// Global TCP memory in pages (`tcp_memory_allocated`).
+    pub memory_allocated: i64,
+    pub memory_pressure: bool,
+    /// The substrate paces packets by their EDT (fq): advance `tcp_wstamp_ns` per packet.
+    pub fq_pacing: bool,
+    /// The "device" accepts TSO/GSO packets (`ethtool -K ... tso off gso off` clears it).
+    pub gso: bool,
+}
+
+impl Env {
+    pub fn new(seed: u64) -> Env {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let key = (rng.next_u64(), rng.next_u64());
+        Env {
+            sysctl: Sysctls::default(),
+            mib: Counters::default(),
+            rng,
+            key,
+            txq: VecDeque::new(),
+            wakeups: VecDeque::new(),
+            timers: BTreeSet::new(),
+            ip_ident: 0,
+            challenge: (u64::MAX, 0),
+            cc_params: shallow_cc::CcParams::default(),
+            memory_allocated: 0,
+            memory_pressure: false,
+            fq_pacing: false,
+            gso: true,
+        }
+    }
+
+    /// Queue a wake-up, merging with the previous one for the same socket. If the substrate
+    /// lets the queue grow past [`MAX_WAKEUPS`], wake-ups merge per socket (level-triggered
+    /// waiters lose nothing; edge-triggered ones see fewer edges).
+    pub fn wake(&mut self, socket: SocketId, events: u32) {
+        if let Some(last) = self.wakeups.back_mut() {
+            if last.socket == socket {
+                last.events |= events;
+                return;
+            }
+        }
+        if self.wakeups.len() >= MAX_WAKEUPS {
+            if let Some(w) = self.wakeups.iter_mut().find(|w| w.socket == socket) {
+                w.events |= events;
+                return;
+            }
+        }
+        self.wakeups.push_back(Wakeup { socket, events });
+    }
+
+    pub fn sysint(&self, s: Sysctl) -> i64 {
+        self.sysctl.int(s)
+    }
+
+    /// Keyed hash (SipHash-1-3) over the connection 4-tuple, for ISNs and TS offsets.
+    pub fn hash4(&self, local: SocketAddr, remote: SocketAddr, salt: u8) -> u64 {
+        use core::hash::Hasher;
+        let mut h = siphasher::sip::SipHasher13::new_with_keys(self.key.0, self.key.1);
+        h.write_u8(salt);
+        match local.ip() {
+            IpAddr::V4(a) => h.write(&a.octets()),
+            IpAddr::V6(a) => h.write(&a.octets()),
+        }
+        match remote.ip() {
+            IpAddr::V4(a) => h.write(&a.octets()),
+            IpAddr::V6(a) => h.write(&a.octets()),
+        }
+        h.write_u16(local.port());
+        h.write_u16(remote.port());
+        h.finish()
+    }
+
+    /// Build and queue a segment; returns false if it could not be built.
+    pub fn emit(
+        &mut self,
+        seg: &SegOut<'_>,
+        gso_size: Option<u16>,
+        departure: Option<Instant>,
+        token: Option<TxToken>,
+    ) -> bool {
+        let flow = (self.hash4(seg.local, seg.remote, 3) & 0xffff_ffff) as u32;
+        match packet::build(seg) {
+            Some(data) => {
+                self.mib.inc(Mib::OutSegs);
+                self.txq.push_back(Transmit {
+                    data,
+                    gso_size,
+                    departure,
+                    token,
+                    flow,
+                });
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn next_ident(&mut self) -> u16 {
+        self.ip_ident = self.ip_ident.wrapping_add(1);
+        self.ip_ident
+    }
+
+    /// RFC 5961 §7 / Linux `tcp_send_challenge_ack` global limit: true if one may be sent now.
+    pub fn challenge_ack_allowed(&mut self, now: Instant) -> bool {
+        let limit = self.sysint(Sysctl::tcp_challenge_ack_limit);
+        if limit >= i32::MAX as i64 {
+            return true;
+        }
+        let sec = now.as_nanos() / 1_000_000_000;
+        if self.challenge.0 != sec {
+            self.challenge = (sec, 0);
+        }
+        if i64::from(self.challenge.1) < limit {
+            self.challenge.1 += 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Route attributes that matter to TCP (`ip route ... mtu N advmss N initcwnd N quickack 1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RouteAttrs {
+    /// Path MTU (0 = the interface MTU, 1500).
+    pub mtu: u32,
+    /// Advertised MSS (0 = derived from the MTU).
+    pub advmss: u32,
+    /// Initial cwnd in packets (0 = TCP_INIT_CWND 10).
+    pub initcwnd: u32,
+    /// Initial receive window in packets (0 = default).
+    pub initrwnd: u32,
+    /// ACK every segment at once (`dst_quick_ack`).
+    pub quickack: bool,
+    /// RTO minimum override in ms (0 = sysctl).
+    pub rto_min_ms: u32,
+}
+
+/// Socket options kept per socket.
+#[derive(Clone, Debug)]
+pub(crate) struct SockOpts {
+    pub nodelay: bool,
+    pub cork: bool,
+    pub keepalive: bool,
+    pub keepidle: Option<u32>,
+    pub keepintvl: Option<u32>,
+    pub keepcnt: Option<u32>,
+    pub linger: Option<u32>,
+    pub rcvlowat: u32,
+    pub reuseaddr: bool,
+    pub reuseport: bool,
+    pub user_timeout_ms: u32,
+    pub syn_retries: Option<u32>,
+    pub notsent_lowat: u32,
+    pub tos: u8,
+    pub user_mss: u32,
+    pub sndbuf_lock: bool,
+    pub rcvbuf_lock: bool,
+    pub inq: bool,
+    pub nonblock: bool,
+}
+
+impl Default for SockOpts {
+    fn default() -> Self {
+        SockOpts {
+            nodelay: false,
+            cork: false,
+            keepalive: false,
+            keepidle: None,
+            keepintvl: None,
+            keepcnt: None,
+            linger: None,
+            rcvlowat: 1,
+            reuseaddr: false,
+            reuseport: false,
+            user_timeout_ms: 0,
+            syn_retries: None,
+            notsent_lowat: 0,
+            tos: 0,
+            user_mss: 0,
+            sndbuf_lock: false,
+            rcvbuf_lock: false,
+            inq: false,
+            nonblock: false,
+        }
+    }
+}
+
+/// `sk_shutdown` bits.
+pub(crate) const RCV_SHUTDOWN: u8 = 1;
+pub(crate) const SEND_SHUTDOWN: u8 = 2;
+
+/// One TCP socket (Linux `struct tcp_sock` with its `inet_connection_sock` and `sock`).
+pub(crate) struct Sock {
+    pub id: SocketId,
+    pub gen: u32,
+    pub family: Family,
+    pub state: TcpState,
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub bound: bool,
+    /// Port bound explicitly by bind() (vs auto-bound by connect()).
+    pub userlocks_port: bool,
+    /// In the 4-tuple demux table.
+    pub hashed: bool,
+    /// The application has closed its handle (`SOCK_DEAD` / orphan).
+    pub orphan: bool,
+    pub listen: Option<Box<Listen>>,
+    /// Listener this child belongs to until accept().
+    pub parent: Option<(SocketId, u32)>,
+    pub opts: SockOpts,
+    pub route: RouteAttrs,
+    /// `sk_err` (reported once by SO_ERROR / the next call).
+    pub err: Option<Errno>,
+    pub err_soft: Option<Errno>,
+    pub shutdown: u8,
+    /// SOCK_NOSPACE: a writer saw no space; wake it on write space.
+    pub nospace: bool,
+    /// SACK compression: ACKs saved, rcv_nxt of the episode, dupacks sent at once.
+    pub compressed_ack: u32,
+    pub compressed_ack_rcv_nxt: u32,
+    pub dup_ack_counter: u8,
+    /// `sock->state == SS_CONNECTING`: a connect() is in progress or failed unreported.
+    pub connecting: bool,
+    /// `sk_lock.owned`.
+    pub owned: bool,
+    /// Segments that arrived while owned; `backlog_len` in truesize bytes.
+    pub backlog: VecDeque<crate::packet::OwnedSeg>,
+    pub backlog_len: u32,
+    pub tsq_flags: u8,
+    pub timers: [Option<Instant>; NTIMERS],
+    pub rtx_event: RtxEvent,
+
+    // --- sequence space (RFC 9293 §3.3.1) ---
+    pub iss: u32,
+    pub irs: u32,
+    pub snd_una: u32,
+    pub snd_nxt: u32,
+    /// Sequence after the last byte queued by the application.
+    pub write_seq: u32,
+    /// `pushed_seq`: last sequence marked with PSH (forced_push).
+    pub pushed_seq: u32,
+    /// End of the last small (< MSS) segment sent (Minshall's Nagle variant).
+    pub snd_sml: u32,
+    pub snd_wnd: u32,
+    pub snd_wl1: u32,
+    pub max_window: u32,
+    pub snd_wscale: u8,
+    pub rcv_wscale: u8,
+    pub rcv_nxt: u32,
+    pub rcv_wup: u32,
+    pub rcv_wnd: u32,
+    /// Next byte the application will read.
+    pub copied_seq: u32,
+    pub window_clamp: u32,
+    pub rcv_ssthresh: u32,
+
+    // --- options / MSS ---
+    pub mss_cache: u32,
+    pub advmss: u32,
+    /// Peer's MSS (`rx_opt.mss_clamp`).
+    pub mss_clamp: u32,
+    pub tcp_header_len: u32,
+    pub tstamp_ok: bool,
+    pub sack_ok: bool,
+    pub wscale_ok: bool,
+    pub dsack_ok: bool,
+    pub ts_recent: u32,
+    pub ts_recent_stamp: Instant,
+    pub ts_offset: u32,
+    /// Pending D-SACK block to send (`duplicate_sack`).
+    pub dsack: Option<(u32, u32)>,
+    /// SACK blocks we advertise (`selective_acks`), most recent first.
+    pub sacks: Vec<(u32, u32)>,
+    pub gso_segs_cache: u32,
+
+    // --- congestion control ---
+    pub cc: Box<dyn CongestionControl>,
+    pub cc_st: CcState,
+    pub ca_state: CaState,
+    pub prior_cwnd: u32,
+    pub prior_ssthresh: u32,
+    pub high_seq: u32,
+    /// `undo_marker`: snd_una when the reduction started (None = nothing to undo).
+    pub undo_marker: Option<u32>,
+    /// TSval of the first retransmission of this episode (`retrans_stamp` in TS units).
+    pub retrans_ts: Option<u32>,
+    /// TSecr of the segment being processed (`rx_opt.rcv_tsecr`).
+    pub rcv_tsecr: u32,
+    pub undo_retrans: i32,
+    pub reordering: u32,
+    pub snd_cwnd_stamp: Instant,
+    pub max_packets_out: u32,
+    pub is_cwnd_limited: bool,
+    /// Set by the output loop when it stopped on cwnd (tcp_write_xmit's `is_cwnd_limited`).
+    pub cwnd_limited_now: bool,
+    /// Set by the output loop when it stopped on the peer's window (`is_rwnd_limited`).
+    pub rwnd_limited_now: bool,
+    pub cwnd_usage_seq: u32,
+    pub prr_delivered: u32,
+    pub prr_out: u32,
+    pub tlp_high_seq: Option<u32>,
+    pub tlp_retrans: bool,
+    /// F-RTO in progress (`tp->frto`).
+    pub frto: bool,
+    /// F-RTO step 2.b decided to send new data after this ACK's cwnd update.
+    pub pending_frto_new: bool,
+    /// This ACK (s)acked data never retransmitted (`FLAG_ORIG_SACK_ACKED`).
+    pub ack_orig_acked: bool,
+    /// This ACK SACKed new data (`FLAG_DATA_SACKED`).
+    pub ack_data_sacked: bool,
+
+    // --- RTT / RTO (RFC 6298) ---
+    pub srtt_us: u32,
+    pub mdev_us: u32,
+    pub mdev_max_us: u32,
+    pub rttvar_us: u32,
+    pub rtt_seq: u32,
+    pub rto: Duration,
+    pub backoff: u32,
+    pub retransmits: u32,
+    pub total_retrans: u32,
+    pub retrans_stamp: Option<Instant>,
+    pub min_rtt_us: u32,
+    pub min_rtt_stamp: Instant,
+    pub probes_out: u32,
+    pub keepalive_probes_out: u32,
+    pub lsndtime: Instant,
+    pub lrcvtime: Instant,
+    pub rcv_tstamp: Instant,
+    pub synack_retries_done: u32,
+
+    // --- RACK (RFC 8985) ---
+    pub rack_mstamp: Instant,
+    pub rack_rtt_us: u32,
+    pub rack_end_seq: u32,
+    pub rack_reo_wnd_steps: u32,
+    pub rack_dsack_seen: bool,
+    /// Reordering was observed (`tp->reord_seen`).
+    pub reord_seen: bool,
+    /// End of the highest SACKed sequence (`tcp_highest_sack_seq`).
+    pub highest_sack_end: u32,
+    pub sack_seen_any: bool,
+    pub rack_advanced: bool,
+
+    // --- queues and memory ---
+    pub write_queue: VecDeque<Skb>,
+    pub rtx_queue: VecDeque<Skb>,
+    pub packets_out: u32,
+    pub sacked_out: u32,
+    pub lost_out: u32,
+    pub retrans_out: u32,
+    pub delivered: u32,
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+    pub bytes_sent: u64,
+    pub bytes_retrans: u64,
+    pub data_segs_in: u32,
+    pub data_segs_out: u32,
+    pub segs_in: u32,
+    pub segs_out: u32,
+    pub wmem_queued: u32,
+    pub wmem_alloc: u32,
+    pub sndbuf: u32,
+    pub rcvbuf: u32,
+    pub rmem_alloc: u32,
+    pub rx_queue: VecDeque<RxSkb>,
+    pub ofo_queue: Vec<OfoSkb>,
+    pub fin_received: bool,
+    pub drops: u32,
+    pub ack: AckState,
+    pub pacing_rate: u64,
+    pub wstamp: Instant,
+    pub rcvq_space: u32,
+    pub rcvq_seq: u32,
+    pub rcvq_time: Instant,
+    /// Receiver RTT estimate, µs << 3 (`rcv_rtt_est.rtt_us`).
+    pub rcv_rtt_us: u32,
+    pub rcv_rtt_last_tsecr: u32,
+    pub rcv_rtt_seq: u32,
+    pub rcv_rtt_time: Instant,
+    #[allow(dead_code)]
+    pub urg_data: bool,
+    /// Delivery-rate estimation (tcp_rate.c): time of the last delivery, start of the
+    /// current send window, app-limited marker, last valid sample, and the sample being
+    /// built for the current ACK.
+    pub delivered_mstamp: Instant,
+    pub first_tx_mstamp: Instant,
+    pub app_limited: u32,
+    pub rate_delivered: u32,
+    pub rate_interval_us: u64,
+    pub rate_app_limited: bool,
+    pub rs_prior_delivered: Option<u32>,
+    pub rs_prior_mstamp: Instant,
+    pub rs_interval_us: u64,
+    pub rs_app_limited: bool,
+    /// Send-side chronographs (`tcp_chrono_*`): current type (0 none, 1 busy, 2 rwnd-limited,
+    /// 3 sndbuf-limited), its start, and accumulated time per type.
+    pub chrono_type: u8,
+    pub chrono_start: Instant,
+    pub chrono_stat: [Duration; 3],
+    /// Last time we answered an invalid segment (`last_oow_ack_time`).
+    pub last_oow_ack: Instant,
+}
+
+use crate::Errno;
+
+impl Sock {
+    pub fn new(id: SocketId, gen: u32, family: Family, env: &Env) -> Sock {
+        let wmem = env.sysctl.triple(Sysctl::tcp_wmem);
+        let rmem = env.sysctl.triple(Sysctl::tcp_rmem);
+        let cc = shallow_cc::by_name(
+            env.sysctl.str(Sysctl::tcp_congestion_control),
+            &env.cc_params,
+        )
+        .or_else(|| shallow_cc::by_name("reno", &env.cc_params))
+        .expect("reno is always available");
+        let unspec = SocketAddr::new(family.unspecified(), 0);
+        Sock {
+            id,
+            gen,
+            family,
+            state: TcpState::Close,
+            local: unspec,
+            remote: unspec,
+            bound: false,
+            userlocks_port: false,
+            hashed: false,
+            orphan: false,
+            listen: None,
+            parent: None,
+            opts: SockOpts::default(),
+            route: RouteAttrs::default(),
+            err: None,
+            err_soft: None,
+            shutdown: 0,
+            nospace: false,
+            compressed_ack: 0,
+            compressed_ack_rcv_nxt: 0,
+            dup_ack_counter: 0,
+            connecting: false,
+            owned: false,
+            backlog: VecDeque::new(),
+            backlog_len: 0,
+            tsq_flags: 0,
+            timers: [None; NTIMERS],
+            rtx_event: RtxEvent::Rto,
+            iss: 0,
+            irs: 0,
+            snd_una: 0,
+            snd_nxt: 0,
+            write_seq: 0,
+            pushed_seq: 0,
+            snd_sml: 0,
+            snd_wnd: 0,
+            snd_wl1: 0,
+            max_window: 0,
+            snd_wscale: 0,
+            rcv_wscale: 0,
+            rcv_nxt: 0,
+            rcv_wup: 0,
+            rcv_wnd: 0,
+            copied_seq: 0,
+            window_clamp: 0,
+            rcv_ssthresh: 0,
+            mss_cache: TCP_MSS_DEFAULT,
+            advmss: TCP_MSS_DEFAULT,
+            mss_clamp: TCP_MSS_DEFAULT,
+            tcp_header_len: 20,
+            tstamp_ok: false,
+            sack_ok: false,
+            wscale_ok: false,
+            dsack_ok: false,
+            ts_recent: 0,
+            ts_recent_stamp: Instant::ZERO,
+            ts_offset: 0,
+            dsack: None,
+            sacks: Vec::new(),
+            gso_segs_cache: 0,
+            cc,
+            cc_st: CcState::default(),
+            ca_state: CaState::Open,
+            prior_cwnd: 0,
+            prior_ssthresh: 0,
+            high_seq: 0,
+            undo_marker: None,
+            retrans_ts: None,
+            rcv_tsecr: 0,
+            undo_retrans: -1,
+            reordering: env.sysint(Sysctl::tcp_reordering) as u32,
+            snd_cwnd_stamp: Instant::ZERO,
+            max_packets_out: 0,
+            is_cwnd_limited: false,
+            cwnd_limited_now: false,
+            rwnd_limited_now: false,
+            cwnd_usage_seq: 0,
+            prr_delivered: 0,
+            prr_out: 0,
+            tlp_high_seq: None,
+            tlp_retrans: false,
+            frto: false,
+            pending_frto_new: false,
+            ack_orig_acked: false,
+            ack_data_sacked: false,
+            srtt_us: 0,
+            mdev_us: 0,
+            mdev_max_us: 0,
+            rttvar_us: 0,
+            rtt_seq: 0,
+            rto: TCP_TIMEOUT_INIT,
+            backoff: 0,
+            retransmits: 0,
+            total_retrans: 0,
+            retrans_stamp: None,
+            min_rtt_us: u32::MAX,
+            min_rtt_stamp: Instant::ZERO,
+            probes_out: 0,
+            keepalive_probes_out: 0,
+            lsndtime: Instant::ZERO,
+            lrcvtime: Instant::ZERO,
+            rcv_tstamp: Instant::ZERO,
+            synack_retries_done: 0,
+            rack_mstamp: Instant::ZERO,
+            rack_rtt_us: 0,
+            rack_end_seq: 0,
+            rack_reo_wnd_steps: 1,
+            rack_dsack_seen: false,
+            reord_seen: false,
+            highest_sack_end: 0,
+            sack_seen_any: false,
+            rack_advanced: false,
+            write_queue: VecDeque::new(),
+            rtx_queue: VecDeque::new(),
+            packets_out: 0,
+            sacked_out: 0,
+            lost_out: 0,
+            retrans_out: 0,
+            delivered: 0,
+            bytes_acked: 0,
+            bytes_received: 0,
+            bytes_sent: 0,
+            bytes_retrans: 0,
+            data_segs_in: 0,
+            data_segs_out: 0,
+            segs_in: 0,
+            segs_out: 0,
+            wmem_queued: 0,
+            wmem_alloc: 0,
+            sndbuf: wmem[1] as u32,
+            rcvbuf: rmem[1] as u32,
+            rmem_alloc: 0,
+            rx_queue: VecDeque::new(),
+            ofo_queue: Vec::new(),
+            fin_received: false,
+            drops: 0,
+            ack: AckState {
+                pending: 0,
+                quick: 0,
+                pingpong: 0,
+                ato: TCP_ATO_MIN,
+                timeout: Instant::ZERO,
+                lrcvtime: Instant::ZERO,
+                rcv_mss: TCP_MSS_DEFAULT,
+                last_seg_size: 0,
+            },
+            // sk_pacing_rate starts at ~0 (unlimited) until the first ACK of data.
+            pacing_rate: u64::MAX,
+            wstamp: Instant::ZERO,
+            rcvq_space: 0,
+            rcvq_seq: 0,
+            rcvq_time: Instant::ZERO,
+            rcv_rtt_us: 0,
+            rcv_rtt_last_tsecr: 0,
+            rcv_rtt_seq: 0,
+            rcv_rtt_time: Instant::ZERO,
+            urg_data: false,
+            last_oow_ack: Instant::ZERO,
+            chrono_type: 0,
+            chrono_start: Instant::ZERO,
+            chrono_stat: [Duration::ZERO; 3],
+            delivered_mstamp: Instant::ZERO,
+            first_tx_mstamp: Instant::ZERO,
+            app_limited: 0,
+            rate_delivered: 0,
+            rate_interval_us: 0,
+            rate_app_limited: false,
+            rs_prior_delivered: None,
+            rs_prior_mstamp: Instant::ZERO,
+            rs_interval_us: 0,
+            rs_app_limited: false,
+        }
+    }
+
+    fn chrono_set(&mut self, now: Instant, t: u8) {
+        if self.chrono_type != 0 {
+            let i = usize::from(self.chrono_type - 1);
+            self.chrono_stat[i] += now - self.chrono_start;
+        }
+        self.chrono_start = now;
+        self.chrono_type = t;
+    }
+
+    /// `tcp_chrono_start`: a higher-priority state (busy < rwnd-limited < sndbuf-limited)
+    /// takes over.
+    pub fn chrono_start(&mut self, now: Instant, t: u8) {
+        if t > self.chrono_type {
+            self.chrono_set(now, t);
+        }
+    }
+
+    /// `tcp_chrono_stop`.
+    pub fn chrono_stop(&mut self, now: Instant, t: u8) {
+        if self.write_queue.is_empty() && self.rtx_queue.is_empty() {
+            if self.chrono_type != 0 {
+                self.chrono_set(now, 0);
+            }
+        } else if t == self.chrono_type {
+            self.chrono_set(now, 1);
+        }
+    }
+
+    /// Accumulated chronograph time including the running one.
+    pub fn chrono_totals(&self, now: Instant) -> [Duration; 3] {
+        let mut s = self.chrono_stat;
+        if self.chrono_type != 0 {
+            s[usize::from(self.chrono_type - 1)] += now - self.chrono_start;
+        }
+        s
+    }
+
+    /// Arm (or re-arm) a timer.
+    pub fn arm(&mut self, env: &mut Env, kind: TimerKind, at: Instant) {
+        if let Some(old) = self.timers[kind as usize].take() {
+            env.timers.remove(&(old, self.id.0, self.gen, kind));
+        }
+        self.timers[kind as usize] = Some(at);
+        env.timers.insert((at, self.id.0, self.gen, kind));
+    }
+
+    /// Cancel a timer.
+    pub fn disarm(&mut self, env: &mut Env, kind: TimerKind) {
+        if let Some(old) = self.timers[kind as usize].take() {
+            env.timers.remove(&(old, self.id.0, self.gen, kind));
+        }
+    }
+
+    pub fn disarm_all(&mut self, env: &mut Env) {
+        for k in [
+            TimerKind::Retrans,
+            TimerKind::Delack,
+            TimerKind::Keepalive,
+            TimerKind::CompSack,
+        ] {
+            self.disarm(env, k);
+        }
+    }
+
+    pub fn snd_cwnd(&self) -> u32 {
+        self.cc_st.snd_cwnd
+    }
+
+    /// `tcp_packets_in_flight()`: packets_out - (sacked_out + lost_out) + retrans_out.
+    pub fn packets_in_flight(&self) -> u32 {
+        self.packets_out
+            .saturating_sub(self.sacked_out + self.lost_out)
+            .saturating_add(self.retrans_out)
+    }
+
+    /// TCP timestamp clock value for `now` (ms clock + per-connection offset).
+    pub fn tsval(&self, now: Instant) -> u32 {
+        (now.as_millis() as u32).wrapping_add(self.ts_offset)
+    }
+
+    /// `tcp_notsent_lowat`: per-socket value or the sysctl.
+    pub fn notsent_lowat(&self, env: &Env) -> u32 {
+        if self.opts.notsent_lowat != 0 {
+            self.opts.notsent_lowat
+        } else {
+            env.sysint(Sysctl::tcp_notsent_lowat) as u32
+        }
+    }
+
+    /// `sk_wmem_alloc` as Linux compares it: bytes below TCP plus the reference bias of 1
+    /// (`SK_WMEM_ALLOC_BIAS`), so one queued packet of size X counts as "more than X".
+    pub fn wmem_alloc_biased(&self) -> u32 {
+        self.wmem_alloc + 1
+    }
+
+    /// Unsent bytes in the write queue (`write_seq - snd_nxt`).
+    pub fn notsent_bytes(&self) -> u32 {
+        let n = self.write_seq.wrapping_sub(self.snd_nxt) as i32;
+        n.max(0) as u32
+    }
+
+    /// `tcp_stream_memory_free(sk, wake)`: `(notsent << wake) < lowat`.
+    pub fn stream_memory_free(&self, env: &Env, wake: u32) -> bool {
+        (self.notsent_bytes() << wake) < self.notsent_lowat(env)
+    }
+
+    /// `__sk_stream_memory_free(sk, wake)`.
+    pub fn sk_stream_memory_free(&self, env: &Env, wake: u32) -> bool {
+        self.wmem_queued < self.sndbuf && self.stream_memory_free(env, wake)
+    }
+
+    /// `__sk_stream_is_writeable(sk, wake)`: wspace >= wmem_queued/2 && memory free.
+    pub fn stream_is_writeable(&self, env: &Env, wake: u32) -> bool {
+        let wspace = self.sndbuf as i64 - self.wmem_queued as i64;
+        wspace >= (self.wmem_queued / 2) as i64 && self.sk_stream_memory_free(env, wake)
+    }
+
+    pub fn is_synchronized(&self) -> bool {
+        !matches!(
+            self.state,
+            TcpState::Close | TcpState::Listen | TcpState::SynSent
+        )
+    }
+
+    /// Sequence-space receive window still offered (`tcp_receive_window`).
+    pub fn receive_window(&self) -> u32 {
+        let w = self
+            .rcv_wup
+            .wrapping_add(self.rcv_wnd)
+            .wrapping_sub(self.rcv_nxt) as i32;
+        w.max(0) as u32
+    }
+
+    /// `tcp_win_from_space`: the share of buffer space usable for payload
+    /// (`space - space >> tcp_adv_win_scale`, i.e. half with the default 1).
+    pub fn win_from_space(env: &Env, space: i64) -> i64 {
+        let s = env.sysint(Sysctl::tcp_adv_win_scale);
+        if s <= 0 {
+            space >> (-s).min(31)
+        } else {
+            space - (space >> s.min(31))
+        }
+    }
+
+    /// `tcp_space`: window we could offer now.
+    pub fn tcp_space(&self, env: &Env) -> i64 {
+        Self::win_from_space(
+            env,
+            self.rcvbuf as i64 - self.backlog_len as i64 - self.rmem_alloc as i64,
+        )
+    }
+
+    /// `tcp_full_space`.
+    pub fn full_space(&self, env: &Env) -> i64 {
+        Self::win_from_space(env, self.rcvbuf as i64)
+    }
+
+    /// Random u32 from the stack RNG.
+    pub fn rand(env: &mut Env) -> u32 {
+        env.rng.next_u32()
+    }
+
+    /// IPv4/IPv6 header length.
+    pub fn ip_hdr_len(&self) -> u32 {
+        match self.family {
+            Family::V4 => 20,
+            Family::V6 => 40,
+        }
+    }
+
+    /// Build the header fields shared by all segments of this connection.
+    pub fn seg<'a>(
+        &self,
+        env: &mut Env,
+        seq: u32,
+        flags: u16,
+        window: u16,
+        opts: &'a [OutOpt],
+        payload: &'a [u8],
+    ) -> SegOut<'a> {
+        SegOut {
+            local: self.local,
+            remote: self.remote,
+            seq,
+            ack: if flags & packet::flags::ACK != 0 {
+                self.rcv_nxt
+            } else {
+                0
+            },
+            flags,
+            window,
+            tos: self.opts.tos,
+            ttl: 64,
+            ident: env.next_ident(),
+            opts,
+            payload,
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Socket options (`setsockopt`/`getsockopt`) with Linux names and semantics.
+
+use crate::errno::Errno;
+
+/// Socket options the engine implements (Linux level + name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum SockOpt {
+    SoReuseaddr,
+    SoReuseport,
+    SoError,
+    SoSndbuf,
+    SoRcvbuf,
+    SoKeepalive,
+    SoLinger,
+    SoRcvlowat,
+    SoType,
+    SoSndbufforce,
+    SoRcvbufforce,
+    TcpNodelay,
+    TcpMaxseg,
+    TcpCork,
+    TcpKeepidle,
+    TcpKeepintvl,
+    TcpKeepcnt,
+    TcpSyncnt,
+    TcpInfo,
+    TcpQuickack,
+    TcpCongestion,
+    TcpUserTimeout,
+    TcpNotsentLowat,
+    TcpInq,
+    IpTos,
+    Ipv6Tclass,
+}
+
+/// `SOL_SOCKET`.
+pub const SOL_SOCKET: i32 = 1;
+/// `IPPROTO_IP`.
+pub const SOL_IP: i32 = 0;
+/// `SOL_TCP` / `IPPROTO_TCP`.
+pub const SOL_TCP: i32 = 6;
+/// `IPPROTO_IPV6`.
+pub const SOL_IPV6: i32 = 41;
+
+impl SockOpt {
+    /// Map a Linux (level, optname) pair to an option; None = ENOPROTOOPT.
+    pub fn from_linux(level: i32, name: i32) -> Option<SockOpt> {
+        use SockOpt::*;
+        Some(match (level, name) {
+            (SOL_SOCKET, 2) => SoReuseaddr,
+            (SOL_SOCKET, 15) => SoReuseport,
+            (SOL_SOCKET, 3) => SoType,
+            (SOL_SOCKET, 4) => SoError,
+            (SOL_SOCKET, 7) => SoSndbuf,
+            (SOL_SOCKET, 8) => SoRcvbuf,
+            (SOL_SOCKET, 9) => SoKeepalive,
+            (SOL_SOCKET, 13) => SoLinger,
+            (SOL_SOCKET, 18) => SoRcvlowat,
+            (SOL_SOCKET, 32) => SoSndbufforce,
+            (SOL_SOCKET, 33) => SoRcvbufforce,
+            (SOL_TCP, 1) => TcpNodelay,
+            (SOL_TCP, 2) => TcpMaxseg,
+            (SOL_TCP, 3) => TcpCork,
+            (SOL_TCP, 4) => TcpKeepidle,
+            (SOL_TCP, 5) => TcpKeepintvl,
+            (SOL_TCP, 6) => TcpKeepcnt,
+            (SOL_TCP, 7) => TcpSyncnt,
+            (SOL_TCP, 11) => TcpInfo,
+            (SOL_TCP, 12) => TcpQuickack,
+            (SOL_TCP, 13) => TcpCongestion,
+            (SOL_TCP, 18) => TcpUserTimeout,
+            (SOL_TCP, 25) => TcpNotsentLowat,
+            (SOL_TCP, 36) => TcpInq,
+            (SOL_IP, 1) => IpTos,
+            (SOL_IPV6, 67) => Ipv6Tclass,
+            _ => return None,
+        })
+    }
+
+    /// Linux name, e.g. `"TCP_NODELAY"`.
+    pub fn name(self) -> &'static str {
+        use SockOpt::*;
+        match self {
+            SoReuseaddr => "SO_REUSEADDR",
+            SoReuseport => "SO_REUSEPORT",
+            SoError => "SO_ERROR",
+            SoSndbuf => "SO_SNDBUF",
+            SoRcvbuf => "SO_RCVBUF",
+            SoKeepalive => "SO_KEEPALIVE",
+            SoLinger => "SO_LINGER",
+            SoRcvlowat => "SO_RCVLOWAT",
+            SoType => "SO_TYPE",
+            SoSndbufforce => "SO_SNDBUFFORCE",
+            SoRcvbufforce => "SO_RCVBUFFORCE",
+            TcpNodelay => "TCP_NODELAY",
+            TcpMaxseg => "TCP_MAXSEG",
+            TcpCork => "TCP_CORK",
+            TcpKeepidle => "TCP_KEEPIDLE",
+            TcpKeepintvl => "TCP_KEEPINTVL",
+            TcpKeepcnt => "TCP_KEEPCNT",
+            TcpSyncnt => "TCP_SYNCNT",
+            TcpInfo => "TCP_INFO",
+            TcpQuickack => "TCP_QUICKACK",
+            TcpCongestion => "TCP_CONGESTION",
+            TcpUserTimeout => "TCP_USER_TIMEOUT",
+            TcpNotsentLowat => "TCP_NOTSENT_LOWAT",
+            TcpInq => "TCP_INQ",
+            IpTos => "IP_TOS",
+            Ipv6Tclass => "IPV6_TCLASS",
+        }
+    }
+}
+
+/// An option value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OptVal {
+    /// An `int` option.
+    Int(i64),
+    /// `struct linger`.
+    Linger {
+        /// l_onoff.
+        onoff: bool,
+        /// l_linger, seconds.
+        secs: i32,
+    },
+    /// A string option (TCP_CONGESTION).
+    Str(String),
+}
+
+impl OptVal {
+    /// The integer value, or EINVAL.
+    pub fn int(&self) -> Result<i64, Errno> {
+        match self {
+            OptVal::Int(v) => Ok(*v),
+            OptVal::Linger { onoff, .. } => Ok(i64::from(*onoff)),
+            OptVal::Str(_) => Err(Errno::EINVAL),
+        }
+    }
+}
