@@ -7,6 +7,12 @@
 //! drop-tail router queue and impairments, and a receive path with GRO. Endpoints plug in
 //! through the [`Endpoint`] trait, which mirrors the engine's network-side interface.
 //!
+//! On top of the network model: [`host::TcpHost`] runs the Shallow engine (`shallow_tcp::Stack`)
+//! as an endpoint, with CPUs that charge every operation from a [`cpu::CostTable`], socket
+//! ownership while a system call runs (packets meanwhile go to the socket's backlog), and
+//! application threads playing netperf's workloads ([`workload`]); [`mod@bench`] builds the
+//! two-host topology, runs a workload and reports its metrics ([`hist`] for percentiles).
+//!
 //! Same seed and same inputs give the same event trace ([`Sim::digest`]) and the same pcap
 //! bytes.
 //!
@@ -32,9 +38,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod capture;
+pub mod cpu;
 pub mod event;
 pub mod gro;
+pub mod hist;
+pub mod host;
 pub mod metrics;
 pub mod packet;
 pub mod pool;
@@ -45,9 +55,13 @@ pub mod sim;
 pub mod spec;
 pub mod testing;
 pub mod time;
+pub mod workload;
 
+pub use bench::{BenchConfig, BenchReport, FlowMetrics, Test};
 pub use capture::{CaptureOut, CapturePoint};
+pub use cpu::{CostTable, CpuLayout};
 pub use event::EventQueue;
+pub use host::{TcpHost, TcpHostConfig};
 pub use packet::{Endpoint, Packet, Skb};
 pub use qdisc::{Qdisc, QdiscStats};
 pub use rng::SimRng;
@@ -57,3 +71,4 @@ pub use sim::{
 };
 pub use spec::{GilbertElliott, LinkSpec, QdiscSpec, QueueLimit, SpecError};
 pub use time::{Rate, Time};
+pub use workload::{Role, Writer};

@@ -338,6 +338,10 @@ struct Host<E> {
     napi_scheduled: bool,
     gro: Option<Gro>,
     timer_at: Option<Time>,
+    /// Time of the pending (valid) timer event, if any. A later deadline does not move it:
+    /// it fires, finds the deadline not yet due, and re-arms (keeps the event heap small
+    /// when an endpoint's deadline moves often).
+    timer_event: Option<Time>,
     timer_gen: u64,
     timer_last: Time,
     timer_repeats: u32,
@@ -475,6 +479,7 @@ impl<E: Endpoint> TopologyBuilder<E> {
                 napi_scheduled: false,
                 gro: cfg.gro.then(Gro::new),
                 timer_at: None,
+                timer_event: None,
                 timer_gen: 0,
                 timer_last: Time::MAX,
                 timer_repeats: 0,
@@ -667,16 +672,19 @@ impl<E: Endpoint> Sim<E> {
             Ev::Timer { host, gen } => {
                 let hs = &mut self.hosts[host];
                 if hs.timer_gen == gen {
-                    hs.timer_at = None;
-                    if hs.timer_last == self.now {
-                        hs.timer_repeats += 1;
-                    } else {
-                        hs.timer_last = self.now;
-                        hs.timer_repeats = 0;
+                    hs.timer_event = None;
+                    if hs.timer_at.is_some_and(|d| d <= self.now) {
+                        hs.timer_at = None;
+                        if hs.timer_last == self.now {
+                            hs.timer_repeats += 1;
+                        } else {
+                            hs.timer_last = self.now;
+                            hs.timer_repeats = 0;
+                        }
+                        self.record(TraceKind::Timer, host, 0, 0);
+                        let now = self.now;
+                        self.hosts[host].ep.handle_timeout(now);
                     }
-                    self.record(TraceKind::Timer, host, 0, 0);
-                    let now = self.now;
-                    self.hosts[host].ep.handle_timeout(now);
                     self.service(host);
                 }
             }
@@ -772,17 +780,20 @@ impl<E: Endpoint> Sim<E> {
         }
         let hs = &mut self.hosts[h];
         let t = hs.ep.poll_timeout();
-        if t != hs.timer_at {
-            hs.timer_at = t;
-            hs.timer_gen += 1;
-            if let Some(t) = t {
-                let gen = hs.timer_gen;
-                let mut at = t.max(now);
-                if at == hs.timer_last && hs.timer_repeats >= TIMER_SPIN_LIMIT {
+        hs.timer_at = t;
+        if let Some(t) = t {
+            let mut at = t.max(now);
+            if at == hs.timer_last && hs.timer_repeats >= TIMER_SPIN_LIMIT {
+                at = now + Time::from_micros(1);
+            }
+            if hs.timer_event.is_none_or(|e| at < e) {
+                if at > t.max(now) {
                     hs.stats.timer_spins += 1;
                     hs.timer_repeats = 0;
-                    at = now + Time::from_micros(1);
                 }
+                hs.timer_gen += 1;
+                hs.timer_event = Some(at);
+                let gen = hs.timer_gen;
                 self.events.push(at, Ev::Timer { host: h, gen });
             }
         }

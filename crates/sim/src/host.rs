@@ -1,0 +1,1086 @@
+//! [`TcpHost`]: the engine adapter. One `shallow_tcp::Stack`, the host's CPUs and its
+//! application threads, plugged into the emulator as an [`Endpoint`].
+//!
+//! Everything the host does runs on a CPU timeline ([`Cpu`]) and costs time from the
+//! [`CostTable`]:
+//!
+//! * **Packet processing ("softirq")** runs on the softirq CPU: each packet from the network,
+//!   each TX completion and each timer run is one task, run in arrival order, ahead of
+//!   application threads on the same CPU (softirq preempts user work between system calls).
+//! * **Application threads** run on the application CPU, one system call per scheduling
+//!   step. While a thread is inside a socket call it owns the socket (`Stack::lock_sock` …
+//!   `Stack::release_sock`); packets for an owned socket go to its backlog, and their
+//!   processing cost is paid by the owner's CPU in `release_sock` (Linux `__release_sock`).
+//!   Since the emulator is single-threaded, a socket is owned exactly while a call on it is
+//!   in progress on the application CPU, i.e. between the call's start and the end of its
+//!   CPU time; a packet the softirq CPU handles in that window goes to the backlog.
+//! * A thread that cannot make progress blocks on an explicit wait condition (poll bits on
+//!   its socket) and is woken by the engine's `poll_wakeup()` events; a wake-up costs a
+//!   context switch on the woken thread's CPU. Nothing busy-waits.
+//! * Packets an engine call produces leave the host when the CPU work of that call ends.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+
+use sha2::{Digest, Sha256};
+use shallow_tcp::{
+    pollbits::*, Errno, Family, Instant, OptVal, Shutdown, SockOpt, SocketId, Stack, TcpState,
+    TxToken,
+};
+
+use crate::cpu::{CostTable, Cpu, CpuLayout};
+use crate::event::EventQueue;
+use crate::hist::Histogram;
+use crate::packet::{Endpoint, Packet};
+use crate::pool::{BufPool, FlowMap};
+use crate::rng::SimRng;
+use crate::segment;
+use crate::time::Time;
+use crate::workload::{Client, Listener, Role, Writer};
+
+fn inst(t: Time) -> Instant {
+    Instant::from_nanos(t.0)
+}
+
+/// Length of the repeating pseudo-random pattern senders write (a prime, so a misplaced
+/// block of any power-of-two size shows up in the receiver's SHA-256).
+const PATTERN_LEN: usize = 1_048_573;
+
+/// Counters of one application thread.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadStats {
+    /// `send()` calls (blocking writer: one per message; epoll writer: every call,
+    /// including those that returned EAGAIN).
+    pub send_calls: u64,
+    /// Bytes accepted by `send()`.
+    pub bytes_sent: u64,
+    /// `recv()` calls.
+    pub recv_calls: u64,
+    /// Bytes returned by `recv()`.
+    pub bytes_received: u64,
+    /// `send()` calls that returned EAGAIN or accepted only part of the buffer.
+    pub send_full: u64,
+    /// `epoll_wait` calls.
+    pub epoll_waits: u64,
+    /// Times the thread was woken from a blocking wait.
+    pub wakeups: u64,
+    /// Context switches (each wake-up is one).
+    pub context_switches: u64,
+    /// CPU time of the thread's system calls, ns.
+    pub cpu_ns: u64,
+    /// TCP_RR transactions completed.
+    pub transactions: u64,
+    /// TCP_RR round-trip latency, ns (request sent → response read).
+    pub latency: Histogram,
+    /// When the thread finished (end of stream read, or its last byte sent).
+    pub done_at: Option<Time>,
+    /// The error that ended the thread, if any.
+    pub error: Option<Errno>,
+    /// SHA-256 of the bytes sent or received (BULK), when finished.
+    pub sha256: Option<[u8; 32]>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sched {
+    /// In its CPU's run queue.
+    Runnable,
+    /// Waiting for any of these poll bits on its socket.
+    Blocked(u32),
+    /// Finished.
+    Done,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Client: create the socket and connect.
+    Connect,
+    /// Client: waiting for the handshake.
+    Connecting,
+    /// Playing the role.
+    Run,
+    /// Accept loop of a listener (index).
+    Accept(usize),
+}
+
+/// One application thread (see the module docs).
+pub struct Thread {
+    /// Flow index for clients (`None` for server-side threads and acceptors).
+    pub flow: Option<usize>,
+    /// Its role (acceptors: the role of the listener).
+    pub role: Role,
+    /// Its socket, once it has one.
+    pub sock: Option<SocketId>,
+    /// Local address once connected.
+    pub local: Option<SocketAddr>,
+    /// Peer address once connected.
+    pub peer: Option<SocketAddr>,
+    /// Counters.
+    pub stats: ThreadStats,
+    remote: Option<SocketAddr>,
+    nodelay: bool,
+    cpu: usize,
+    sched: Sched,
+    phase: Phase,
+    ready_at: Time,
+    pending_cs: bool,
+    /// Bytes of the current message still to send (or request/response bytes still to move).
+    left: usize,
+    /// TCP_RR: true while sending (client: the request; server: the response).
+    rr_sending: bool,
+    rr_start: Time,
+    hasher: Option<Sha256>,
+    buf: Vec<u8>,
+}
+
+impl Thread {
+    fn new(role: Role, cpu: usize, phase: Phase) -> Thread {
+        let hash = matches!(
+            role,
+            Role::Sender { hash: true, .. } | Role::Receiver { hash: true, .. }
+        );
+        let rr_sending = matches!(role, Role::RrClient { .. });
+        Thread {
+            flow: None,
+            role,
+            sock: None,
+            local: None,
+            peer: None,
+            stats: ThreadStats::default(),
+            remote: None,
+            nodelay: false,
+            cpu,
+            sched: Sched::Runnable,
+            phase,
+            ready_at: Time::ZERO,
+            pending_cs: false,
+            left: 0,
+            rr_sending,
+            rr_start: Time::ZERO,
+            hasher: hash.then(Sha256::new),
+            buf: Vec::new(),
+        }
+    }
+    /// True once the thread has finished.
+    pub fn is_done(&self) -> bool {
+        self.sched == Sched::Done
+    }
+    /// The thread's scheduling state, for diagnostics: "runnable", "blocked(0x..)" or "done".
+    pub fn sched_state(&self) -> String {
+        match self.sched {
+            Sched::Runnable => "runnable".into(),
+            Sched::Blocked(m) => format!("blocked({m:#x})"),
+            Sched::Done => "done".into(),
+        }
+    }
+    /// True for an accept-loop thread.
+    pub fn is_acceptor(&self) -> bool {
+        matches!(self.phase, Phase::Accept(_))
+    }
+}
+
+enum Task {
+    Rx(Vec<u8>, Option<u16>),
+    TxDone(u64),
+    Timer,
+}
+
+#[derive(Default)]
+struct CpuState {
+    cpu: Cpu,
+    /// Softirq work finishes at this time (softirq work is never preempted).
+    soft_free_at: Time,
+    softirq: VecDeque<Task>,
+    run: VecDeque<usize>,
+    /// A thread's socket call in progress: (thread, socket) to `release_sock` when the CPU
+    /// time of the call has run. Softirq work may preempt it.
+    release: Option<(usize, SocketId)>,
+    /// Softirq time since its queue was last empty.
+    soft_streak: u64,
+    /// In "ksoftirqd" mode (streak over [`SOFTIRQ_BUDGET_NS`]): softirq and thread time
+    /// since the mode began; the one with less runs next.
+    ksoft_soft: u64,
+    ksoft_thread: u64,
+}
+
+/// Packets that may wait for the softirq CPU (Linux `netdev_max_backlog`, 1000): arrivals
+/// beyond it are dropped, so a CPU-bound receiver cannot queue without bound.
+pub const RX_BACKLOG_LIMIT: usize = 1000;
+
+/// Softirq work a CPU does ahead of application threads before the rest is handed to
+/// `ksoftirqd`, which the scheduler shares fairly with them (Linux `net_rx_action`'s
+/// `netdev_budget_usecs`, 2 ms by default). Without this limit a saturating packet rate
+/// would starve the application forever.
+pub const SOFTIRQ_BUDGET_NS: u64 = 2_000_000;
+
+/// Counters of a host's adapter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpHostStats {
+    /// Packets processed by softirq.
+    pub rx_packets: u64,
+    /// Of those, queued to an owned socket's backlog.
+    pub rx_to_backlog: u64,
+    /// TX completions processed.
+    pub tx_completions: u64,
+    /// Timer runs.
+    pub timer_runs: u64,
+    /// Packets the engine sent.
+    pub tx_packets: u64,
+    /// Wire segments in those packets (TSO super-segments count each segment).
+    pub tx_segments: u64,
+    /// Packets dropped because [`RX_BACKLOG_LIMIT`] packets were already waiting for the
+    /// softirq CPU (Linux counts these as `softnet_stat` drops / RX ring overruns).
+    pub rx_backlog_drops: u64,
+    /// Scheduler passes cut short because nothing advanced time (zero costs and a thread that
+    /// keeps being runnable); a sign of a workload bug.
+    pub spin_breaks: u64,
+}
+
+/// Configuration of a [`TcpHost`].
+#[derive(Clone, Debug)]
+pub struct TcpHostConfig {
+    /// The host's address (also the one the topology routes to it).
+    pub addr: IpAddr,
+    /// Seed of its engine (ISNs, ports) and data pattern.
+    pub seed: u64,
+    /// CPU costs.
+    pub costs: CostTable,
+    /// Where threads and softirq run.
+    pub cpus: CpuLayout,
+    /// Sysctls to set (Linux names).
+    pub sysctls: Vec<(String, String)>,
+    /// The qdisc paces by EDT (fq): tells the engine (`Stack::set_fq_pacing`).
+    pub fq_pacing: bool,
+}
+
+/// One emulated host running the Shallow engine (see the module docs).
+pub struct TcpHost {
+    /// The engine.
+    pub stack: Stack,
+    costs: CostTable,
+    cpus: Vec<CpuState>,
+    softirq_cpu: usize,
+    app_cpu: usize,
+    threads: Vec<Thread>,
+    listeners: Vec<Listener>,
+    out: EventQueue<Packet>,
+    tokens: Vec<Option<TxToken>>,
+    free_tokens: Vec<u64>,
+    timer_queued: bool,
+    /// Socket index → thread index.
+    sock_thread: Vec<Option<usize>>,
+    /// Backlog processing cost waiting for each socket's `release_sock`, by socket index.
+    backlog_cost: Vec<u64>,
+    /// (local port, remote port) → socket, for the ownership test on input.
+    by_ports: BTreeMap<(u16, u16), SocketId>,
+    /// Flow hash → (local port, remote port) of the packets carrying it.
+    flow_ports: FlowMap<(u16, u16)>,
+    pattern: Vec<u8>,
+    scratch: Vec<(Packet, u64)>,
+    pool: BufPool,
+    /// Rx tasks waiting in softirq queues.
+    rx_pending: usize,
+    /// The socket the running step locked.
+    cur_lock: Option<SocketId>,
+    /// Adapter counters.
+    pub stats: TcpHostStats,
+}
+
+/// A sysctl the engine refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("sysctl {name}={value}: {why}")]
+pub struct SysctlFailure {
+    /// Name.
+    pub name: String,
+    /// Value.
+    pub value: String,
+    /// The engine's error.
+    pub why: String,
+}
+
+impl TcpHost {
+    /// A host with no threads yet.
+    pub fn new(cfg: &TcpHostConfig) -> Result<TcpHost, SysctlFailure> {
+        let mut stack = Stack::new(cfg.seed);
+        stack.add_address(cfg.addr);
+        stack.set_fq_pacing(cfg.fq_pacing);
+        for (k, v) in &cfg.sysctls {
+            stack.sysctl_set(k, v).map_err(|e| SysctlFailure {
+                name: k.clone(),
+                value: v.clone(),
+                why: e.to_string(),
+            })?;
+        }
+        let (n, softirq_cpu, app_cpu) = match cfg.cpus {
+            CpuLayout::Same => (1, 0, 0),
+            CpuLayout::Split => (2, 0, 1),
+        };
+        let mut rng = SimRng::new(cfg.seed, "host/pattern");
+        let mut pattern = Vec::with_capacity(PATTERN_LEN + 8);
+        while pattern.len() < PATTERN_LEN {
+            pattern.extend_from_slice(&rng.next_u64().to_le_bytes());
+        }
+        pattern.truncate(PATTERN_LEN);
+        Ok(TcpHost {
+            stack,
+            costs: cfg.costs,
+            cpus: (0..n).map(|_| CpuState::default()).collect(),
+            softirq_cpu,
+            app_cpu,
+            threads: Vec::new(),
+            listeners: Vec::new(),
+            out: EventQueue::new(),
+            tokens: Vec::new(),
+            free_tokens: Vec::new(),
+            timer_queued: false,
+            sock_thread: Vec::new(),
+            backlog_cost: Vec::new(),
+            by_ports: BTreeMap::new(),
+            flow_ports: FlowMap::default(),
+            pattern,
+            scratch: Vec::new(),
+            pool: BufPool::new(256),
+            rx_pending: 0,
+            cur_lock: None,
+            stats: TcpHostStats::default(),
+        })
+    }
+
+    /// Add a client thread; it connects when the simulation starts.
+    pub fn add_client(&mut self, c: Client) {
+        let mut t = Thread::new(c.role, self.app_cpu, Phase::Connect);
+        t.flow = Some(c.flow);
+        t.remote = Some(c.remote);
+        t.nodelay = c.nodelay;
+        self.spawn(t, Time::ZERO);
+    }
+
+    /// Add a listener with its accept-loop thread. Errors are the engine's (`bind`/`listen`).
+    pub fn add_listener(&mut self, l: Listener) -> Result<(), Errno> {
+        let v6 = matches!(self.stack.addresses().first(), Some(IpAddr::V6(_)));
+        let s = self
+            .stack
+            .socket(if v6 { Family::V6 } else { Family::V4 })?;
+        self.stack
+            .setsockopt(Instant::ZERO, s, SockOpt::SoReuseaddr, &OptVal::Int(1))?;
+        let any: IpAddr = match self.stack.addresses().first() {
+            Some(IpAddr::V6(_)) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+            _ => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        };
+        self.stack.bind(s, SocketAddr::new(any, l.port))?;
+        self.stack.listen(s, 4096)?;
+        let mut t = Thread::new(
+            l.role.clone(),
+            self.app_cpu,
+            Phase::Accept(self.listeners.len()),
+        );
+        t.sock = Some(s);
+        self.listeners.push(l);
+        let idx = self.spawn(t, Time::ZERO);
+        self.threads[idx].sched = Sched::Blocked(POLLIN | POLLERR | POLLHUP);
+        self.cpus[self.app_cpu].run.retain(|&x| x != idx);
+        self.bind_thread(s, idx);
+        Ok(())
+    }
+
+    /// The threads (clients, acceptors, and one per accepted connection).
+    pub fn threads(&self) -> &[Thread] {
+        &self.threads
+    }
+
+    /// The CPUs (index 0 does softirq; with the split layout, 1 runs the threads).
+    pub fn cpus(&self) -> Vec<Cpu> {
+        self.cpus.iter().map(|c| c.cpu).collect()
+    }
+
+    /// The (local port, remote port) of the connection whose packets carry flow hash `flow`.
+    pub fn flow_ports(&self, flow: u32) -> Option<(u16, u16)> {
+        self.flow_ports.get(&flow).copied()
+    }
+
+    /// Every flow hash seen, with its ports, sorted by hash.
+    pub fn flows(&self) -> Vec<(u32, (u16, u16))> {
+        let mut v: Vec<_> = self.flow_ports.iter().map(|(k, v)| (*k, *v)).collect();
+        v.sort_unstable();
+        v
+    }
+
+    fn spawn(&mut self, mut t: Thread, at: Time) -> usize {
+        t.ready_at = at;
+        t.sched = Sched::Runnable;
+        let idx = self.threads.len();
+        let cpu = t.cpu;
+        self.threads.push(t);
+        self.cpus[cpu].run.push_back(idx);
+        idx
+    }
+
+    fn bind_thread(&mut self, s: SocketId, t: usize) {
+        let i = s.0 as usize;
+        if self.sock_thread.len() <= i {
+            self.sock_thread.resize(i + 1, None);
+            self.backlog_cost.resize(i + 1, 0);
+        }
+        self.sock_thread[i] = Some(t);
+    }
+
+    fn alloc_token(&mut self, tok: TxToken) -> u64 {
+        match self.free_tokens.pop() {
+            Some(i) => {
+                self.tokens[i as usize] = Some(tok);
+                i
+            }
+            None => {
+                self.tokens.push(Some(tok));
+                (self.tokens.len() - 1) as u64
+            }
+        }
+    }
+
+    /// Drain the engine's output: packets leave at `release + tx cost`. Returns the tx cost.
+    fn drain_output(&mut self, now: Time, base: u64) -> u64 {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let (mut packets, mut segs) = (0u64, 0u64);
+        while let Some(tx) = self.stack.poll_transmit(inst(now)) {
+            let n = match (tx.gso_size, segment::parse_tcp(&tx.data)) {
+                (Some(g), Some(v)) if g > 0 => v.payload_len.div_ceil(usize::from(g)).max(1),
+                _ => 1,
+            } as u64;
+            if let std::collections::hash_map::Entry::Vacant(e) = self.flow_ports.entry(tx.flow) {
+                if let Some(v) = segment::parse_tcp(&tx.data) {
+                    e.insert((v.sport, v.dport));
+                }
+            }
+            packets += 1;
+            segs += n;
+            let token = tx.token.map(|t| self.alloc_token(t));
+            let pkt = Packet {
+                data: tx.data,
+                gso_size: tx.gso_size,
+                departure: tx.departure.map(|d| Time(d.as_nanos())),
+                token,
+                flow: tx.flow,
+            };
+            scratch.push((pkt, n));
+        }
+        self.stats.tx_packets += packets;
+        self.stats.tx_segments += segs;
+        let cost = self.costs.tx(packets, segs);
+        let release = now + Time(base + cost);
+        for (p, _) in scratch.drain(..) {
+            self.out.push(release, p);
+        }
+        self.scratch = scratch;
+        cost
+    }
+
+    /// Deliver the engine's wake-ups: blocked threads whose wait condition matches become
+    /// runnable at `at` and pay a context switch.
+    fn drain_wakeups(&mut self, at: Time) {
+        while let Some(w) = self.stack.poll_wakeup() {
+            let Some(Some(t)) = self.sock_thread.get(w.socket.0 as usize).copied() else {
+                continue;
+            };
+            let th = &mut self.threads[t];
+            if let Sched::Blocked(mask) = th.sched {
+                if mask & w.events != 0 {
+                    th.sched = Sched::Runnable;
+                    th.pending_cs = true;
+                    th.stats.wakeups += 1;
+                    th.ready_at = at;
+                    self.cpus[th.cpu].run.push_back(t);
+                }
+            }
+        }
+    }
+
+    /// Run everything due at `now` on every CPU.
+    fn run(&mut self, now: Time) {
+        let mut guard = 0u32;
+        loop {
+            if !self.timer_queued
+                && self
+                    .stack
+                    .poll_timeout()
+                    .is_some_and(|t| t.as_nanos() <= now.0)
+            {
+                self.timer_queued = true;
+                self.cpus[self.softirq_cpu].softirq.push_back(Task::Timer);
+            }
+            let mut did = false;
+            for c in 0..self.cpus.len() {
+                let cs = &self.cpus[c];
+                if cs.release.is_some() && cs.cpu.free_at <= now {
+                    self.run_release(c, now);
+                    did = true;
+                    continue;
+                }
+                let ksoftirqd = cs.soft_streak >= SOFTIRQ_BUDGET_NS;
+                let thread_turn = ksoftirqd
+                    && cs.ksoft_thread <= cs.ksoft_soft
+                    && cs.release.is_none()
+                    && cs.cpu.free_at <= now
+                    && cs.run.iter().any(|&t| self.threads[t].ready_at <= now);
+                // Softirq runs when the CPU is idle, or preempts a thread's socket call
+                // (not once it has become ksoftirqd, a thread like the others).
+                if !cs.softirq.is_empty()
+                    && !thread_turn
+                    && cs.soft_free_at <= now
+                    && (cs.cpu.free_at <= now || (cs.release.is_some() && !ksoftirqd))
+                {
+                    if let Some(task) = self.cpus[c].softirq.pop_front() {
+                        self.run_softirq(c, task, now);
+                        did = true;
+                    }
+                    continue;
+                }
+                if cs.cpu.free_at > now || cs.release.is_some() {
+                    continue;
+                }
+                let pos = {
+                    let threads = &self.threads;
+                    cs.run.iter().position(|&t| threads[t].ready_at <= now)
+                };
+                if let Some(pos) = pos {
+                    if let Some(t) = self.cpus[c].run.remove(pos) {
+                        self.run_thread(c, t, now);
+                        did = true;
+                    }
+                }
+            }
+            if !did {
+                break;
+            }
+            guard += 1;
+            if guard > 1_000_000 {
+                self.stats.spin_breaks += 1;
+                break;
+            }
+        }
+    }
+
+    fn run_softirq(&mut self, c: usize, task: Task, now: Time) {
+        let base = match task {
+            Task::Rx(data, gso) => {
+                self.rx_pending -= 1;
+                self.stats.rx_packets += 1;
+                let view = segment::parse_tcp(&data);
+                let (payload, segs) = match view {
+                    Some(v) => {
+                        let segs = match gso {
+                            Some(g) if g > 0 => v.payload_len.div_ceil(usize::from(g)).max(1),
+                            _ => 1,
+                        };
+                        (v.payload_len > 0, segs as u64)
+                    }
+                    None => (false, 1),
+                };
+                // The socket this packet is for, when a thread owns it (its call is running).
+                let owner = view
+                    .and_then(|v| self.by_ports.get(&(v.dport, v.sport)).copied())
+                    .filter(|s| self.stack.is_owned(*s));
+                let rx_cost = self.costs.rx(payload, segs);
+                self.stack.input(inst(now), &data, gso);
+                self.pool.put(data);
+                if let Some(s) = owner {
+                    self.stats.rx_to_backlog += 1;
+                    if let Some(b) = self.backlog_cost.get_mut(s.0 as usize) {
+                        *b += rx_cost;
+                    }
+                    self.costs.backlog_enqueue_ns
+                } else {
+                    rx_cost
+                }
+            }
+            Task::TxDone(tok) => {
+                self.stats.tx_completions += 1;
+                if let Some(t) = self.tokens.get_mut(tok as usize).and_then(Option::take) {
+                    self.free_tokens.push(tok);
+                    self.stack.tx_complete(inst(now), t);
+                }
+                self.costs.tx_completion_ns
+            }
+            Task::Timer => {
+                self.stats.timer_runs += 1;
+                self.timer_queued = false;
+                self.stack.handle_timeout(inst(now));
+                self.costs.timer_ns
+            }
+        };
+        let tx = self.drain_output(now, base);
+        let total = base + tx;
+        let cs = &mut self.cpus[c];
+        cs.cpu.run(now, total, true);
+        cs.soft_free_at = now + Time(total);
+        cs.soft_streak += total;
+        if cs.soft_streak >= SOFTIRQ_BUDGET_NS {
+            cs.ksoft_soft += total;
+        }
+        if cs.softirq.is_empty() {
+            cs.soft_streak = 0;
+            cs.ksoft_soft = 0;
+            cs.ksoft_thread = 0;
+        }
+        self.drain_wakeups(now + Time(total));
+    }
+
+    /// The end of a socket call: `release_sock` processes the backlog (paying each queued
+    /// packet's receive cost) and the deferred work, on the caller's CPU.
+    fn run_release(&mut self, c: usize, now: Time) {
+        let Some((t, s)) = self.cpus[c].release.take() else {
+            return;
+        };
+        self.stack.release_sock(inst(now), s);
+        // sk_wait_event: a thread about to sleep releases the socket first, then re-checks
+        // its condition; what the backlog brought in lets it go on without sleeping.
+        if let Sched::Blocked(mask) = self.threads[t].sched {
+            if self.stack.poll(s).is_ok_and(|ev| ev & mask != 0) {
+                self.threads[t].sched = Sched::Runnable;
+                self.threads[t].ready_at = now;
+                self.cpus[c].run.push_back(t);
+            }
+        }
+        let base = self
+            .backlog_cost
+            .get_mut(s.0 as usize)
+            .map_or(0, std::mem::take);
+        let tx = self.drain_output(now, base);
+        let total = base + tx;
+        self.cpus[c].cpu.run(now, total, false);
+        if self.cpus[c].soft_streak >= SOFTIRQ_BUDGET_NS {
+            self.cpus[c].ksoft_thread += total;
+        }
+        self.threads[t].stats.cpu_ns += total;
+        self.drain_wakeups(now + Time(total));
+    }
+
+    fn run_thread(&mut self, c: usize, t: usize, now: Time) {
+        let mut cost = 0;
+        if std::mem::take(&mut self.threads[t].pending_cs) {
+            cost += self.costs.context_switch_ns;
+            self.threads[t].stats.context_switches += 1;
+        }
+        self.cur_lock = None;
+        let next = self.step(t, now, &mut cost);
+        let tx = self.drain_output(now, cost);
+        let total = cost + tx;
+        self.cpus[c].cpu.run(now, total, false);
+        if self.cpus[c].soft_streak >= SOFTIRQ_BUDGET_NS {
+            self.cpus[c].ksoft_thread += total;
+        }
+        if let Some(s) = self.cur_lock.take() {
+            self.cpus[c].release = Some((t, s));
+        }
+        let th = &mut self.threads[t];
+        th.stats.cpu_ns += total;
+        th.sched = next;
+        match next {
+            Sched::Runnable => {
+                th.ready_at = now;
+                self.cpus[c].run.push_back(t);
+            }
+            Sched::Done => {
+                if th.stats.done_at.is_none() {
+                    th.stats.done_at = Some(now + Time(total));
+                }
+                if th.stats.sha256.is_none() {
+                    if let Some(h) = th.hasher.take() {
+                        th.stats.sha256 = Some(h.finalize().into());
+                    }
+                }
+            }
+            Sched::Blocked(_) => {}
+        }
+        self.drain_wakeups(now + Time(total));
+    }
+
+    /// `lock_sock` and `f`; `release_sock` runs when the call's CPU time is over
+    /// ([`TcpHost::run_release`]). At most one locked call per step.
+    fn locked<R>(&mut self, s: SocketId, now: Time, f: impl FnOnce(&mut Stack, Instant) -> R) -> R {
+        self.stack.lock_sock(s);
+        self.cur_lock = Some(s);
+        f(&mut self.stack, inst(now))
+    }
+
+    /// Block on `mask` unless the socket already reports one of its bits (`tcp_poll`).
+    fn wait(&mut self, s: SocketId, mask: u32) -> Sched {
+        let mask = mask | POLLERR | POLLHUP;
+        match self.stack.poll(s) {
+            Ok(ev) if ev & mask != 0 => Sched::Runnable,
+            Ok(_) => Sched::Blocked(mask),
+            Err(_) => Sched::Done,
+        }
+    }
+
+    fn fail(&mut self, t: usize, e: Errno) -> Sched {
+        self.threads[t].stats.error = Some(e);
+        Sched::Done
+    }
+
+    fn register(&mut self, t: usize, s: SocketId) {
+        let local = self.stack.local_addr(s).ok();
+        let peer = self.stack.peer_addr(s).ok();
+        if let (Some(l), Some(p)) = (local, peer) {
+            self.by_ports.insert((l.port(), p.port()), s);
+        }
+        let th = &mut self.threads[t];
+        th.local = local;
+        th.peer = peer;
+        if th.buf.is_empty() {
+            let n = match th.role {
+                Role::Receiver { buf, .. } => buf,
+                Role::RrClient { resp, .. } => resp,
+                Role::RrServer { req, .. } => req,
+                Role::Sender { .. } => 0,
+            };
+            th.buf = vec![0; n.clamp(1, 1 << 24)];
+        }
+    }
+
+    /// One scheduling step of thread `t`: one system call (an accept loop or a blocking
+    /// call's continuation counts as one). Adds its CPU time to `cost`.
+    fn step(&mut self, t: usize, now: Time, cost: &mut u64) -> Sched {
+        let sc = self.costs.syscall_ns;
+        match self.threads[t].phase {
+            Phase::Connect => {
+                *cost += 3 * sc; // socket, setsockopt, connect
+                let remote = match self.threads[t].remote {
+                    Some(r) => r,
+                    None => return Sched::Done,
+                };
+                let fam = match remote {
+                    SocketAddr::V4(_) => Family::V4,
+                    SocketAddr::V6(_) => Family::V6,
+                };
+                let s = match self.stack.socket(fam) {
+                    Ok(s) => s,
+                    Err(e) => return self.fail(t, e),
+                };
+                self.threads[t].sock = Some(s);
+                self.bind_thread(s, t);
+                if self.threads[t].nodelay {
+                    let _ =
+                        self.stack
+                            .setsockopt(inst(now), s, SockOpt::TcpNodelay, &OptVal::Int(1));
+                }
+                match self.stack.connect(inst(now), s, remote) {
+                    Err(Errno::EINPROGRESS) | Ok(()) => {}
+                    Err(e) => return self.fail(t, e),
+                }
+                self.threads[t].phase = Phase::Connecting;
+                self.wait(s, POLLOUT)
+            }
+            Phase::Connecting => {
+                let Some(s) = self.threads[t].sock else {
+                    return Sched::Done;
+                };
+                match self.stack.state(s) {
+                    Ok(TcpState::SynSent) | Ok(TcpState::SynRecv) => {
+                        Sched::Blocked(POLLOUT | POLLERR | POLLHUP)
+                    }
+                    Ok(TcpState::Established) => {
+                        self.threads[t].phase = Phase::Run;
+                        self.register(t, s);
+                        self.threads[t].rr_start = now;
+                        Sched::Runnable
+                    }
+                    _ => {
+                        // A failed connect reports its error to the next connect() call.
+                        *cost += sc;
+                        let e = match self.threads[t].remote {
+                            Some(r) => match self.stack.connect(inst(now), s, r) {
+                                Err(e) => e,
+                                Ok(()) => Errno::ECONNABORTED,
+                            },
+                            None => Errno::ECONNABORTED,
+                        };
+                        self.fail(t, e)
+                    }
+                }
+            }
+            Phase::Accept(li) => self.step_accept(t, li, now, cost),
+            Phase::Run => match self.threads[t].role.clone() {
+                Role::Sender {
+                    msg, writer, limit, ..
+                } => self.step_sender(t, now, cost, msg, writer, limit),
+                Role::Receiver { .. } => self.step_receiver(t, now, cost),
+                Role::RrClient { req, resp } => self.step_rr(t, now, cost, true, req, resp),
+                Role::RrServer { req, resp } => self.step_rr(t, now, cost, false, req, resp),
+            },
+        }
+    }
+
+    fn step_accept(&mut self, t: usize, li: usize, now: Time, cost: &mut u64) -> Sched {
+        let Some(ls) = self.threads[t].sock else {
+            return Sched::Done;
+        };
+        loop {
+            *cost += self.costs.syscall_ns;
+            match self.stack.accept(ls) {
+                Ok((child, _peer)) => {
+                    let l = &self.listeners[li];
+                    let (role, nodelay) = (l.role.clone(), l.nodelay);
+                    if nodelay {
+                        let _ = self.stack.setsockopt(
+                            inst(now),
+                            child,
+                            SockOpt::TcpNodelay,
+                            &OptVal::Int(1),
+                        );
+                    }
+                    let mut th = Thread::new(role, self.app_cpu, Phase::Run);
+                    th.sock = Some(child);
+                    th.rr_start = now;
+                    let idx = self.spawn(th, now);
+                    self.bind_thread(child, idx);
+                    self.register(idx, child);
+                }
+                Err(Errno::EAGAIN) => return self.wait(ls, POLLIN),
+                Err(e) => return self.fail(t, e),
+            }
+        }
+    }
+
+    fn step_sender(
+        &mut self,
+        t: usize,
+        now: Time,
+        cost: &mut u64,
+        msg: usize,
+        writer: Writer,
+        limit: Option<u64>,
+    ) -> Sched {
+        let sc = self.costs.syscall_ns;
+        let Some(s) = self.threads[t].sock else {
+            return Sched::Done;
+        };
+        let sent = self.threads[t].stats.bytes_sent;
+        if limit.is_some_and(|l| sent >= l) {
+            *cost += sc;
+            let _ = self.locked(s, now, |st, n| st.shutdown(n, s, Shutdown::Write));
+            return Sched::Done;
+        }
+        let th = &mut self.threads[t];
+        let new_call = th.left == 0 || writer == Writer::Epoll;
+        if th.left == 0 {
+            let room = limit.map_or(u64::MAX, |l| l - sent);
+            th.left = (msg.max(1) as u64).min(room) as usize;
+        }
+        if new_call {
+            th.stats.send_calls += 1;
+        }
+        // A new call enters the kernel; a blocking call that slept re-enters its loop
+        // (`sk_stream_wait_memory` → schedule → retake the lock): same order of cost.
+        *cost += sc;
+        let left = th.left;
+        let off = (sent % PATTERN_LEN as u64) as usize;
+        let pattern = std::mem::take(&mut self.pattern);
+        // The chunk may wrap the pattern: send up to its end; the rest goes next step.
+        let end = (off + left).min(pattern.len());
+        let r = self.locked(s, now, |st, n| st.send(n, s, &pattern[off..end], 0));
+        let mut result = Sched::Runnable;
+        match r {
+            Ok(n) => {
+                *cost += self.costs.copy(n);
+                let th = &mut self.threads[t];
+                th.stats.bytes_sent += n as u64;
+                if let Some(h) = th.hasher.as_mut() {
+                    h.update(&pattern[off..off + n]);
+                }
+                th.left -= n;
+                if n < end - off {
+                    th.stats.send_full += 1;
+                    if writer == Writer::Blocking {
+                        result = self.wait(s, POLLOUT);
+                    }
+                }
+                if limit.is_some_and(|l| self.threads[t].stats.bytes_sent >= l) {
+                    result = Sched::Runnable; // next step shuts down
+                }
+            }
+            Err(Errno::EAGAIN) => {
+                self.threads[t].stats.send_full += 1;
+                if writer == Writer::Epoll {
+                    self.threads[t].left = 0;
+                    self.threads[t].stats.epoll_waits += 1;
+                    *cost += sc;
+                }
+                result = self.wait(s, POLLOUT);
+            }
+            Err(e) => result = self.fail(t, e),
+        }
+        if writer == Writer::Epoll && result == Sched::Runnable {
+            // A non-blocking call is over: a partial write is retried as a new call.
+            self.threads[t].left = 0;
+        }
+        self.pattern = pattern;
+        result
+    }
+
+    fn step_receiver(&mut self, t: usize, now: Time, cost: &mut u64) -> Sched {
+        let Some(s) = self.threads[t].sock else {
+            return Sched::Done;
+        };
+        *cost += self.costs.syscall_ns;
+        self.threads[t].stats.recv_calls += 1;
+        let mut buf = std::mem::take(&mut self.threads[t].buf);
+        let r = self.locked(s, now, |st, n| st.recv(n, s, &mut buf, 0));
+        let res = match r {
+            Ok(0) => Sched::Done,
+            Ok(n) => {
+                *cost += self.costs.copy(n);
+                let th = &mut self.threads[t];
+                th.stats.bytes_received += n as u64;
+                if let Some(h) = th.hasher.as_mut() {
+                    h.update(&buf[..n]);
+                }
+                Sched::Runnable
+            }
+            Err(Errno::EAGAIN) => self.wait(s, POLLIN | POLLRDHUP),
+            Err(e) => self.fail(t, e),
+        };
+        self.threads[t].buf = buf;
+        res
+    }
+
+    fn step_rr(
+        &mut self,
+        t: usize,
+        now: Time,
+        cost: &mut u64,
+        client: bool,
+        req: usize,
+        resp: usize,
+    ) -> Sched {
+        let Some(s) = self.threads[t].sock else {
+            return Sched::Done;
+        };
+        *cost += self.costs.syscall_ns;
+        let th = &mut self.threads[t];
+        if th.rr_sending {
+            if th.left == 0 {
+                th.left = if client { req } else { resp }.max(1);
+                th.stats.send_calls += 1;
+                if client {
+                    th.rr_start = now;
+                }
+            }
+            let n = th.left.min(self.pattern.len());
+            let pattern = std::mem::take(&mut self.pattern);
+            let r = self.locked(s, now, |st, i| st.send(i, s, &pattern[..n], 0));
+            self.pattern = pattern;
+            match r {
+                Ok(k) => {
+                    *cost += self.costs.copy(k);
+                    let th = &mut self.threads[t];
+                    th.stats.bytes_sent += k as u64;
+                    th.left -= k;
+                    if th.left == 0 {
+                        th.rr_sending = false;
+                        Sched::Runnable
+                    } else {
+                        self.wait(s, POLLOUT)
+                    }
+                }
+                Err(Errno::EAGAIN) => self.wait(s, POLLOUT),
+                Err(e) => self.fail(t, e),
+            }
+        } else {
+            if th.left == 0 {
+                th.left = if client { resp } else { req }.max(1);
+            }
+            th.stats.recv_calls += 1;
+            let want = th.left.min(th.buf.len());
+            let mut buf = std::mem::take(&mut th.buf);
+            let r = self.locked(s, now, |st, i| st.recv(i, s, &mut buf[..want], 0));
+            self.threads[t].buf = buf;
+            match r {
+                Ok(0) => Sched::Done,
+                Ok(k) => {
+                    *cost += self.costs.copy(k);
+                    let th = &mut self.threads[t];
+                    th.stats.bytes_received += k as u64;
+                    th.left -= k;
+                    if th.left == 0 {
+                        th.rr_sending = true;
+                        if client {
+                            th.stats.transactions += 1;
+                            let end = now + Time(*cost);
+                            th.stats.latency.add((end - th.rr_start).0);
+                        } else {
+                            th.stats.transactions += 1;
+                        }
+                    }
+                    Sched::Runnable
+                }
+                Err(Errno::EAGAIN) => self.wait(s, POLLIN | POLLRDHUP),
+                Err(e) => self.fail(t, e),
+            }
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Time> {
+        let mut best = self.out.peek_time();
+        let mut take = |t: Time| {
+            best = Some(best.map_or(t, |b: Time| b.min(t)));
+        };
+        if !self.timer_queued {
+            if let Some(t) = self.stack.poll_timeout() {
+                take(Time(t.as_nanos()));
+            }
+        }
+        for c in &self.cpus {
+            if c.release.is_some() {
+                take(c.cpu.free_at);
+                if !c.softirq.is_empty() && c.soft_streak < SOFTIRQ_BUDGET_NS {
+                    // Softirq may preempt the call (not once it is ksoftirqd).
+                    take(c.soft_free_at);
+                }
+            } else if !c.softirq.is_empty() {
+                take(c.cpu.free_at.max(c.soft_free_at));
+            } else if let Some(r) = c.run.iter().map(|&t| self.threads[t].ready_at).min() {
+                take(r.max(c.cpu.free_at));
+            }
+        }
+        best
+    }
+}
+
+impl Endpoint for TcpHost {
+    fn input(&mut self, now: Time, pkt: &Packet) {
+        if self.rx_pending >= RX_BACKLOG_LIMIT {
+            self.stats.rx_backlog_drops += 1;
+            self.run(now);
+            return;
+        }
+        self.rx_pending += 1;
+        let mut data = self.pool.get();
+        data.extend_from_slice(&pkt.data);
+        self.cpus[self.softirq_cpu]
+            .softirq
+            .push_back(Task::Rx(data, pkt.gso_size));
+        self.run(now);
+    }
+
+    fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
+        if self.out.peek_time()? <= now {
+            self.out.pop().map(|(_, p)| p)
+        } else {
+            None
+        }
+    }
+
+    fn tx_complete(&mut self, now: Time, token: u64) {
+        self.cpus[self.softirq_cpu]
+            .softirq
+            .push_back(Task::TxDone(token));
+        self.run(now);
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        self.next_deadline()
+    }
+
+    fn handle_timeout(&mut self, now: Time) {
+        self.run(now);
+    }
+}

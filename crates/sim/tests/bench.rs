@@ -1,0 +1,312 @@
+//! End-to-end runs of the engine in the emulator: determinism, data integrity over every
+//! impairment, and the CPU/ownership/wake-up model.
+
+use shallow_sim::bench::{run, BenchConfig, BenchReport, Test};
+use shallow_sim::{CaptureOut, CostTable, CpuLayout, LinkSpec, QdiscSpec, Time, Writer};
+
+fn link(s: &str) -> LinkSpec {
+    s.parse().unwrap()
+}
+
+fn bench(cfg: &BenchConfig) -> BenchReport {
+    run(cfg, None, &mut |_| {}).unwrap().0
+}
+
+fn bulk(spec: &str, bytes: u64, seed: u64) -> BenchConfig {
+    BenchConfig {
+        test: Test::Bulk,
+        bytes: Some(bytes),
+        duration: Some(Time::from_secs(120)),
+        link: link(spec),
+        seed,
+        ..BenchConfig::default()
+    }
+}
+
+#[test]
+fn same_seed_same_json_and_pcap() {
+    let cfg = BenchConfig {
+        flows: 2,
+        probe: true,
+        qdisc: QdiscSpec::fq(),
+        ..bulk("rate=500mbit,delay=2ms,loss=0.5%,jitter=100us", 1 << 20, 7)
+    };
+    let go = |cfg: &BenchConfig| {
+        let (r, cap) = run(cfg, Some(CaptureOut::Memory(Vec::new())), &mut |_| {}).unwrap();
+        let pcap = match cap {
+            Some(CaptureOut::Memory(v)) => v,
+            _ => panic!("no capture"),
+        };
+        (serde_json::to_string(&r).unwrap(), pcap)
+    };
+    let (j1, p1) = go(&cfg);
+    let (j2, p2) = go(&cfg);
+    assert_eq!(j1, j2);
+    assert_eq!(p1, p2);
+    assert!(p1.len() > 1 << 20, "the capture holds the transfer");
+    let (j3, p3) = go(&BenchConfig { seed: 8, ..cfg });
+    assert_ne!(p1, p3, "another seed gives another run");
+    assert_ne!(j1, j3);
+}
+
+/// BULK with a SHA-256 check over each impairment (RFC 9293 §3.10: the receiver delivers
+/// exactly the bytes sent, in order, whatever the network does).
+#[test]
+fn bulk_integrity_over_every_impairment() {
+    let cases = [
+        ("clean", "rate=1gbit,delay=1ms"),
+        ("loss", "rate=1gbit,delay=1ms,loss=2%"),
+        ("bursty loss", "rate=1gbit,delay=1ms,ge=1%/30%"),
+        (
+            "reorder",
+            "rate=1gbit,delay=1ms,reorder=5%,reorder_delay=300us",
+        ),
+        ("dup", "rate=1gbit,delay=1ms,dup=3%"),
+        ("corrupt", "rate=1gbit,delay=1ms,corrupt=1%"),
+        ("jitter", "rate=1gbit,delay=1ms,jitter=400us"),
+    ];
+    for (i, (name, spec)) in cases.iter().enumerate() {
+        let cfg = bulk(spec, 3 << 20, 100 + i as u64);
+        let r = bench(&cfg);
+        assert_eq!(r.verified, Some(true), "{name}: {:?}", r.flows[0]);
+        assert_eq!(r.flows[0].bytes_read, 3 << 20, "{name}");
+        assert!(r.duration_s < 120.0, "{name}: finished");
+        let lossy = *name != "clean" && *name != "jitter";
+        if lossy && *name != "reorder" {
+            // Impairments that lose or damage packets force retransmissions or D-SACKs.
+            let c = &r.counters;
+            let rx = &r.rx_counters;
+            assert!(
+                c["TcpRetransSegs"] > 0
+                    || rx["TcpExtTCPDSACKOldSent"] > 0
+                    || rx["TcpInCsumErrors"] > 0,
+                "{name}: impairment had no visible effect"
+            );
+        }
+    }
+}
+
+#[test]
+fn bulk_multi_flow_maerts_and_epoll() {
+    let cfg = BenchConfig {
+        flows: 3,
+        writer: Writer::Epoll,
+        msg_size: 100_000,
+        ..bulk("rate=2gbit,delay=500us,loss=0.2%", 1 << 20, 3)
+    };
+    let r = bench(&cfg);
+    assert_eq!(r.verified, Some(true));
+    assert_eq!(r.flows.len(), 3);
+    // MAERTS: the right host connects, the left host's accepted sockets send.
+    let m = bench(&BenchConfig {
+        test: Test::Maerts,
+        duration: Some(Time::from_millis(200)),
+        bytes: None,
+        ..bulk("rate=1gbit,delay=1ms", 1, 4)
+    });
+    assert!(m.flows[0].bytes_read > 1_000_000, "{:?}", m.flows[0]);
+    assert!(m.flows[0].rtt_p50_us.unwrap() >= 2000.0);
+}
+
+#[test]
+fn blocking_writer_counts_whole_messages_and_epoll_counts_calls() {
+    let base = BenchConfig {
+        msg_size: 64 * 1024,
+        duration: Some(Time::from_millis(300)),
+        link: link("rate=1gbit,delay=2ms"),
+        ..BenchConfig::default()
+    };
+    let b = bench(&base);
+    let f = &b.flows[0];
+    // A blocking send() is one call per message, however often it sleeps inside.
+    assert!(f.bytes_written.div_ceil(64 * 1024) <= f.send_calls);
+    assert!(f.send_calls <= f.bytes_written / (64 * 1024) + 1);
+    assert_eq!(f.epoll_waits, 0);
+    let e = bench(&BenchConfig {
+        writer: Writer::Epoll,
+        ..base
+    });
+    let f = &e.flows[0];
+    assert!(
+        f.epoll_waits > 0,
+        "the writer filled the send buffer and waited"
+    );
+    assert!(
+        f.send_calls > f.bytes_written / (64 * 1024),
+        "EAGAIN calls count"
+    );
+    // Each wait that blocked was ended by one wake-up, each wake-up costs one switch.
+    assert!(f.sender_wakeups <= f.epoll_waits);
+}
+
+#[test]
+fn rr_latency_is_at_least_the_rtt() {
+    let r = bench(&BenchConfig {
+        test: Test::Rr,
+        flows: 2,
+        req_size: 100,
+        resp_size: 2000,
+        duration: Some(Time::from_millis(500)),
+        link: link("rate=1gbit,delay=5ms"),
+        ..BenchConfig::default()
+    });
+    let t = &r.total;
+    assert!(t.transactions >= 2 * 40, "{t:?}");
+    let p50 = t.latency_p50_us.unwrap();
+    assert!((10_000.0..11_000.0).contains(&p50), "p50 {p50}");
+    assert!(t.latency_p99_us.unwrap() >= p50);
+}
+
+/// Ownership: a socket is owned only while a system call on it is using CPU time
+/// (`lock_sock` … `release_sock`); with free CPUs no packet ever meets an owned socket,
+/// and with a slow application CPU some do and go to the backlog (Linux `tcp_add_backlog`).
+#[test]
+fn backlog_only_while_a_call_is_running() {
+    let base = BenchConfig {
+        duration: Some(Time::from_millis(200)),
+        link: link("rate=5gbit,delay=1ms"),
+        msg_size: 64 * 1024,
+        recv_size: 1 << 20,
+        cpus: CpuLayout::Split,
+        ..BenchConfig::default()
+    };
+    let free = bench(&BenchConfig {
+        costs: CostTable::ZERO,
+        ..base.clone()
+    });
+    assert_eq!(free.total_extra.backlog_packets, 0);
+    assert!(free.cpu.iter().all(|c| c.busy_s == 0.0));
+    let slow = CostTable {
+        copy_ps_per_byte: 2000, // a 1 MiB recv() copies for 2 ms
+        ..CostTable::default()
+    };
+    let r = bench(&BenchConfig {
+        costs: slow,
+        ..base
+    });
+    assert!(r.total_extra.backlog_packets > 0, "{:?}", r.total_extra);
+    assert_eq!(r.verified, None);
+}
+
+/// CPU, not the link, limits throughput at high rates with small writes: the sending CPU
+/// is saturated and the link is not, and making CPU time free raises throughput.
+#[test]
+fn cpu_bound_at_high_rate() {
+    let base = BenchConfig {
+        msg_size: 128,
+        nodelay: true,
+        duration: Some(Time::from_millis(50)),
+        link: link("rate=10gbit,delay=100us"),
+        ..BenchConfig::default()
+    };
+    let r = bench(&base);
+    let sender_cpu = r.cpu.iter().find(|c| c.host == "sender").unwrap();
+    assert!(sender_cpu.utilization > 0.9, "{:?}", r.cpu);
+    assert!(r.total.goodput_bps < 8e9);
+    let cheap = CostTable {
+        syscall_ns: 30,
+        tx_packet_ns: 120,
+        ..CostTable::default()
+    };
+    let fast = bench(&BenchConfig {
+        costs: cheap,
+        ..base
+    });
+    assert!(fast.total.goodput_bps > r.total.goodput_bps * 1.5);
+}
+
+#[test]
+fn probe_flow_reports_latency_alongside_bulk() {
+    let r = bench(&BenchConfig {
+        flows: 2,
+        probe: true,
+        duration: Some(Time::from_millis(300)),
+        link: link("rate=200mbit,delay=2ms,queue=200p"),
+        ..BenchConfig::default()
+    });
+    assert_eq!(r.flows.len(), 3);
+    let p = &r.flows[2];
+    assert_eq!(p.kind, "probe");
+    assert!(p.transactions > 10);
+    // Queued behind the bulk flows at the bottleneck: above the bare 4 ms RTT.
+    assert!(p.latency_p99_us.unwrap() > 4_000.0);
+    assert!(
+        r.total.latency_p50_us.is_none(),
+        "probe latency is not the workload's"
+    );
+}
+
+#[test]
+fn bad_configs_are_errors() {
+    assert!(run(
+        &BenchConfig {
+            flows: 0,
+            ..BenchConfig::default()
+        },
+        None,
+        &mut |_| {}
+    )
+    .is_err());
+    assert!(run(
+        &BenchConfig {
+            test: Test::Bulk,
+            ..BenchConfig::default()
+        },
+        None,
+        &mut |_| {}
+    )
+    .is_err());
+    let e = run(
+        &BenchConfig {
+            sysctls: vec![("net.ipv4.no_such".into(), "1".into())],
+            ..BenchConfig::default()
+        },
+        None,
+        &mut |_| {},
+    );
+    assert!(e.is_err());
+}
+
+/// Softirq goes ahead of application threads only for a budget (Linux `netdev_budget_usecs`);
+/// past it, `ksoftirqd` shares the CPU fairly, so a receive rate that saturates the CPU
+/// does not starve the reading thread.
+#[test]
+fn saturating_softirq_does_not_starve_the_reader() {
+    let costs = CostTable {
+        rx_segment_ns: 20_000, // 20 µs per segment: 1 Gbit/s of arrivals is ~1.7 CPUs
+        ..CostTable::default()
+    };
+    let r = bench(&BenchConfig {
+        costs,
+        duration: Some(Time::from_millis(600)),
+        link: link("rate=1gbit,delay=20ms"),
+        ..BenchConfig::default()
+    });
+    let rx_cpu = r.cpu.iter().find(|c| c.host == "receiver").unwrap();
+    assert!(
+        rx_cpu.softirq_s > 0.3 * 0.6,
+        "softirq saturates: {:?}",
+        r.cpu
+    );
+    let f = &r.flows[0];
+    assert!(f.recv_calls > 100, "{f:?}");
+    // The reader keeps up: most of what TCP accepted was read.
+    assert!(f.goodput_bps > 0.8 * f.throughput_bps, "{f:?}");
+}
+
+/// Every wake-up of a blocked thread is one context switch (the only way a thread sleeps
+/// is a blocking wait).
+#[test]
+fn wakeups_are_context_switches() {
+    let r = bench(&BenchConfig {
+        flows: 3,
+        duration: Some(Time::from_millis(200)),
+        link: link("rate=2gbit,delay=3ms"),
+        ..BenchConfig::default()
+    });
+    for f in &r.flows {
+        assert_eq!(f.context_switches, f.sender_wakeups + f.receiver_wakeups);
+        assert!(f.receiver_wakeups > 0);
+    }
+    assert!(r.total.context_switches_per_s > 0.0);
+}
