@@ -1,6 +1,6 @@
 //! `shallow-drill`: Linux's packetdrill script language for Shallow.
 //!
-//! This crate holds everything about scripts that does not need the TCP engine:
+//! The crate holds the language (the first five modules need no engine) and the runner:
 //!
 //! * [`parse_script`] — a parser for the language (grammar in `spec/packetdrill.md` §3.1)
 //!   into the tree in [`ast`], with [`ParseError`]s that point at `file:line:col`;
@@ -9,9 +9,9 @@
 //!   (sysctl writes, qdisc and route changes, `nstat` counter checks ...);
 //! * [`python`] — an evaluator for the small `%{ assert ... }%` snippets;
 //! * [`expectations`] — the per-script expected outcome file and the comparison of a run
-//!   against it.
-//!
-//! The runner that drives the engine builds on these.
+//!   against it;
+//! * [`run`] — the runner: one [`shallow_tcp::Stack`] driven through a script in virtual
+//!   time ([`run_file`], [`run_script`]).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -21,11 +21,13 @@ mod error;
 pub mod expectations;
 mod parser;
 pub mod python;
+pub mod run;
 pub mod symbols;
 
 pub use ast::*;
 pub use error::ParseError;
 pub use parser::parse_script;
+pub use run::{run_file, run_script, Report, RunConfig};
 
 /// Reads and parses a script file. The path as given becomes [`Script::file`].
 pub fn parse_file(path: &std::path::Path) -> Result<Script, ParseError> {
