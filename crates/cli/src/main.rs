@@ -5,7 +5,10 @@
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod decode;
+mod drill;
+mod netns;
 
 /// Shallow: a user-space TCP/IP stack with Linux's shallow-queue send path.
 #[derive(Debug, Parser)]
@@ -17,13 +20,24 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run netperf-style workloads (TCP_STREAM, TCP_RR, TCP_MAERTS, BULK) between two
+    /// emulated hosts running the engine, in deterministic virtual time, and report metrics.
+    Bench(Box<bench::BenchArgs>),
     /// Print every packet of a pcap/pcapng capture on one line, like tcpdump.
     Decode(decode::DecodeArgs),
+    /// Run packetdrill scripts against the engine in virtual time (files or directories).
+    Drill(drill::DrillArgs),
+    /// Create or delete the kernel peer of a Shallow TUN: a network namespace with a
+    /// persistent TUN and addresses on the kernel side (needs root).
+    Netns(netns::NetnsArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Bench(args) => bench::run(&args),
         Command::Decode(args) => decode::run(&args),
+        Command::Drill(args) => drill::run(&args),
+        Command::Netns(args) => netns::run(&args),
     }
 }
