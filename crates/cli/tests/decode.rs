@@ -170,7 +170,11 @@ fn help_lists_existing_commands() {
         .take_while(|l| l.starts_with("  "))
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    assert_eq!(commands, ["bench", "decode", "drill", "netns", "help"], "{out}");
+    assert_eq!(
+        commands,
+        ["bench", "decode", "drill", "netns", "help"],
+        "{out}"
+    );
 }
 
 /// The frames of the test capture: (timestamp, orig_len, Ethernet frame).
