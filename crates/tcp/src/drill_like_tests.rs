@@ -1341,3 +1341,202 @@ fn recv_targets() {
     assert_eq!(&buf[..5], b"hello");
     assert_eq!(p.st.ioctl(s, Ioctl::SiocInq), Ok(0));
 }
+
+/// `__tcp_transmit_skb`: every GSO packet (more than one MSS) carries PSH to expedite the
+/// receiver's GRO flush, even when it is cut from the middle of a write; a single-MSS packet
+/// keeps only the skb's own PSH (set by `tcp_push` on the tail of a write). Linux's
+/// eor/no-coalesce-large.pkt expects `P. 1:10001(10000)` for the first 10000 bytes of a
+/// 10400-byte write whose tail 400 bytes stay queued.
+#[test]
+fn psh_on_every_gso_packet() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    assert_eq!(p.st.send(p.now, s, &[0u8; 10400], 0), Ok(10400));
+    let o = p.out();
+    assert_eq!(o.iter().map(|x| x.len).sum::<usize>(), 10000, "IW10 x 1000");
+    for x in &o {
+        if x.len > 1000 {
+            assert!(x.flags & PSH != 0, "GSO packet without PSH: {:?}", p.rel(x));
+        }
+    }
+    assert!(o.iter().any(|x| x.len > 1000), "expected a GSO packet");
+    // Single-MSS packets cut from the middle of the write carry no PSH: with GSO off the
+    // engine emits 1000-byte packets and only the write's tail (not sent yet) has PSH.
+    let mut q = Peer::new(false);
+    q.st.set_gso(false);
+    let s = q.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    assert_eq!(q.st.send(q.now, s, &[0u8; 10400], 0), Ok(10400));
+    let o = q.out();
+    assert_eq!(o.len(), 10);
+    assert!(o.iter().all(|x| x.len == 1000 && x.flags & PSH == 0));
+}
+
+/// `tcp_newreno_mark_lost` (fast_retransmit/fr-4pkt.pkt, no SACK): after three duplicate
+/// ACKs only the first MSS of the head skb is marked lost (the head is fragmented first),
+/// so the fast retransmit is one 1460-byte segment, not the whole 4-segment skb.
+#[test]
+fn newreno_fast_retransmit_is_one_mss() {
+    let mut p = Peer::new(false);
+    let opts = [OutOpt::Mss(1460), OutOpt::Nop, OutOpt::Wscale(7)];
+    let s = p.passive_open(&opts, "mss 1460,nop,wscale 8");
+    assert_eq!(p.st.send(p.now, s, &[0u8; 5840], 0), Ok(5840));
+    assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 5840);
+    p.now += Duration::from_millis(100);
+    let mut o = Vec::new();
+    for _ in 0..3 {
+        p.st.input(p.now, &raw(1, p.isn, ACK, 257, &[], &[]), None);
+        o.extend(p.out());
+    }
+    assert_eq!(o.len(), 1);
+    assert_eq!((p.rel(&o[0]).0, o[0].len), (0, 1460));
+    assert_eq!(o[0].flags & PSH, 0);
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().ca_state, 3);
+}
+
+/// `tcp_rack_reo_timeout` (sack/sack-shift-sacked-7-3-4-8-9-fack.pkt): when the reordering
+/// timer marks 1:7001 lost, the sender enters Recovery with one PRR step
+/// (`tcp_cwnd_reduction(sk, 1, ...)`: cwnd = pipe + 1) and retransmits one MSS, not a
+/// cwnd's worth.
+#[test]
+fn rack_reo_timeout_retransmits_one_segment() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 1024, &[], &[]), None);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
+    assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 10000);
+    p.now += Duration::from_millis(100);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, ACK, 257, &sack(7001, 8001, p.isn), &[]),
+        None,
+    );
+    assert!(p.out().is_empty(), "RACK waits one reordering window");
+    let t = p.st.poll_timeout().expect("reordering timer armed");
+    assert!(t < p.now + Duration::from_millis(100), "reo timer, not RTO");
+    p.now = t;
+    p.st.handle_timeout(p.now);
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!((p.rel(&o[0]).0, o[0].len), (0, 1000));
+    let i = p.st.tcp_info(p.now, s).unwrap();
+    assert_eq!((i.ca_state, i.lost), (3, 7));
+}
+
+/// `tcpi_last_data_recv` counts from the handshake (`icsk_ack.lrcvtime` is stamped when the
+/// connection is established) until data arrives (tcp_info/tcp-info-last_data_recv.pkt).
+#[test]
+fn last_data_recv_counts_from_establishment() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.now += Duration::from_secs(1);
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().last_data_recv, 1000);
+    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[0u8; 1000]), None);
+    p.now += Duration::from_millis(5);
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().last_data_recv, 5);
+}
+
+/// RFC 3168 §6.1.1-§6.1.2, Linux `tcp_ecn_send_syn` / `tcp_ecn_rcv_synack` / `tcp_ecn_send`
+/// / `tcp_enter_cwr` (ecn/ecn-uses-ect0.pkt): with tcp_ecn=1 the SYN carries ECE|CWR; an
+/// ECE-only SYN-ACK turns ECN on; new data goes out ECT(0), pure ACKs not-ECT; an ECE on an
+/// ACK enters CWR (ssthresh from CUBIC, PRR) and the next new data segment carries CWR.
+#[test]
+fn ecn_negotiation_ect0_and_cwr() {
+    let mut p = Peer::new(false);
+    p.st.sysctl_set("net.ipv4.tcp_ecn", "1").unwrap();
+    let out = |p: &mut Peer| -> Vec<(Out, u8)> {
+        let mut v = Vec::new();
+        while let Some(t) = p.st.poll_transmit(p.now) {
+            v.push((parse_out(&t), t.data[1] & 0x3));
+            if let Some(tok) = t.token {
+                p.st.tx_complete(p.now, tok);
+            }
+        }
+        v
+    };
+    let c = p.st.socket(Family::V4).unwrap();
+    p.st.bind(c, LOCAL.parse().unwrap()).unwrap();
+    assert_eq!(
+        p.st.connect(p.now, c, REMOTE.parse().unwrap()),
+        Err(Errno::EINPROGRESS)
+    );
+    let o = out(&mut p);
+    assert_eq!(o[0].0.flags, SYN | ECE | CWR);
+    p.isn = o[0].0.seq.wrapping_add(1);
+    p.now += Duration::from_millis(2);
+    let synack_opts = [OutOpt::Mss(1000), OutOpt::Nop, OutOpt::Wscale(6)];
+    p.st.input(
+        p.now,
+        &raw(0, p.isn, SYN | ACK | ECE, 32767, &synack_opts, &[]),
+        None,
+    );
+    let o = out(&mut p);
+    assert_eq!((o[0].0.flags, o[0].1), (ACK, 0), "pure ACK is not-ECT");
+    assert_eq!(p.st.send(p.now, c, &[0u8; 2000], 0), Ok(2000));
+    let o = out(&mut p);
+    assert!(
+        !o.is_empty() && o.iter().all(|x| x.1 == 0b10),
+        "data is ECT(0)"
+    );
+    p.now += Duration::from_millis(2);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(1000), ACK | ECE, 500, &[], &[]),
+        None,
+    );
+    let i = p.st.tcp_info(p.now, c).unwrap();
+    assert_eq!(
+        (i.ca_state, i.snd_ssthresh),
+        (2, 7),
+        "CWR, ssthresh = 0.7 * 10"
+    );
+    // PRR-CRB (tcp_cwnd_reduction): no retransmission was acked, so no slow-start bonus:
+    // cwnd = pipe (1) + sndcnt (1 delivered).
+    assert_eq!(i.snd_cwnd, 2);
+    assert_eq!(p.st.send(p.now, c, &[0u8; 1000], 0), Ok(1000));
+    let o = out(&mut p);
+    assert_eq!(o.len(), 1);
+    assert_ne!(
+        o[0].0.flags & CWR,
+        0,
+        "CWR on the first new data after the reduction"
+    );
+    // Without ECN on the SYN-ACK (no ECE), nothing is ECN-capable.
+    let mut q = Peer::new(false);
+    q.st.sysctl_set("net.ipv4.tcp_ecn", "1").unwrap();
+    let c = q.st.socket(Family::V4).unwrap();
+    q.st.bind(c, LOCAL.parse().unwrap()).unwrap();
+    let _ = q.st.connect(q.now, c, REMOTE.parse().unwrap());
+    let o = out(&mut q);
+    q.isn = o[0].0.seq.wrapping_add(1);
+    q.st.input(
+        q.now,
+        &raw(0, q.isn, SYN | ACK, 32767, &synack_opts, &[]),
+        None,
+    );
+    let _ = out(&mut q);
+    assert_eq!(q.st.send(q.now, c, &[0u8; 1000], 0), Ok(1000));
+    assert!(out(&mut q).iter().all(|x| x.1 == 0));
+}
+
+/// tcp_ecn_create_request / tcp_ecn_make_synack: with the default tcp_ecn=2 a listener
+/// accepts ECN when the SYN asks with ECE|CWR and answers `SE.`; a plain SYN gets `S.`.
+#[test]
+fn ecn_passive_accepts_when_asked() {
+    let mut p = Peer::new(false);
+    let l = p.st.socket(Family::V4).unwrap();
+    p.st.bind(l, LOCAL.parse().unwrap()).unwrap();
+    p.st.listen(l, 4).unwrap();
+    p.st.input(
+        p.now,
+        &raw(0, 0, SYN | ECE | CWR, 32792, SYN_OPTS, &[]),
+        None,
+    );
+    let o = p.out();
+    assert_eq!(o[0].flags, SYN | ACK | ECE);
+    let mut q = Peer::new(false);
+    let l = q.st.socket(Family::V4).unwrap();
+    q.st.bind(l, LOCAL.parse().unwrap()).unwrap();
+    q.st.listen(l, 4).unwrap();
+    q.st.input(q.now, &raw(0, 0, SYN, 32792, SYN_OPTS, &[]), None);
+    assert_eq!(q.out()[0].flags, SYN | ACK);
+}

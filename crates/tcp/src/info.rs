@@ -148,7 +148,10 @@ impl Sock {
             lost: self.lost_out,
             retrans: self.retrans_out,
             last_data_sent: ms_since(now, self.lsndtime),
-            last_data_recv: ms_since(now, self.ack.lrcvtime),
+            // icsk_ack.lrcvtime: also stamped when the connection is established
+            // (tcp_finish_connect / tcp_create_openreq_child), so it counts from the
+            // handshake until the first data arrives (tcp_info/tcp-info-last_data_recv.pkt).
+            last_data_recv: ms_since(now, self.lrcvtime),
             last_ack_recv: ms_since(now, self.rcv_tstamp),
             pmtu: self.pmtu(),
             rcv_ssthresh: self.rcv_ssthresh,

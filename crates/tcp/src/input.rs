@@ -355,6 +355,11 @@ impl Sock {
         self.rcv_wup = self.rcv_nxt;
         self.copied_seq = self.rcv_nxt;
         self.apply_syn_options(env, seg, true);
+        // tcp_ecn_rcv_synack (RFC 3168 §6.1.1): ECN is on only if the SYN-ACK has ECE
+        // without CWR.
+        if seg.has(ACK) && (!seg.has(ECE) || seg.has(CWR)) {
+            self.ecn_flags &= !crate::socket::ecnf::OK;
+        }
         if let Some((tsval, _)) = seg.opts.ts {
             if self.tstamp_ok {
                 self.ts_recent = tsval;
@@ -522,6 +527,7 @@ impl Sock {
         self.rcv_tsecr = seg.opts.ts.map(|t| t.1).unwrap_or(0);
         self.ack_orig_acked = false;
         self.ack_data_sacked = false;
+        self.ack_retrans_acked = false;
         let prior_in_flight = self.packets_in_flight();
         let prior_packets = self.packets_out;
         // Window update (tcp_ack_update_window).
@@ -602,7 +608,11 @@ impl Sock {
             };
             self.cc.pkts_acked(&mut self.cc_st, &sample, now_us);
         }
+        // tcp_ecn_rcv_ecn_echo: ECE on a non-SYN segment of an ECN connection.
+        self.ack_ece =
+            seg.has(ECE) && !seg.has(SYN) && self.ecn_flags & crate::socket::ecnf::OK != 0;
         self.fastretrans_alert(env, now, prior_snd_una, is_dupack, delivered);
+        self.ack_ece = false;
         // tcp_may_raise_cwnd: grow only on cumulative (in-order) delivery (RFC 5681).
         // Open, Disorder and Loss grow cwnd (slow start after an RTO); Recovery/CWR use PRR.
         if acked_pkts > 0 && !matches!(self.ca_state, CaState::Recovery | CaState::Cwr) {
@@ -693,6 +703,7 @@ impl Sock {
                 }
                 let mss = self.mss_cache.max(1);
                 let old_pcount = head.pcount;
+                let start_seq = head.seq;
                 head.data.drain(..cut);
                 self.bytes_acked += cut as u64;
                 head.seq = ack;
@@ -714,6 +725,19 @@ impl Sock {
                     self.ack_orig_acked = true;
                 } else {
                     any_retrans = true;
+                }
+                // tcp_clean_rtx_queue treats the acked MSSes of a partially acked TSO skb
+                // (tcp_tso_acked) like whole skbs: a never-retransmitted hole below the
+                // highest SACK is reordering, and RACK advances with the skb's send time.
+                let (mstamp, end_seq, sk) = (head.mstamp, head.end_seq, head.sacked);
+                if diff > 0 {
+                    if sk & (sacked::EVER_RETRANS | sacked::ACKED) == 0
+                        && self.sack_seen_any
+                        && before(start_seq, self.highest_sack_end)
+                    {
+                        self.note_reordering(env, start_seq);
+                    }
+                    self.rack_advance(mstamp, end_seq, sk & sacked::EVER_RETRANS != 0, now);
                 }
                 break;
             }
@@ -758,6 +782,8 @@ impl Sock {
             );
         }
         let _ = prior_snd_una;
+        // FLAG_RETRANS_DATA_ACKED: a (once) retransmitted skb was cumulatively acked.
+        self.ack_retrans_acked |= any_retrans;
         if self.packets_out == 0 {
             self.sacked_out = 0;
             self.lost_out = 0;

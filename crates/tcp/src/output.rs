@@ -326,7 +326,17 @@ impl Sock {
         let mut opts = Vec::with_capacity(6);
         self.syn_opts(now, &mut opts, 0);
         let win = self.rcv_wnd.min(65535) as u16;
-        let seg = self.seg(env, self.iss, SYN, win, &opts, &[]);
+        // tcp_ecn_send_syn (RFC 3168 §6.1.1): with tcp_ecn=1 the SYN asks for ECN with
+        // ECE|CWR; a retransmitted SYN drops them (tcp_ecn_clear_syn, tcp_ecn_fallback=1).
+        let mut fl = SYN;
+        if self.retransmits == 0 {
+            self.ecn_flags = 0;
+            if env.sysint(Sysctl::tcp_ecn) == 1 {
+                self.ecn_flags = ecnf::OK;
+                fl |= ECE | CWR;
+            }
+        }
+        let seg = self.seg(env, self.iss, fl, win, &opts, &[]);
         env.emit(&seg, None, None, None);
         self.segs_out += 1;
         self.lsndtime = now;
@@ -338,7 +348,13 @@ impl Sock {
         let ecr = self.ts_recent;
         self.syn_opts(now, &mut opts, ecr);
         let win = self.rcv_wnd.min(65535) as u16;
-        let seg = self.seg(env, self.iss, SYN | ACK, win, &opts, &[]);
+        // tcp_ecn_make_synack: ECE on the SYN-ACK when the request was ECN-capable.
+        let fl = if self.ecn_flags & ecnf::OK != 0 {
+            SYN | ACK | ECE
+        } else {
+            SYN | ACK
+        };
+        let seg = self.seg(env, self.iss, fl, win, &opts, &[]);
         env.emit(&seg, None, None, None);
         self.segs_out += 1;
         self.lsndtime = now;
@@ -570,6 +586,7 @@ impl Sock {
         }
         let mss_now = self.current_mss();
         let mut sent_pkts = 0u32;
+        let mut sent_segs = 0u32;
         self.cwnd_limited_now = false;
         self.rwnd_limited_now = false;
         let max_segs = if env.gso {
@@ -655,6 +672,7 @@ impl Sock {
             self.transmit_skb(env, now, idx, false);
             self.event_new_data_sent(env, now, idx);
             sent_pkts += 1;
+            sent_segs += self.rtx_queue.get(idx).map_or(1, |s| s.pcount);
             if push_one {
                 break;
             }
@@ -669,6 +687,14 @@ impl Sock {
         }
         let limited = self.cwnd_limited_now || self.packets_in_flight() >= self.snd_cwnd();
         if sent_pkts > 0 {
+            // tcp_write_xmit: new data sent during a cwnd reduction counts towards PRR's
+            // prr_out (tcp_in_cwnd_reduction: CWR or Recovery).
+            if matches!(
+                self.ca_state,
+                shallow_cc::CaState::Cwr | shallow_cc::CaState::Recovery
+            ) {
+                self.prr_out += sent_segs;
+            }
             self.cwnd_validate(limited);
             if self.rtx_event != RtxEvent::Probe0
                 || self.timers[TimerKind::Retrans as usize].is_none()
@@ -767,9 +793,31 @@ impl Sock {
             s.delivered = delivered;
             s.in_host = s.in_host.saturating_add(1);
         }
-        let flags = fl | ACK;
+        // __tcp_transmit_skb: every GSO packet (pcount > 1) carries PSH, to expedite the GRO
+        // flush at the receiver; single-MSS packets keep the skb's own flags. Only the
+        // transmitted copy is marked, not the queued skb.
+        let mut flags = fl | ACK | if pcount > 1 { PSH } else { 0 };
+        // tcp_ecn_send (RFC 3168 §6.1.2, §6.1.5): new data carries ECT(0) (and a queued CWR);
+        // retransmissions and pure ACKs are not ECN-capable; ECE is echoed while demanded.
+        let ecn_ok = self.ecn_flags & ecnf::OK != 0;
+        let mut ect = false;
+        if ecn_ok {
+            if len > 0 && !retrans {
+                ect = true;
+                if self.ecn_flags & ecnf::QUEUE_CWR != 0 {
+                    self.ecn_flags &= !ecnf::QUEUE_CWR;
+                    flags |= CWR;
+                }
+            }
+            if self.ecn_flags & ecnf::DEMAND_CWR != 0 {
+                flags |= ECE;
+            }
+        }
         let payload = std::mem::take(&mut self.rtx_queue[idx].data);
-        let seg = self.seg(env, seq, flags, win, &opts, &payload);
+        let mut seg = self.seg(env, seq, flags, win, &opts, &payload);
+        if ecn_ok {
+            seg.tos = (seg.tos & !0x3) | if ect { 0x2 } else { 0 };
+        }
         let ok = env.emit(&seg, gso, Some(departure), Some(token));
         self.rtx_queue[idx].data = payload;
         // tcp_minshall_update: remember the end of a packet with a short last segment.

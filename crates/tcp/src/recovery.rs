@@ -27,13 +27,16 @@ impl Sock {
             // Possibly a spurious retransmission acked by the original: ignore (RFC 8985 §6.2 step 2).
             return;
         }
+        // Linux takes the RTT of every delivered skb it is called for (the last one wins,
+        // so a cumulative ACK's oldest original transmission can lengthen it), but moves
+        // the RACK timestamp only forward (tcp_rack_sent_after).
+        self.rack_advanced = true;
+        self.rack_rtt_us = rtt_us;
         if xmit > self.rack_mstamp
             || (xmit == self.rack_mstamp && after(end_seq, self.rack_end_seq))
         {
             self.rack_mstamp = xmit;
             self.rack_end_seq = end_seq;
-            self.rack_rtt_us = rtt_us;
-            self.rack_advanced = true;
         }
     }
 
@@ -268,6 +271,12 @@ impl Sock {
         if self.sacked_out >= self.reordering || (self.ca_state == CaState::Recovery) {
             if let Some(h) = self.rtx_queue.front() {
                 if h.sacked & (sacked::LOST | sacked::RETRANS) == 0 {
+                    // tcp_newreno_mark_lost: only the head's first MSS is deemed lost; a
+                    // multi-segment head is fragmented (tcp_fragment) before marking.
+                    let mss = self.mss_cache.max(1);
+                    if h.pcount > 1 && h.len() > mss {
+                        self.split_rtx(0, mss);
+                    }
                     self.mark_lost(0);
                 }
             }
@@ -312,6 +321,20 @@ impl Sock {
             }
             _ => {}
         }
+        // CWR ends once something above high_seq is acked, so the CWR bit reached the
+        // receiver (tcp_fastretrans_alert, state exit conditions).
+        if self.ca_state == CaState::Cwr
+            && !before(self.snd_una, self.high_seq)
+            && self.snd_una != self.high_seq
+        {
+            if self.cc_st.snd_ssthresh < shallow_cc::TCP_INFINITE_SSTHRESH {
+                self.cc_st.snd_cwnd = self.cc_st.snd_ssthresh.max(1);
+            }
+            self.cc
+                .cwnd_event(&mut self.cc_st, CaEvent::CompleteCwr, now.as_micros());
+            self.set_ca_state(now, CaState::Open);
+            self.snd_cwnd_stamp = now;
+        }
         // D-SACKs covered every retransmission: undo (tcp_try_undo_dsack).
         if matches!(self.ca_state, CaState::Recovery | CaState::Disorder)
             && self.undo_marker.is_some()
@@ -349,32 +372,81 @@ impl Sock {
         {
             self.enter_recovery(env, now);
         }
-        if self.ca_state == CaState::Recovery && delivered > 0 && self.prior_cwnd > 0 {
-            // PRR (RFC 6937 §3; Linux tcp_cwnd_reduction).
-            self.prr_delivered += delivered;
-            let in_flight = self.packets_in_flight() as i64;
-            let ssthresh = i64::from(self.cc_st.snd_ssthresh);
-            let delta = ssthresh - in_flight;
-            let prr_out = i64::from(self.prr_out);
-            let mut sndcnt = if delta < 0 {
-                let dividend =
-                    ssthresh * i64::from(self.prr_delivered) + i64::from(self.prior_cwnd) - 1;
-                dividend / i64::from(self.prior_cwnd) - prr_out
-            } else if una_advanced && newly_lost == 0 {
-                // PRR-SSRB: slow start back towards ssthresh.
-                delta.min((i64::from(self.prr_delivered) - prr_out).max(i64::from(delivered)) + 1)
-            } else {
-                delta.min(i64::from(delivered))
-            };
-            // Force a fast retransmit upon entering fast recovery.
-            sndcnt = sndcnt.max(i64::from(self.prr_out == 0));
-            self.cc_st.snd_cwnd = (in_flight + sndcnt).max(1) as u32;
+        // tcp_try_to_open: an ECN echo without loss starts a CWR episode.
+        if self.ack_ece && self.lost_out == 0 {
+            self.enter_cwr(now);
+        }
+        if matches!(self.ca_state, CaState::Recovery | CaState::Cwr) {
+            self.cwnd_reduction(delivered, newly_lost, una_advanced);
         }
         let _ = prior_snd_una;
         if self.lost_out > self.retrans_out {
             self.xmit_retransmit_queue(env, now);
         }
         if let Some(t) = reo_timeout {
+            if self.packets_out > 0 {
+                self.rtx_event = RtxEvent::ReoTimeout;
+                let pad = Duration::from_millis(2);
+                self.arm(env, TimerKind::Retrans, now + t + pad);
+            }
+        }
+    }
+
+    /// PRR (RFC 6937 §3; Linux `tcp_cwnd_reduction`): set cwnd to what may be in flight
+    /// after `newly_acked_sacked` packets were delivered. Below ssthresh, the slow-start
+    /// reduction bound sends max(prr_delivered - prr_out, newly delivered), plus one when
+    /// snd_una advanced and nothing was newly marked lost, capped by ssthresh - pipe.
+    pub(crate) fn cwnd_reduction(
+        &mut self,
+        newly_acked_sacked: u32,
+        newly_lost: u32,
+        una_advanced: bool,
+    ) {
+        if newly_acked_sacked == 0 || self.prior_cwnd == 0 {
+            return;
+        }
+        self.prr_delivered += newly_acked_sacked;
+        let in_flight = self.packets_in_flight() as i64;
+        let ssthresh = i64::from(self.cc_st.snd_ssthresh);
+        let delta = ssthresh - in_flight;
+        let prr_out = i64::from(self.prr_out);
+        let mut sndcnt = if delta < 0 {
+            let dividend =
+                ssthresh * i64::from(self.prr_delivered) + i64::from(self.prior_cwnd) - 1;
+            dividend / i64::from(self.prior_cwnd) - prr_out
+        } else {
+            let mut n =
+                (i64::from(self.prr_delivered) - prr_out).max(i64::from(newly_acked_sacked));
+            // PRR-SSRB only while retransmissions are being acked and none was lost
+            // again (FLAG_RETRANS_DATA_ACKED without FLAG_LOST_RETRANS); otherwise
+            // PRR-CRB (packet conservation).
+            if una_advanced && self.ack_retrans_acked && newly_lost == 0 {
+                n += 1;
+            }
+            delta.min(n)
+        };
+        // Force a fast retransmit upon entering fast recovery.
+        sndcnt = sndcnt.max(i64::from(self.prr_out == 0));
+        self.cc_st.snd_cwnd = (in_flight + sndcnt).max(1) as u32;
+    }
+
+    /// RACK reordering-timer expiry (`tcp_rack_reo_timeout`): re-run loss detection; if it
+    /// marked anything lost, enter Recovery (one PRR step as if one packet was delivered,
+    /// when not in Recovery yet) and retransmit; re-arm the reordering timer if packets are
+    /// still within the window.
+    pub(crate) fn rack_reo_timeout(&mut self, env: &mut Env, now: Instant) {
+        let prior_inflight = self.packets_in_flight();
+        let lost_before = self.lost_out;
+        let timeout = self.rack_detect_loss(now);
+        if prior_inflight != self.packets_in_flight() {
+            if self.ca_state != CaState::Recovery {
+                self.enter_recovery(env, now);
+                let newly_lost = self.lost_out.saturating_sub(lost_before);
+                self.cwnd_reduction(1, newly_lost, false);
+            }
+            self.xmit_retransmit_queue(env, now);
+        }
+        if let Some(t) = timeout {
             if self.packets_out > 0 {
                 self.rtx_event = RtxEvent::ReoTimeout;
                 let pad = Duration::from_millis(2);
@@ -633,13 +705,42 @@ impl Sock {
         });
         self.high_seq = self.snd_nxt;
         self.init_undo();
-        self.prior_ssthresh = self.cc_st.snd_ssthresh;
+        // tcp_enter_recovery: a reduction already under way (CWR after ECE) is kept.
+        if self.ca_state != CaState::Cwr {
+            self.prior_ssthresh = if self.ack_ece {
+                0
+            } else {
+                self.cc_st.snd_ssthresh
+            };
+            self.init_cwnd_reduction(now);
+        }
+        self.set_ca_state(now, CaState::Recovery);
+    }
+
+    /// `tcp_init_cwnd_reduction`: start a PRR episode (ssthresh from CC, prior_cwnd, PRR
+    /// counters) and queue CWR for the peer when ECN is on (`tcp_ecn_queue_cwr`).
+    fn init_cwnd_reduction(&mut self, now: Instant) {
+        self.high_seq = self.snd_nxt;
         self.prior_cwnd = self.snd_cwnd();
         self.sync_cc_state(now);
         self.cc_st.snd_ssthresh = self.cc.ssthresh(&self.cc_st);
         self.prr_delivered = 0;
         self.prr_out = 0;
-        self.set_ca_state(now, CaState::Recovery);
+        if self.ecn_flags & crate::socket::ecnf::OK != 0 {
+            self.ecn_flags |= crate::socket::ecnf::QUEUE_CWR;
+        }
+    }
+
+    /// `tcp_enter_cwr` (RFC 3168 §6.1.2): an ECN echo reduces cwnd once per window through
+    /// PRR in the CWR state; the reduction cannot be undone.
+    pub(crate) fn enter_cwr(&mut self, now: Instant) {
+        self.prior_ssthresh = 0;
+        if matches!(self.ca_state, CaState::Open | CaState::Disorder) {
+            self.undo_marker = None;
+            self.tlp_high_seq = None;
+            self.init_cwnd_reduction(now);
+            self.set_ca_state(now, CaState::Cwr);
+        }
     }
 
     /// Retransmit lost skbs as cwnd allows (`tcp_xmit_retransmit_queue`).

@@ -232,6 +232,16 @@ pub(crate) const TCP_DELACK_MAX: Duration = Duration::from_millis(200);
 pub(crate) const TCP_MAX_QUICKACKS: u8 = 16;
 /// `TCP_TIMEWAIT_LEN`: 60 s.
 pub(crate) const TCP_TIMEWAIT_LEN: Duration = Duration::from_secs(60);
+/// `tp->ecn_flags` bits (Linux `TCP_ECN_*`, RFC 3168 §6.1).
+pub mod ecnf {
+    /// ECN was negotiated on the handshake (`TCP_ECN_OK`).
+    pub const OK: u8 = 1;
+    /// Send CWR on the next new data segment (`TCP_ECN_QUEUE_CWR`).
+    pub const QUEUE_CWR: u8 = 2;
+    /// Echo ECE until the peer sends CWR (`TCP_ECN_DEMAND_CWR`).
+    pub const DEMAND_CWR: u8 = 4;
+}
+
 /// `TCP_MSS_DEFAULT`.
 pub(crate) const TCP_MSS_DEFAULT: u32 = 536;
 /// `TCP_INIT_CWND`.
@@ -656,6 +666,8 @@ pub(crate) struct Sock {
     pub cwnd_usage_seq: u32,
     pub prr_delivered: u32,
     pub prr_out: u32,
+    /// `tp->ecn_flags` (RFC 3168): bits of [`ecnf`].
+    pub ecn_flags: u8,
     pub tlp_high_seq: Option<u32>,
     pub tlp_retrans: bool,
     /// F-RTO in progress (`tp->frto`).
@@ -664,6 +676,10 @@ pub(crate) struct Sock {
     pub pending_frto_new: bool,
     /// This ACK (s)acked data never retransmitted (`FLAG_ORIG_SACK_ACKED`).
     pub ack_orig_acked: bool,
+    /// This ACK carried an ECN echo on an ECN connection (`FLAG_ECE`).
+    pub ack_ece: bool,
+    /// This ACK cumulatively acked retransmitted data (`FLAG_RETRANS_DATA_ACKED`).
+    pub ack_retrans_acked: bool,
     /// This ACK SACKed new data (`FLAG_DATA_SACKED`).
     pub ack_data_sacked: bool,
 
@@ -853,11 +869,14 @@ impl Sock {
             cwnd_usage_seq: 0,
             prr_delivered: 0,
             prr_out: 0,
+            ecn_flags: 0,
             tlp_high_seq: None,
             tlp_retrans: false,
             frto: false,
             pending_frto_new: false,
             ack_orig_acked: false,
+            ack_ece: false,
+            ack_retrans_acked: false,
             ack_data_sacked: false,
             srtt_us: 0,
             mdev_us: 0,

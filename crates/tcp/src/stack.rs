@@ -678,6 +678,16 @@ impl Stack {
             ..*seg
         };
         sk.apply_syn_options(env, &syn_like, false);
+        // tcp_ecn_create_request (RFC 3168 §6.1.1): a not-ECT SYN with ECE|CWR asks for ECN;
+        // any tcp_ecn other than 0 accepts.
+        sk.ecn_flags = 0;
+        if seg.flags & (packet::flags::ECE | packet::flags::CWR)
+            == packet::flags::ECE | packet::flags::CWR
+            && seg.tos & 0x3 == 0
+            && env.sysint(crate::sysctl::Sysctl::tcp_ecn) != 0
+        {
+            sk.ecn_flags = crate::socket::ecnf::OK;
+        }
         if let (true, Some((tsval, _))) = (sk.tstamp_ok, syn_like.opts.ts) {
             sk.ts_recent = tsval;
             sk.ts_recent_stamp = now;
@@ -1816,10 +1826,7 @@ impl Sock {
                     }
                     RtxEvent::LossProbe => self.send_loss_probe(env, now),
                     RtxEvent::ReoTimeout => {
-                        self.rack_advanced = true;
-                        let delivered = 0;
-                        let una = self.snd_una;
-                        self.fastretrans_alert(env, now, una, false, delivered);
+                        self.rack_reo_timeout(env, now);
                         if self.timers[TimerKind::Retrans as usize].is_none() {
                             self.schedule_loss_probe_or_rto(env, now, false);
                         }
