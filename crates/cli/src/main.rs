@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod decode;
 mod drill;
+mod lab;
 mod netns;
 
 /// Shallow: a user-space TCP/IP stack with Linux's shallow-queue send path.
@@ -27,6 +28,9 @@ enum Command {
     Decode(decode::DecodeArgs),
     /// Run packetdrill scripts against the engine in virtual time (files or directories).
     Drill(drill::DrillArgs),
+    /// Reproduce each seed commit's measurement on the emulator, mechanism off vs on,
+    /// beside the published figures (tsq, notsent-lowat, pollout, autocork, ack-defer, all).
+    Lab(lab::LabArgs),
     /// Create or delete the kernel peer of a Shallow TUN: a network namespace with a
     /// persistent TUN and addresses on the kernel side (needs root).
     Netns(netns::NetnsArgs),
@@ -38,6 +42,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(&args),
         Command::Decode(args) => decode::run(&args),
         Command::Drill(args) => drill::run(&args),
+        Command::Lab(args) => lab::run(&args),
         Command::Netns(args) => netns::run(&args),
     }
 }

@@ -348,10 +348,32 @@ fn us(ns: Option<u64>) -> Option<f64> {
     ns.map(|v| v as f64 / 1000.0)
 }
 
+/// Host settings beyond [`BenchConfig`] that experiments (`shallow lab`) switch; the
+/// defaults are what [`run`] uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BenchExtras {
+    /// The sending host reports TX completions when its qdisc accepts a packet
+    /// ([`NicConfig::orphan_at_enqueue`]): the engine sees no bytes below it, as before TSQ.
+    pub orphan_at_enqueue: bool,
+    /// The receiving host's route to the sender has `quickack 1` (`ip route ... quickack 1`,
+    /// Linux `dst_quick_ack`): it ACKs every segment at once.
+    pub rx_route_quickack: bool,
+}
+
 /// Run a benchmark. `capture`: pcap of the sending host's egress (as tcpdump on it sees
 /// it). `progress` is called after each sampling period with the fraction done (0..=1).
 pub fn run(
     cfg: &BenchConfig,
+    capture: Option<CaptureOut>,
+    progress: &mut dyn FnMut(f64),
+) -> Result<(BenchReport, Option<CaptureOut>), BenchError> {
+    run_ext(cfg, &BenchExtras::default(), capture, progress)
+}
+
+/// [`run`] with [`BenchExtras`].
+pub fn run_ext(
+    cfg: &BenchConfig,
+    extras: &BenchExtras,
     capture: Option<CaptureOut>,
     progress: &mut dyn FnMut(f64),
 ) -> Result<(BenchReport, Option<CaptureOut>), BenchError> {
@@ -381,6 +403,16 @@ pub fn run(
     };
     let mut left = mk_host(left_ip, "host/left", &cfg.sysctls, fq)?;
     let mut right = mk_host(right_ip, "host/right", &cfg.rx_sysctls, false)?;
+    if extras.rx_route_quickack {
+        right.stack.set_route(
+            left_ip,
+            32,
+            shallow_tcp::RouteAttrs {
+                quickack: true,
+                ..shallow_tcp::RouteAttrs::default()
+            },
+        );
+    }
 
     let bulk = cfg.test == Test::Bulk;
     let sender_role = Role::Sender {
@@ -465,7 +497,10 @@ pub fn run(
         HostConfig {
             addrs: vec![left_ip],
             qdisc: cfg.qdisc.clone(),
-            nic: nic.clone(),
+            nic: NicConfig {
+                orphan_at_enqueue: extras.orphan_at_enqueue,
+                ..nic.clone()
+            },
             record_delays: true,
             rx_coalesce: cfg.rx_coalesce,
             capture: capture.map(|c| (CapturePoint::HostTx, c)),

@@ -1,0 +1,713 @@
+//! The five experiments (spec §12 E1–E5): each seed's workload on the emulator, with the
+//! mechanism off and on.
+
+use std::collections::BTreeMap;
+
+use shallow_sim::bench::{self, BenchConfig, BenchError, BenchExtras, BenchReport};
+use shallow_sim::spec::LinkSpec;
+use shallow_sim::{CpuLayout, QdiscSpec, Rate, Test, Time, Writer};
+
+use crate::{Claim, LabReport, Metric, Scale};
+
+/// One experiment of the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Experiment {
+    /// TCP Small Queues (46d3ceabd8d9): host-queue delay of one bulk flow.
+    Tsq,
+    /// TCP_NOTSENT_LOWAT (c9bee3b7fdec): TCP memory of 200 TCP_STREAM flows.
+    NotsentLowat,
+    /// Fewer POLLOUT events (a74f0fa082b7): memory and context switches, 100 flows, 100 ms.
+    Pollout,
+    /// Autocorking (f54b311142a9): 4 flows of 128-byte writes.
+    Autocork,
+    /// Backlog ACK deferral (133c4c0d3717): ACKs of one fast flow, split CPUs, quickack route.
+    AckDefer,
+}
+
+impl Experiment {
+    /// Every experiment, in `shallow lab all` order.
+    pub const ALL: [Experiment; 5] = [
+        Experiment::Tsq,
+        Experiment::NotsentLowat,
+        Experiment::Pollout,
+        Experiment::Autocork,
+        Experiment::AckDefer,
+    ];
+
+    /// Command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Experiment::Tsq => "tsq",
+            Experiment::NotsentLowat => "notsent-lowat",
+            Experiment::Pollout => "pollout",
+            Experiment::Autocork => "autocork",
+            Experiment::AckDefer => "ack-defer",
+        }
+    }
+}
+
+impl std::str::FromStr for Experiment {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Experiment, String> {
+        Experiment::ALL
+            .into_iter()
+            .find(|e| e.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Experiment::ALL.iter().map(|e| e.name()).collect();
+                format!(
+                    "unknown experiment `{s}` (expected {} or all)",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// How to run an experiment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LabOptions {
+    /// Master seed of both arms.
+    pub seed: u64,
+    /// Size of the runs.
+    pub scale: Scale,
+}
+
+/// Why an experiment could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// The emulator refused the setup.
+    #[error("{arm}: {source}")]
+    Bench {
+        /// Which arm.
+        arm: String,
+        /// Why.
+        source: BenchError,
+    },
+    /// The engine lacks the sysctl that switches the mechanism.
+    #[error("the engine has no sysctl `{0}`: cannot switch the mechanism off")]
+    MissingSwitch(String),
+}
+
+/// One run of an experiment: a label, a configuration, and substrate extras.
+struct Arm {
+    label: String,
+    cfg: BenchConfig,
+    extras: BenchExtras,
+}
+
+/// TX completion interrupt coalescing (`ethtool -C tx-usecs`) where an experiment needs a
+/// real NIC's: 16 µs, mlx5's default.
+const NIC_TX_USECS: Time = Time::from_micros(16);
+
+fn ensure_sysctl(name: &str) -> Result<(), LabError> {
+    let st = shallow_tcp::Stack::new(0);
+    st.sysctl_get(name)
+        .map(|_| ())
+        .map_err(|_| LabError::MissingSwitch(name.into()))
+}
+
+fn go(arm: &Arm, progress: &mut dyn FnMut(&str, f64)) -> Result<BenchReport, LabError> {
+    let label = arm.label.clone();
+    let mut p = |f: f64| progress(&label, f);
+    bench::run_ext(&arm.cfg, &arm.extras, None, &mut p)
+        .map(|(r, _)| r)
+        .map_err(|source| LabError::Bench {
+            arm: arm.label.clone(),
+            source,
+        })
+}
+
+fn ms(us: Option<f64>) -> f64 {
+    us.map_or(f64::NAN, |v| v / 1000.0)
+}
+
+fn secs(t: Time) -> String {
+    format!("{} s", t.as_secs_f64())
+}
+
+fn sender_cpu_s(r: &BenchReport) -> f64 {
+    r.cpu
+        .iter()
+        .filter(|c| c.host == "sender")
+        .map(|c| c.busy_s)
+        .sum()
+}
+
+fn per_s(n: u64, r: &BenchReport) -> f64 {
+    if r.duration_s > 0.0 {
+        n as f64 / r.duration_s
+    } else {
+        f64::NAN
+    }
+}
+
+fn scaled<T: Copy>(scale: Scale, full: T, quick: T, tiny: T) -> T {
+    match scale {
+        Scale::Full => full,
+        Scale::Quick => quick,
+        Scale::Tiny => tiny,
+    }
+}
+
+fn sysctl(name: &str, v: &str) -> (String, String) {
+    (format!("net.ipv4.{name}"), v.into())
+}
+
+/// Run one experiment, both arms. `progress(arm, fraction)` after each sampling period.
+pub fn run(
+    exp: Experiment,
+    opts: &LabOptions,
+    progress: &mut dyn FnMut(&str, f64),
+) -> Result<LabReport, LabError> {
+    let mut config = BTreeMap::new();
+    let mut notes = Vec::new();
+    let mut metrics = Vec::new();
+    let s = opts.scale;
+    let base = BenchConfig {
+        seed: opts.seed,
+        ..BenchConfig::default()
+    };
+    match exp {
+        Experiment::Tsq => {
+            let duration = scaled(
+                s,
+                Time::from_secs(10),
+                Time::from_secs(2),
+                Time::from_millis(300),
+            );
+            config.insert(
+                "workload".into(),
+                "1 TCP_STREAM flow, 64 KB writes, TSO, pfifo_fast".into(),
+            );
+            config.insert(
+                "bottleneck".into(),
+                "the sender's own NIC (1 Gbit/s, then 100 Mbit/s); 50 us one-way delay".into(),
+            );
+            config.insert("duration".into(), secs(duration));
+            config.insert("off".into(), "TX completion reported when the qdisc takes the packet (the engine sees no bytes below it)".into());
+            config.insert("on".into(), "TSQ as in Linux 6.x (tcp_limit_output_bytes 4 MB, floor 2 truesize / 1 ms of pacing rate)".into());
+            notes.push("the engine has no TSQ switch (Linux has none either); the off arm is made in the emulator, which also hides queued packets from autocorking (irrelevant with 64 KB writes)".into());
+            notes.push("seed figures for bytes below TCP are the commit's words: ~128 KB per socket instead of 4 MB".into());
+            for (rate, tag, delay_claim) in [
+                (Rate::gbps(1), "1G", (50.0, 1.0)),
+                (Rate::mbps(100), "100M", (132.0, 8.0)),
+            ] {
+                let cfg = BenchConfig {
+                    test: Test::Stream,
+                    flows: 1,
+                    msg_size: 65536,
+                    duration: Some(duration),
+                    qdisc: QdiscSpec::PfifoFast,
+                    nic_rate: Some(rate),
+                    link: LinkSpec {
+                        rate: None,
+                        delay: Time::from_micros(50),
+                        ..LinkSpec::default()
+                    },
+                    ..base.clone()
+                };
+                let off = go(
+                    &Arm {
+                        label: format!("tsq {tag} off"),
+                        cfg: cfg.clone(),
+                        extras: BenchExtras {
+                            orphan_at_enqueue: true,
+                            ..BenchExtras::default()
+                        },
+                    },
+                    progress,
+                )?;
+                let on = go(
+                    &Arm {
+                        label: format!("tsq {tag} on"),
+                        cfg,
+                        extras: BenchExtras::default(),
+                    },
+                    progress,
+                )?;
+                let (a, b) = (&off.total, &on.total);
+                let dc = Claim::Figures {
+                    off: delay_claim.0,
+                    on: delay_claim.1,
+                };
+                metrics.push(Metric::new(
+                    &format!("host_queue_delay_p50@{tag}"),
+                    "ms",
+                    dc,
+                    ms(a.host_queue_delay_p50_us),
+                    ms(b.host_queue_delay_p50_us),
+                ));
+                metrics.push(Metric::new(
+                    &format!("host_queue_delay_p99@{tag}"),
+                    "ms",
+                    dc,
+                    ms(a.host_queue_delay_p99_us),
+                    ms(b.host_queue_delay_p99_us),
+                ));
+                let qc = if tag == "1G" {
+                    Claim::Figures {
+                        off: 4096.0,
+                        on: 128.0,
+                    }
+                } else {
+                    Claim::None
+                };
+                metrics.push(Metric::new(
+                    &format!("bytes_below_tcp_max@{tag}"),
+                    "KB",
+                    qc,
+                    a.bytes_queued_max as f64 / 1024.0,
+                    b.bytes_queued_max as f64 / 1024.0,
+                ));
+                metrics.push(Metric::new(
+                    &format!("bytes_below_tcp_mean@{tag}"),
+                    "KB",
+                    Claim::None,
+                    a.bytes_queued_mean / 1024.0,
+                    b.bytes_queued_mean / 1024.0,
+                ));
+                metrics.push(Metric::new(
+                    &format!("throughput@{tag}"),
+                    "Mbit/s",
+                    Claim::Unchanged,
+                    a.throughput_bps / 1e6,
+                    b.throughput_bps / 1e6,
+                ));
+            }
+        }
+        Experiment::NotsentLowat => {
+            ensure_sysctl("net.ipv4.tcp_notsent_lowat")?;
+            let flows = scaled(s, 200, 40, 8);
+            let duration = scaled(
+                s,
+                Time::from_secs(5),
+                Time::from_secs(1),
+                Time::from_millis(300),
+            );
+            let cfg = BenchConfig {
+                test: Test::Stream,
+                flows,
+                duration: Some(duration),
+                msg_size: 16384,
+                link: LinkSpec {
+                    rate: Some(Rate::gbps(10)),
+                    delay: Time::from_micros(250),
+                    ..LinkSpec::default()
+                },
+                ..base.clone()
+            };
+            config.insert(
+                "workload".into(),
+                format!("{flows} TCP_STREAM flows (netperf 16 KB writes, blocking)"),
+            );
+            config.insert("link".into(), "10 Gbit/s, 0.5 ms RTT, pfifo_fast".into());
+            config.insert("duration".into(), secs(duration));
+            config.insert(
+                "off".into(),
+                "net.ipv4.tcp_notsent_lowat = 4294967295 (unset)".into(),
+            );
+            config.insert("on".into(), "net.ipv4.tcp_notsent_lowat = 131072".into());
+            if flows != 200 {
+                notes.push(format!("{flows} flows instead of the commit's 200: pages scale with flows, compare the ratio"));
+            }
+            notes.push("TCP memory = sum over the sender's sockets of wmem_queued + rmem_alloc in pages, sampled every 10 ms (the commit read /proc/net/protocols once, after 60 s)".into());
+            let arm = |label: &str, v: &str| Arm {
+                label: label.into(),
+                cfg: BenchConfig {
+                    sysctls: vec![sysctl("tcp_notsent_lowat", v)],
+                    ..cfg.clone()
+                },
+                extras: BenchExtras::default(),
+            };
+            let off = go(&arm("notsent-lowat off", "4294967295"), progress)?;
+            let on = go(&arm("notsent-lowat on", "131072"), progress)?;
+            let k = 200.0 / flows as f64;
+            metrics.push(Metric::new(
+                "tcp_mem_pages_mean",
+                "pages",
+                Claim::Figures {
+                    off: 45458.0 / k,
+                    on: 20567.0 / k,
+                },
+                off.total_extra.sockstat_mem_pages_mean,
+                on.total_extra.sockstat_mem_pages_mean,
+            ));
+            metrics.push(Metric::new(
+                "tcp_mem_pages_peak",
+                "pages",
+                Claim::None,
+                off.total_extra.sockstat_mem_pages_max as f64,
+                on.total_extra.sockstat_mem_pages_max as f64,
+            ));
+            metrics.push(Metric::new(
+                "throughput",
+                "Gbit/s",
+                Claim::Unchanged,
+                off.total.throughput_bps / 1e9,
+                on.total.throughput_bps / 1e9,
+            ));
+            metrics.push(Metric::new(
+                "context_switches",
+                "1/s",
+                Claim::None,
+                off.total.context_switches_per_s,
+                on.total.context_switches_per_s,
+            ));
+            if flows != 200 {
+                notes.push(format!("seed pages scaled by {flows}/200"));
+            }
+        }
+        Experiment::Pollout => {
+            ensure_sysctl("net.ipv4.tcp_notsent_lowat")?;
+            let flows = scaled(s, 100, 20, 4);
+            let duration = scaled(
+                s,
+                Time::from_secs(10),
+                Time::from_secs(3),
+                Time::from_millis(600),
+            );
+            let cfg = BenchConfig {
+                test: Test::Stream,
+                flows,
+                duration: Some(duration),
+                msg_size: 16384,
+                writer: Writer::Blocking,
+                link: LinkSpec {
+                    rate: Some(Rate::gbps(10)),
+                    delay: Time::from_millis(50),
+                    ..LinkSpec::default()
+                },
+                sample_interval: Time::from_millis(50),
+                ..base.clone()
+            };
+            config.insert(
+                "workload".into(),
+                format!("{flows} TCP_STREAM flows (netperf, blocking 16 KB writes), cubic"),
+            );
+            config.insert("link".into(), "10 Gbit/s, 100 ms RTT".into());
+            config.insert("sender tcp_wmem".into(), "4096 262144 64000000".into());
+            config.insert("duration".into(), secs(duration));
+            config.insert("off".into(), "net.ipv4.tcp_notsent_lowat unset".into());
+            config.insert(
+                "on".into(),
+                "net.ipv4.tcp_notsent_lowat = 2097152 (wake-ups at notsent < X/2)".into(),
+            );
+            notes.push("the commit compares lowat unset vs 2 MB, both with its X/2 wake rule; the engine has no switch for waking at X instead of X/2, so that comparison is not made".into());
+            notes.push("sender context switches = wake-ups of the sending host's blocked writers (the commit's vmstat cs ran on the sender, A); the receivers' are shown apart".into());
+            notes
+                .push("the commit ran BBR; the engine has cubic and reno, so cubic is used".into());
+            if flows != 100 {
+                notes.push(format!("{flows} flows instead of 100; context switches scale with flows (seed figures scaled by {flows}/100)"));
+            }
+            let arm = |label: &str, v: &str| Arm {
+                label: label.into(),
+                cfg: BenchConfig {
+                    sysctls: vec![
+                        sysctl("tcp_wmem", "4096 262144 64000000"),
+                        sysctl("tcp_notsent_lowat", v),
+                    ],
+                    ..cfg.clone()
+                },
+                extras: BenchExtras::default(),
+            };
+            let off = go(&arm("pollout off", "4294967295"), progress)?;
+            let on = go(&arm("pollout on", "2097152"), progress)?;
+            let per_flow = |r: &BenchReport| {
+                r.total_extra.sockstat_mem_pages_mean * 4096.0 / flows as f64 / 1e6
+            };
+            let per_flow_peak = |r: &BenchReport| {
+                r.total_extra.sockstat_mem_pages_max as f64 * 4096.0 / flows as f64 / 1e6
+            };
+            metrics.push(Metric::new(
+                "tcp_mem_per_flow_mean",
+                "MB",
+                Claim::Figures { off: 54.0, on: 3.5 },
+                per_flow(&off),
+                per_flow(&on),
+            ));
+            metrics.push(Metric::new(
+                "tcp_mem_per_flow_peak",
+                "MB",
+                Claim::None,
+                per_flow_peak(&off),
+                per_flow_peak(&on),
+            ));
+            let k = flows as f64 / 100.0;
+            metrics.push(Metric::new(
+                "sender_context_switches",
+                "1/s",
+                Claim::Figures {
+                    off: 6000.0 * k,
+                    on: 13000.0 * k,
+                },
+                per_s(off.total.sender_wakeups, &off),
+                per_s(on.total.sender_wakeups, &on),
+            ));
+            metrics.push(Metric::new(
+                "context_switches_all_threads",
+                "1/s",
+                Claim::None,
+                off.total.context_switches_per_s,
+                on.total.context_switches_per_s,
+            ));
+            metrics.push(Metric::new(
+                "throughput",
+                "Gbit/s",
+                Claim::Unchanged,
+                off.total.throughput_bps / 1e9,
+                on.total.throughput_bps / 1e9,
+            ));
+        }
+        Experiment::Autocork => {
+            ensure_sysctl("net.ipv4.tcp_autocorking")?;
+            let duration = scaled(
+                s,
+                Time::from_secs(1),
+                Time::from_millis(250),
+                Time::from_millis(40),
+            );
+            let cfg = BenchConfig {
+                test: Test::Stream,
+                flows: 4,
+                duration: Some(duration),
+                msg_size: 128,
+                nodelay: true,
+                tx_completion_delay: NIC_TX_USECS,
+                link: LinkSpec {
+                    rate: Some(Rate::gbps(10)),
+                    delay: Time::from_micros(25),
+                    ..LinkSpec::default()
+                },
+                ..base.clone()
+            };
+            config.insert(
+                "workload".into(),
+                "4 TCP_STREAM flows, 128-byte writes, TCP_NODELAY".into(),
+            );
+            config.insert(
+                "link".into(),
+                "10 Gbit/s NIC and link, 50 us RTT, pfifo_fast".into(),
+            );
+            config.insert("nic tx-usecs".into(), format!("{} us (TX completion interrupt coalescing of a real NIC; the emulator's default is 0)", NIC_TX_USECS.as_nanos() / 1000));
+            config.insert("duration".into(), secs(duration));
+            config.insert("off".into(), "net.ipv4.tcp_autocorking = 0".into());
+            config.insert("on".into(), "net.ipv4.tcp_autocorking = 1".into());
+            notes.push("seed CPU figures are perf task-clock seconds of the 4 netperfs; Shallow's are the sending host's CPU busy seconds over the run (relative change compared); per GB assumes netperf's default 10 s run".into());
+            notes.push("the emulated sender has one CPU for the 4 flows and is CPU-bound in both arms, so its CPU time equals the run time: the saving shows as throughput and CPU per GB".into());
+            let arm = |label: &str, v: &str| Arm {
+                label: label.into(),
+                cfg: BenchConfig {
+                    sysctls: vec![sysctl("tcp_autocorking", v)],
+                    ..cfg.clone()
+                },
+                extras: BenchExtras::default(),
+            };
+            let off = go(&arm("autocork off", "0"), progress)?;
+            let on = go(&arm("autocork on", "1"), progress)?;
+            metrics.push(Metric::new(
+                "throughput",
+                "Mbit/s",
+                Claim::Figures {
+                    off: 6624.89,
+                    on: 9410.39,
+                },
+                off.total.throughput_bps / 1e6,
+                on.total.throughput_bps / 1e6,
+            ));
+            metrics.push(Metric::new(
+                "sender_cpu_time",
+                "CPU-s",
+                Claim::Figures {
+                    off: 40.046,
+                    on: 35.209,
+                },
+                sender_cpu_s(&off),
+                sender_cpu_s(&on),
+            ));
+            // The seed's task-clock over the bytes sent: netperf's default 10 s run at the
+            // published throughput (an assumption: the commit gives the elapsed time of one run).
+            let gb = |mbps: f64| mbps * 1e6 * 10.0 / 8.0 / 1e9;
+            let cpu_per_gb = |r: &BenchReport| {
+                let bytes = r.total.throughput_bps * r.duration_s / 8.0;
+                if bytes > 0.0 {
+                    sender_cpu_s(r) / (bytes / 1e9)
+                } else {
+                    f64::NAN
+                }
+            };
+            metrics.push(Metric::new(
+                "sender_cpu_per_gb",
+                "CPU-s/GB",
+                Claim::Figures {
+                    off: 40.046 / gb(6624.89),
+                    on: 35.209 / gb(9410.39),
+                },
+                cpu_per_gb(&off),
+                cpu_per_gb(&on),
+            ));
+            let spw = |r: &BenchReport| {
+                if r.total.send_calls == 0 {
+                    f64::NAN
+                } else {
+                    r.total.segments_sent as f64 / r.total.send_calls as f64
+                }
+            };
+            metrics.push(Metric::new(
+                "segments_per_write",
+                "segs",
+                Claim::None,
+                spw(&off),
+                spw(&on),
+            ));
+            metrics.push(Metric::new(
+                "bytes_per_segment",
+                "B",
+                Claim::None,
+                off.total.mean_segment_bytes,
+                on.total.mean_segment_bytes,
+            ));
+            metrics.push(Metric::new(
+                "autocorking_events",
+                "count",
+                Claim::None,
+                *off.counters.get("TcpExtTCPAutoCorking").unwrap_or(&0) as f64,
+                *on.counters.get("TcpExtTCPAutoCorking").unwrap_or(&0) as f64,
+            ));
+        }
+        Experiment::AckDefer => {
+            ensure_sysctl("net.ipv4.tcp_backlog_ack_defer")?;
+            let duration = scaled(
+                s,
+                Time::from_secs(2),
+                Time::from_millis(400),
+                Time::from_millis(60),
+            );
+            let cfg = BenchConfig {
+                test: Test::Stream,
+                flows: 1,
+                duration: Some(duration),
+                msg_size: 65536,
+                recv_size: 1 << 20,
+                cpus: CpuLayout::Split,
+                nic_rate: Some(Rate::gbps(200)),
+                link: LinkSpec {
+                    rate: Some(Rate::gbps(200)),
+                    delay: Time::from_micros(10),
+                    ..LinkSpec::default()
+                },
+                ..base.clone()
+            };
+            config.insert(
+                "workload".into(),
+                "1 TCP_STREAM flow, 64 KB writes, receiver reads 1 MB".into(),
+            );
+            config.insert("link".into(), "200 Gbit/s NIC and link, 20 us RTT".into());
+            config.insert(
+                "cpus".into(),
+                "split: softirq on CPU 0, application on CPU 1 (both hosts)".into(),
+            );
+            config.insert("receiver route".into(), "quickack 1".into());
+            config.insert("duration".into(), secs(duration));
+            config.insert(
+                "off".into(),
+                "receiver net.ipv4.tcp_backlog_ack_defer = 0".into(),
+            );
+            config.insert(
+                "on".into(),
+                "receiver net.ipv4.tcp_backlog_ack_defer = 1".into(),
+            );
+            notes.push("with quickack every backlog packet processed at release is ACKed when deferral is off; backlog packets that tcp_add_backlog coalesced into the previous one (backlog_coalesces) need no ACK of their own. Linux cannot coalesce two full GRO packets (MAX_SKB_FRAGS = 17, the seed's ~60 KB); compare backlog_coalesces with backlog_packets".into());
+            let arm = |label: &str, v: &str| Arm {
+                label: label.into(),
+                cfg: BenchConfig {
+                    rx_sysctls: vec![sysctl("tcp_backlog_ack_defer", v)],
+                    ..cfg.clone()
+                },
+                extras: BenchExtras {
+                    rx_route_quickack: true,
+                    ..BenchExtras::default()
+                },
+            };
+            let off = go(&arm("ack-defer off", "0"), progress)?;
+            let on = go(&arm("ack-defer on", "1"), progress)?;
+            metrics.push(Metric::new(
+                "acks",
+                "1/s",
+                Claim::Figures {
+                    off: 240_000.0,
+                    on: 40_000.0,
+                },
+                per_s(off.total.acks_sent, &off),
+                per_s(on.total.acks_sent, &on),
+            ));
+            metrics.push(Metric::new(
+                "backlog_drops",
+                "1/s",
+                Claim::Figures {
+                    off: 230.0,
+                    on: 0.0,
+                },
+                per_s(off.total_extra.backlog_drops, &off),
+                per_s(on.total_extra.backlog_drops, &on),
+            ));
+            metrics.push(Metric::new(
+                "throughput",
+                "Gbit/s",
+                Claim::Figures {
+                    off: 100.0,
+                    on: 120.0,
+                },
+                off.total.throughput_bps / 1e9,
+                on.total.throughput_bps / 1e9,
+            ));
+            metrics.push(Metric::new(
+                "backlog_packets",
+                "1/s",
+                Claim::None,
+                per_s(off.total_extra.backlog_packets, &off),
+                per_s(on.total_extra.backlog_packets, &on),
+            ));
+            metrics.push(Metric::new(
+                "backlog_coalesces",
+                "1/s",
+                Claim::None,
+                per_s(off.total_extra.backlog_coalesces, &off),
+                per_s(on.total_extra.backlog_coalesces, &on),
+            ));
+            metrics.push(Metric::new(
+                "acks_per_data_segment",
+                "ratio",
+                Claim::None,
+                off.total.acks_per_data_segment.unwrap_or(f64::NAN),
+                on.total.acks_per_data_segment.unwrap_or(f64::NAN),
+            ));
+            metrics.push(Metric::new(
+                "receiver_cpu_time",
+                "CPU-s",
+                Claim::None,
+                off.cpu
+                    .iter()
+                    .filter(|c| c.host == "receiver")
+                    .map(|c| c.busy_s)
+                    .sum(),
+                on.cpu
+                    .iter()
+                    .filter(|c| c.host == "receiver")
+                    .map(|c| c.busy_s)
+                    .sum(),
+            ));
+        }
+    }
+    config.insert("scale".into(), format!("{s:?}").to_lowercase());
+    config.insert(
+        "cost table".into(),
+        "emulator defaults (not tuned per experiment)".into(),
+    );
+    Ok(LabReport {
+        experiment: exp.name().into(),
+        scale: s,
+        seed: opts.seed,
+        metrics,
+        config,
+        notes,
+    })
+}
