@@ -82,6 +82,21 @@ pub(crate) struct OwnedSeg {
     pub gso_segs: u32,
     pub gso_size: Option<u16>,
     pub tos: u8,
+    /// Page fragments this buffer would occupy in Linux (see [`payload_frags`]); a merge
+    /// may not take the sum past [`MAX_SKB_FRAGS`].
+    pub frags: u32,
+}
+
+/// Linux's `MAX_SKB_FRAGS` (17 by default): the most page fragments one skb can hold. It bounds
+/// `skb_try_coalesce`, and so the backlog coalescing of `tcp_add_backlog`: two full ~60 KB GRO
+/// packets cannot merge (the figure in 133c4c0d3717's benchmark context).
+pub(crate) const MAX_SKB_FRAGS: u32 = 17;
+
+/// The page fragments a received payload occupies: one per 4 KiB page, at least one. Our
+/// model of a NIC receive path that fills page-pool pages (the byte layout Linux would have);
+/// it is what makes a ~60 KB GRO aggregate "full" (15 frags) and a 1448-byte segment one frag.
+pub(crate) fn payload_frags(len: usize) -> u32 {
+    (len.div_ceil(4096)).max(1) as u32
 }
 
 impl OwnedSeg {
@@ -98,6 +113,7 @@ impl OwnedSeg {
             gso_segs: s.gso_segs,
             gso_size: s.gso_size,
             tos: s.tos,
+            frags: payload_frags(s.payload.len()),
         }
     }
     pub fn as_seg(&self) -> SegIn<'_> {
@@ -116,10 +132,13 @@ impl OwnedSeg {
         }
     }
     /// `tcp_add_backlog` coalescing: append `s` if it directly follows this segment and
-    /// carries identical options and compatible flags. Returns true if merged.
+    /// carries identical options and compatible flags, and the merged buffer stays within
+    /// `MAX_SKB_FRAGS` (`skb_try_coalesce`). Returns true if merged.
     pub fn try_coalesce(&mut self, s: &SegIn<'_>) -> bool {
         let end = self.seq.wrapping_add(self.payload.len() as u32);
+        let frags = payload_frags(s.payload.len());
         if end != s.seq
+            || self.frags + frags > MAX_SKB_FRAGS
             || self.flags & FIN != 0
             || self.tos != s.tos
             || (self.flags | s.flags) & (SYN | RST | URG) != 0
@@ -130,6 +149,7 @@ impl OwnedSeg {
             return false;
         }
         self.payload.extend_from_slice(s.payload);
+        self.frags += frags;
         if !crate::seq::before(s.ack, self.ack) {
             self.ack = s.ack;
             self.window = s.window;
@@ -379,6 +399,43 @@ pub(crate) fn build(s: &SegOut<'_>) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn data_seg(seq: u32, payload: &[u8]) -> SegIn<'_> {
+        SegIn {
+            src: "10.0.0.2:80".parse().unwrap(),
+            dst: "10.0.0.1:1234".parse().unwrap(),
+            seq,
+            ack: 1,
+            flags: flags::ACK,
+            window: 100,
+            opts: RxOpts::default(),
+            payload,
+            gso_segs: 1,
+            gso_size: None,
+            tos: 0,
+        }
+    }
+
+    /// `skb_try_coalesce` refuses a merge past MAX_SKB_FRAGS: 17 one-frag segments merge into
+    /// one buffer, the 18th starts a new one; two full ~60 KB GRO aggregates never merge.
+    #[test]
+    fn backlog_coalescing_respects_max_skb_frags() {
+        let small = [0u8; 1448];
+        let mut tail = OwnedSeg::from_seg(&data_seg(0, &small));
+        for i in 1..MAX_SKB_FRAGS {
+            assert!(
+                tail.try_coalesce(&data_seg(i * 1448, &small)),
+                "segment {i}"
+            );
+        }
+        assert_eq!(tail.frags, MAX_SKB_FRAGS);
+        assert!(!tail.try_coalesce(&data_seg(MAX_SKB_FRAGS * 1448, &small)));
+        let big = vec![0u8; 60 * 1024];
+        let mut tail = OwnedSeg::from_seg(&data_seg(0, &big));
+        assert_eq!(tail.frags, 15);
+        assert!(!tail.try_coalesce(&data_seg(big.len() as u32, &big)));
+        assert!(tail.try_coalesce(&data_seg(big.len() as u32, &small)));
+    }
 
     #[test]
     fn roundtrip_syn_options() {
