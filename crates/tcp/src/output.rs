@@ -120,6 +120,25 @@ impl Sock {
         cached.max(mss_now)
     }
 
+    /// The receive side of connection setup, shared by active and passive opens
+    /// (`tcp_connect_init` / `tcp_openreq_init_rwin`): advertised MSS from the route, the
+    /// window clamp locked to the buffer when SO_RCVBUF was set (which also caps the window
+    /// scale), then `tcp_select_initial_window` with the MSS less the timestamp option.
+    pub fn init_rcv_window(&mut self, env: &Env) {
+        self.advmss = self.route_advmss();
+        let mss_for_win = self
+            .advmss
+            .saturating_sub(if self.tstamp_ok { 12 } else { 0 });
+        if self.opts.rcvbuf_lock {
+            let full = self.full_space(env).max(0) as u32;
+            if self.window_clamp == 0 || self.window_clamp > full {
+                self.window_clamp = full;
+            }
+        }
+        let ws = self.wscale_ok;
+        self.select_initial_window(env, mss_for_win, ws);
+    }
+
     /// `tcp_select_initial_window` (Linux 6.x): initial `rcv_wnd`, `window_clamp`, `rcv_wscale`.
     pub fn select_initial_window(&mut self, env: &Env, mss: u32, wscale_ok: bool) {
         if self.window_clamp == 0 {

@@ -692,18 +692,7 @@ impl Stack {
             sk.ts_recent = tsval;
             sk.ts_recent_stamp = now;
         }
-        sk.advmss = sk.route_advmss();
-        let mss_for_win = sk.advmss.saturating_sub(if sk.tstamp_ok { 12 } else { 0 });
-        let ws = sk.wscale_ok;
-        // SO_RCVBUF locks the window clamp to the buffer (tcp_connect_init /
-        // tcp_openreq_init_rwin), which also caps the window scale.
-        if sk.opts.rcvbuf_lock {
-            let full = sk.full_space(env).max(0) as u32;
-            if sk.window_clamp == 0 || sk.window_clamp > full {
-                sk.window_clamp = full;
-            }
-        }
-        sk.select_initial_window(env, mss_for_win, ws);
+        sk.init_rcv_window(env);
         sk.snd_wnd = u32::from(seg.window);
         sk.snd_wl1 = seg.seq;
         sk.max_window = sk.snd_wnd;
@@ -1212,18 +1201,7 @@ impl Stack {
         sk.tstamp_ok = env.sysint(Sysctl::tcp_timestamps) != 0;
         sk.sack_ok = env.sysctl.on(Sysctl::tcp_sack);
         sk.wscale_ok = env.sysctl.on(Sysctl::tcp_window_scaling);
-        sk.advmss = sk.route_advmss();
-        let mss_for_win = sk.advmss.saturating_sub(if sk.tstamp_ok { 12 } else { 0 });
-        let ws = sk.wscale_ok;
-        // SO_RCVBUF locks the window clamp to the buffer (tcp_connect_init /
-        // tcp_openreq_init_rwin), which also caps the window scale.
-        if sk.opts.rcvbuf_lock {
-            let full = sk.full_space(env).max(0) as u32;
-            if sk.window_clamp == 0 || sk.window_clamp > full {
-                sk.window_clamp = full;
-            }
-        }
-        sk.select_initial_window(env, mss_for_win, ws);
+        sk.init_rcv_window(env);
         sk.state = TcpState::SynSent;
         sk.send_syn(env, now);
         sk.rtx_event = RtxEvent::Rto;
