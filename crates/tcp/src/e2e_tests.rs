@@ -394,10 +394,9 @@ fn chrono_rwnd_limited() {
     assert!(i.busy_time >= i.rwnd_limited);
 }
 
-/// TSQ end to end (spec §2, E1): behind a 20 Mbit/s link that completes packets only when
-/// serialized, bytes below TCP stay around two TSO packets while the link stays busy.
-#[test]
-fn tsq_keeps_host_queue_short() {
+/// Runs one bulk flow for 3 s behind a 20 Mbit/s link that completes packets only when they
+/// are serialized; returns (max bytes below TCP, bytes acked).
+fn tsq_run(tsq_on: bool) -> (u32, u64) {
     let mut p = Pair::new(
         16,
         LinkConfig {
@@ -406,6 +405,9 @@ fn tsq_keeps_host_queue_short() {
             ..Default::default()
         },
     );
+    if !tsq_on {
+        p.a.sysctl_set("shallow.tcp_tsq", "0").unwrap();
+    }
     let (c, _l, s) = connect_pair(&mut p);
     p.a.setsockopt(p.now, c, SockOpt::SoSndbuf, &OptVal::Int(4 << 20))
         .unwrap();
@@ -426,14 +428,23 @@ fn tsq_keeps_host_queue_short() {
             break;
         }
     }
-    let i = p.a.tcp_info(p.now, c).unwrap();
+    (max_t, p.a.tcp_info(p.now, c).unwrap().bytes_acked)
+}
+
+/// TSQ end to end (spec §2, E1): bytes below TCP stay around two TSO packets while the link
+/// stays busy; with the Shallow switch `shallow.tcp_tsq = 0` they grow with cwnd instead.
+#[test]
+fn tsq_keeps_host_queue_short() {
+    let (max_t, acked) = tsq_run(true);
     assert!(max_t <= 140_000, "max bytes below TCP {max_t}");
     // ...and the link stays busy: at least 90% of 3 s × 20 Mbit/s of payload delivered.
+    assert!(acked >= 6_750_000 * 9 / 10, "acked {acked}");
+    let (max_off, acked_off) = tsq_run(false);
     assert!(
-        i.bytes_acked >= 6_750_000 * 9 / 10,
-        "acked {}",
-        i.bytes_acked
+        max_off >= 3 * max_t,
+        "TSQ off: max bytes below TCP {max_off}, on: {max_t}"
     );
+    assert!(acked_off >= 6_750_000 * 9 / 10, "acked {acked_off}");
 }
 
 /// The engine can move between threads (the Linux substrate runs it on an I/O thread).

@@ -446,6 +446,9 @@ impl Sock {
 
     /// `tcp_small_queue_check` (spec §2.5): true = stop, too many bytes below TCP.
     fn small_queue_check(&mut self, env: &Env, truesize: u32, factor: u32) -> bool {
+        if !env.sysctl.on(Sysctl::shallow_tcp_tsq) {
+            return false;
+        }
         let mut limit = (2 * u64::from(truesize)).max(self.pacing_rate >> 10);
         limit = limit.min(env.sysint(Sysctl::tcp_limit_output_bytes) as u64);
         limit <<= factor;

@@ -1068,8 +1068,14 @@ impl Sock {
         n.max(0) as u32
     }
 
-    /// `tcp_stream_memory_free(sk, wake)`: `(notsent << wake) < lowat`.
+    /// `tcp_stream_memory_free(sk, wake)`: `(notsent << wake) < lowat`. The extension sysctl
+    /// `shallow.tcp_notsent_lowat_wake_half = 0` drops the shift (wake at X, not X/2).
     pub fn stream_memory_free(&self, env: &Env, wake: u32) -> bool {
+        let wake = if env.sysctl.on(Sysctl::shallow_tcp_notsent_lowat_wake_half) {
+            wake
+        } else {
+            0
+        };
         (self.notsent_bytes() << wake) < self.notsent_lowat(env)
     }
 
@@ -1164,5 +1170,32 @@ impl Sock {
             opts,
             payload,
         }
+    }
+}
+
+#[cfg(test)]
+mod writable_tests {
+    use super::*;
+
+    /// a74f0fa082b7: with lowat X, writers may fill to X (wake=0) but are woken only below X/2
+    /// (wake=1); the Shallow extension switch restores waking at X.
+    #[test]
+    fn notsent_lowat_wake_half_and_its_switch() {
+        let mut env = Env::new(1);
+        let mut s = Sock::new(SocketId(0), 1, Family::V4, &env);
+        s.opts.notsent_lowat = 4000;
+        s.snd_nxt = 1000;
+        s.write_seq = 1000 + 3000; // 3000 unsent: X/2 <= notsent < X
+        assert!(s.stream_memory_free(&env, 0), "may queue more");
+        assert!(!s.stream_memory_free(&env, 1), "not woken at 3000 >= X/2");
+        env.sysctl
+            .set("shallow.tcp_notsent_lowat_wake_half", "0")
+            .unwrap();
+        assert!(
+            s.stream_memory_free(&env, 1),
+            "woken below X with the switch off"
+        );
+        s.write_seq = 1000 + 4000;
+        assert!(!s.stream_memory_free(&env, 1));
     }
 }

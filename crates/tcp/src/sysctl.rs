@@ -150,6 +150,13 @@ sysctls! {
     tcp_autocorking = "net.ipv4.tcp_autocorking", "1", BOOL;
     /// Defer regular ACKs while processing the socket backlog (6.7+).
     tcp_backlog_ack_defer = "net.ipv4.tcp_backlog_ack_defer", "1", BOOL;
+    /// Shallow extension, not in Linux: 0 turns TCP Small Queues off entirely
+    /// (`tcp_small_queue_check` never stops the flow), to measure what TSQ buys.
+    shallow_tcp_tsq = "shallow.tcp_tsq", "1", BOOL;
+    /// Shallow extension, not in Linux: 0 wakes writers and reports POLLOUT as soon as
+    /// notsent < TCP_NOTSENT_LOWAT (X), the behaviour before a74f0fa082b7 / 8ba3c9d1c6d7;
+    /// 1 (Linux today) only below X/2.
+    shallow_tcp_notsent_lowat_wake_half = "shallow.tcp_notsent_lowat_wake_half", "1", BOOL;
     /// Replies within ato needed to enter pingpong (interactive) mode.
     tcp_pingpong_thresh = "net.ipv4.tcp_pingpong_thresh", "1", int(1, 255);
     /// Window reserved for the application buffer (1/2^n).
