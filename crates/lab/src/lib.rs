@@ -9,12 +9,11 @@
 //! How each mechanism is switched off:
 //! * autocorking, backlog ACK deferral, TCP_NOTSENT_LOWAT: their Linux sysctls
 //!   (`tcp_autocorking`, `tcp_backlog_ack_defer`, `tcp_notsent_lowat`);
-//! * TSQ: the engine has no switch (Linux cannot turn TSQ off either), so the "off" arm makes
-//!   the sending host report each TX completion when its qdisc accepts the packet
-//!   ([`shallow_sim::sim::NicConfig::orphan_at_enqueue`]): the engine then never sees bytes
-//!   below it, as a kernel before TSQ did not look at them;
-//! * write-space hysteresis (wake at X/2 instead of X): the engine has no switch, so the
-//!   `pollout` experiment compares what its commit's figures compare, lowat unset vs 2 MB.
+//! * TSQ: Linux cannot turn TSQ off; the engine's Shallow extension sysctl `shallow.tcp_tsq = 0`
+//!   does (`tcp_small_queue_check` never stops the flow);
+//! * write-space hysteresis (wake at X/2 instead of X): the extension sysctl
+//!   `shallow.tcp_notsent_lowat_wake_half = 0` wakes at X. `pollout` shows what its commit's
+//!   figures compare (lowat unset vs 2 MB) and, beside it, wake at X vs X/2 at 2 MB.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
