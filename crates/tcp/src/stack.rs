@@ -1759,6 +1759,19 @@ impl Sock {
         }
     }
 
+    /// Bookkeeping after a SYN or SYN-ACK retransmission (`tcp_retransmit_timer` for the
+    /// handshake states): counters, exponential backoff of the RTO up to `tcp_rto_max_ms`, and
+    /// the retransmit timer re-armed.
+    fn syn_retransmitted(&mut self, env: &mut Env, now: Instant) {
+        self.retransmits += 1;
+        self.total_retrans += 1;
+        env.mib.inc(Mib::TCPSynRetrans);
+        env.mib.inc(Mib::RetransSegs);
+        self.rto = (self.rto * 2).min(self.rto_max(env));
+        let at = now + self.rto;
+        self.arm(env, TimerKind::Retrans, at);
+    }
+
     /// Retransmit-timer expiry. Returns true if the socket (a SYN_RECV child) must be freed.
     pub(crate) fn write_timer(&mut self, env: &mut Env, now: Instant) -> bool {
         match self.state {
@@ -1767,14 +1780,8 @@ impl Sock {
                     return false;
                 }
                 self.send_syn(env, now);
-                self.retransmits += 1;
                 self.backoff += 1;
-                self.total_retrans += 1;
-                env.mib.inc(Mib::TCPSynRetrans);
-                env.mib.inc(Mib::RetransSegs);
-                self.rto = (self.rto * 2).min(self.rto_max(env));
-                let at = now + self.rto;
-                self.arm(env, TimerKind::Retrans, at);
+                self.syn_retransmitted(env, now);
                 false
             }
             TcpState::SynRecv => {
@@ -1787,13 +1794,7 @@ impl Sock {
                 }
                 self.send_synack(env, now);
                 self.synack_retries_done += 1;
-                self.retransmits += 1;
-                self.total_retrans += 1;
-                env.mib.inc(Mib::TCPSynRetrans);
-                env.mib.inc(Mib::RetransSegs);
-                self.rto = (self.rto * 2).min(self.rto_max(env));
-                let at = now + self.rto;
-                self.arm(env, TimerKind::Retrans, at);
+                self.syn_retransmitted(env, now);
                 false
             }
             TcpState::Close | TcpState::Listen | TcpState::TimeWait => false,
