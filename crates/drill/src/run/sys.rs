@@ -700,24 +700,31 @@ impl Runner<'_> {
         }
     }
 
+    /// Byte count and flags of a data call, by its argument layout: `write`/`read`
+    /// (fd, buf, len), `send*`/`recv*` (fd, buf, len, flags), `writev`/`readv` (fd, iov, n),
+    /// `sendmsg`/`recvmsg` (fd, msghdr, flags). `None` for a NULL buffer (the call fails
+    /// with EFAULT, as Linux's copy from or to user memory does).
+    fn io_len_flags(&self, call: &SyscallSpec, buf: &Expr) -> R<Option<(usize, u32)>> {
+        if matches!(buf, Expr::Null) {
+            return Ok(None);
+        }
+        Ok(Some(match call.name.as_str() {
+            "write" | "read" => (self.int(call, 2)? as usize, 0),
+            "send" | "sendto" | "recv" | "recvfrom" => {
+                (self.int(call, 2)? as usize, self.int(call, 3)? as u32)
+            }
+            "writev" | "readv" => (self.iov_len(buf)?, 0),
+            _ => (self.msg_iov_len(buf)?, self.int(call, 2)? as u32),
+        }))
+    }
+
     fn do_send(&mut self, call: &SyscallSpec, state: &mut CallState) -> R<Res> {
         let fd = self.int(call, 0)?;
         let s = sock_or_done!(self, fd);
         let buf = self.arg(call, 1)?;
-        let (total, flags) = match call.name.as_str() {
-            "write" => (self.int(call, 2)? as usize, 0),
-            "send" | "sendto" => (self.int(call, 2)? as usize, self.int(call, 3)? as u32),
-            "writev" => (self.iov_len(buf)?, 0),
-            _ => {
-                if matches!(buf, Expr::Null) {
-                    return Ok(Res::Done(Err(EFAULT)));
-                }
-                (self.msg_iov_len(buf)?, self.int(call, 2)? as u32)
-            }
-        };
-        if matches!(buf, Expr::Null) {
+        let Some((total, flags)) = self.io_len_flags(call, buf)? else {
             return Ok(Res::Done(Err(EFAULT)));
-        }
+        };
         let nonblock = !self.blocking(fd) || flags & MSG_DONTWAIT != 0;
         let data = vec![0u8; total - state.written];
         match self.st.send(self.inst(), s, &data, flags) {
@@ -739,20 +746,9 @@ impl Runner<'_> {
         let fd = self.int(call, 0)?;
         let s = sock_or_done!(self, fd);
         let buf = self.arg(call, 1)?;
-        let (len, flags) = match call.name.as_str() {
-            "read" => (self.int(call, 2)? as usize, 0),
-            "recv" | "recvfrom" => (self.int(call, 2)? as usize, self.int(call, 3)? as u32),
-            "readv" => (self.iov_len(buf)?, 0),
-            _ => {
-                if matches!(buf, Expr::Null) {
-                    return Ok(Res::Done(Err(EFAULT)));
-                }
-                (self.msg_iov_len(buf)?, self.int(call, 2)? as u32)
-            }
-        };
-        if matches!(buf, Expr::Null) {
+        let Some((len, flags)) = self.io_len_flags(call, buf)? else {
             return Ok(Res::Done(Err(EFAULT)));
-        }
+        };
         let nonblock = !self.blocking(fd) || flags & MSG_DONTWAIT != 0;
         let mut data = vec![0u8; len];
         match self.st.recv(self.inst(), s, &mut data, flags) {
