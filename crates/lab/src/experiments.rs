@@ -649,7 +649,6 @@ pub fn run(
                 },
                 extras: BenchExtras {
                     rx_route_quickack: true,
-                    ..BenchExtras::default()
                 },
             };
             let off = go(&arm("ack-defer off", "0"), progress)?;

@@ -352,9 +352,6 @@ fn us(ns: Option<u64>) -> Option<f64> {
 /// defaults are what [`run`] uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BenchExtras {
-    /// The sending host reports TX completions when its qdisc accepts a packet
-    /// ([`NicConfig::orphan_at_enqueue`]): the engine sees no bytes below it, as before TSQ.
-    pub orphan_at_enqueue: bool,
     /// The receiving host's route to the sender has `quickack 1` (`ip route ... quickack 1`,
     /// Linux `dst_quick_ack`): it ACKs every segment at once.
     pub rx_route_quickack: bool,
@@ -497,10 +494,7 @@ pub fn run_ext(
         HostConfig {
             addrs: vec![left_ip],
             qdisc: cfg.qdisc.clone(),
-            nic: NicConfig {
-                orphan_at_enqueue: extras.orphan_at_enqueue,
-                ..nic.clone()
-            },
+            nic: nic.clone(),
             record_delays: true,
             rx_coalesce: cfg.rx_coalesce,
             capture: capture.map(|c| (CapturePoint::HostTx, c)),

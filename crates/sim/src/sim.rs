@@ -67,12 +67,6 @@ pub struct NicConfig {
     /// the skb at xmit do (veth across namespaces, loopback): TX completions then say nothing
     /// about the wire, which makes TSQ almost inert (spec §2.9).
     pub orphan_at_xmit: bool,
-    /// Report each packet's TX completion as soon as the qdisc accepts it, before it has
-    /// waited in the qdisc or the NIC ring. The engine then never sees bytes below it, which
-    /// is how a host without TCP Small Queues behaved (nothing limited the bytes a socket had
-    /// in host queues but `sk_sndbuf`); the lab uses it as its "TSQ off" arm. The bytes are
-    /// still counted in the host's per-flow queue metrics until they leave the NIC.
-    pub orphan_at_enqueue: bool,
     /// Extra bytes per wire packet counted for serialisation (38 for Ethernet: preamble 8,
     /// header 14, FCS 4, gap 12); 0 by default, so a wire packet is its IP packet.
     pub framing_overhead: u32,
@@ -86,7 +80,6 @@ impl Default for NicConfig {
             ring_descriptors: 256,
             tx_coalesce: Time::ZERO,
             orphan_at_xmit: false,
-            orphan_at_enqueue: false,
             framing_overhead: 0,
         }
     }
@@ -817,12 +810,7 @@ impl<E: Endpoint> Sim<E> {
             .entry(flow)
             .or_default()
             .add(now, len as u64);
-        let mut skb = Skb::new(pkt, now);
-        let early = if hs.nic.cfg.orphan_at_enqueue {
-            skb.pkt.token.take()
-        } else {
-            None
-        };
+        let skb = Skb::new(pkt, now);
         if let Err(skb) = hs.qdisc.enqueue(now, skb) {
             hs.stats.qdisc_drops += 1;
             if let Some(f) = hs.metrics.flows.get_mut(&skb.pkt.flow) {
@@ -835,10 +823,6 @@ impl<E: Endpoint> Sim<E> {
                 // kfree_skb runs the destructor (tcp_wfree) on a drop too.
                 self.hosts[h].ep.tx_complete(now, tok);
             }
-        }
-        if let Some(tok) = early {
-            // Orphaned at enqueue (or dropped): the destructor runs now either way.
-            self.hosts[h].ep.tx_complete(now, tok);
         }
     }
 

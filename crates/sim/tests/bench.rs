@@ -311,24 +311,26 @@ fn wakeups_are_context_switches() {
     assert!(r.total.context_switches_per_s > 0.0);
 }
 
-/// `BenchExtras::orphan_at_enqueue` completes each packet when the qdisc takes it, so TSQ
-/// (`tcp_small_queue_check`) never sees bytes below TCP: with the sender's NIC as the
-/// bottleneck, the bytes queued below TCP grow far past TSQ's limit, and every byte still
-/// arrives intact (BULK's SHA-256 check).
+/// TSQ off (the engine's `shallow.tcp_tsq = 0`: `tcp_small_queue_check` never stops the
+/// flow): with the sender's NIC as the bottleneck, the bytes queued below TCP grow far past
+/// TSQ's limit, and every byte still arrives intact (BULK's SHA-256 check).
 #[test]
-fn orphan_at_enqueue_lifts_tsq_limit_without_losing_data() {
+fn tsq_off_lifts_host_queue_limit_without_losing_data() {
     use shallow_sim::bench::{run_ext, BenchExtras};
     let cfg = BenchConfig {
         msg_size: 65536,
         nic_rate: Some(shallow_sim::Rate::gbps(1)),
         ..bulk("delay=50us", 32 << 20, 3)
     };
-    let go = |orphan| {
-        let extras = BenchExtras {
-            orphan_at_enqueue: orphan,
-            ..BenchExtras::default()
-        };
-        run_ext(&cfg, &extras, None, &mut |_| {}).unwrap().0
+    let go = |tsq_off: bool| {
+        let mut cfg = cfg.clone();
+        if tsq_off {
+            cfg.sysctls
+                .push(("shallow.tcp_tsq".to_string(), "0".to_string()));
+        }
+        run_ext(&cfg, &BenchExtras::default(), None, &mut |_| {})
+            .unwrap()
+            .0
     };
     let (on, off) = (go(false), go(true));
     assert_eq!(on.verified, Some(true));
