@@ -14,7 +14,12 @@
 //!   SACK blocks (RFC 2018), NOP/EOL, and unknown options kept as bytes;
 //! - ICMPv4 (RFC 792, with the next-hop MTU of RFC 1191) and ICMPv6 (RFC 4443, RFC 8201);
 //! - the internet checksum (RFC 1071) with the IPv4 and IPv6 pseudo-headers;
-//! - the virtio-net header that a TUN device with `IFF_VNET_HDR` puts in front of each packet.
+//! - the virtio-net header that a TUN device with `IFF_VNET_HDR` puts in front of each packet;
+//! - TCP segmentation offload in software ([`segment`]: cut a TSO/GSO super-segment into wire
+//!   segments, fix lengths and checksums in place), with a light offsets-only TCP view.
+//!
+//! [`TcpRepr::emit_packet`] appends a whole IP + TCP packet to a `Vec` in one pass (headers,
+//! one copy of the payload, checksums).
 //!
 //! This crate does no I/O, reads no clock and keeps no global state.
 //!
@@ -55,6 +60,7 @@ pub mod checksum;
 mod error;
 mod icmp;
 mod ip;
+pub mod segment;
 mod tcp;
 mod virtio;
 

@@ -5,7 +5,7 @@ use core::net::IpAddr;
 
 use crate::checksum;
 use crate::error::{Result, WireError};
-use crate::ip::IPPROTO_TCP;
+use crate::ip::{IpRepr, IPPROTO_TCP};
 
 /// Most option bytes a TCP header can carry: data offset 15 words − 5 fixed words.
 pub const TCP_MAX_OPTIONS_LEN: usize = 40;
@@ -603,6 +603,36 @@ impl TcpRepr {
         Ok(total)
     }
 
+    /// Appends one whole IP packet to `out`: `ip`'s header (its `payload_len` must be this
+    /// header's length plus `payload.len()`), this TCP header, then `payload`, with the TCP
+    /// checksum filled (RFC 9293 §3.1) and, for IPv4, the header checksum. The payload is copied
+    /// once, straight after the headers, without zero-filling its room first. Returns the
+    /// packet's length; on error `out` is left as it was.
+    pub fn emit_packet(&self, ip: &IpRepr, payload: &[u8], out: &mut Vec<u8>) -> Result<usize> {
+        let start = out.len();
+        let (hl, tl) = (ip.header_len(), self.header_len());
+        out.reserve(hl + tl + payload.len());
+        out.resize(start + hl + tl, 0);
+        out.extend_from_slice(payload);
+        let r = (|| {
+            let pkt = &mut out[start..];
+            ip.emit(pkt)?;
+            let seg = &mut pkt[hl..];
+            self.emit_header(seg, payload.len())?;
+            let len = u32::try_from(seg.len()).map_err(|_| WireError::ValueOutOfRange)?;
+            let c = checksum::combine(&[
+                checksum::pseudo_header(ip.src(), ip.dst(), IPPROTO_TCP, len),
+                checksum::sum(seg),
+            ]);
+            seg[16..18].copy_from_slice(&c.to_be_bytes());
+            Ok(pkt.len())
+        })();
+        if r.is_err() {
+            out.truncate(start);
+        }
+        r
+    }
+
     /// Writes only the header (options and padding included) with a zero checksum field,
     /// checking that `buf` could also hold `payload_len` bytes after it; returns the header
     /// length. For callers that place the payload themselves and then compute the checksum
@@ -682,6 +712,53 @@ mod tests {
         assert!(p.checksum_valid(src(), dst()));
         assert_eq!(TcpRepr::parse(&p).unwrap(), r);
         assert_eq!(p.flags().to_string(), "S");
+    }
+
+    /// `emit_packet` appends exactly what `IpRepr::emit` + `emit` write into a zeroed buffer,
+    /// for IPv4 and IPv6; on error it leaves `out` untouched.
+    #[test]
+    fn emit_packet_matches_emit() {
+        use crate::ip::{Ipv4Repr, Ipv6Repr};
+        let r = syn();
+        let payload: Vec<u8> = (0..1001u32).map(|i| (i * 7) as u8).collect();
+        let tl = r.header_len() + payload.len();
+        let ips = [
+            IpRepr::V4(Ipv4Repr {
+                src: "192.0.2.1".parse().unwrap(),
+                dst: "198.51.100.2".parse().unwrap(),
+                protocol: IPPROTO_TCP,
+                ttl: 64,
+                tos: 2,
+                df: true,
+                ident: 7,
+                payload_len: tl,
+            }),
+            IpRepr::V6(Ipv6Repr {
+                src: "2001:db8::1".parse().unwrap(),
+                dst: "2001:db8::2".parse().unwrap(),
+                next_header: IPPROTO_TCP,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 5,
+                payload_len: tl,
+            }),
+        ];
+        for ip in ips {
+            let hl = ip.header_len();
+            let mut want = vec![0u8; hl + tl];
+            ip.emit(&mut want).unwrap();
+            r.emit(&mut want[hl..], &payload, ip.src(), ip.dst())
+                .unwrap();
+            let mut out = vec![9, 9];
+            assert_eq!(r.emit_packet(&ip, &payload, &mut out).unwrap(), hl + tl);
+            assert_eq!(&out[..2], &[9, 9]);
+            assert_eq!(&out[2..], &want[..]);
+        }
+        let mut bad = syn();
+        bad.options = vec![TcpOptionRepr::Nop; 41];
+        let mut out = vec![1];
+        assert!(bad.emit_packet(&ips[0], &payload, &mut out).is_err());
+        assert_eq!(out, vec![1]);
     }
 
     /// RFC 9293 §3.1: data offset below 5 or beyond the buffer is malformed.

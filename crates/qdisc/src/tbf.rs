@@ -1,0 +1,222 @@
+//! `tbf` (Linux `sch_tbf`): token bucket filter.
+
+use std::collections::VecDeque;
+
+use crate::{Qdisc, QdiscPacket, QdiscStats, Rate};
+
+/// `tbf`: token bucket filter. Tokens are kept in nanoseconds of transmission time at `rate`
+/// (as Linux's `tbf_dequeue` does): the bucket holds at most `burst` bytes' worth, starts
+/// full, and the head packet leaves once the bucket holds its transmission time. Backlog is
+/// limited to `limit` bytes (drop-tail). A GSO packet larger than `burst` is split into its
+/// wire segments at enqueue (Linux `tbf_segment`, through [`QdiscPacket::gso_segment`]); the
+/// last segment carries the completion duty and leaves last. A packet larger than `burst`
+/// that cannot be split (or whose segments are still larger) can never be sent and is
+/// dropped.
+#[derive(Debug)]
+pub struct Tbf<P> {
+    rate: Rate,
+    burst: u64,
+    buffer: u64,
+    limit: usize,
+    tokens: u64,
+    t_c: u64,
+    q: VecDeque<P>,
+    bytes: usize,
+    stats: QdiscStats,
+}
+
+impl<P: QdiscPacket> Tbf<P> {
+    /// `tbf rate R burst B limit L` (B, L in bytes).
+    pub fn new(rate: Rate, burst: u64, limit: usize) -> Tbf<P> {
+        let buffer = rate.tx_time_ns(burst);
+        Tbf {
+            rate,
+            burst,
+            buffer,
+            limit,
+            tokens: buffer,
+            t_c: 0,
+            q: VecDeque::new(),
+            bytes: 0,
+            stats: QdiscStats::default(),
+        }
+    }
+
+    fn push(&mut self, pkt: P) -> Result<(), P> {
+        if self.bytes.saturating_add(pkt.len()) > self.limit {
+            self.stats.dropped += 1;
+            return Err(pkt);
+        }
+        self.stats.on_enq(pkt.len());
+        self.bytes += pkt.len();
+        self.q.push_back(pkt);
+        Ok(())
+    }
+
+    fn tokens_at(&self, now: u64) -> u64 {
+        self.tokens
+            .saturating_add(now.saturating_sub(self.t_c))
+            .min(self.buffer)
+    }
+}
+
+impl<P: QdiscPacket> Qdisc<P> for Tbf<P> {
+    fn kind(&self) -> &'static str {
+        "tbf"
+    }
+    fn enqueue(&mut self, _now: u64, pkt: P) -> Result<(), P> {
+        if pkt.len() as u64 <= self.burst {
+            return self.push(pkt);
+        }
+        match pkt.gso_segment_len() {
+            Some(l) if l as u64 <= self.burst => {}
+            _ => {
+                self.stats.dropped += 1;
+                return Err(pkt);
+            }
+        }
+        let pieces = match pkt.gso_segment() {
+            Ok(v) => v,
+            Err(p) => {
+                self.stats.dropped += 1;
+                return Err(p);
+            }
+        };
+        self.stats.segmented += 1;
+        let n = pieces.len();
+        let mut result = Ok(());
+        for (i, piece) in pieces.into_iter().enumerate() {
+            if let Err(d) = self.push(piece) {
+                if i + 1 == n {
+                    result = Err(d);
+                }
+            }
+        }
+        result
+    }
+    fn dequeue(&mut self, now: u64) -> Option<P> {
+        let len = self.q.front()?.len();
+        let need = self.rate.tx_time_ns(len as u64);
+        let toks = self.tokens_at(now);
+        if toks < need {
+            self.stats.overlimits += 1;
+            return None;
+        }
+        self.tokens = toks - need;
+        self.t_c = now;
+        let p = self.q.pop_front()?;
+        self.bytes -= p.len();
+        self.stats.on_deq(p.len());
+        Some(p)
+    }
+    fn next_wakeup(&self, now: u64) -> Option<u64> {
+        let len = self.q.front()?.len();
+        let need = self.rate.tx_time_ns(len as u64);
+        let toks = self.tokens_at(now);
+        Some(now.saturating_add(need.saturating_sub(toks)))
+    }
+    fn backlog_packets(&self) -> usize {
+        self.q.len()
+    }
+    fn backlog_bytes(&self) -> usize {
+        self.bytes
+    }
+    fn stats(&self) -> &QdiscStats {
+        &self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testpkt::{pkt, Pkt};
+
+    const MS: u64 = 1_000_000;
+
+    /// tbf arithmetic: 8 Mbit/s = 1 µs per byte; 1000-byte packets; burst 3000 bytes. The
+    /// full bucket releases 3 packets at t = 0, then one every 1 ms.
+    #[test]
+    fn release_times_match_rate_and_burst() {
+        let mut q = Tbf::new(Rate::mbps(8), 3000, 100_000);
+        for _ in 0..6 {
+            q.enqueue(0, pkt(1000, 0)).unwrap();
+        }
+        let mut now = 0;
+        let mut times = Vec::new();
+        while q.backlog_packets() > 0 {
+            match q.dequeue(now) {
+                Some(_) => times.push(now),
+                None => now = q.next_wakeup(now).unwrap(),
+            }
+        }
+        assert_eq!(times, vec![0, 0, 0, MS, 2 * MS, 3 * MS]);
+        // Idle for 10 ms refills only up to the burst.
+        for _ in 0..4 {
+            q.enqueue(now, pkt(1000, 0)).unwrap();
+        }
+        let t0 = now + 10 * MS;
+        assert!(q.dequeue(t0).is_some());
+        assert!(q.dequeue(t0).is_some());
+        assert!(q.dequeue(t0).is_some());
+        assert!(q.dequeue(t0).is_none());
+        assert_eq!(q.next_wakeup(t0), Some(t0 + MS));
+    }
+
+    #[test]
+    fn limit_and_oversize() {
+        let mut q = Tbf::new(Rate::mbps(8), 3000, 2500);
+        assert!(q.enqueue(0, pkt(1000, 0)).is_ok());
+        assert!(q.enqueue(0, pkt(1000, 0)).is_ok());
+        assert!(q.enqueue(0, pkt(1000, 0)).is_err());
+        assert!(q.enqueue(0, pkt(4000, 0)).is_err()); // non-GSO > burst
+        assert_eq!(q.stats().dropped, 2);
+    }
+
+    /// tbf_segment: a GSO packet larger than the burst is cut into its wire segments; the
+    /// completion token rides on the last.
+    #[test]
+    fn segments_gso_larger_than_burst() {
+        let big = Pkt {
+            len: 40 + 5000,
+            hdr: 40,
+            gso: Some(1000),
+            token: Some(9),
+            ..Pkt::default()
+        };
+        let mut q = Tbf::new(Rate::gbps(1), 3000, 1_000_000);
+        q.enqueue(0, big.clone()).unwrap();
+        assert_eq!(q.backlog_packets(), 5);
+        assert_eq!(q.backlog_bytes(), 5 * 1040);
+        assert_eq!(q.stats().segmented, 1);
+        let mut tokens = Vec::new();
+        let mut now = 0;
+        while q.backlog_packets() > 0 {
+            match q.dequeue(now) {
+                Some(p) => tokens.push(p.token),
+                None => now = q.next_wakeup(now).unwrap(),
+            }
+        }
+        assert_eq!(tokens, vec![None, None, None, None, Some(9)]);
+        // Segments still larger than the burst: dropped whole.
+        let mut q = Tbf::new(Rate::gbps(1), 1000, 1_000_000);
+        assert_eq!(q.enqueue(0, big).unwrap_err().token, Some(9));
+        assert_eq!(q.stats().dropped, 1);
+    }
+
+    /// When the last segment does not fit the limit, it comes back to the caller (who owes
+    /// its completion); earlier segments that fit stay queued.
+    #[test]
+    fn segment_drop_returns_last() {
+        let big = Pkt {
+            len: 40 + 3000,
+            hdr: 40,
+            gso: Some(1000),
+            token: Some(4),
+            ..Pkt::default()
+        };
+        let mut q = Tbf::new(Rate::gbps(1), 2000, 2100);
+        assert_eq!(q.enqueue(0, big).unwrap_err().token, Some(4));
+        assert_eq!(q.backlog_packets(), 2);
+        assert_eq!(q.stats().dropped, 1);
+    }
+}

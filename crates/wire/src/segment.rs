@@ -1,0 +1,623 @@
+//! TCP segmentation offload in software (a NIC's TSO, Linux's GSO) and the in-place header
+//! work around it: a light offsets-only view of an IPv4/IPv6 + TCP packet ([`parse_tcp`]),
+//! checksum checks and fixes on raw packets, and the cut of a super-segment into its wire
+//! segments ([`write_segment`]). Used by the emulator's NIC and GRO; the byte sums are
+//! [`checksum::sum`], the one implementation of RFC 1071 in the project, and test packets are
+//! built with [`TcpRepr::emit_packet`]. Nothing here panics on malformed input: every
+//! accessor is bounds-checked and a packet that is not well-formed TCP is reported as such.
+//!
+//! Segmentation follows what Linux's `tcp_gso_segment` / `inet_gso_segment` produce on the
+//! wire (observable behaviour, RFC 793/9293 and RFC 791 fields):
+//! * headers are copied from the super-segment; segment *i* carries payload bytes
+//!   `[i*gso_size, (i+1)*gso_size)` and `seq = seq0 + i*gso_size`;
+//! * FIN and PSH only on the last segment, CWR only on the first;
+//! * IPv4 total length and identification (`id0 + i`) are rewritten and the IPv4 header
+//!   checksum recomputed; IPv6 payload length is rewritten;
+//! * the TCP checksum is recomputed over each segment (RFC 9293 §3.1 pseudo-header).
+
+use thiserror::Error;
+
+use crate::checksum;
+pub use crate::ip::IPPROTO_TCP;
+use crate::ip::{IpRepr, Ipv4Repr};
+use crate::tcp::{TcpFlags, TcpOptionIter, TcpRepr};
+
+/// TCP flag bits as they sit in byte 13 of the header (RFC 9293 §3.1): [`TcpFlags`]' low
+/// byte.
+pub mod flags {
+    use crate::tcp::TcpFlags;
+    /// No more data from sender.
+    pub const FIN: u8 = TcpFlags::FIN.0 as u8;
+    /// Synchronise sequence numbers.
+    pub const SYN: u8 = TcpFlags::SYN.0 as u8;
+    /// Reset.
+    pub const RST: u8 = TcpFlags::RST.0 as u8;
+    /// Push.
+    pub const PSH: u8 = TcpFlags::PSH.0 as u8;
+    /// Acknowledgment field significant.
+    pub const ACK: u8 = TcpFlags::ACK.0 as u8;
+    /// Urgent pointer significant.
+    pub const URG: u8 = TcpFlags::URG.0 as u8;
+    /// ECN echo (RFC 3168).
+    pub const ECE: u8 = TcpFlags::ECE.0 as u8;
+    /// Congestion window reduced (RFC 3168).
+    pub const CWR: u8 = TcpFlags::CWR.0 as u8;
+}
+
+/// Why a packet could not be segmented.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SegmentError {
+    /// Not an IPv4/IPv6 packet carrying a complete TCP header.
+    #[error("not a well-formed IPv4/IPv6 TCP packet")]
+    NotTcp,
+    /// `gso_size` was zero.
+    #[error("gso_size is zero")]
+    ZeroGsoSize,
+    /// The requested segment index is past the last segment.
+    #[error("segment index {index} out of range ({count} segments)")]
+    Index {
+        /// Requested index.
+        index: usize,
+        /// Number of segments.
+        count: usize,
+    },
+}
+
+/// Offsets and fields of a parsed IPv4/IPv6 + TCP packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpView {
+    /// 4 or 6.
+    pub ip_version: u8,
+    /// Offset of the TCP header (= length of IP header plus skipped IPv6 extension headers).
+    pub tcp_off: usize,
+    /// Length of the TCP header (data offset × 4).
+    pub tcp_len: usize,
+    /// Offset of the TCP payload.
+    pub payload_off: usize,
+    /// Payload length as given by the IP length field (clamped to the buffer).
+    pub payload_len: usize,
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgment number.
+    pub ack: u32,
+    /// Flag byte.
+    pub flags: u8,
+    /// Window field.
+    pub window: u16,
+    /// Source port.
+    pub sport: u16,
+    /// Destination port.
+    pub dport: u16,
+}
+
+fn be16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
+}
+fn be32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes([
+        *b.get(at)?,
+        *b.get(at + 1)?,
+        *b.get(at + 2)?,
+        *b.get(at + 3)?,
+    ]))
+}
+fn put16(b: &mut [u8], at: usize, v: u16) {
+    if let Some(s) = b.get_mut(at..at + 2) {
+        s.copy_from_slice(&v.to_be_bytes());
+    }
+}
+fn put32(b: &mut [u8], at: usize, v: u32) {
+    if let Some(s) = b.get_mut(at..at + 4) {
+        s.copy_from_slice(&v.to_be_bytes());
+    }
+}
+
+/// The IP version nibble of `data`, if it is 4 or 6.
+pub fn ip_version(data: &[u8]) -> Option<u8> {
+    match data.first()? >> 4 {
+        4 => Some(4),
+        6 => Some(6),
+        _ => None,
+    }
+}
+
+/// Destination address bytes (4 or 16) of an IPv4/IPv6 packet.
+pub fn dst_addr(data: &[u8]) -> Option<&[u8]> {
+    match ip_version(data)? {
+        4 => data.get(16..20),
+        _ => data.get(24..40),
+    }
+}
+
+/// Source address bytes (4 or 16) of an IPv4/IPv6 packet.
+pub fn src_addr(data: &[u8]) -> Option<&[u8]> {
+    match ip_version(data)? {
+        4 => data.get(12..16),
+        _ => data.get(8..24),
+    }
+}
+
+/// IPv4 TOS byte or IPv6 traffic class.
+pub fn tos(data: &[u8]) -> Option<u8> {
+    match ip_version(data)? {
+        4 => data.get(1).copied(),
+        _ => Some(((be16(data, 0)? >> 4) & 0xff) as u8),
+    }
+}
+
+/// Parse `data` as IPv4/IPv6 + TCP. IPv4 options are allowed; IPv6 hop-by-hop, routing and
+/// destination-options extension headers are skipped; fragments are not TCP here.
+pub fn parse_tcp(data: &[u8]) -> Option<TcpView> {
+    let version = ip_version(data)?;
+    let (tcp_off, ip_end) = match version {
+        4 => {
+            let ihl = usize::from(data.first()? & 0x0f) * 4;
+            if ihl < 20 || *data.get(9)? != IPPROTO_TCP {
+                return None;
+            }
+            let frag = be16(data, 6)?;
+            if frag & 0x3fff != 0 {
+                return None; // a fragment (MF set or offset non-zero)
+            }
+            let total = usize::from(be16(data, 2)?);
+            if total < ihl || total > data.len() {
+                return None;
+            }
+            (ihl, total)
+        }
+        _ => {
+            if data.len() < 40 {
+                return None;
+            }
+            let end = 40 + usize::from(be16(data, 4)?);
+            if end > data.len() {
+                return None;
+            }
+            let mut next = *data.get(6)?;
+            let mut off = 40;
+            loop {
+                match next {
+                    IPPROTO_TCP => break,
+                    0 | 43 | 60 => {
+                        next = *data.get(off)?;
+                        off += (usize::from(*data.get(off + 1)?) + 1) * 8;
+                    }
+                    _ => return None,
+                }
+                if off > end {
+                    return None;
+                }
+            }
+            (off, end)
+        }
+    };
+    let tcp_len = usize::from(data.get(tcp_off + 12)? >> 4) * 4;
+    if tcp_len < 20 || tcp_off + tcp_len > ip_end {
+        return None;
+    }
+    Some(TcpView {
+        ip_version: version,
+        tcp_off,
+        tcp_len,
+        payload_off: tcp_off + tcp_len,
+        payload_len: ip_end - tcp_off - tcp_len,
+        seq: be32(data, tcp_off + 4)?,
+        ack: be32(data, tcp_off + 8)?,
+        flags: *data.get(tcp_off + 13)?,
+        window: be16(data, tcp_off + 14)?,
+        sport: be16(data, tcp_off)?,
+        dport: be16(data, tcp_off + 2)?,
+    })
+}
+
+/// Add `data` to a one's-complement running sum (RFC 1071), as big-endian 16-bit words; an
+/// odd final byte is padded with zero. The sum is kept in 64 bits with end-around carry
+/// (RFC 1071 §2(C)); fold it with [`csum_fold`]. The bytes are summed by [`checksum::sum`].
+pub fn csum_add(sum: u64, data: &[u8]) -> u64 {
+    csum_combine(sum, u64::from(checksum::sum(data)))
+}
+
+/// Add two running sums (end-around carry).
+pub fn csum_combine(a: u64, b: u64) -> u64 {
+    let (s, carry) = a.overflowing_add(b);
+    s + u64::from(carry)
+}
+
+/// Fold a running sum to 16 bits and complement it.
+pub fn csum_fold(sum: u64) -> u16 {
+    !fold16(sum)
+}
+
+/// Fold a running sum to a 16-bit one's-complement sum (not complemented).
+pub fn fold16(sum: u64) -> u16 {
+    let mut s = (sum & 0xffff_ffff) + (sum >> 32);
+    s = (s & 0xffff_ffff) + (s >> 32);
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
+    s as u16
+}
+
+/// Sum of the TCP pseudo-header (RFC 9293 §3.1; RFC 8200 §8.1 for IPv6) of a parsed packet
+/// whose TCP header plus payload is `tcp_total` bytes.
+pub fn pseudo_sum(data: &[u8], v: &TcpView, tcp_total: usize) -> u64 {
+    let mut s = 0u64;
+    if v.ip_version == 4 {
+        s = csum_add(s, data.get(12..20).unwrap_or(&[]));
+        s += u64::from(IPPROTO_TCP) + tcp_total as u64;
+    } else {
+        s = csum_add(s, data.get(8..40).unwrap_or(&[]));
+        s += (tcp_total as u64 >> 16) + (tcp_total as u64 & 0xffff) + u64::from(IPPROTO_TCP);
+    }
+    s
+}
+
+/// Recompute the IPv4 header checksum in place (no-op for IPv6 or a short buffer).
+pub fn fill_ipv4_checksum(data: &mut [u8]) {
+    if ip_version(data) != Some(4) {
+        return;
+    }
+    let ihl = usize::from(data[0] & 0x0f) * 4;
+    if data.len() < ihl || ihl < 20 {
+        return;
+    }
+    put16(data, 10, 0);
+    let c = csum_fold(csum_add(0, &data[..ihl]));
+    put16(data, 10, c);
+}
+
+/// True if the IPv4 header checksum is right (always true for IPv6, which has none).
+pub fn ipv4_checksum_ok(data: &[u8]) -> bool {
+    if ip_version(data) != Some(4) {
+        return true;
+    }
+    let ihl = usize::from(data[0] & 0x0f) * 4;
+    match data.get(..ihl) {
+        Some(h) if ihl >= 20 => csum_fold(csum_add(0, h)) == 0,
+        _ => false,
+    }
+}
+
+/// Recompute the TCP checksum of a parsed packet in place.
+pub fn fill_tcp_checksum(data: &mut [u8], v: &TcpView) {
+    let end = v.payload_off + v.payload_len;
+    let tcp_total = end - v.tcp_off;
+    put16(data, v.tcp_off + 16, 0);
+    let s = pseudo_sum(data, v, tcp_total);
+    let c = csum_fold(csum_add(s, data.get(v.tcp_off..end).unwrap_or(&[])));
+    put16(data, v.tcp_off + 16, c);
+}
+
+/// True if `data` is well-formed IPv4/IPv6 TCP with a correct TCP checksum (and, for IPv4, a
+/// correct header checksum): what a receiver checks before accepting a segment.
+pub fn tcp_checksum_ok(data: &[u8]) -> bool {
+    match parse_tcp(data) {
+        Some(v) => tcp_checksum_ok_parsed(data, &v),
+        None => false,
+    }
+}
+
+/// [`tcp_checksum_ok`] for an already parsed packet.
+pub fn tcp_checksum_ok_parsed(data: &[u8], v: &TcpView) -> bool {
+    if !ipv4_checksum_ok(data) {
+        return false;
+    }
+    let end = v.payload_off + v.payload_len;
+    let s = pseudo_sum(data, v, end - v.tcp_off);
+    match data.get(v.tcp_off..end) {
+        Some(seg) => csum_fold(csum_add(s, seg)) == 0,
+        None => false,
+    }
+}
+
+/// Write IP length fields for a packet whose TCP payload is now `payload_len` bytes.
+fn set_ip_len(data: &mut [u8], v: &TcpView, payload_len: usize) {
+    let total = v.payload_off + payload_len;
+    if v.ip_version == 4 {
+        put16(data, 2, total.min(0xffff) as u16);
+    } else {
+        put16(data, 4, (total - 40).min(0xffff) as u16);
+    }
+}
+
+/// Number of wire segments a super-segment of `data` with `gso_size` becomes (1 if it is not
+/// TCP, has no payload or fits in one segment).
+pub fn segment_count(data: &[u8], gso_size: u16) -> usize {
+    match parse_tcp(data) {
+        Some(v) if gso_size > 0 && v.payload_len > 0 => {
+            v.payload_len.div_ceil(usize::from(gso_size))
+        }
+        _ => 1,
+    }
+}
+
+/// Write wire segment `index` of the super-segment `data` into `out` (cleared first), with all
+/// header fields fixed as the module doc describes.
+pub fn write_segment(
+    data: &[u8],
+    gso_size: u16,
+    index: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), SegmentError> {
+    let v = parse_tcp(data).ok_or(SegmentError::NotTcp)?;
+    write_segment_parsed(data, &v, gso_size, index, out)
+}
+
+/// [`write_segment`] with the parse already done (the NIC parses once per super-segment).
+pub fn write_segment_parsed(
+    data: &[u8],
+    v: &TcpView,
+    gso_size: u16,
+    index: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), SegmentError> {
+    if gso_size == 0 {
+        return Err(SegmentError::ZeroGsoSize);
+    }
+    let mss = usize::from(gso_size);
+    let count = v.payload_len.div_ceil(mss).max(1);
+    if index >= count {
+        return Err(SegmentError::Index { index, count });
+    }
+    let start = index * mss;
+    let len = mss.min(v.payload_len - start.min(v.payload_len));
+    let last = index + 1 == count;
+    out.clear();
+    out.reserve(v.payload_off + len);
+    out.extend_from_slice(&data[..v.payload_off]);
+    out.extend_from_slice(&data[v.payload_off + start..v.payload_off + start + len]);
+    set_ip_len(out, v, len);
+    if v.ip_version == 4 {
+        let id = be16(data, 4).unwrap_or(0).wrapping_add(index as u16);
+        put16(out, 4, id);
+        fill_ipv4_checksum(out);
+    }
+    put32(out, v.tcp_off + 4, v.seq.wrapping_add(start as u32));
+    let mut fl = v.flags;
+    if !last {
+        fl &= !(flags::FIN | flags::PSH);
+    }
+    if index > 0 {
+        fl &= !flags::CWR;
+    }
+    out[v.tcp_off + 13] = fl;
+    let seg_view = TcpView {
+        payload_len: len,
+        ..*v
+    };
+    fill_tcp_checksum(out, &seg_view);
+    Ok(())
+}
+
+/// Split a super-segment into wire segments (convenience over [`write_segment`]).
+pub fn segment(data: &[u8], gso_size: u16) -> Result<Vec<Vec<u8>>, SegmentError> {
+    let v = parse_tcp(data).ok_or(SegmentError::NotTcp)?;
+    let n = v.payload_len.div_ceil(usize::from(gso_size.max(1))).max(1);
+    let mut segs = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut out = Vec::new();
+        write_segment_parsed(data, &v, gso_size, i, &mut out)?;
+        segs.push(out);
+    }
+    Ok(segs)
+}
+
+/// Parameters of a test/fake IPv4 TCP packet built by [`build_ipv4_tcp`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpPacketSpec {
+    /// Source address.
+    pub src: [u8; 4],
+    /// Destination address.
+    pub dst: [u8; 4],
+    /// Source port.
+    pub sport: u16,
+    /// Destination port.
+    pub dport: u16,
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgment number.
+    pub ack: u32,
+    /// Flags byte.
+    pub flags: u8,
+    /// Window.
+    pub window: u16,
+    /// IPv4 identification.
+    pub ip_id: u16,
+    /// IPv4 TOS byte.
+    pub tos: u8,
+    /// TCP options (padded to a multiple of 4 with NOPs... callers pass whole words).
+    pub options: Vec<u8>,
+}
+
+impl Default for TcpPacketSpec {
+    fn default() -> Self {
+        TcpPacketSpec {
+            src: [10, 0, 0, 1],
+            dst: [10, 0, 1, 1],
+            sport: 40000,
+            dport: 5001,
+            seq: 1,
+            ack: 1,
+            flags: flags::ACK,
+            window: 65535,
+            ip_id: 0,
+            tos: 0,
+            options: Vec::new(),
+        }
+    }
+}
+
+/// Build a valid IPv4 + TCP packet (DF set, TTL 64) with the given payload into `out`
+/// (cleared first), with both checksums filled, through [`TcpRepr::emit_packet`]. Used by test
+/// endpoints and tests; the engine builds its own. Options the spec holds that do not parse
+/// end the option list there.
+pub fn build_ipv4_tcp(spec: &TcpPacketSpec, payload: &[u8], out: &mut Vec<u8>) {
+    let tcp = TcpRepr {
+        src_port: spec.sport,
+        dst_port: spec.dport,
+        seq: spec.seq,
+        ack: spec.ack,
+        flags: TcpFlags(u16::from(spec.flags)),
+        window: spec.window,
+        urgent: 0,
+        options: TcpOptionIter::new(&spec.options)
+            .map_while(Result::ok)
+            .map(Into::into)
+            .collect(),
+    };
+    let ip = IpRepr::V4(Ipv4Repr {
+        src: spec.src.into(),
+        dst: spec.dst.into(),
+        protocol: IPPROTO_TCP,
+        ttl: 64,
+        tos: spec.tos,
+        df: true,
+        ident: spec.ip_id,
+        payload_len: tcp.header_len() + payload.len(),
+    });
+    out.clear();
+    // Cannot fail for a spec's header (at most 40 option bytes fit the u8 fields) unless the
+    // payload overflows IPv4's 16-bit total length: then `out` stays empty.
+    let _ = tcp.emit_packet(&ip, payload, out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn super_segment(payload_len: usize, fl: u8) -> Vec<u8> {
+        let payload: Vec<u8> = (0..payload_len).map(|i| (i * 7) as u8).collect();
+        let spec = TcpPacketSpec {
+            seq: 0xffff_ff00, // wraps inside the super-segment
+            flags: fl,
+            ip_id: 0xfffe,
+            options: vec![1, 1, 8, 10, 0, 0, 0, 5, 0, 0, 0, 9], // NOP NOP TS
+            ..TcpPacketSpec::default()
+        };
+        let mut out = Vec::new();
+        build_ipv4_tcp(&spec, &payload, &mut out);
+        out
+    }
+
+    #[test]
+    fn built_packet_has_valid_checksums() {
+        let p = super_segment(100, flags::ACK);
+        assert!(tcp_checksum_ok(&p));
+        let v = parse_tcp(&p).unwrap();
+        assert_eq!(v.tcp_len, 32);
+        assert_eq!(v.payload_len, 100);
+    }
+
+    /// tcp_gso_segment behaviour: contiguous seq, FIN/PSH last only, CWR first only, lengths,
+    /// IPv4 id increments, all checksums valid.
+    #[test]
+    fn segmentation_splits_and_fixes_headers() {
+        let fl = flags::ACK | flags::PSH | flags::FIN | flags::CWR;
+        let p = super_segment(4000, fl);
+        let segs = segment(&p, 1448).unwrap();
+        assert_eq!(segs.len(), 3);
+        assert_eq!(segment_count(&p, 1448), 3);
+        let mut expect_seq = 0xffff_ff00u32;
+        let mut payload = Vec::new();
+        for (i, s) in segs.iter().enumerate() {
+            assert!(tcp_checksum_ok(s), "segment {i} checksum");
+            let v = parse_tcp(s).unwrap();
+            assert_eq!(v.seq, expect_seq);
+            let want_len = if i < 2 { 1448 } else { 4000 - 2 * 1448 };
+            assert_eq!(v.payload_len, want_len);
+            assert_eq!(be16(s, 2).unwrap() as usize, s.len());
+            assert_eq!(be16(s, 4).unwrap(), 0xfffeu16.wrapping_add(i as u16));
+            let last = i == 2;
+            assert_eq!(v.flags & (flags::FIN | flags::PSH) != 0, last);
+            assert_eq!(v.flags & flags::CWR != 0, i == 0);
+            assert!(v.flags & flags::ACK != 0);
+            // Options copied verbatim.
+            assert_eq!(s[20 + 20..20 + 32], p[40..52]);
+            expect_seq = expect_seq.wrapping_add(v.payload_len as u32);
+            payload.extend_from_slice(&s[v.payload_off..]);
+        }
+        assert_eq!(payload, p[52..]);
+    }
+
+    #[test]
+    fn ipv6_segmentation() {
+        // Build an IPv6 TCP packet by hand.
+        let payload = vec![0xabu8; 3000];
+        let mut p = vec![0x60, 0, 0, 0];
+        p.extend_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
+        p.extend_from_slice(&[IPPROTO_TCP, 64]);
+        p.extend_from_slice(&[0xfd; 16]);
+        p.extend_from_slice(&[0xfe; 16]);
+        p.extend_from_slice(&[0x9c, 0x40, 0x13, 0x89, 0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x18]);
+        p.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
+        p.extend_from_slice(&payload);
+        let v = parse_tcp(&p).unwrap();
+        fill_tcp_checksum(&mut p, &v);
+        assert!(tcp_checksum_ok(&p));
+        let segs = segment(&p, 1000).unwrap();
+        assert_eq!(segs.len(), 3);
+        for (i, s) in segs.iter().enumerate() {
+            assert!(tcp_checksum_ok(s));
+            let v = parse_tcp(s).unwrap();
+            assert_eq!(v.seq, 1 + 1000 * i as u32);
+            assert_eq!(be16(s, 4).unwrap(), 1020);
+            assert_eq!(v.flags & flags::PSH != 0, i == 2);
+        }
+    }
+
+    #[test]
+    fn malformed_input_is_an_error_not_a_panic() {
+        assert_eq!(segment(&[], 100), Err(SegmentError::NotTcp));
+        assert_eq!(segment(&[0x45; 30], 100), Err(SegmentError::NotTcp));
+        let p = super_segment(10, flags::ACK);
+        for cut in 0..p.len() {
+            let _ = parse_tcp(&p[..cut]);
+            let _ = tcp_checksum_ok(&p[..cut]);
+        }
+        let mut out = Vec::new();
+        assert_eq!(
+            write_segment(&p, 0, 0, &mut out),
+            Err(SegmentError::ZeroGsoSize)
+        );
+        assert!(matches!(
+            write_segment(&p, 5, 2, &mut out),
+            Err(SegmentError::Index { index: 2, count: 2 })
+        ));
+    }
+
+    /// The wide-word sum equals the plain RFC 1071 16-bit sum for every length and content.
+    #[test]
+    fn wide_checksum_equals_16_bit_reference() {
+        fn reference(d: &[u8]) -> u16 {
+            let mut s: u32 = 0;
+            for c in d.chunks(2) {
+                let w = u32::from(c[0]) << 8 | u32::from(*c.get(1).unwrap_or(&0));
+                s += w;
+                s = (s & 0xffff) + (s >> 16);
+            }
+            !(s as u16)
+        }
+        let mut x: u32 = 12345;
+        for len in 0..200 {
+            let d: Vec<u8> = (0..len)
+                .map(|_| {
+                    x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                    (x >> 16) as u8
+                })
+                .collect();
+            assert_eq!(csum_fold(csum_add(0, &d)), reference(&d), "len {len}");
+            let ff = vec![0xffu8; len];
+            assert_eq!(csum_fold(csum_add(0, &ff)), reference(&ff), "ff len {len}");
+        }
+    }
+
+    #[test]
+    fn bit_flip_breaks_checksum() {
+        let p = super_segment(500, flags::ACK);
+        for bit in [0usize, 100, 20 * 8 + 5, p.len() * 8 - 1] {
+            let mut q = p.clone();
+            q[bit / 8] ^= 1 << (bit % 8);
+            assert!(!tcp_checksum_ok(&q), "bit {bit}");
+        }
+    }
+}
