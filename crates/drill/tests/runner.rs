@@ -333,20 +333,17 @@ fn unsupported_things_skip_with_a_reason() {
 }
 
 #[test]
-fn pfifo_limit_0_drops_packets_but_completes_them() {
-    // The data never reaches the wire; the expected packet is missing.
+fn pfifo_limit_0_refuses_packets_at_transmit() {
+    // The qdisc refuses the data inside the send (NET_XMIT_DROP): it stays unsent in the
+    // write queue and never reaches the wire; the expected packet is missing.
     let r = run(&script(
         "   +0 `tc qdisc delete dev tun0 root 2>/dev/null ; tc qdisc add dev tun0 root pfifo limit 0`
    +0 write(4, ..., 1000) = 1000
+   +0 ioctl(4, SIOCOUTQNSD, [1000]) = 0
    +0 > P. 1:1001(1000) ack 1
 ",
     ));
-    assert_fail(&r, 12, "none was sent");
-    assert!(
-        r.log.iter().any(|l| l.contains("qdisc drop")),
-        "{:#?}",
-        r.log
-    );
+    assert_fail(&r, 13, "none was sent");
 }
 
 #[test]
@@ -364,4 +361,27 @@ fn parse_errors_fail_at_their_line() {
     assert_eq!(r.line, 2);
     assert!(r.reason.starts_with("parse error"), "{}", r.reason);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn inbound_packets_reach_the_stack_just_after_their_time() {
+    // As on Linux, where packetdrill's tun write and the receive path run after the
+    // scripted time: an ACK scripted exactly 1 ms after a send is processed after it, so
+    // `tcp_tso_should_defer`'s "last send over 1 ms ago" rule sees it as late.
+    let r = run(&script(
+        "   +0 write(4, ..., 1000) = 1000
+   +0 > P. 1:1001(1000) ack 1
+ +.01 < . 1:1(0) ack 1001 win 1000
+",
+    ));
+    assert_pass(&r);
+    let at: f64 = r
+        .log
+        .iter()
+        .find(|l| l.contains("< . 1:1(0) ack 1001"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|t| t.parse().ok())
+        .expect("the ACK is in the log");
+    // Scripted at 0.020 (after the handshake ACK at 0.010): a few µs later, never earlier.
+    assert!(at > 0.020 && at < 0.020_01, "ACK processed at {at}");
 }

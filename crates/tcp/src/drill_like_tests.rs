@@ -79,6 +79,8 @@ impl Peer {
             .unwrap();
         st.sysctl_set("net.ipv4.tcp_timestamps", if ts { "1" } else { "0" })
             .unwrap();
+        // packetdrill's tun device orphans packets at transmit.
+        st.set_tx_orphan(true);
         Peer {
             st,
             now: Instant::from_secs(1),
@@ -209,6 +211,8 @@ fn sndbuf_and_lowat_write_counts() {
     let mut p = Peer::new(false);
     p.st.sysctl_set("net.ipv4.tcp_wmem", "4096 50000 4194304")
         .unwrap();
+    // As the script: TSO packets of at least 10 segments, so IW10 leaves in one piece.
+    p.st.sysctl_set("net.ipv4.tcp_min_tso_segs", "10").unwrap();
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
     assert_eq!(p.st.send(p.now, s, &[0u8; 59000], 0), Ok(58000));
     assert_eq!(p.st.send(p.now, s, &[0u8; 100], 0), Err(Errno::EAGAIN));
@@ -404,6 +408,8 @@ fn backlog_ack_defer_sends_one_ack() {
 #[test]
 fn tsq_limits_bytes_below_tcp() {
     let mut p = Peer::new(false);
+    // A device that keeps packets until their TX completion (a NIC ring, not tun).
+    p.st.set_tx_orphan(false);
     p.st.sysctl_set("net.ipv4.tcp_limit_output_bytes", "4096")
         .unwrap();
     let opts = [
@@ -458,6 +464,8 @@ fn tsq_limits_bytes_below_tcp() {
 #[test]
 fn autocork_holds_small_write_until_completion() {
     let mut p = Peer::new(false);
+    // A device that keeps packets until their TX completion (a NIC ring, not tun).
+    p.st.set_tx_orphan(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
     p.st.setsockopt(p.now, s, SockOpt::TcpNodelay, &OptVal::Int(1))
         .unwrap();
@@ -1539,4 +1547,628 @@ fn ecn_passive_accepts_when_asked() {
     q.st.listen(l, 4).unwrap();
     q.st.input(q.now, &raw(0, 0, SYN, 32792, SYN_OPTS, &[]), None);
     assert_eq!(q.out()[0].flags, SYN | ACK);
+}
+
+/// TSval of a transmitted segment (for echoing it back).
+fn tsval_of(t: &Transmit) -> u32 {
+    let ip = shallow_wire::IpPacket::parse(&t.data).unwrap();
+    let tcp = shallow_wire::TcpPacket::new_checked(ip.payload()).unwrap();
+    for o in tcp.options() {
+        if let Ok(shallow_wire::TcpOption::Timestamps { tsval, .. }) = o {
+            return tsval;
+        }
+    }
+    panic!("no timestamp option");
+}
+
+/// `tcp_ack_update_window` calls `tcp_slow_start_after_idle_check` when the window changes
+/// while data waits: a zero window held for longer than the RTO restarts cwnd at IW10
+/// (slow_start/slow-start-after-win-update.pkt: cwnd 36 → 10, first burst 5000 + 5000).
+#[test]
+fn window_update_after_idle_restarts_cwnd() {
+    let mut p = Peer::new(false);
+    p.st.sysctl_set("net.ipv4.tcp_slow_start_after_idle", "1")
+        .unwrap();
+    p.st.sysctl_set("net.ipv4.tcp_min_tso_segs", "10").unwrap();
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 511, &[], &[]), None);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 26000], 0), Ok(26000));
+    p.out();
+    p.now += Duration::from_millis(100);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(10000), ACK, 511, &[], &[]),
+        None,
+    );
+    p.out();
+    p.now += Duration::from_millis(100);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(26000), ACK, 0, &[], &[]),
+        None,
+    );
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().snd_cwnd, 36);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 20000], 0), Ok(20000));
+    assert!(
+        p.out().iter().all(|o| o.len == 0),
+        "zero window: nothing sent"
+    );
+    p.now += Duration::from_secs(3);
+    p.st.handle_timeout(p.now);
+    p.out();
+    assert_eq!(
+        p.st.tcp_info(p.now, s).unwrap().snd_cwnd,
+        36,
+        "probes leave cwnd"
+    );
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(26000), ACK, 511, &[], &[]),
+        None,
+    );
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().snd_cwnd, 10);
+    let o = p.out();
+    assert_eq!(o.iter().map(|x| x.len).collect::<Vec<_>>(), [5000, 5000]);
+}
+
+/// `tcp_rcv_state_process` (TCP_SYN_RECV) calls `tcp_update_pacing_rate` with the SYN-ACK RTT
+/// sample and IW10: 200 % × 10 × 1000 bytes / 100 ms = 200000 bytes/s before any data, so
+/// `tcp_tso_autosize` sizes the first flight at tcp_min_tso_segs (2) segments
+/// (slow_start/slow-start-fq-ack-per-2pkt.pkt: `P. 1:2921(2920)`).
+#[test]
+fn pacing_rate_set_at_passive_establishment() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    let i = p.st.tcp_info(p.now, s).unwrap();
+    assert_eq!(i.rtt, 100_000);
+    assert_eq!(i.pacing_rate, 200_000);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
+    let o = p.out();
+    assert_eq!(o.iter().map(|x| x.len).collect::<Vec<_>>(), [2000; 5]);
+}
+
+/// `tcp_synack_rtt_meas`: a SYN-ACK sent once gives a µs RTT sample from its send time even
+/// when timestamps are on (the TS echo, in 1 ms ticks, is used only after a retransmission).
+#[test]
+fn synack_rtt_sample_in_microseconds() {
+    let mut p = Peer::new(true);
+    let l = p.st.socket(Family::V4).unwrap();
+    p.st.bind(l, LOCAL.parse().unwrap()).unwrap();
+    p.st.listen(l, 1).unwrap();
+    let syn_ts = [
+        OutOpt::Mss(1000),
+        OutOpt::SackOk,
+        OutOpt::Ts(100, 0),
+        OutOpt::Nop,
+        OutOpt::Wscale(7),
+    ];
+    p.st.input(p.now, &raw(0, 0, SYN, 32792, &syn_ts, &[]), None);
+    let t = p.st.poll_transmit(p.now).unwrap();
+    let (synack, ecr) = (parse_out(&t), tsval_of(&t));
+    p.isn = synack.seq.wrapping_add(1);
+    p.now += Duration::from_micros(100_500);
+    let ts = [OutOpt::Nop, OutOpt::Nop, OutOpt::Ts(200, ecr)];
+    p.st.input(p.now, &raw(1, p.isn, ACK, 257, &ts, &[]), None);
+    let (s, _) = p.st.accept(l).unwrap();
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().rtt, 100_500);
+}
+
+/// A device that orphans packets in its xmit routine (`skb_orphan` in tun's
+/// `tun_net_xmit`): `tcp_wfree` runs during the send, so nothing is charged to `wmem_alloc`
+/// and no TX token comes back; a packet an EDT qdisc holds for later is still charged.
+#[test]
+fn orphaning_device_releases_wmem_at_send() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
+    assert_eq!(p.st.meminfo(s).unwrap().wmem_alloc, 0);
+    let mut n = 0;
+    while let Some(t) = p.st.poll_transmit(p.now) {
+        assert!(t.token.is_none());
+        n += 1;
+    }
+    assert_eq!(n, 5);
+
+    let mut p = Peer::new(false);
+    p.st.set_fq_pacing(true);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    assert_eq!(p.st.send(p.now, s, &[0u8; 12000], 0), Ok(12000));
+    // Pacing starts after 10 data segments: IW10 leaves at once, unheld.
+    for t in core::iter::from_fn(|| p.st.poll_transmit(p.now)) {
+        assert_eq!(t.departure, Some(p.now));
+        assert!(t.token.is_none());
+    }
+    assert_eq!(p.st.meminfo(s).unwrap().wmem_alloc, 0);
+    // An ACK frees cwnd; the next packet's departure is one pacing gap later, so fq holds it.
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(2000), ACK, 257, &[], &[]),
+        None,
+    );
+    let t = p.st.poll_transmit(p.now).expect("ACK-clocked packet");
+    assert!(t.departure.is_some_and(|d| d > p.now));
+    assert!(t.token.is_some());
+    assert!(p.st.meminfo(s).unwrap().wmem_alloc > 0);
+}
+
+/// `tcp_update_skb_after_send`: with EDT pacing the departure stamp advances by len/rate,
+/// less the lateness of this send as credit, at most half (sch_fq: a flow that missed its
+/// slot may send the next packet sooner; slow_start/slow-start-fq-ack-per-2pkt.pkt).
+#[test]
+fn edt_credit_halves_the_gap_after_a_late_send() {
+    let mut p = Peer::new(false);
+    p.st.set_fq_pacing(true);
+    let opts = [
+        OutOpt::Mss(1460),
+        OutOpt::SackOk,
+        OutOpt::Nop,
+        OutOpt::Nop,
+        OutOpt::Nop,
+        OutOpt::Wscale(7),
+    ];
+    let s = p.passive_open(&opts, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 500, &[], &[]), None);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 40000], 0), Ok(40000));
+    let first: Vec<Transmit> = core::iter::from_fn(|| p.st.poll_transmit(p.now)).collect();
+    assert_eq!(first.len(), 5, "IW10 as 2-segment TSO packets");
+    // The fifth packet reached 10 data segments: the stamp moved one full gap ahead.
+    p.now += Duration::from_millis(105);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(2920), ACK, 500, &[], &[]),
+        None,
+    );
+    let rate = p.st.tcp_info(p.now, s).unwrap().pacing_rate;
+    let t = p.st.poll_transmit(p.now).expect("ACK-clocked packet");
+    assert_eq!(t.departure, Some(p.now), "late: leaves at once");
+    let len_ns = 2920 * 1_000_000_000 / rate;
+    p.now += Duration::from_millis(3);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(5840), ACK, 500, &[], &[]),
+        None,
+    );
+    let t = p.st.poll_transmit(p.now).expect("next packet");
+    let expect = p.now - Duration::from_millis(3) + Duration::from_nanos(len_ns - len_ns / 2);
+    assert_eq!(t.departure, Some(expect));
+}
+
+/// `tcp_clean_rtx_queue` reports reordering once per ACK (`tcp_check_sack_reordering` with
+/// the lowest never-retransmitted sequence acked below the highest SACK), however many skbs
+/// the ACK frees.
+#[test]
+fn one_reordering_event_per_ack() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
+    assert_eq!(p.out().len(), 5, "five 2-segment packets");
+    p.now += Duration::from_millis(10);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, ACK, 257, &sack(8001, 10001, p.isn), &[]),
+        None,
+    );
+    p.out();
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(8000), ACK, 257, &[], &[]),
+        None,
+    );
+    assert_eq!(p.st.counters().value(Mib::TCPSACKReorder), 1);
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().reordering, 10);
+}
+
+/// `tcp_clean_rtx_queue` compares with `prior_fack`, the highest SACK *before* this ACK: an
+/// ACK that advances snd_una and SACKs data above the new hole in one go is not reordering
+/// (eor/no-coalesce-retrans.pkt: the hole is then left to RACK with reo_wnd 0).
+#[test]
+fn ack_with_new_sack_above_is_not_reordering() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
+    assert_eq!(p.out().len(), 5);
+    p.now += Duration::from_millis(10);
+    p.st.input(
+        p.now,
+        &raw(
+            1,
+            p.isn.wrapping_add(2000),
+            ACK,
+            257,
+            &sack(6001, 8001, p.isn),
+            &[],
+        ),
+        None,
+    );
+    assert_eq!(p.st.counters().value(Mib::TCPSACKReorder), 0);
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().reordering, 3);
+}
+
+/// `tcp_ack`'s old_ack exit: an ACK below snd_una that SACKs new data still runs
+/// `tcp_fastretrans_alert` and `tcp_xmit_recovery`, so PRR releases the next lost segment
+/// before new data (fast_recovery/prr-ss-ack-below-snd_una-cubic.pkt).
+#[test]
+fn old_ack_with_new_sack_releases_retransmission() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
+    p.out();
+    let sack2 = |a: (u32, u32), b: (u32, u32), isn: u32| {
+        let mut v = [(0u32, 0u32); 4];
+        v[0] = (isn.wrapping_add(a.0 - 1), isn.wrapping_add(a.1 - 1));
+        v[1] = (isn.wrapping_add(b.0 - 1), isn.wrapping_add(b.1 - 1));
+        [OutOpt::Sack(v, 2)]
+    };
+    p.now += Duration::from_millis(10);
+    for o in [sack(1001, 2001, p.isn), sack(1001, 3001, p.isn)] {
+        p.st.input(p.now, &raw(1, p.isn, ACK, 320, &o, &[]), None);
+    }
+    let o = sack2((1001, 3001), (8001, 9001), p.isn);
+    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &o, &[]), None);
+    let o = p.out();
+    assert_eq!((p.rel(&o[0]).0, o[0].len), (0, 1000), "fast retransmit");
+    p.now += Duration::from_millis(12);
+    let o = sack(8001, 9001, p.isn);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(4000), ACK, 320, &o, &[]),
+        None,
+    );
+    let o = p.out();
+    assert_eq!(p.rel(&o[0]).0, 4000);
+    assert_eq!(o.iter().map(|x| x.len).sum::<usize>(), 3000);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
+    p.now += Duration::from_millis(2);
+    let o = sack(5001, 7001, p.isn);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(3000), ACK, 320, &o, &[]),
+        None,
+    );
+    let o = p.out();
+    let got: Vec<(u32, usize)> = o.iter().map(|x| (p.rel(x).0, x.len)).collect();
+    assert_eq!(got, [(7000, 1000), (10000, 1000)]);
+}
+
+/// The RTO after a tail loss probe (fast_retransmit/fr-4pkt-fack-last-byte.pkt):
+/// `tcp_send_loss_probe` resends with `__tcp_retransmit_skb`, so the probe is not in
+/// `retrans_out`; `tcp_timeout_mark_lost` then marks every segment lost and `tcp_enter_loss`
+/// sets cwnd = in flight + 1 = 1. Each ACK's slow-start growth comes before the Loss
+/// state's retransmissions (`tcp_xmit_recovery` after `tcp_cong_control`): 1, then 2, then 1.
+#[test]
+fn rto_after_tlp_retransmits_in_slow_start() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 4000], 0), Ok(4000));
+    assert_eq!(p.out().len(), 2);
+    let step = |p: &mut Peer, ms: u64| -> Vec<(u32, usize)> {
+        let until = p.now + Duration::from_millis(ms);
+        while let Some(t) = p.st.poll_timeout().filter(|&t| t <= until) {
+            p.now = t;
+            p.st.handle_timeout(t);
+        }
+        p.now = until;
+        let o = p.out();
+        o.iter().map(|x| (p.rel(x).0, x.len)).collect()
+    };
+    assert_eq!(step(&mut p, 250), [(3000, 1000)], "TLP: the last segment");
+    assert_eq!(
+        p.st.tcp_info(p.now, s).unwrap().retrans,
+        0,
+        "a probe is not in flight"
+    );
+    assert_eq!(step(&mut p, 350), [(0, 1000)], "RTO: cwnd 1");
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().snd_cwnd, 1);
+    let o = sack(4000, 4001, p.isn);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(1000), ACK, 320, &o, &[]),
+        None,
+    );
+    assert_eq!(step(&mut p, 0), [(1000, 1000), (2000, 1000)], "cwnd 2");
+    p.now += Duration::from_millis(100);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(3000), ACK, 320, &o, &[]),
+        None,
+    );
+    assert_eq!(step(&mut p, 0), [(3000, 1000)]);
+}
+
+/// `tcp_fastretrans_alert` in Loss runs `tcp_identify_packet_loss` after
+/// `tcp_process_loss`: RACK sees a retransmission older than the newly SACKed one by more
+/// than an RTT (reo_wnd 0 in Loss), marks it lost again (TCPLostRetransmit) and it is resent
+/// at once instead of at the next RTO.
+#[test]
+fn rack_detects_lost_retransmission_in_loss() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 4000], 0), Ok(4000));
+    p.out();
+    // TLP, then RTO.
+    for _ in 0..2 {
+        let t = p.st.poll_timeout().unwrap();
+        p.now = t;
+        p.st.handle_timeout(t);
+        p.out();
+    }
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().ca_state, 4);
+    p.now += Duration::from_millis(100);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(1000), ACK, 320, &[], &[]),
+        None,
+    );
+    let o = p.out();
+    assert_eq!(
+        o.iter().map(|x| p.rel(x).0).collect::<Vec<_>>(),
+        [1000, 2000]
+    );
+    // The retransmission of 1001:2001 is lost; the one of 2001:3001 is SACKed an RTT later.
+    p.now += Duration::from_millis(100);
+    let o = sack(2001, 3001, p.isn);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(1000), ACK, 320, &o, &[]),
+        None,
+    );
+    let got: Vec<(u32, usize)> = p.out().iter().map(|x| (p.rel(x).0, x.len)).collect();
+    assert_eq!(got.first(), Some(&(1000, 1000)));
+}
+
+/// Reno (no SACK) delivery accounting: each dupack counts one delivered packet when it
+/// arrives (`tcp_add_reno_sack`); the cumulative ACK that follows counts only
+/// max(acked - dupacks, 1) (`tcp_remove_reno_sacks`), so slow start grows cwnd 10 → 11, not
+/// 12 (limited_transmit/limited-transmit-no-sack.pkt: 11 - 9 in flight = 2 new segments).
+#[test]
+fn reno_dupacks_are_delivered_once() {
+    let mut p = Peer::new(false);
+    let opts = [OutOpt::Mss(1000), OutOpt::Nop, OutOpt::Wscale(7)];
+    let s = p.passive_open(&opts, "mss 1460,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 15000], 0), Ok(15000));
+    assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 10000);
+    for want in [10000, 11000] {
+        p.now += Duration::from_millis(10);
+        p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+        let o = p.out();
+        assert_eq!((p.rel(&o[0]).0, o[0].len), (want, 1000), "limited transmit");
+    }
+    p.now += Duration::from_millis(10);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(3000), ACK, 320, &[], &[]),
+        None,
+    );
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().snd_cwnd, 11);
+    assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 2000);
+}
+
+/// Run every timer due up to `p.now + d` and move the clock there; returns what was sent.
+fn advance(p: &mut Peer, d: Duration) -> Vec<Out> {
+    let until = p.now + d;
+    let mut v = Vec::new();
+    while let Some(t) = p.st.poll_timeout().filter(|&t| t <= until) {
+        p.now = t;
+        p.st.handle_timeout(t);
+        v.extend(p.out());
+    }
+    p.now = until;
+    v
+}
+
+/// A qdisc that drops everything (`pfifo limit 0`): `tcp_write_xmit` keeps the data queued,
+/// the persist timer's `tcp_send_probe0` sees a local error and retries every
+/// TCP_RESOURCE_PROBE_INTERVAL (500 ms) without backoff, and TCP_USER_TIMEOUT ends the run of
+/// probes 3 s after the first (`tcp_probe_timer`; user_timeout/user-timeout-probe.pkt).
+#[test]
+fn dropping_qdisc_probes_until_user_timeout() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(&[OutOpt::Mss(1460)], "mss 1460");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 65530, &[], &[]), None);
+    p.st.setsockopt(p.now, s, SockOpt::TcpUserTimeout, &OptVal::Int(3000))
+        .unwrap();
+    assert_eq!(p.st.send(p.now, s, &[0u8; 24], 0), Ok(24));
+    assert_eq!(p.out().len(), 1);
+    p.now += Duration::from_millis(100);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(24), ACK, 65530, &[], &[]),
+        None,
+    );
+    p.st.set_tx_drop(true);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 24], 0), Ok(24));
+    assert!(p.out().is_empty());
+    assert_eq!(p.st.ioctl(s, Ioctl::SiocOutqNsd), Ok(24), "still unsent");
+    assert!(advance(&mut p, Duration::from_millis(3250)).is_empty());
+    assert_eq!(
+        p.st.send(p.now, s, &[0u8; 24], 0),
+        Ok(24),
+        "alive after 3.25 s"
+    );
+    let i = p.st.tcp_info(p.now, s).unwrap();
+    assert_eq!((i.probes, i.backoff), (6, 0));
+    advance(&mut p, Duration::from_millis(100));
+    assert_eq!(p.st.send(p.now, s, &[0u8; 24], 0), Err(Errno::ETIMEDOUT));
+}
+
+/// `__tcp_retransmit_skb` failing in the qdisc is not a retransmission in flight
+/// (`tcp_retransmit_skb` leaves TCPCB_SACKED_RETRANS and retrans_out alone;
+/// TcpExtTCPRetransFail counts it); the next RTO tries again.
+#[test]
+fn failed_retransmission_is_not_counted() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    assert_eq!(p.st.send(p.now, s, &[0u8; 4000], 0), Ok(4000));
+    p.out();
+    p.st.set_tx_drop(true);
+    // TLP then RTO, both refused by the qdisc.
+    assert!(advance(&mut p, Duration::from_millis(700)).is_empty());
+    let i = p.st.tcp_info(p.now, s).unwrap();
+    assert_eq!((i.ca_state, i.retrans), (4, 0));
+    assert!(p.st.counters().value(Mib::TCPRetransFail) >= 1);
+    p.st.set_tx_drop(false);
+    let o = advance(&mut p, Duration::from_secs(2));
+    assert_eq!(p.rel(&o[0]).0, 0, "the next RTO resends the head");
+}
+
+/// `tcp_may_raise_cwnd`: once reordering exceeds `tcp_reordering`, SACKed data grows cwnd
+/// too (FLAG_FORWARD_PROGRESS); `tcpi_reord_seen` counts the detections
+/// (cubic/cubic-rack-reo-timeout-retrans-failed-incoming-data.pkt: cwnd 19, reordering 10,
+/// reord_seen 2).
+#[test]
+fn sacks_raise_cwnd_once_reordering_is_high() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
+    p.out();
+    p.now += Duration::from_millis(20);
+    let o = sack(9001, 10001, p.isn);
+    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &o, &[]), None);
+    let mut v = [(0u32, 0u32); 4];
+    v[0] = (p.isn.wrapping_add(3000), p.isn.wrapping_add(4000));
+    v[1] = (p.isn.wrapping_add(9000), p.isn.wrapping_add(10000));
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, ACK, 320, &[OutOpt::Sack(v, 2)], &[]),
+        None,
+    );
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().snd_cwnd, 11);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(10000), ACK, 320, &[], &[]),
+        None,
+    );
+    let i = p.st.tcp_info(p.now, s).unwrap();
+    assert_eq!((i.snd_cwnd, i.reordering, i.reord_seen), (19, 10, 2));
+}
+
+/// RFC 7323 §2.2: the window field of a SYN-ACK is never scaled
+/// (`tcp_rcv_synsent_state_process`), so it bounds `max_window` and the first `size_goal`
+/// (tcp_info/tcp-info-sndbuf-limited.pkt: `win 10000` with wscale 8 is 10000 bytes).
+#[test]
+fn synack_window_is_not_scaled() {
+    let mut p = Peer::new(true);
+    let s = p.st.socket(Family::V4).unwrap();
+    p.st.bind(s, LOCAL.parse().unwrap()).unwrap();
+    let _ = p.st.connect(p.now, s, REMOTE.parse().unwrap());
+    let t = p.st.poll_transmit(p.now).expect("SYN");
+    let syn = parse_out(&t);
+    p.isn = syn.seq.wrapping_add(1);
+    p.now += Duration::from_millis(10);
+    let opts = [
+        OutOpt::Mss(1000),
+        OutOpt::SackOk,
+        OutOpt::Nop,
+        OutOpt::Nop,
+        OutOpt::Nop,
+        OutOpt::Wscale(8),
+    ];
+    p.st.input(p.now, &raw(0, p.isn, SYN | ACK, 10000, &opts, &[]), None);
+    let i = p.st.tcp_info(p.now, s).unwrap();
+    assert_eq!((i.state, i.snd_wnd), (1, 10000));
+    // A later ACK's window is scaled: 10000 << 8.
+    p.st.input(p.now, &raw(1, p.isn, ACK, 10000, &[], &[]), None);
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().snd_wnd, 10000 << 8);
+}
+
+/// IP_MTU_DISCOVER (`do_ip_setsockopt`): IP_PMTUDISC_DONT (0) … IP_PMTUDISC_OMIT (5), else
+/// EINVAL; with IP_PMTUDISC_DONT an ICMP "fragmentation needed" leaves the MSS alone
+/// (`tcp_v4_mtu_reduced` checks `inet->pmtudisc`).
+#[test]
+fn ip_mtu_discover_dont_ignores_frag_needed() {
+    let mut p = Peer::new(false);
+    let opts = [
+        OutOpt::Mss(1460),
+        OutOpt::SackOk,
+        OutOpt::Nop,
+        OutOpt::Wscale(7),
+    ];
+    let s = p.passive_open(&opts, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    let get = |p: &mut Peer| p.st.getsockopt(s, SockOpt::IpMtuDiscover).unwrap();
+    assert_eq!(get(&mut p), OptVal::Int(1), "IP_PMTUDISC_WANT by default");
+    let set = |p: &mut Peer, v| {
+        p.st.setsockopt(p.now, s, SockOpt::IpMtuDiscover, &OptVal::Int(v))
+    };
+    assert_eq!(set(&mut p, 6), Err(Errno::EINVAL));
+    assert_eq!(set(&mut p, 0), Ok(()));
+    assert_eq!(get(&mut p), OptVal::Int(0));
+    assert_eq!(p.st.send(p.now, s, &[0u8; 4000], 0), Ok(4000));
+    let first = p.st.poll_transmit(p.now).unwrap().data;
+    p.out();
+    p.st.input(p.now, &icmp_frag_needed(&first, 576), None);
+    let i = p.st.tcp_info(p.now, s).unwrap();
+    assert_eq!((i.pmtu, i.snd_mss), (1500, 1460));
+}
+
+/// RFC 4821 probing (`tcp_mtup_init`, `tcp_mtu_probe`, `tcp_mtup_probe_success`;
+/// mtu_probe/basic-v4.pkt): with tcp_mtu_probing = 2 the search runs from the MTU of
+/// tcp_base_mss (552) to the peer's (1500). A route change reaches the socket at its next
+/// transmit (`__sk_dst_check`); the write's first segment is a probe of
+/// mtu_to_mss((552 + 1500) / 2) = 986 bytes, the rest keeps the current 600-byte MSS, and
+/// once the probe is acked the MSS grows to 986.
+#[test]
+fn mtu_probe_raises_mss_after_route_change() {
+    let mut p = Peer::new(false);
+    p.st.sysctl_set("net.ipv4.tcp_mtu_probing", "2").unwrap();
+    p.st.sysctl_set("net.ipv4.tcp_base_mss", "512").unwrap();
+    let route = |mtu, advmss, initcwnd| RouteAttrs {
+        mtu,
+        advmss,
+        initcwnd,
+        ..RouteAttrs::default()
+    };
+    p.st.set_route("192.0.2.1".parse().unwrap(), 32, route(640, 600, 11));
+    // The script's handshake: SYN and ACK both offer 50000 (wscale 0), so no later window
+    // raises max_window (which would re-sync the MSS down to search_low's 512).
+    let l = p.st.socket(Family::V4).unwrap();
+    p.st.bind(l, LOCAL.parse().unwrap()).unwrap();
+    p.st.listen(l, 1).unwrap();
+    let opts = [OutOpt::Mss(1460), OutOpt::Nop, OutOpt::Wscale(0)];
+    p.st.input(p.now, &raw(0, 0, SYN, 50000, &opts, &[]), None);
+    let synack = p.out();
+    assert_eq!(synack[0].opts, "mss 600,nop,wscale 8");
+    p.isn = synack[0].seq.wrapping_add(1);
+    p.st.input(p.now, &raw(1, p.isn, ACK, 50000, &[], &[]), None);
+    let (s, _) = p.st.accept(l).unwrap();
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().snd_mss, 600);
+    p.st.set_route("192.0.2.1".parse().unwrap(), 32, route(1500, 1460, 0));
+    assert_eq!(p.st.send(p.now, s, &[0u8; 4000], 0), Ok(4000));
+    let o = p.out();
+    assert_eq!((p.rel(&o[0]).0, o[0].len), (0, 986), "the probe");
+    assert_eq!(
+        o[1].len, 3000,
+        "then 5 x 600 (cwnd 11 - 1 for the probe, half of it)"
+    );
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(4000), ACK, 50000, &[], &[]),
+        None,
+    );
+    p.out();
+    assert_eq!(p.st.counters().value(Mib::TCPMTUPSuccess), 1);
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().snd_mss, 986);
+}
+
+/// `tcp_send_loss_probe` sends new data when the window allows, even with cwnd full
+/// (`tcp_write_xmit` with push_one = 2 forces a cwnd quota of one segment); only without new
+/// data does it resend the last segment (shutdown/shutdown-rdwr-send-queue-ack-close.pkt).
+#[test]
+fn tail_loss_probe_prefers_new_data_over_cwnd() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 20000], 0), Ok(20000));
+    assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 10000, "IW10");
+    let o = advance(&mut p, Duration::from_millis(250));
+    assert_eq!(
+        o.iter().map(|x| (p.rel(x).0, x.len)).collect::<Vec<_>>(),
+        [(10000, 1000)]
+    );
+    assert_eq!(p.st.counters().value(Mib::TCPLossProbes), 1);
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().retrans, 0);
 }

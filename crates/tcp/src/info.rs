@@ -68,6 +68,8 @@ pub struct TcpInfo {
     pub rwnd_limited: u64,
     /// Time limited by the send buffer, µs (`tcpi_sndbuf_limited`).
     pub sndbuf_limited: u64,
+    /// Reordering events seen (`tcpi_reord_seen`: SACK, timestamp or Reno detections).
+    pub reord_seen: u32,
 }
 
 /// `SO_MEMINFO` / `ss -m` skmem, in `SK_MEMINFO_*` order.
@@ -188,6 +190,7 @@ impl Sock {
             busy_time: chrono.iter().map(|d| d.as_micros() as u64).sum(),
             rwnd_limited: chrono[1].as_micros() as u64,
             sndbuf_limited: chrono[2].as_micros() as u64,
+            reord_seen: self.reord_seen,
         }
     }
 
@@ -390,6 +393,13 @@ impl Sock {
             }
             TcpInq => self.opts.inq = on,
             IpTos | Ipv6Tclass => self.opts.tos = (v & 0xff) as u8,
+            // do_ip_setsockopt / do_ipv6_setsockopt: IP_PMTUDISC_DONT..IP_PMTUDISC_OMIT.
+            IpMtuDiscover | Ipv6MtuDiscover => {
+                if !(0..=5).contains(&v) {
+                    return Err(Errno::EINVAL);
+                }
+                self.opts.pmtudisc = v as u8;
+            }
             SoError | SoType | TcpInfo => return Err(Errno::ENOPROTOOPT),
             TcpCongestion | SoLinger => unreachable!("handled above"),
         }
@@ -455,6 +465,7 @@ impl Sock {
             TcpNotsentLowat => i(self.opts.notsent_lowat),
             TcpInq => i(u32::from(self.opts.inq)),
             IpTos | Ipv6Tclass => i(u32::from(self.opts.tos)),
+            IpMtuDiscover | Ipv6MtuDiscover => i(u32::from(self.opts.pmtudisc)),
             TcpInfo => {
                 env.mib.add(Mib::InSegs, 0);
                 Err(Errno::EOPNOTSUPP)

@@ -116,16 +116,21 @@ impl Sock {
             self.disarm(env, TimerKind::Retrans);
             self.retransmits = 0;
             self.backoff = 0;
-            if let (true, Some((_, ecr))) = (self.tstamp_ok, seg.opts.ts) {
+            // tcp_synack_rtt_meas: the SYN-ACK's own send time gives a µs sample unless it
+            // was retransmitted (Karn); then only the timestamp echo can (tcp_ack_update_rtt).
+            if self.synack_retries_done == 0 {
+                let rtt = (now - self.lsndtime).as_micros() as u32;
+                self.rtt_sample(env, now, rtt.max(1));
+            } else if let (true, Some((_, ecr))) = (self.tstamp_ok, seg.opts.ts) {
                 let rtt = self.tsval(now).wrapping_sub(ecr);
                 if rtt < 1_000_000 && ecr != 0 {
                     self.rtt_sample(env, now, rtt.max(1) * 1000);
                 }
-            } else if self.synack_retries_done == 0 {
-                let rtt = (now - self.lsndtime).as_micros() as u32;
-                self.rtt_sample(env, now, rtt.max(1));
             }
             self.become_established(env, now);
+            // tcp_rcv_state_process (TCP_SYN_RECV): the pacing rate starts from the SYN-ACK
+            // RTT sample and the initial cwnd, before any data is sent.
+            self.update_pacing_rate(env);
             out.child_established = true;
         }
         let ack_ok = self.tcp_ack(env, now, seg);
@@ -283,6 +288,8 @@ impl Sock {
         self.rcv_tstamp = now;
         self.snd_cwnd_stamp = now;
         self.sync_mss(env);
+        // tcp_init_transfer → tcp_mtup_init (after the MSS was synced).
+        self.mtup_init(env, now);
         let initcwnd = if self.route.initcwnd != 0 {
             self.route.initcwnd
         } else {
@@ -368,20 +375,23 @@ impl Sock {
         }
         if seg.has(ACK) {
             self.snd_una = seg.ack;
-            self.snd_wnd = u32::from(seg.window) << self.snd_wscale;
+            // RFC 7323 §2.2: the window of a SYN (or SYN-ACK) is never scaled
+            // (tcp_rcv_synsent_state_process).
+            self.snd_wnd = u32::from(seg.window);
             self.snd_wl1 = seg.seq;
             self.max_window = self.snd_wnd;
             self.disarm(env, TimerKind::Retrans);
             self.packets_out = 0;
-            // RTT from the SYN (Karn: only if not retransmitted).
-            if let (true, Some((_, ecr))) = (self.tstamp_ok, seg.opts.ts) {
+            // RTT from the SYN (tcp_clean_rtx_queue → tcp_ack_update_rtt): its send time
+            // unless it was retransmitted (Karn), else the timestamp echo.
+            if self.retransmits == 0 {
+                let rtt = (now - self.lsndtime).as_micros() as u32;
+                self.rtt_sample(env, now, rtt.max(1));
+            } else if let (true, Some((_, ecr))) = (self.tstamp_ok, seg.opts.ts) {
                 let rtt = self.tsval(now).wrapping_sub(ecr);
                 if rtt < 1_000_000 && ecr != 0 {
                     self.rtt_sample(env, now, rtt.max(1) * 1000);
                 }
-            } else if self.retransmits == 0 {
-                let rtt = (now - self.lsndtime).as_micros() as u32;
-                self.rtt_sample(env, now, rtt.max(1));
             }
             self.retransmits = 0;
             self.backoff = 0;
@@ -406,7 +416,7 @@ impl Sock {
         } else {
             // Simultaneous open (RFC 9293 §3.5 figure 8).
             self.state = TcpState::SynRecv;
-            self.snd_wnd = u32::from(seg.window) << self.snd_wscale;
+            self.snd_wnd = u32::from(seg.window);
             self.max_window = self.snd_wnd;
             self.send_synack(env, now);
         }
@@ -517,9 +527,19 @@ impl Sock {
                 self.send_challenge_ack(env, now);
                 return false;
             }
-            // Old ACK: SACK info may still be useful; data is processed.
+            // Old ACK (tcp_ack's old_ack exit): its SACK blocks still count. Newly SACKed
+            // data drives loss detection and PRR as on any ACK (tcp_fastretrans_alert,
+            // tcp_xmit_recovery), so a reordered ACK below snd_una can release
+            // retransmissions; data on the segment is processed.
             if seg.opts.num_sacks > 0 {
-                self.sacktag(env, now, seg);
+                self.ack_orig_acked = false;
+                self.ack_data_sacked = false;
+                self.ack_retrans_acked = false;
+                let newly = self.sacktag(env, now, seg);
+                self.delivered += newly;
+                env.mib.add(Mib::TCPDelivered, u64::from(newly));
+                self.fastretrans_alert(env, now, prior_snd_una, false, newly);
+                self.frto_xmit_new(env, now);
             }
             return true;
         }
@@ -539,12 +559,24 @@ impl Sock {
             self.snd_wl1 = seg.seq;
             if self.snd_wnd != nwin {
                 self.snd_wnd = nwin;
+                // tcp_ack_update_window: a window change with data queued is a restart point
+                // for the idle check (tcp_slow_start_after_idle_check).
+                if !self.write_queue.is_empty() {
+                    self.slow_start_after_idle_check(env, now);
+                }
                 if nwin > self.max_window {
                     self.max_window = nwin;
                     self.sync_mss(env);
                 }
             }
         }
+        // prior_fack: the highest SACKed sequence before this ACK's SACK blocks (snd_una when
+        // nothing is SACKed), for tcp_clean_rtx_queue's reordering check.
+        let prior_fack = if self.sack_seen_any && self.sacked_out > 0 {
+            self.highest_sack_end
+        } else {
+            prior_snd_una
+        };
         let sack_newly = if seg.opts.num_sacks > 0 {
             self.sacktag(env, now, seg)
         } else {
@@ -563,7 +595,11 @@ impl Sock {
             env.mib.inc(Mib::TCPPureAcks);
         }
         self.snd_una = ack;
-        let (acked_pkts, rtt_us) = self.clean_rtx_queue(env, now, prior_snd_una, seg);
+        let (acked_pkts, rtt_us) = self.clean_rtx_queue(env, now, prior_fack, seg);
+        // tcp_clean_rtx_queue: the MTU probe was cumulatively acked.
+        if self.mtup_probe_size != 0 && !after(self.mtup_probe_seq.1, self.snd_una) {
+            self.mtup_probe_success(env, now);
+        }
         // TLP: an ACK above tlp_high_seq ends the episode.
         if let Some(h) = self.tlp_high_seq {
             if after(ack, h) || (ack == h && !self.tlp_retrans) {
@@ -579,20 +615,26 @@ impl Sock {
             self.retrans_stamp = None;
             self.retrans_ts = None;
         }
-        // Reno dupack counting (no SACK): each dupack is "one more packet received".
+        let mut delivered = acked_pkts + sack_newly;
+        // Reno dupack counting (no SACK): each dupack is "one more packet received" and is
+        // delivered when it arrives (tcp_add_reno_sack); the cumulative ACK that follows
+        // delivers only what the dupacks did not already count, at least one
+        // (tcp_remove_reno_sacks).
         if !self.sack_ok {
             if is_dupack {
+                let prior = self.sacked_out;
                 if self.sacked_out + 1 < self.packets_out {
                     self.sacked_out += 1;
                 }
+                delivered = self.sacked_out - prior;
             } else if acked_pkts > 0 {
+                delivered = acked_pkts.saturating_sub(self.sacked_out).max(1);
                 self.sacked_out = self.sacked_out.saturating_sub(acked_pkts.saturating_sub(1));
                 if ack == self.snd_nxt {
                     self.sacked_out = 0;
                 }
             }
         }
-        let delivered = acked_pkts + sack_newly;
         self.delivered += delivered;
         self.rate_gen(now, delivered);
         self.cc_st.app_limited = self.app_limited != 0;
@@ -613,9 +655,13 @@ impl Sock {
             seg.has(ECE) && !seg.has(SYN) && self.ecn_flags & crate::socket::ecnf::OK != 0;
         self.fastretrans_alert(env, now, prior_snd_una, is_dupack, delivered);
         self.ack_ece = false;
-        // tcp_may_raise_cwnd: grow only on cumulative (in-order) delivery (RFC 5681).
-        // Open, Disorder and Loss grow cwnd (slow start after an RTO); Recovery/CWR use PRR.
-        if acked_pkts > 0 && !matches!(self.ca_state, CaState::Recovery | CaState::Cwr) {
+        // tcp_may_raise_cwnd: grow only on cumulative (in-order) delivery (RFC 5681), or on
+        // any forward progress (SACKed data too) once reordering was measured above the
+        // sysctl's. Open, Disorder and Loss grow cwnd (slow start after an RTO); Recovery/CWR
+        // use PRR.
+        let may_raise = acked_pkts > 0
+            || (sack_newly > 0 && self.reordering > env.sysint(Sysctl::tcp_reordering) as u32);
+        if may_raise && !matches!(self.ca_state, CaState::Recovery | CaState::Cwr) {
             self.cc_st.is_cwnd_limited = self.is_cwnd_limited_now();
             if self.cc_st.is_cwnd_limited {
                 self.cc.cong_avoid(&mut self.cc_st, ack, delivered, now_us);
@@ -678,18 +724,26 @@ impl Sock {
     }
 
     /// `tcp_clean_rtx_queue`: free acked buffers, RTT sample (Karn / timestamps). Returns
-    /// (packets newly cumulatively acked, rtt µs or -1).
+    /// (packets newly cumulatively acked, rtt µs or -1). `prior_fack` is the highest SACKed
+    /// sequence before this ACK (reordering is data acked below it).
     fn clean_rtx_queue(
         &mut self,
         env: &mut Env,
         now: Instant,
-        prior_snd_una: u32,
+        prior_fack: u32,
         seg: &SegIn<'_>,
     ) -> (u32, i64) {
         let ack = self.snd_una;
         let mut acked = 0u32;
         let mut seq_rtt: Option<Instant> = None;
         let mut any_retrans = false;
+        // Lowest start of a never-retransmitted, not-SACKed skb acked below the highest SACK:
+        // one reordering event per ACK (tcp_clean_rtx_queue → tcp_check_sack_reordering).
+        let mut reord: Option<u32> = None;
+        let lower = |r: Option<u32>, seq: u32| match r {
+            Some(x) if !after(x, seq) => Some(x),
+            _ => Some(seq),
+        };
         while let Some(head) = self.rtx_queue.front_mut() {
             if !after(ack, head.seq) {
                 break;
@@ -704,7 +758,7 @@ impl Sock {
                 let mss = self.mss_cache.max(1);
                 let old_pcount = head.pcount;
                 let start_seq = head.seq;
-                head.data.drain(..cut);
+                bytes::Buf::advance(&mut head.data, cut);
                 self.bytes_acked += cut as u64;
                 head.seq = ack;
                 head.truesize = head.truesize.saturating_sub(cut as u32);
@@ -731,11 +785,8 @@ impl Sock {
                 // highest SACK is reordering, and RACK advances with the skb's send time.
                 let (mstamp, end_seq, sk) = (head.mstamp, head.end_seq, head.sacked);
                 if diff > 0 {
-                    if sk & (sacked::EVER_RETRANS | sacked::ACKED) == 0
-                        && self.sack_seen_any
-                        && before(start_seq, self.highest_sack_end)
-                    {
-                        self.note_reordering(env, start_seq);
+                    if sk & (sacked::EVER_RETRANS | sacked::ACKED) == 0 {
+                        reord = lower(reord, start_seq);
                     }
                     self.rack_advance(mstamp, end_seq, sk & sacked::EVER_RETRANS != 0, now);
                 }
@@ -768,9 +819,7 @@ impl Sock {
                 self.rate_skb_delivered(&skb);
                 if skb.sacked & sacked::EVER_RETRANS == 0 {
                     self.ack_orig_acked = true;
-                    if self.sack_seen_any && before(skb.end_seq, self.highest_sack_end) {
-                        self.note_reordering(env, skb.seq);
-                    }
+                    reord = lower(reord, skb.seq);
                 }
             }
             // RACK: the most recently sent delivered skb.
@@ -781,7 +830,9 @@ impl Sock {
                 now,
             );
         }
-        let _ = prior_snd_una;
+        if let Some(r) = reord.filter(|&r| before(r, prior_fack)) {
+            self.note_reordering(env, r);
+        }
         // FLAG_RETRANS_DATA_ACKED: a (once) retransmitted skb was cumulatively acked.
         self.ack_retrans_acked |= any_retrans;
         if self.packets_out == 0 {

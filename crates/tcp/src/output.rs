@@ -82,7 +82,14 @@ impl Sock {
     }
 
     /// `tcp_sync_mss`: recompute `mss_cache` from the path MTU, the peer's MSS and options.
+    /// While MTU probing, the path MTU also caps the search and the MSS stays at the last
+    /// size proven to work (`search_low`).
     pub fn sync_mss(&mut self, env: &Env) {
+        let pmtu = self.pmtu();
+        self.pmtu_cookie = pmtu;
+        if self.mtup_enabled {
+            self.mtup_search_high = self.mtup_search_high.min(pmtu);
+        }
         let mut m = self.pmtu().saturating_sub(self.ip_hdr_len() + 20);
         m = m.min(self.mss_clamp);
         if self.opts.user_mss != 0 {
@@ -91,8 +98,178 @@ impl Sock {
         m = m.saturating_sub(self.base_opt_len());
         m = self.bound_to_half_wnd(m);
         m = m.max(env.sysint(Sysctl::tcp_min_snd_mss) as u32 - self.base_opt_len().min(40));
+        if self.mtup_enabled {
+            m = m.min(self.mtu_to_mss(env, self.mtup_search_low));
+        }
         self.mss_cache = m.max(8);
         self.cc_st.mss_cache = self.mss_cache;
+    }
+
+    /// `tcp_mtu_to_mss`: payload of a full segment on a path of MTU `pmtu` (IP and TCP
+    /// headers with our usual options, at most the peer's MSS, at least tcp_min_snd_mss).
+    pub fn mtu_to_mss(&self, env: &Env, pmtu: u32) -> u32 {
+        let m = pmtu
+            .saturating_sub(self.ip_hdr_len() + 20)
+            .min(self.mss_clamp)
+            .max(env.sysint(Sysctl::tcp_min_snd_mss) as u32);
+        m.saturating_sub(self.base_opt_len())
+    }
+
+    /// `tcp_mss_to_mtu`: the packet size of a full segment of `mss` payload bytes.
+    pub fn mss_to_mtu(&self, mss: u32) -> u32 {
+        mss + self.tcp_header_len + self.ip_hdr_len()
+    }
+
+    /// `tcp_mtup_init` (RFC 4821): probing on with `tcp_mtu_probing` = 2; the search runs from
+    /// the MTU of `tcp_base_mss` up to what the peer's MSS allows.
+    pub fn mtup_init(&mut self, env: &Env, now: Instant) {
+        self.mtup_enabled = env.sysint(Sysctl::tcp_mtu_probing) > 1;
+        self.mtup_search_high = self.mss_clamp + 20 + self.ip_hdr_len();
+        self.mtup_search_low = self.mss_to_mtu(env.sysint(Sysctl::tcp_base_mss) as u32);
+        self.mtup_probe_size = 0;
+        self.mtup_probe_ts = now;
+    }
+
+    /// `tcp_current_mss`'s route check: if the path MTU changed since `mss_cache` was
+    /// computed, recompute it.
+    pub fn refresh_mss(&mut self, env: &Env) {
+        if self.pmtu() != self.pmtu_cookie {
+            self.sync_mss(env);
+        }
+    }
+
+    /// `tcp_mtu_check_reprobe`: after `tcp_probe_interval` seconds, search again from the
+    /// current MSS up to the peer's MSS.
+    fn mtu_check_reprobe(&mut self, env: &Env, now: Instant) {
+        let interval = Duration::from_secs(env.sysint(Sysctl::tcp_probe_interval).max(0) as u64);
+        if now - self.mtup_probe_ts >= interval {
+            let mss = self.current_mss();
+            self.mtup_probe_size = 0;
+            self.mtup_search_high = self.mss_clamp + 20 + self.ip_hdr_len();
+            self.mtup_search_low = self.mss_to_mtu(mss);
+            self.mtup_probe_ts = now;
+        }
+    }
+
+    /// `tcp_mtu_probe` (RFC 4821 §7): send one segment halfway between the MTU known to work
+    /// and the largest one possible, built from the head of the write queue, if enough data
+    /// waits behind it to detect its loss by dupthresh and cwnd has room for it and one more.
+    /// Returns 1 if a probe left, 0 to wait for cwnd or window, -1 not to probe now.
+    fn mtu_probe(&mut self, env: &mut Env, now: Instant) -> i32 {
+        if !self.mtup_enabled
+            || self.mtup_probe_size != 0
+            || self.ca_state != shallow_cc::CaState::Open
+            || self.snd_cwnd() < 11
+            || !self.sacks.is_empty()
+            || self.dsack.is_some()
+        {
+            return -1;
+        }
+        let mss_now = self.current_mss();
+        let probe = self.mtu_to_mss(env, (self.mtup_search_high + self.mtup_search_low) >> 1);
+        let size_needed = probe + (self.reordering + 1) * self.mss_cache;
+        let interval = self.mtup_search_high.saturating_sub(self.mtup_search_low);
+        if probe > self.mtu_to_mss(env, self.mtup_search_high)
+            || (interval as i64) < env.sysint(Sysctl::tcp_probe_threshold)
+        {
+            self.mtu_check_reprobe(env, now);
+            return -1;
+        }
+        if self.write_seq.wrapping_sub(self.snd_nxt) < size_needed || self.snd_wnd < size_needed {
+            return -1;
+        }
+        if after(self.snd_nxt.wrapping_add(size_needed), self.snd_wnd_end()) {
+            return 0;
+        }
+        let in_flight = self.packets_in_flight();
+        if in_flight + 2 > self.snd_cwnd() {
+            return if in_flight == 0 { -1 } else { 0 };
+        }
+        // tcp_can_coalesce_send_queue_head: the skbs the probe covers may be merged.
+        let mut covered = 0;
+        for s in &self.write_queue {
+            if covered >= probe {
+                break;
+            }
+            covered += s.len();
+            if covered < probe && (s.eor || s.flags & FIN != 0) {
+                return -1;
+            }
+        }
+        // Build the probe: grow the head to probe bytes, then cut it there.
+        while self.write_queue.front().is_some_and(|h| h.len() < probe) {
+            let before = self.write_queue.len();
+            let need = probe - self.write_queue[0].len();
+            self.grow_head(need);
+            if self.write_queue.len() == before && self.write_queue[0].len() < probe {
+                break;
+            }
+        }
+        if self.write_queue.front().map_or(0, |h| h.len()) < probe {
+            return -1;
+        }
+        self.split_write_head(probe);
+        let Some(skb) = self.write_queue.pop_front() else {
+            return -1;
+        };
+        self.rtx_queue.push_back(skb);
+        let idx = self.rtx_queue.len() - 1;
+        self.xmit_mss_override = probe;
+        let sent = self.transmit_skb(env, now, idx, false);
+        self.xmit_mss_override = 0;
+        if !sent {
+            if let Some(skb) = self.rtx_queue.pop_back() {
+                self.write_queue.push_front(skb);
+            }
+            return -1;
+        }
+        // Two packets' worth leave as one: take one back from cwnd.
+        self.cc_st.snd_cwnd = self.snd_cwnd().saturating_sub(1).max(1);
+        self.event_new_data_sent(env, now, idx);
+        let (seq, end) = (self.rtx_queue[idx].seq, self.rtx_queue[idx].end_seq);
+        self.mtup_probe_size = self.mss_to_mtu(end.wrapping_sub(seq));
+        self.mtup_probe_seq = (seq, end);
+        let _ = mss_now;
+        1
+    }
+
+    /// `tcp_mtup_probe_success`: the probe was acked; its size is the new floor of the
+    /// search, cwnd is rescaled to the same bytes in larger packets, and the MSS grows.
+    pub fn mtup_probe_success(&mut self, env: &mut Env, now: Instant) {
+        let cur = self.current_ssthresh();
+        self.prior_ssthresh = cur;
+        let cwnd = u64::from(self.snd_cwnd()) * u64::from(self.mss_to_mtu(self.mss_cache))
+            / u64::from(self.mtup_probe_size.max(1));
+        self.cc_st.snd_cwnd = (cwnd as u32).max(1);
+        self.cc_st.snd_cwnd_cnt = 0;
+        self.snd_cwnd_stamp = now;
+        self.cc_st.snd_ssthresh = self.current_ssthresh();
+        self.mtup_search_low = self.mtup_probe_size;
+        self.mtup_probe_size = 0;
+        self.sync_mss(env);
+        env.mib.inc(Mib::TCPMTUPSuccess);
+    }
+
+    /// `tcp_mtup_probe_failed`: the probe was lost; nothing that large goes through.
+    pub fn mtup_probe_failed(&mut self, env: &mut Env, now: Instant) {
+        self.mtup_search_high = self.mtup_probe_size.saturating_sub(1);
+        self.mtup_probe_size = 0;
+        self.mtup_probe_ts = now;
+        env.mib.inc(Mib::TCPMTUPFail);
+    }
+
+    /// `tcp_current_ssthresh`: ssthresh, or 3/4 cwnd when larger (outside CWR/Recovery).
+    fn current_ssthresh(&self) -> u32 {
+        if matches!(
+            self.ca_state,
+            shallow_cc::CaState::Cwr | shallow_cc::CaState::Recovery
+        ) {
+            self.cc_st.snd_ssthresh
+        } else {
+            self.cc_st
+                .snd_ssthresh
+                .max((self.snd_cwnd() >> 1) + (self.snd_cwnd() >> 2))
+        }
     }
 
     /// Advertised MSS: route advmss, else MTU - IP - 20 (`dst_metric_advmss`), clamped by TCP_MAXSEG.
@@ -502,14 +679,15 @@ impl Sock {
         if nlen == 0 {
             return;
         }
-        let moved: Vec<u8> = self.write_queue[1].data.drain(..nlen as usize).collect();
+        let moved = self.write_queue[1].data.split_to(nlen as usize);
         {
             let next = &mut self.write_queue[1];
             next.seq = next.seq.wrapping_add(nlen);
             next.truesize = next.truesize.saturating_sub(nlen);
         }
         let head = &mut self.write_queue[0];
-        head.data.extend_from_slice(&moved);
+        // O(1) when the two were split from one buffer, else a copy.
+        head.data.unsplit(moved);
         head.end_seq = head.end_seq.wrapping_add(nlen);
         head.truesize += nlen;
         if self.write_queue[1].data.is_empty() {
@@ -606,11 +784,22 @@ impl Sock {
         ) {
             return false;
         }
+        self.refresh_mss(env);
         let mss_now = self.current_mss();
         let mut sent_pkts = 0u32;
         let mut sent_segs = 0u32;
         self.cwnd_limited_now = false;
         self.rwnd_limited_now = false;
+        if !push_one {
+            match self.mtu_probe(env, now) {
+                0 => return false,
+                r if r > 0 => {
+                    sent_pkts = 1;
+                    sent_segs = 1;
+                }
+                _ => {}
+            }
+        }
         let max_segs = if env.gso {
             self.tso_segs(env, mss_now)
         } else {
@@ -621,8 +810,9 @@ impl Sock {
             let head_fin = head.flags & FIN != 0;
             let mut cwnd_quota = self.cwnd_quota();
             if cwnd_quota == 0 {
-                // tcp_cwnd_test: a lone FIN may go out even when cwnd is full.
-                if !(head_len == 0 && head_fin) {
+                // tcp_cwnd_test: a lone FIN may go out even when cwnd is full, and so may a
+                // loss probe's new segment (push_one = 2).
+                if !(self.tlp_force_quota || head_len == 0 && head_fin) {
                     self.cwnd_limited_now = true;
                     break;
                 }
@@ -691,7 +881,13 @@ impl Sock {
             };
             self.rtx_queue.push_back(skb);
             let idx = self.rtx_queue.len() - 1;
-            self.transmit_skb(env, now, idx, false);
+            if !self.transmit_skb(env, now, idx, false) {
+                // tcp_write_xmit: a failed transmit leaves the skb at the send head.
+                if let Some(skb) = self.rtx_queue.pop_back() {
+                    self.write_queue.push_front(skb);
+                }
+                break;
+            }
             self.event_new_data_sent(env, now, idx);
             sent_pkts += 1;
             sent_segs += self.rtx_queue.get(idx).map_or(1, |s| s.pcount);
@@ -750,12 +946,35 @@ impl Sock {
     }
 
     /// Transmit `rtx_queue[idx]` (first transmission or retransmission) as one packet,
-    /// possibly a TSO super-segment. Charges `wmem_alloc` and issues a TX token.
-    pub fn transmit_skb(&mut self, env: &mut Env, now: Instant, idx: usize, retrans: bool) {
-        let mss = self.current_mss();
+    /// possibly a TSO super-segment. Charges `wmem_alloc` and issues a TX token. Returns false
+    /// when the qdisc below refused it (`Env::tx_drop`, NET_XMIT_DROP): nothing about the skb
+    /// changes, and `__tcp_transmit_skb` takes the local congestion as a CWR signal.
+    pub fn transmit_skb(&mut self, env: &mut Env, now: Instant, idx: usize, retrans: bool) -> bool {
+        if env.tx_drop {
+            if !matches!(
+                self.ca_state,
+                shallow_cc::CaState::Cwr
+                    | shallow_cc::CaState::Recovery
+                    | shallow_cc::CaState::Loss
+            ) {
+                self.enter_cwr(now);
+            }
+            return false;
+        }
+        // ip_queue_xmit: a stale cached route is looked up again for this packet; the MSS
+        // follows at the next tcp_current_mss.
+        if let Some(r) = self.route_pending.take() {
+            self.route = r;
+        }
+        let mss = if self.xmit_mss_override != 0 {
+            self.xmit_mss_override
+        } else {
+            self.current_mss()
+        };
         let mut opts = Vec::with_capacity(6);
         self.established_opts(now, &mut opts);
         let win = self.select_window(env);
+        let prior_wstamp = self.wstamp;
         if self.wstamp < now {
             self.wstamp = now;
         }
@@ -785,12 +1004,15 @@ impl Sock {
         } else {
             None
         };
-        let token = TxToken {
+        // An orphaning device (Env::tx_orphan) frees the packet inside the send unless an EDT
+        // qdisc holds it for a later departure.
+        let orphan = env.tx_orphan && !(env.fq_pacing && departure > now);
+        let token = (!orphan).then_some(TxToken {
             idx: self.id.0,
             gen: self.gen,
             truesize,
             seq,
-        };
+        });
         let delivered = self.delivered;
         // tcp_rate_skb_sent: a fresh send window starts when nothing is in flight.
         if self.packets_out == 0 {
@@ -813,7 +1035,9 @@ impl Sock {
                 s.first_tx = now;
             }
             s.delivered = delivered;
-            s.in_host = s.in_host.saturating_add(1);
+            if !orphan {
+                s.in_host = s.in_host.saturating_add(1);
+            }
         }
         // __tcp_transmit_skb: every GSO packet (pcount > 1) carries PSH, to expedite the GRO
         // flush at the receiver; single-MSS packets keep the skb's own flags. Only the
@@ -840,7 +1064,7 @@ impl Sock {
         if ecn_ok {
             seg.tos = (seg.tos & !0x3) | if ect { 0x2 } else { 0 };
         }
-        let ok = env.emit(&seg, gso, Some(departure), Some(token));
+        let ok = env.emit(&seg, gso, Some(departure), token);
         self.rtx_queue[idx].data = payload;
         // tcp_minshall_update: remember the end of a packet with a short last segment.
         if len < pcount * mss {
@@ -849,7 +1073,9 @@ impl Sock {
         if ok {
             // OutSegs counts wire segments.
             env.mib.add(Mib::OutSegs, u64::from(pcount) - 1);
-            self.wmem_alloc += truesize;
+            if !orphan {
+                self.wmem_alloc += truesize;
+            }
             self.segs_out += pcount;
             if len > 0 {
                 self.data_segs_out += pcount;
@@ -863,11 +1089,16 @@ impl Sock {
         self.lsndtime = now;
         self.event_ack_sent(env, pcount);
         // EDT: with a pacing qdisc (fq), advance the departure stamp by len / rate
-        // (tcp_update_skb_after_send), after the first 10 data segments.
+        // (tcp_update_skb_after_send), after the first 10 data segments. A send that found
+        // the stamp in the past (the flow was late, e.g. ACK-clocked after a gap) takes that
+        // lateness as credit against OS jitter, up to half of this packet's time.
         if env.fq_pacing && self.pacing_rate > 0 && self.data_segs_out >= 10 && len > 0 {
-            let ns = u64::from(len) * 1_000_000_000 / self.pacing_rate.max(1);
+            let len_ns = u64::from(len) * 1_000_000_000 / self.pacing_rate.max(1);
+            let credit = (departure - prior_wstamp).as_nanos() as u64;
+            let ns = len_ns - (len_ns / 2).min(credit);
             self.wstamp += Duration::from_nanos(ns);
         }
+        true
     }
 
     /// `tcp_send_fin`: append FIN to the tail skb, or queue a FIN-only skb, and push.
@@ -914,7 +1145,9 @@ impl Sock {
 
     /// Send a zero-window probe (`tcp_write_wakeup` / `tcp_xmit_probe_skb`): an old-sequence
     /// segment with no data (seq = snd_una - 1) that makes the peer answer with its window.
-    pub fn send_probe0(&mut self, env: &mut Env, now: Instant) {
+    /// Returns true when the qdisc below dropped it (a local error, `err > 0` in
+    /// `tcp_send_probe0`).
+    pub fn send_probe0(&mut self, env: &mut Env, now: Instant) -> bool {
         // tcp_write_wakeup: if the window allows, send (part of) the head with PSH, ignoring
         // Nagle, cork and cwnd.
         if let Some(head) = self.write_queue.front() {
@@ -930,21 +1163,29 @@ impl Sock {
                     skb.flags |= PSH;
                     self.rtx_queue.push_back(skb);
                     let idx = self.rtx_queue.len() - 1;
-                    self.transmit_skb(env, now, idx, false);
+                    if !self.transmit_skb(env, now, idx, false) {
+                        if let Some(skb) = self.rtx_queue.pop_back() {
+                            self.write_queue.push_front(skb);
+                        }
+                        return true;
+                    }
                     self.event_new_data_sent(env, now, idx);
                     self.rtx_event = RtxEvent::Rto;
                     self.schedule_loss_probe_or_rto(env, now, false);
                 }
-                return;
+                return false;
             }
         }
         let mut opts = Vec::with_capacity(4);
         self.established_opts(now, &mut opts);
         let win = self.select_window(env);
         let seg = self.seg(env, self.snd_una.wrapping_sub(1), ACK, win, &opts, &[]);
-        env.emit(&seg, None, None, None);
+        if !env.emit(&seg, None, None, None) {
+            return env.tx_drop;
+        }
         env.mib.inc(Mib::TCPWinProbe);
         self.segs_out += 1;
+        false
     }
 
     /// `tcp_check_space` → `tcp_new_space` → `sk_stream_write_space` (spec §4.2): if a writer

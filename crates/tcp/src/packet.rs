@@ -388,11 +388,8 @@ pub(crate) fn build(s: &SegOut<'_>) -> Option<Vec<u8>> {
         }),
         _ => return None,
     };
-    let hl = ip.header_len();
-    let mut buf = vec![0u8; hl + tcp_len];
-    ip.emit(&mut buf).ok()?;
-    tcp.emit(&mut buf[hl..], s.payload, s.local.ip(), s.remote.ip())
-        .ok()?;
+    let mut buf = Vec::new();
+    tcp.emit_packet(&ip, s.payload, &mut buf).ok()?;
     Some(buf)
 }
 

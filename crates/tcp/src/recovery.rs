@@ -208,7 +208,7 @@ impl Sock {
         if self.min_rtt_us == u32::MAX {
             return Duration::ZERO;
         }
-        if !self.reord_seen
+        if self.reord_seen == 0
             && (matches!(self.ca_state, CaState::Recovery | CaState::Loss)
                 || self.sacked_out >= self.reordering)
         {
@@ -252,17 +252,35 @@ impl Sock {
         timeout
     }
 
-    /// Mark `rtx_queue[i]` lost (`tcp_mark_skb_lost`).
+    /// Mark `rtx_queue[i]` lost (`tcp_mark_skb_lost`). A retransmission already marked lost
+    /// is lost again (its retransmission no longer counts in flight); one retransmitted
+    /// without having been deemed lost (a TLP probe) becomes lost and stays in flight.
     fn mark_lost(&mut self, i: usize) {
         let skb = &mut self.rtx_queue[i];
         let p = skb.pcount.max(1);
-        if skb.sacked & sacked::RETRANS != 0 {
-            skb.sacked &= !sacked::RETRANS;
-            self.retrans_out = self.retrans_out.saturating_sub(p);
+        if skb.sacked & sacked::ACKED != 0 {
+            return;
         }
-        if skb.sacked & sacked::LOST == 0 {
+        if skb.sacked & sacked::LOST != 0 {
+            if skb.sacked & sacked::RETRANS != 0 {
+                skb.sacked &= !sacked::RETRANS;
+                self.retrans_out = self.retrans_out.saturating_sub(p);
+            }
+        } else {
             skb.sacked |= sacked::LOST;
             self.lost_out += p;
+        }
+    }
+
+    /// `tcp_timeout_mark_lost` (RTO): every un-SACKed skb is lost except ones sent so
+    /// recently that RACK would not yet time them out (the head always is).
+    fn timeout_mark_lost(&mut self, now: Instant) {
+        let rtt = Duration::from_micros(u64::from(self.rack_rtt_us));
+        for i in 0..self.rtx_queue.len() {
+            if i > 0 && now - self.rtx_queue[i].mstamp < rtt {
+                continue;
+            }
+            self.mark_lost(i);
         }
     }
 
@@ -295,6 +313,19 @@ impl Sock {
         let rack = env.sysint(Sysctl::tcp_recovery) & 1 != 0;
         if self.ca_state == CaState::Loss {
             self.process_loss(env, now, prior_snd_una, is_dupack);
+            // tcp_identify_packet_loss: RACK also runs in Loss, so a retransmission that is
+            // lost again (sent before the newly delivered one, older than an RTT) is resent
+            // at once (FLAG_LOST_RETRANS) instead of waiting for the next RTO.
+            if self.ca_state == CaState::Loss && rack && self.sack_ok && self.rack_advanced {
+                self.rack_advanced = false;
+                if let Some(t) = self.rack_detect_loss(now) {
+                    self.rtx_event = RtxEvent::ReoTimeout;
+                    self.arm(env, TimerKind::Retrans, now + t + Duration::from_millis(2));
+                }
+                if !self.pending_frto_new && self.lost_out > self.retrans_out {
+                    self.pending_loss_rexmit = true;
+                }
+            }
             return;
         }
         // Exit recovery.
@@ -363,6 +394,19 @@ impl Sock {
             self.set_ca_state(now, CaState::Open);
         }
         let newly_lost = self.lost_out.saturating_sub(lost_before);
+        // MTU probe failure (tcp_fastretrans_alert): the lost head is the probe; shrink the
+        // search, give back the cwnd the probe took, and resend at the current MSS without
+        // a congestion response.
+        if self.lost_out > 0
+            && matches!(self.ca_state, CaState::Open | CaState::Disorder)
+            && self.mtup_probe_size != 0
+            && self.snd_una == self.mtup_probe_seq.0
+        {
+            self.mtup_probe_failed(env, now);
+            self.cc_st.snd_cwnd += 1;
+            self.simple_retransmit(env, now);
+            return;
+        }
         // Enter recovery on the first loss.
         if self.lost_out > 0
             && matches!(
@@ -586,13 +630,17 @@ impl Sock {
             self.pending_frto_new = true;
             return;
         }
-        if self.lost_out > self.retrans_out {
-            self.xmit_retransmit_queue(env, now);
-        }
+        // tcp_xmit_recovery with REXMIT_LOST, after this ACK's slow-start growth.
+        self.pending_loss_rexmit = self.lost_out > self.retrans_out;
+        let _ = env;
     }
 
-    /// Run the deferred F-RTO "send new data" step once cwnd is updated (`tcp_xmit_recovery`).
+    /// `tcp_xmit_recovery`, run by an ACK once cwnd is updated: the deferred F-RTO "send new
+    /// data" step, or the Loss state's retransmissions.
     pub fn frto_xmit_new(&mut self, env: &mut Env, now: Instant) {
+        if std::mem::take(&mut self.pending_loss_rexmit) && self.lost_out > self.retrans_out {
+            self.xmit_retransmit_queue(env, now);
+        }
         if !self.pending_frto_new {
             return;
         }
@@ -645,7 +693,7 @@ impl Sock {
         if metric > self.reordering.saturating_mul(mss) {
             self.reordering = metric.div_ceil(mss).min(max);
         }
-        self.reord_seen = true;
+        self.reord_seen = self.reord_seen.saturating_add(1);
         env.mib.inc(if self.sack_ok {
             Mib::TCPSACKReorder
         } else {
@@ -775,9 +823,35 @@ impl Sock {
         }
     }
 
-    /// `__tcp_retransmit_skb`: resend `rtx_queue[i]`, split to what cwnd allows.
+    /// `tcp_retransmit_skb`: resend `rtx_queue[i]` (split to what cwnd allows) and count it
+    /// as a retransmission in flight (`TCPCB_SACKED_RETRANS`, `retrans_out`, undo state).
     /// `segs_limit`: 0 = cwnd decides.
     pub fn retransmit_skb(&mut self, env: &mut Env, now: Instant, i: usize, segs_limit: u32) {
+        if !self.resend_skb(env, now, i, segs_limit) {
+            return;
+        }
+        let s = &mut self.rtx_queue[i];
+        let p = s.pcount.max(1);
+        if s.sacked & sacked::RETRANS == 0 {
+            s.sacked |= sacked::RETRANS;
+            self.retrans_out += p;
+        }
+        if self.retrans_stamp.is_none() {
+            self.retrans_stamp = Some(s.first_tx);
+        }
+        if self.retrans_ts.is_none() {
+            self.retrans_ts = Some(self.tsval(now));
+        }
+        if self.undo_retrans < 0 {
+            self.undo_retrans = 0;
+        }
+        self.undo_retrans += p as i32;
+    }
+
+    /// `__tcp_retransmit_skb`: resend `rtx_queue[i]`, split to what cwnd allows, marking it
+    /// `TCPCB_EVER_RETRANS` only. Used alone by the tail loss probe, whose copy is not a
+    /// retransmission in flight. Returns whether it was sent.
+    fn resend_skb(&mut self, env: &mut Env, now: Instant, i: usize, segs_limit: u32) -> bool {
         let mss = self.current_mss();
         let avail = self
             .snd_cwnd()
@@ -793,27 +867,19 @@ impl Sock {
             // skb_still_in_host_queue: the original is still below us.
             env.mib.inc(Mib::TCPSpuriousRtxHostQueues);
             self.tsq_flags |= tsq::THROTTLED;
-            return;
+            return false;
         }
-        self.transmit_skb(env, now, i, true);
+        if !self.transmit_skb(env, now, i, true) {
+            env.mib.add(
+                Mib::TCPRetransFail,
+                u64::from(self.rtx_queue[i].pcount.max(1)),
+            );
+            return false;
+        }
         let s = &mut self.rtx_queue[i];
-        let p = s.pcount.max(1);
-        if s.sacked & sacked::RETRANS == 0 {
-            s.sacked |= sacked::RETRANS;
-            self.retrans_out += p;
-        }
         s.sacked |= sacked::EVER_RETRANS;
-        self.total_retrans += p;
-        if self.retrans_stamp.is_none() {
-            self.retrans_stamp = Some(s.first_tx);
-        }
-        if self.retrans_ts.is_none() {
-            self.retrans_ts = Some(self.tsval(now));
-        }
-        if self.undo_retrans < 0 {
-            self.undo_retrans = 0;
-        }
-        self.undo_retrans += p as i32;
+        self.total_retrans += s.pcount.max(1);
+        true
     }
 
     /// Arm TLP if allowed, else the RTO (`tcp_schedule_loss_probe` / `tcp_rearm_rto`).
@@ -867,7 +933,10 @@ impl Sock {
     pub fn send_loss_probe(&mut self, env: &mut Env, now: Instant) {
         let before_nxt = self.snd_nxt;
         if !self.write_queue.is_empty() {
+            // tcp_send_loss_probe: new data if the window allows it, even with cwnd full.
+            self.tlp_force_quota = true;
             self.write_xmit(env, now, crate::output::NAGLE_PUSH, true);
+            self.tlp_force_quota = false;
         }
         if self.snd_nxt == before_nxt {
             if let Some(last) = self.rtx_queue.len().checked_sub(1) {
@@ -881,8 +950,11 @@ impl Sock {
                     }
                 }
                 let last = self.rtx_queue.len() - 1;
-                if self.rtx_queue[last].sacked & sacked::ACKED == 0 {
-                    self.retransmit_skb(env, now, last, 1);
+                // tcp_send_loss_probe resends with __tcp_retransmit_skb: the probe is not
+                // counted in retrans_out, so an RTO still deems that segment lost.
+                if self.rtx_queue[last].sacked & sacked::ACKED == 0
+                    && self.resend_skb(env, now, last, 1)
+                {
                     self.tlp_retrans = true;
                 }
             }
@@ -912,6 +984,7 @@ impl Sock {
         );
         self.frto = env.sysint(Sysctl::tcp_frto) != 0 && (new_recovery || self.retransmits > 0);
         self.pending_frto_new = false;
+        self.pending_loss_rexmit = false;
         if !matches!(self.ca_state, CaState::Loss) {
             self.prior_ssthresh = self.cc_st.snd_ssthresh;
             self.prior_cwnd = self.snd_cwnd();
@@ -921,18 +994,18 @@ impl Sock {
             self.cc
                 .cwnd_event(&mut self.cc_st, CaEvent::Loss, now.as_micros());
         }
-        self.cc_st.snd_cwnd = 1;
+        self.timeout_mark_lost(now);
+        // tcp_enter_loss: cwnd = what is still in flight (retransmissions not yet deemed
+        // lost) plus one.
+        self.cc_st.snd_cwnd = self.packets_in_flight() + 1;
         self.cc_st.snd_cwnd_cnt = 0;
         self.snd_cwnd_stamp = now;
-        self.retrans_out = 0;
-        self.lost_out = 0;
-        for i in 0..self.rtx_queue.len() {
-            let s = &mut self.rtx_queue[i];
-            s.sacked &= !sacked::RETRANS;
-            if s.sacked & sacked::ACKED == 0 {
-                s.sacked |= sacked::LOST;
-                self.lost_out += s.pcount.max(1);
-            }
+        // Timeout in Disorder after many dupacks: reordering was over-estimated.
+        let sysctl_reo = env.sysint(Sysctl::tcp_reordering) as u32;
+        if matches!(self.ca_state, CaState::Open | CaState::Disorder)
+            && self.sacked_out >= sysctl_reo
+        {
+            self.reordering = self.reordering.min(sysctl_reo);
         }
         self.high_seq = self.snd_nxt;
         self.tlp_high_seq = None;

@@ -25,6 +25,13 @@ impl Sock {
     /// smoothing so RTO >= srtt + rto_min), then recompute the RTO (`tcp_set_rto`).
     pub fn rtt_sample(&mut self, env: &Env, now: Instant, mrtt_us: u32) {
         let mrtt = mrtt_us.max(1);
+        if env.rtt_log_cap > 0 {
+            if self.rtt_log.len() < env.rtt_log_cap {
+                self.rtt_log.push(mrtt);
+            } else {
+                self.rtt_log_dropped += 1;
+            }
+        }
         self.update_min_rtt(env, now, mrtt);
         let rto_min_us = self.rto_min(env).as_micros() as u32;
         let mut m = mrtt as i64;
@@ -102,5 +109,55 @@ mod tests {
         }
         assert!(s.rto >= Duration::from_millis(300));
         assert_eq!(s.min_rtt_us, 100_000);
+    }
+
+    /// The RTT-sample log records each estimator input, only when enabled, and never holds
+    /// more than its bound (the rest is counted as dropped).
+    #[test]
+    fn rtt_log_is_off_by_default_and_bounded() {
+        let mut env = Env::new(1);
+        let mut s = Sock::new(SocketId(0), 1, Family::V4, &env);
+        s.rtt_sample(&env, Instant::from_secs(1), 100);
+        assert!(s.rtt_log.is_empty());
+        env.rtt_log_cap = 3;
+        for (i, us) in [0, 200, 300, 400, 500].into_iter().enumerate() {
+            s.rtt_sample(&env, Instant::from_secs(2 + i as u64), us);
+        }
+        // A 0 µs measurement is fed to the estimator as 1 µs.
+        assert_eq!(s.rtt_log, vec![1, 200, 300]);
+        assert_eq!(s.rtt_log_dropped, 2);
+    }
+
+    /// Over a real transfer, the sender's log holds one sample per RTT-giving ACK, each at
+    /// least the path's round trip; the receiver, not enabled, records nothing.
+    #[test]
+    fn stack_rtt_log_per_ack() {
+        use crate::e2e_tests::{connect_pair, transfer};
+        use crate::harness::{LinkConfig, Pair};
+        let link = LinkConfig {
+            delay: Duration::from_millis(5),
+            ..LinkConfig::default()
+        };
+        let mut p = Pair::new(3, link);
+        p.a.set_rtt_log(100_000);
+        let (c, _l, s) = connect_pair(&mut p);
+        let data = vec![7u8; 1 << 20];
+        assert_eq!(
+            transfer(&mut p, c, s, &data, Duration::from_secs(10)).len(),
+            data.len()
+        );
+        let mut v = Vec::new();
+        assert_eq!(p.a.take_rtt_samples(c, &mut v), Ok(0));
+        assert!(v.len() > 10, "{} samples", v.len());
+        assert!(v.iter().all(|&us| us >= 10_000), "{v:?}");
+        let info = p.a.tcp_info(p.now, c).unwrap();
+        assert!(v.iter().any(|&us| us <= info.rtt));
+        let mut w = Vec::new();
+        assert_eq!(p.b.take_rtt_samples(s, &mut w), Ok(0));
+        assert!(w.is_empty());
+        // Taken: the log is empty again.
+        v.clear();
+        assert_eq!(p.a.take_rtt_samples(c, &mut v), Ok(0));
+        assert!(v.is_empty());
     }
 }

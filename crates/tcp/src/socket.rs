@@ -7,6 +7,7 @@ use crate::packet::{self, OutOpt, SegOut};
 use crate::sysctl::{Sysctl, Sysctls};
 use crate::time::Instant;
 use crate::SocketId;
+use bytes::BytesMut;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use core::time::Duration;
 use rand_chacha::rand_core::{Rng, SeedableRng};
@@ -257,7 +258,10 @@ pub(crate) struct Skb {
     pub end_seq: u32,
     /// TCP flags to put on the segment (SYN/FIN/PSH; ACK is added at transmit).
     pub flags: u16,
-    pub data: Vec<u8>,
+    /// Payload. A `BytesMut` so that splitting (`tcp_fragment`), trimming acked bytes
+    /// (`tcp_trim_head`) and moving bytes between neighbours (`tcp_grow_skb`) share the buffer
+    /// instead of copying it.
+    pub data: BytesMut,
     /// Accounting size: payload + [`SKB_OVERHEAD`].
     pub truesize: u32,
     /// MSG_EOR: never append to this skb.
@@ -288,7 +292,7 @@ impl Skb {
             seq,
             end_seq: seq.wrapping_add(fl),
             flags,
-            data: Vec::new(),
+            data: BytesMut::new(),
             truesize: SKB_OVERHEAD,
             eor: false,
             sacked: 0,
@@ -372,6 +376,16 @@ pub(crate) struct Env {
     pub fq_pacing: bool,
     /// The "device" accepts TSO/GSO packets (`ethtool -K ... tso off gso off` clears it).
     pub gso: bool,
+    /// The device orphans each packet when it is handed over (`skb_orphan` in the driver's
+    /// xmit, as tun, veth and loopback do): `tcp_wfree` runs inside the send, so a packet that
+    /// leaves at once never counts in `wmem_alloc` and gets no TX token.
+    pub tx_orphan: bool,
+    /// The qdisc below drops every packet (`tc qdisc ... pfifo limit 0`): a transmit fails
+    /// with NET_XMIT_DROP, which TCP sees as a local error (`__tcp_transmit_skb` enters CWR,
+    /// `tcp_write_xmit` keeps the data queued, a retransmission is not counted).
+    pub tx_drop: bool,
+    /// Per-socket bound of the RTT-sample log; 0 = not recording (the default).
+    pub rtt_log_cap: usize,
 }
 
 impl Env {
@@ -393,6 +407,9 @@ impl Env {
             memory_pressure: false,
             fq_pacing: false,
             gso: true,
+            tx_orphan: false,
+            tx_drop: false,
+            rtt_log_cap: 0,
         }
     }
 
@@ -445,6 +462,9 @@ impl Env {
         departure: Option<Instant>,
         token: Option<TxToken>,
     ) -> bool {
+        if self.tx_drop {
+            return false;
+        }
         let flow = (self.hash4(seg.local, seg.remote, 3) & 0xffff_ffff) as u32;
         match packet::build(seg) {
             Some(data) => {
@@ -520,6 +540,9 @@ pub(crate) struct SockOpts {
     pub syn_retries: Option<u32>,
     pub notsent_lowat: u32,
     pub tos: u8,
+    /// IP_MTU_DISCOVER / IPV6_MTU_DISCOVER (`inet->pmtudisc`): IP_PMTUDISC_DONT (0) … OMIT
+    /// (5); default IP_PMTUDISC_WANT (1).
+    pub pmtudisc: u8,
     pub user_mss: u32,
     pub sndbuf_lock: bool,
     pub rcvbuf_lock: bool,
@@ -544,6 +567,7 @@ impl Default for SockOpts {
             syn_retries: None,
             notsent_lowat: 0,
             tos: 0,
+            pmtudisc: 1,
             user_mss: 0,
             sndbuf_lock: false,
             rcvbuf_lock: false,
@@ -627,6 +651,25 @@ pub(crate) struct Sock {
     pub advmss: u32,
     /// Peer's MSS (`rx_opt.mss_clamp`).
     pub mss_clamp: u32,
+    /// Path MTU `mss_cache` was last computed for (`icsk_pmtu_cookie`).
+    pub pmtu_cookie: u32,
+    /// A route change not yet picked up: applied at the next transmit, as Linux revalidates
+    /// the cached dst in `ip_queue_xmit` (`__sk_dst_check`).
+    pub route_pending: Option<RouteAttrs>,
+    /// MTU probing state (`icsk_mtup`): enabled, search range in MTU bytes, size of the
+    /// probe in flight (0 = none), its sequence range and when the search started.
+    pub mtup_enabled: bool,
+    pub mtup_search_high: u32,
+    pub mtup_search_low: u32,
+    pub mtup_probe_size: u32,
+    pub mtup_probe_seq: (u32, u32),
+    pub mtup_probe_ts: Instant,
+    /// Segment size for the next `transmit_skb` instead of the current MSS (an MTU probe
+    /// leaves as one segment larger than the MSS).
+    pub xmit_mss_override: u32,
+    /// A tail loss probe is sending new data: one segment may go even when cwnd is full
+    /// (`tcp_write_xmit` with push_one = 2).
+    pub tlp_force_quota: bool,
     pub tcp_header_len: u32,
     pub tstamp_ok: bool,
     pub sack_ok: bool,
@@ -674,6 +717,9 @@ pub(crate) struct Sock {
     pub frto: bool,
     /// F-RTO step 2.b decided to send new data after this ACK's cwnd update.
     pub pending_frto_new: bool,
+    /// Loss state: lost segments to retransmit once this ACK has updated cwnd
+    /// (`tcp_xmit_recovery` with REXMIT_LOST runs after `tcp_cong_control`).
+    pub pending_loss_rexmit: bool,
     /// This ACK (s)acked data never retransmitted (`FLAG_ORIG_SACK_ACKED`).
     pub ack_orig_acked: bool,
     /// This ACK carried an ECN echo on an ECN connection (`FLAG_ECE`).
@@ -684,6 +730,11 @@ pub(crate) struct Sock {
     pub ack_data_sacked: bool,
 
     // --- RTT / RTO (RFC 6298) ---
+    /// RTT samples (µs) recorded for the substrate and not yet taken
+    /// ([`Stack::set_rtt_log`](crate::Stack::set_rtt_log)); at most `Env::rtt_log_cap`.
+    pub rtt_log: Vec<u32>,
+    /// Samples not recorded because `rtt_log` was full.
+    pub rtt_log_dropped: u64,
     pub srtt_us: u32,
     pub mdev_us: u32,
     pub mdev_max_us: u32,
@@ -697,6 +748,9 @@ pub(crate) struct Sock {
     pub min_rtt_us: u32,
     pub min_rtt_stamp: Instant,
     pub probes_out: u32,
+    /// When the current run of zero-window/persist probes started (`icsk_probes_tstamp`), for
+    /// TCP_USER_TIMEOUT.
+    pub probes_tstamp: Option<Instant>,
     pub keepalive_probes_out: u32,
     pub lsndtime: Instant,
     pub lrcvtime: Instant,
@@ -709,8 +763,8 @@ pub(crate) struct Sock {
     pub rack_end_seq: u32,
     pub rack_reo_wnd_steps: u32,
     pub rack_dsack_seen: bool,
-    /// Reordering was observed (`tp->reord_seen`).
-    pub reord_seen: bool,
+    /// Reordering events observed (`tp->reord_seen`, reported as `tcpi_reord_seen`).
+    pub reord_seen: u32,
     /// End of the highest SACKed sequence (`tcp_highest_sack_seq`).
     pub highest_sack_end: u32,
     pub sack_seen_any: bool,
@@ -839,6 +893,16 @@ impl Sock {
             mss_cache: TCP_MSS_DEFAULT,
             advmss: TCP_MSS_DEFAULT,
             mss_clamp: TCP_MSS_DEFAULT,
+            pmtu_cookie: 0,
+            route_pending: None,
+            mtup_enabled: false,
+            mtup_search_high: 0,
+            mtup_search_low: 0,
+            mtup_probe_size: 0,
+            mtup_probe_seq: (0, 0),
+            mtup_probe_ts: Instant::ZERO,
+            xmit_mss_override: 0,
+            tlp_force_quota: false,
             tcp_header_len: 20,
             tstamp_ok: false,
             sack_ok: false,
@@ -874,10 +938,13 @@ impl Sock {
             tlp_retrans: false,
             frto: false,
             pending_frto_new: false,
+            pending_loss_rexmit: false,
             ack_orig_acked: false,
             ack_ece: false,
             ack_retrans_acked: false,
             ack_data_sacked: false,
+            rtt_log: Vec::new(),
+            rtt_log_dropped: 0,
             srtt_us: 0,
             mdev_us: 0,
             mdev_max_us: 0,
@@ -891,6 +958,7 @@ impl Sock {
             min_rtt_us: u32::MAX,
             min_rtt_stamp: Instant::ZERO,
             probes_out: 0,
+            probes_tstamp: None,
             keepalive_probes_out: 0,
             lsndtime: Instant::ZERO,
             lrcvtime: Instant::ZERO,
@@ -901,7 +969,7 @@ impl Sock {
             rack_end_seq: 0,
             rack_reo_wnd_steps: 1,
             rack_dsack_seen: false,
-            reord_seen: false,
+            reord_seen: 0,
             highest_sack_end: 0,
             sack_seen_any: false,
             rack_advanced: false,

@@ -32,6 +32,8 @@ pub enum SockOpt {
     TcpInq,
     IpTos,
     Ipv6Tclass,
+    IpMtuDiscover,
+    Ipv6MtuDiscover,
 }
 
 /// `SOL_SOCKET`.
@@ -73,6 +75,8 @@ impl SockOpt {
             (SOL_TCP, 25) => TcpNotsentLowat,
             (SOL_TCP, 36) => TcpInq,
             (SOL_IP, 1) => IpTos,
+            (SOL_IP, 10) => IpMtuDiscover,
+            (SOL_IPV6, 23) => Ipv6MtuDiscover,
             (SOL_IPV6, 67) => Ipv6Tclass,
             _ => return None,
         })
@@ -108,6 +112,8 @@ impl SockOpt {
             TcpInq => "TCP_INQ",
             IpTos => "IP_TOS",
             Ipv6Tclass => "IPV6_TCLASS",
+            IpMtuDiscover => "IP_MTU_DISCOVER",
+            Ipv6MtuDiscover => "IPV6_MTU_DISCOVER",
         }
     }
 }

@@ -177,6 +177,42 @@ impl Stack {
         self.env.fq_pacing = on;
     }
 
+    /// Whether the device below orphans packets at transmit (default off). On, as for Linux's
+    /// tun, veth or loopback (`skb_orphan` in `ndo_start_xmit`): a packet handed over with no
+    /// pacing delay is completed inside the send itself, so it is never charged to
+    /// `wmem_alloc` (TSQ, autocorking) nor held as "in a host queue", and its `Transmit` has no
+    /// token. A packet that an EDT qdisc (fq) must hold until a later departure still gets a
+    /// token and is charged until `tx_complete`.
+    pub fn set_tx_orphan(&mut self, on: bool) {
+        self.env.tx_orphan = on;
+    }
+
+    /// Record every RTT sample the estimator takes (`tcp_rtt_estimator`'s input: one per ACK
+    /// that gives one, as `tcp_ack_update_rtt` picks it, plus the SYN / SYN-ACK samples), for
+    /// substrates that report RTT percentiles. Each socket keeps at most `per_socket` samples
+    /// until [`Stack::take_rtt_samples`] takes them; further ones are counted and dropped, so
+    /// memory stays bounded. 0 (the default) stops recording.
+    pub fn set_rtt_log(&mut self, per_socket: usize) {
+        self.env.rtt_log_cap = per_socket;
+    }
+
+    /// Move socket `s`'s recorded RTT samples (µs, oldest first; see [`Stack::set_rtt_log`])
+    /// to the end of `out`, and return how many were dropped since the last call because its
+    /// log was full.
+    pub fn take_rtt_samples(&mut self, s: SocketId, out: &mut Vec<u32>) -> Result<u64, Errno> {
+        let (sk, _) = self.sk_env(s)?;
+        out.append(&mut sk.rtt_log);
+        Ok(std::mem::take(&mut sk.rtt_log_dropped))
+    }
+
+    /// Whether the qdisc below drops every packet (default off), as `tc qdisc add dev D root
+    /// pfifo limit 0` does. On: every transmit fails locally (NET_XMIT_DROP): data stays in
+    /// the write queue, a retransmission is not counted as sent, the flow enters CWR, and a
+    /// persist probe that fails retries every `TCP_RESOURCE_PROBE_INTERVAL` (500 ms).
+    pub fn set_tx_drop(&mut self, on: bool) {
+        self.env.tx_drop = on;
+    }
+
     /// Whether the output device takes TSO/GSO super-segments (default on). Off (as with
     /// `ethtool -K dev tso off gso off`): `size_goal` is one MSS and every packet is one segment.
     pub fn set_gso(&mut self, on: bool) {
@@ -206,6 +242,23 @@ impl Stack {
         self.routes
             .retain(|r| !(r.dst == dst && r.prefix == prefix));
         self.routes.push(Route { dst, prefix, attrs });
+        // A route change invalidates connected sockets' cached routes; each picks up its new
+        // route at its next transmit (ip_queue_xmit → __sk_dst_check).
+        let ids: Vec<u32> = (0..self.socks.len() as u32).collect();
+        for i in ids {
+            let remote = match self.socks[i as usize].as_deref() {
+                Some(sk) if sk.remote.port() != 0 => sk.remote.ip(),
+                _ => continue,
+            };
+            let Some(r) = self.route_lookup(remote) else {
+                continue;
+            };
+            if let Some(sk) = self.socks[i as usize].as_deref_mut() {
+                if sk.route != r {
+                    sk.route_pending = Some(r);
+                }
+            }
+        }
     }
 
     fn route_lookup(&self, dst: IpAddr) -> Option<RouteAttrs> {
@@ -399,7 +452,8 @@ impl Stack {
         match icmp.kind {
             packet::IcmpKind::FragNeeded(mtu) => {
                 let min = if sk.family == Family::V4 { 68 } else { 1280 };
-                if mtu < min || mtu >= sk.pmtu() {
+                // tcp_v4_mtu_reduced: IP_PMTUDISC_DONT opts out of path-MTU discovery.
+                if mtu < min || mtu >= sk.pmtu() || sk.opts.pmtudisc == 0 {
                     return;
                 }
                 sk.route.mtu = mtu;
@@ -1566,6 +1620,8 @@ impl Sock {
             return Ok(0);
         }
         self.rate_check_app_limited();
+        // tcp_send_mss → tcp_current_mss: pick up a path MTU change.
+        self.refresh_mss(env);
         let mss_now = self.current_mss();
         let size_goal = if env.gso {
             self.size_goal(mss_now)
@@ -1586,7 +1642,9 @@ impl Sock {
                     break;
                 }
                 self.slow_start_after_idle_check(env, now);
-                let skb = Skb::new(self.write_seq, 0);
+                let mut skb = Skb::new(self.write_seq, 0);
+                // Room for a full skb up front: appending never reallocates and copies.
+                skb.data.reserve(size_goal as usize);
                 self.wmem_queued += skb.truesize;
                 self.write_queue.push_back(skb);
             }
@@ -1637,7 +1695,7 @@ impl Sock {
 
     /// `tcp_slow_start_after_idle_check` → `tcp_cwnd_restart` (RFC 5681 §4.1): after an idle
     /// period longer than the RTO, cwnd is halved per RTO idle, down to the initial window.
-    fn slow_start_after_idle_check(&mut self, env: &Env, now: Instant) {
+    pub(crate) fn slow_start_after_idle_check(&mut self, env: &Env, now: Instant) {
         if !env.sysctl.on(Sysctl::tcp_slow_start_after_idle) || self.packets_out > 0 {
             return;
         }
@@ -1817,27 +1875,58 @@ impl Sock {
         }
     }
 
-    /// Zero-window probe timer (`tcp_probe_timer`).
+    /// Zero-window / persist probe timer (`tcp_probe_timer`): with TCP_USER_TIMEOUT the run
+    /// of probes ends after that long (counted from the first probe, `icsk_probes_tstamp`),
+    /// otherwise after `tcp_retries2` unanswered probes.
     fn probe_timer(&mut self, env: &mut Env, now: Instant) {
         if self.packets_out > 0 || self.write_queue.is_empty() {
             self.probes_out = 0;
+            self.probes_tstamp = None;
             return;
         }
+        let user_timeout = Duration::from_millis(u64::from(self.opts.user_timeout_ms));
+        let timed_out = match self.probes_tstamp {
+            None => {
+                self.probes_tstamp = Some(now);
+                false
+            }
+            Some(t0) => self.opts.user_timeout_ms != 0 && now - t0 >= user_timeout,
+        };
         let max_probes = env.sysint(Sysctl::tcp_retries2) as u32;
-        if self.probes_out >= max_probes {
-            self.err = Some(Errno::ETIMEDOUT);
+        if timed_out || self.probes_out >= max_probes {
+            // tcp_write_err
+            self.err = Some(self.err_soft.unwrap_or(Errno::ETIMEDOUT));
             env.mib.inc(Mib::TCPAbortOnTimeout);
             self.set_closed(env);
             return;
         }
-        self.send_probe0(env, now);
-        if self.packets_out == 0 {
-            self.probes_out += 1;
-            self.backoff += 1;
-            self.rtx_event = RtxEvent::Probe0;
-            let when = self.probe0_when();
-            self.arm(env, TimerKind::Retrans, now + when);
+        // tcp_send_probe0
+        let local_drop = self.send_probe0(env, now);
+        if self.packets_out > 0 || self.write_queue.is_empty() {
+            self.probes_out = 0;
+            self.backoff = 0;
+            self.probes_tstamp = None;
+            return;
         }
+        self.probes_out += 1;
+        let mut when = if local_drop {
+            // Not sent for local congestion: retry at TCP_RESOURCE_PROBE_INTERVAL, no backoff.
+            Duration::from_millis(500)
+        } else {
+            if self.backoff < max_probes {
+                self.backoff += 1;
+            }
+            self.probe0_when()
+        };
+        // tcp_clamp_probe0_to_user_timeout
+        if let (true, Some(t0)) = (self.opts.user_timeout_ms != 0, self.probes_tstamp) {
+            let remaining = user_timeout
+                .saturating_sub(now - t0)
+                .max(Duration::from_millis(2));
+            when = when.min(remaining);
+        }
+        self.rtx_event = RtxEvent::Probe0;
+        self.arm(env, TimerKind::Retrans, now + when);
     }
 
     /// Delayed-ACK timer (`tcp_delack_timer_handler`).

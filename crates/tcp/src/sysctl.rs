@@ -130,10 +130,15 @@ sysctls! {
     tcp_comp_sack_nr = "net.ipv4.tcp_comp_sack_nr", "44", int(0, 255);
     /// Receive-buffer autotuning.
     tcp_moderate_rcvbuf = "net.ipv4.tcp_moderate_rcvbuf", "1", BOOL;
-    /// Path-MTU probing (0 = off). Recorded; probing is not implemented.
+    /// Packetization-layer path-MTU probing (RFC 4821, `tcp_mtu_probe`): 0 off, 1 only after
+    /// an ICMP black hole is suspected (not modelled), 2 always.
     tcp_mtu_probing = "net.ipv4.tcp_mtu_probing", "0", int(0, 2);
-    /// Starting MSS for MTU probing.
+    /// Starting MSS for MTU probing (the low end of the search, `search_low`).
     tcp_base_mss = "net.ipv4.tcp_base_mss", "1024", int(1, 65535);
+    /// Stop probing when the search range is narrower than this many bytes.
+    tcp_probe_threshold = "net.ipv4.tcp_probe_threshold", "8", int(0, I32MAX);
+    /// Seconds before a finished MTU search starts over (`tcp_mtu_check_reprobe`).
+    tcp_probe_interval = "net.ipv4.tcp_probe_interval", "600", int(0, I32MAX);
     /// Smallest MSS we accept from a peer.
     tcp_min_snd_mss = "net.ipv4.tcp_min_snd_mss", "48", int(48, 65535);
     /// Allow the advertised window to shrink.

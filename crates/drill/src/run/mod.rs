@@ -8,8 +8,10 @@
 //!   `gso_size = --mss` when the payload does not fit the MTU).
 //! * Every packet the stack transmits goes through an emulated qdisc (pfifo, `pfifo limit 0`
 //!   that drops everything, or fq that holds a packet until its EDT) onto the "wire", where
-//!   it waits for a `>` line. Its TX completion is given back right after it is sent, as
-//!   packetdrill's tun device does, unless `shallow_tx_delay` says otherwise.
+//!   it waits for a `>` line. As on packetdrill's tun device, which orphans every packet
+//!   in its xmit routine, a packet that leaves at once is completed inside the engine's
+//!   send ([`Stack::set_tx_orphan`]); one held by fq is completed when it leaves, and
+//!   `shallow_tx_delay` turns the orphaning off and delays completions.
 //! * `>` lines take the next wire packet (advancing time up to the end of the tolerance
 //!   window) and compare it strictly (flags, sequence numbers, window, options, length; see the crate README). A packet still on the wire
 //!   at a later event, sent before that event's time minus the tolerance, is an unexpected
@@ -247,9 +249,16 @@ fn secs(ns: u64) -> String {
     format!("{}.{:06}", ns / 1_000_000_000, (ns % 1_000_000_000) / 1000)
 }
 
+/// Time from an inbound packet's scripted time to its processing by the stack (the tun
+/// write and receive path of packetdrill on Linux), in ns.
+const INJECT_LATENCY_NS: u64 = 1_000;
+
 impl<'a> Runner<'a> {
     fn new(script: &'a Script, cfg: &RunConfig) -> Runner<'a> {
         let mut st = Stack::new(0x5eed_d411);
+        // packetdrill's tun device orphans each packet in its xmit routine (skb_orphan), so
+        // TSQ and autocorking see the bytes leave during the send itself.
+        st.set_tx_orphan(true);
         let ipv6 = match script.option("ip_version") {
             Some(Some("ipv6")) => true,
             Some(Some(_)) => false,
@@ -1072,6 +1081,9 @@ impl<'a> Runner<'a> {
                 gso.map(|g| format!(" (GSO {g})")).unwrap_or_default()
             )
         });
+        // packetdrill writes the packet to tun and the kernel's receive path runs after it,
+        // so TCP sees it a little after the scripted time (a syscall reaches TCP sooner).
+        self.step_to(self.now + INJECT_LATENCY_NS)?;
         self.st.input(self.inst(), &data, gso);
         Ok(())
     }
@@ -1197,6 +1209,8 @@ impl<'a> Runner<'a> {
         self.fq = fq;
         self.limit0 = limit0;
         self.st.set_fq_pacing(fq);
+        // `pfifo limit 0` refuses every packet inside dev_queue_xmit: TCP sees the error.
+        self.st.set_tx_drop(limit0);
     }
 
     fn nstat_reset(&mut self) {

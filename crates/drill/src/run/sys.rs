@@ -100,6 +100,10 @@ pub(crate) fn tcpi(i: &TcpInfo, name: &str) -> Option<i64> {
         "bytes_retrans" => i64::try_from(i.bytes_retrans).ok()?,
         "snd_wnd" => i.snd_wnd.into(),
         "rcv_wnd" => i.rcv_wnd.into(),
+        "busy_time" => i64::try_from(i.busy_time).ok()?,
+        "rwnd_limited" => i64::try_from(i.rwnd_limited).ok()?,
+        "sndbuf_limited" => i64::try_from(i.sndbuf_limited).ok()?,
+        "reord_seen" => i.reord_seen.into(),
         _ => return None,
     };
     Some(v)
@@ -658,6 +662,8 @@ impl Runner<'_> {
             "shallow_tx_delay" => {
                 let us = self.int(call, 0)?;
                 self.tx_delay = (us > 0).then_some(us as u64 * 1000);
+                // A device that holds packets until completion no longer orphans them.
+                self.st.set_tx_orphan(us <= 0);
                 Ok(Res::Done(Ok(0)))
             }
             "shallow_tx_complete" => {
