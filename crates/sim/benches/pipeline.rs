@@ -23,7 +23,7 @@ enum Ep {
 }
 
 impl Endpoint for Ep {
-    fn input(&mut self, _now: Time, _pkt: &Packet) {
+    fn input(&mut self, _now: Time, _pkt: &mut Packet) {
         if let Ep::Sink { packets } = self {
             *packets += 1;
         }

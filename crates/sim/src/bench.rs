@@ -7,15 +7,16 @@
 //! for TCP_RR the left host is the client. Sysctls given without a prefix apply to the left
 //! (data-sending) host; `rx:` ones to the right host.
 //!
-//! Metrics are sampled every [`BenchConfig::sample_interval`] of virtual time (socket memory,
-//! smoothed RTT) or recorded per event (host-queue delay of every packet, RR latency of every
+//! Metrics are sampled every [`BenchConfig::sample_interval`] of virtual time (socket memory)
+//! or recorded per event (every RTT sample of the senders' estimators, taken from the engine's
+//! bounded per-socket log each interval; host-queue delay of every packet, RR latency of every
 //! transaction, wake-ups, system calls).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
 use serde::Serialize;
-use shallow_tcp::Instant;
+use shallow_tcp::{Instant, SocketId};
 
 use crate::capture::{CaptureOut, CapturePoint};
 use crate::cpu::{CostTable, CpuLayout};
@@ -186,11 +187,15 @@ pub struct FlowMetrics {
     pub retransmits: u64,
     /// Retransmitted bytes (`tcpi_bytes_retrans`).
     pub retransmitted_bytes: u64,
-    /// Smoothed-RTT samples taken.
+    /// RTT samples of the data sender: every measurement its RTT estimator took (one per ACK
+    /// that gives one, `tcp_ack_update_rtt`), not the smoothed `srtt`.
     pub rtt_samples: u64,
-    /// Median smoothed RTT of the data sender.
+    /// Samples lost because the engine's per-socket log was full between two takes (0 unless
+    /// the sample interval is very long).
+    pub rtt_samples_dropped: u64,
+    /// Median of the per-ACK RTT samples.
     pub rtt_p50_us: Option<f64>,
-    /// 99th percentile smoothed RTT.
+    /// 99th percentile of the per-ACK RTT samples.
     pub rtt_p99_us: Option<f64>,
     /// Packets whose host-queue delay was measured (qdisc enqueue → last bit out of the NIC).
     pub host_queue_packets: u64,
@@ -295,7 +300,7 @@ pub struct TotalExtra {
 pub struct CpuReport {
     /// "sender" (left) or "receiver" (right).
     pub host: String,
-    /// CPU index (0 does softirq).
+    /// CPU index (0 does softirq; under the spread layout every CPU does some).
     pub cpu: usize,
     /// Busy time, seconds.
     pub busy_s: f64,
@@ -333,6 +338,7 @@ pub struct BenchReport {
 #[derive(Default, Clone)]
 struct FlowAcc {
     rtt: Histogram,
+    rtt_dropped: u64,
     qdelay: Histogram,
     wmem_max: u64,
     wmem_sum: u128,
@@ -532,6 +538,8 @@ pub fn run_ext(
     let mut end = limit;
     // (local port, remote port) on the left host → flow, filled as connections come up.
     let mut port_flow: BTreeMap<(u16, u16), usize> = BTreeMap::new();
+    let mut senders: Vec<(usize, SocketId)> = Vec::new();
+    let mut rtt_buf: Vec<u32> = Vec::new();
     loop {
         let t = (sim.now() + step).min(limit);
         sim.run_until(t);
@@ -550,18 +558,14 @@ pub fn run_ext(
             }
         }
         // Socket samples.
-        let now = sim.now();
         let (lhost, rhost) = (sim.endpoint(lh), sim.endpoint(rh));
+        senders.clear();
         for (f, a) in acc.iter_mut().enumerate() {
             let Some((s_th, r_th)) = pair(lhost, rhost, cfg, f) else {
                 continue;
             };
             if let Some(s) = s_th.sock {
-                if let Ok(info) = lhost.stack.tcp_info(Instant::from_nanos(now.0), s) {
-                    if info.rtt > 0 {
-                        a.rtt.add(u64::from(info.rtt) * 1000); // tcpi_rtt is in µs
-                    }
-                }
+                senders.push((f, s));
                 if let Ok(m) = lhost.stack.meminfo(s) {
                     a.wmem_max = a.wmem_max.max(u64::from(m.wmem_queued));
                     a.wmem_sum += u128::from(m.wmem_queued);
@@ -585,6 +589,20 @@ pub fn run_ext(
         mem_pages_max = mem_pages_max.max(pages);
         mem_pages_sum += u128::from(pages);
         mem_samples += 1;
+        // Every RTT sample the data senders' estimators took since the last interval
+        // (per ACK, `Stack::take_rtt_samples`).
+        let lhost = sim.endpoint_mut(lh);
+        for &(f, s) in &senders {
+            rtt_buf.clear();
+            if let Ok(dropped) = lhost.stack.take_rtt_samples(s, &mut rtt_buf) {
+                acc[f].rtt_dropped += dropped;
+                for &us in &rtt_buf {
+                    acc[f].rtt.add(u64::from(us) * 1000);
+                }
+            }
+        }
+        let now = sim.now();
+        let (lhost, rhost) = (sim.endpoint(lh), sim.endpoint(rh));
         progress((now.0 as f64 / limit.0.max(1) as f64).min(1.0));
         if finite && all_bulk_done(lhost, rhost, cfg) {
             end = (0..cfg.flows)
@@ -639,6 +657,7 @@ pub fn run_ext(
             }
         }
         m.rtt_samples = a.rtt.count();
+        m.rtt_samples_dropped = a.rtt_dropped;
         m.rtt_p50_us = us(a.rtt.quantile(0.5));
         m.rtt_p99_us = us(a.rtt.quantile(0.99));
         m.host_queue_packets = a.qdelay.count();
@@ -907,6 +926,7 @@ fn total_of(
         if t.error.is_none() {
             t.error = m.error.clone();
         }
+        t.rtt_samples_dropped += m.rtt_samples_dropped;
         if let Some(a) = acc.get(f) {
             rtt.merge(&a.rtt);
             qd.merge(&a.qdelay);

@@ -206,15 +206,45 @@ pub enum CpuLayout {
     /// CPU 0 does packet processing (NAPI/softirq), CPU 1 runs the application threads: the
     /// setting where backlog processing matters (spec §12 E5).
     Split,
+    /// `cpus` CPUs sharing everything, as a multi-queue NIC with RSS spreads a many-flow host:
+    /// application threads are placed round robin (one per flow, in creation order); each
+    /// received packet's softirq work runs on the CPU its flow hashes to (RSS: a fixed hash
+    /// of the port pair stands in for the NIC's Toeplitz hash), and so does the TX completion
+    /// of each packet sent (the TX queue paired with that flow's RX queue); timers run on
+    /// CPU 0. One flow's packets always meet the same CPU, so per-flow order is kept.
+    Spread {
+        /// Number of CPUs (1 to [`MAX_CPUS`]).
+        cpus: usize,
+    },
+}
+
+/// Most CPUs a host may have.
+pub const MAX_CPUS: usize = 256;
+
+impl CpuLayout {
+    /// Number of CPUs of the layout.
+    pub fn cpu_count(self) -> usize {
+        match self {
+            CpuLayout::Same => 1,
+            CpuLayout::Split => 2,
+            CpuLayout::Spread { cpus } => cpus.clamp(1, MAX_CPUS),
+        }
+    }
 }
 
 impl std::str::FromStr for CpuLayout {
     type Err = String;
+    /// `same`, `split`, or a CPU count `N` ([`CpuLayout::Spread`]).
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "same" => Ok(CpuLayout::Same),
             "split" => Ok(CpuLayout::Split),
-            _ => Err(format!("unknown CPU layout `{s}` (expected same or split)")),
+            _ => match s.parse::<usize>() {
+                Ok(n) if (1..=MAX_CPUS).contains(&n) => Ok(CpuLayout::Spread { cpus: n }),
+                _ => Err(format!(
+                    "unknown CPU layout `{s}` (expected same, split or a CPU count 1..={MAX_CPUS})"
+                )),
+            },
         }
     }
 }

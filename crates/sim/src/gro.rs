@@ -172,8 +172,12 @@ impl Gro {
             self.flush_at(0, out);
         }
         let mut pkt = p;
-        pkt.data
-            .reserve(GRO_MAX_SIZE.saturating_sub(pkt.data.len()));
+        if pkt.data.capacity() < GRO_MAX_SIZE {
+            // A fresh buffer: growing this one would copy its whole old allocation.
+            let mut big = Vec::with_capacity(GRO_MAX_SIZE);
+            big.extend_from_slice(&pkt.data);
+            pool.put(std::mem::replace(&mut pkt.data, big));
+        }
         let last_id = if v.ip_version == 4 {
             ip_id(&pkt.data)
         } else {

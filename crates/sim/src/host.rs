@@ -18,6 +18,10 @@
 //!   its socket) and is woken by the engine's `poll_wakeup()` events; a wake-up costs a
 //!   context switch on the woken thread's CPU. Nothing busy-waits.
 //! * Packets an engine call produces leave the host when the CPU work of that call ends.
+//! * **Placement** ([`CpuLayout`]): one CPU for everything (`Same`), softirq on CPU 0 and
+//!   threads on CPU 1 (`Split`), or N CPUs (`Spread`) with threads placed round robin and
+//!   each flow's receive and TX-completion work steered to the CPU its port pair hashes to
+//!   (RSS), timers on CPU 0.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -206,6 +210,11 @@ struct CpuState {
 /// beyond it are dropped, so a CPU-bound receiver cannot queue without bound.
 pub const RX_BACKLOG_LIMIT: usize = 1000;
 
+/// RTT samples each socket keeps until taken (`Stack::set_rtt_log`): the engine records every
+/// per-ACK sample and [`mod@crate::bench`] takes them every sample interval; at 10 Gbit/s that
+/// is a few thousand per 10 ms, well under this bound (256 KiB per socket at most).
+pub const RTT_LOG_PER_SOCKET: usize = 1 << 16;
+
 /// Softirq work a CPU does ahead of application threads before the rest is handed to
 /// `ksoftirqd`, which the scheduler shares fairly with them (Linux `net_rx_action`'s
 /// `netdev_budget_usecs`, 2 ms by default). Without this limit a saturating packet rate
@@ -260,10 +269,16 @@ pub struct TcpHost {
     cpus: Vec<CpuState>,
     softirq_cpu: usize,
     app_cpu: usize,
+    /// Threads and softirq work spread over every CPU ([`CpuLayout::Spread`]).
+    spread: bool,
+    /// Threads placed so far (round robin under `spread`).
+    placed: usize,
     threads: Vec<Thread>,
     listeners: Vec<Listener>,
     out: EventQueue<Packet>,
     tokens: Vec<Option<TxToken>>,
+    /// The CPU each token's TX completion runs on.
+    token_cpu: Vec<u16>,
     free_tokens: Vec<u64>,
     timer_queued: bool,
     /// Socket index → thread index.
@@ -303,6 +318,7 @@ impl TcpHost {
         let mut stack = Stack::new(cfg.seed);
         stack.add_address(cfg.addr);
         stack.set_fq_pacing(cfg.fq_pacing);
+        stack.set_rtt_log(RTT_LOG_PER_SOCKET);
         for (k, v) in &cfg.sysctls {
             stack.sysctl_set(k, v).map_err(|e| SysctlFailure {
                 name: k.clone(),
@@ -313,6 +329,7 @@ impl TcpHost {
         let (n, softirq_cpu, app_cpu) = match cfg.cpus {
             CpuLayout::Same => (1, 0, 0),
             CpuLayout::Split => (2, 0, 1),
+            CpuLayout::Spread { .. } => (cfg.cpus.cpu_count(), 0, 0),
         };
         let mut rng = SimRng::new(cfg.seed, "host/pattern");
         let mut pattern = Vec::with_capacity(PATTERN_LEN + 8);
@@ -326,10 +343,13 @@ impl TcpHost {
             cpus: (0..n).map(|_| CpuState::default()).collect(),
             softirq_cpu,
             app_cpu,
+            spread: matches!(cfg.cpus, CpuLayout::Spread { .. }),
+            placed: 0,
             threads: Vec::new(),
             listeners: Vec::new(),
             out: EventQueue::new(),
             tokens: Vec::new(),
+            token_cpu: Vec::new(),
             free_tokens: Vec::new(),
             timer_queued: false,
             sock_thread: Vec::new(),
@@ -347,7 +367,8 @@ impl TcpHost {
 
     /// Add a client thread; it connects when the simulation starts.
     pub fn add_client(&mut self, c: Client) {
-        let mut t = Thread::new(c.role, self.app_cpu, Phase::Connect);
+        let cpu = self.place_thread();
+        let mut t = Thread::new(c.role, cpu, Phase::Connect);
         t.flow = Some(c.flow);
         t.remote = Some(c.remote);
         t.nodelay = c.nodelay;
@@ -368,16 +389,13 @@ impl TcpHost {
         };
         self.stack.bind(s, SocketAddr::new(any, l.port))?;
         self.stack.listen(s, 4096)?;
-        let mut t = Thread::new(
-            l.role.clone(),
-            self.app_cpu,
-            Phase::Accept(self.listeners.len()),
-        );
+        let cpu = self.place_thread();
+        let mut t = Thread::new(l.role.clone(), cpu, Phase::Accept(self.listeners.len()));
         t.sock = Some(s);
         self.listeners.push(l);
         let idx = self.spawn(t, Time::ZERO);
         self.threads[idx].sched = Sched::Blocked(POLLIN | POLLERR | POLLHUP);
-        self.cpus[self.app_cpu].run.retain(|&x| x != idx);
+        self.cpus[cpu].run.retain(|&x| x != idx);
         self.bind_thread(s, idx);
         Ok(())
     }
@@ -387,7 +405,30 @@ impl TcpHost {
         &self.threads
     }
 
-    /// The CPUs (index 0 does softirq; with the split layout, 1 runs the threads).
+    /// The CPU a new application thread runs on: the layout's application CPU, or round
+    /// robin over all CPUs under [`CpuLayout::Spread`].
+    fn place_thread(&mut self) -> usize {
+        if !self.spread {
+            return self.app_cpu;
+        }
+        let c = self.placed % self.cpus.len();
+        self.placed += 1;
+        c
+    }
+
+    /// The CPU that does softirq work for the connection (local port, remote port): the
+    /// softirq CPU, or under [`CpuLayout::Spread`] the one its port pair hashes to (RSS).
+    fn flow_cpu(&self, local: u16, remote: u16) -> usize {
+        if !self.spread {
+            return self.softirq_cpu;
+        }
+        let key = (u64::from(local) << 16) | u64::from(remote);
+        let h = key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+        (h % self.cpus.len() as u64) as usize
+    }
+
+    /// The CPUs (index 0 does softirq; with the split layout, 1 runs the threads; with the
+    /// spread layout, all do both).
     pub fn cpus(&self) -> Vec<Cpu> {
         self.cpus.iter().map(|c| c.cpu).collect()
     }
@@ -423,14 +464,17 @@ impl TcpHost {
         self.sock_thread[i] = Some(t);
     }
 
-    fn alloc_token(&mut self, tok: TxToken) -> u64 {
+    fn alloc_token(&mut self, tok: TxToken, cpu: usize) -> u64 {
+        let cpu = u16::try_from(cpu).unwrap_or(0);
         match self.free_tokens.pop() {
             Some(i) => {
                 self.tokens[i as usize] = Some(tok);
+                self.token_cpu[i as usize] = cpu;
                 i
             }
             None => {
                 self.tokens.push(Some(tok));
+                self.token_cpu.push(cpu);
                 (self.tokens.len() - 1) as u64
             }
         }
@@ -441,18 +485,23 @@ impl TcpHost {
         let mut scratch = std::mem::take(&mut self.scratch);
         let (mut packets, mut segs) = (0u64, 0u64);
         while let Some(tx) = self.stack.poll_transmit(inst(now)) {
-            let n = match (tx.gso_size, segment::parse_tcp(&tx.data)) {
+            let view = segment::parse_tcp(&tx.data);
+            let n = match (tx.gso_size, view) {
                 (Some(g), Some(v)) if g > 0 => v.payload_len.div_ceil(usize::from(g)).max(1),
                 _ => 1,
             } as u64;
             if let std::collections::hash_map::Entry::Vacant(e) = self.flow_ports.entry(tx.flow) {
-                if let Some(v) = segment::parse_tcp(&tx.data) {
+                if let Some(v) = view {
                     e.insert((v.sport, v.dport));
                 }
             }
             packets += 1;
             segs += n;
-            let token = tx.token.map(|t| self.alloc_token(t));
+            let cpu = match self.flow_ports.get(&tx.flow) {
+                Some(&(l, r)) => self.flow_cpu(l, r),
+                None => self.softirq_cpu,
+            };
+            let token = tx.token.map(|t| self.alloc_token(t, cpu));
             let pkt = Packet {
                 data: tx.data,
                 gso_size: tx.gso_size,
@@ -827,7 +876,8 @@ impl TcpHost {
                             &OptVal::Int(1),
                         );
                     }
-                    let mut th = Thread::new(role, self.app_cpu, Phase::Run);
+                    let cpu = self.place_thread();
+                    let mut th = Thread::new(role, cpu, Phase::Run);
                     th.sock = Some(child);
                     th.rr_start = now;
                     let idx = self.spawn(th, now);
@@ -1046,16 +1096,22 @@ impl TcpHost {
 }
 
 impl Endpoint for TcpHost {
-    fn input(&mut self, now: Time, pkt: &Packet) {
+    fn input(&mut self, now: Time, pkt: &mut Packet) {
         if self.rx_pending >= RX_BACKLOG_LIMIT {
             self.stats.rx_backlog_drops += 1;
             self.run(now);
             return;
         }
         self.rx_pending += 1;
-        let mut data = self.pool.get();
-        data.extend_from_slice(&pkt.data);
-        self.cpus[self.softirq_cpu]
+        // Keep the packet's buffer (no copy); the emulator gets a spare one back.
+        let ports = if self.spread {
+            segment::parse_tcp(&pkt.data).map(|v| (v.dport, v.sport))
+        } else {
+            None
+        };
+        let cpu = ports.map_or(self.softirq_cpu, |(l, r)| self.flow_cpu(l, r));
+        let data = std::mem::replace(&mut pkt.data, self.pool.get());
+        self.cpus[cpu]
             .softirq
             .push_back(Task::Rx(data, pkt.gso_size));
         self.run(now);
@@ -1070,9 +1126,13 @@ impl Endpoint for TcpHost {
     }
 
     fn tx_complete(&mut self, now: Time, token: u64) {
-        self.cpus[self.softirq_cpu]
-            .softirq
-            .push_back(Task::TxDone(token));
+        let cpu = self
+            .token_cpu
+            .get(token as usize)
+            .map_or(self.softirq_cpu, |&c| {
+                usize::from(c).min(self.cpus.len() - 1)
+            });
+        self.cpus[cpu].softirq.push_back(Task::TxDone(token));
         self.run(now);
     }
 

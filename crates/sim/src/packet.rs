@@ -48,8 +48,10 @@ impl Packet {
 /// `shallow_tcp::Stack` maps each call onto the engine's call of the same name.
 pub trait Endpoint {
     /// A packet arrived from the network (after GRO: `pkt.gso_size` is `Some(mss)` when several
-    /// wire segments were merged into it).
-    fn input(&mut self, now: Time, pkt: &Packet);
+    /// wire segments were merged into it). The endpoint may take `pkt.data` to keep the bytes
+    /// without copying them (swapping in a spare buffer or an empty one); the emulator recycles
+    /// whatever buffer is left in `pkt.data`.
+    fn input(&mut self, now: Time, pkt: &mut Packet);
     /// The next packet the endpoint wants sent, if any. The host calls this until it returns
     /// `None` after every other call.
     fn poll_transmit(&mut self, now: Time) -> Option<Packet>;
@@ -76,7 +78,7 @@ pub struct Skb {
 }
 
 impl<T: Endpoint + ?Sized> Endpoint for Box<T> {
-    fn input(&mut self, now: Time, pkt: &Packet) {
+    fn input(&mut self, now: Time, pkt: &mut Packet) {
         (**self).input(now, pkt)
     }
     fn poll_transmit(&mut self, now: Time) -> Option<Packet> {

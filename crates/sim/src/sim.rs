@@ -328,7 +328,7 @@ struct Host<E> {
     downlink: DelayLine,
     side: Side,
     addrs: Vec<IpAddr>,
-    qdisc: Box<dyn Qdisc>,
+    qdisc: Box<dyn Qdisc<Skb>>,
     nic: Nic,
     access_delay: Time,
     rx: VecDeque<Packet>,
@@ -556,6 +556,11 @@ impl<E: Endpoint> Sim<E> {
     pub fn endpoint(&self, h: HostId) -> &E {
         &self.hosts[h.0].ep
     }
+    /// A host's endpoint, mutably, for taking what it logged (RTT samples, say). Anything that
+    /// acts on the network (a socket call) goes through [`Sim::with_endpoint`] instead.
+    pub fn endpoint_mut(&mut self, h: HostId) -> &mut E {
+        &mut self.hosts[h.0].ep
+    }
     /// Act on a host's endpoint at the current time (a socket call, say); afterwards the host
     /// drains `poll_transmit` and re-reads `poll_timeout`.
     pub fn with_endpoint<R>(&mut self, h: HostId, f: impl FnOnce(&mut E, Time) -> R) -> R {
@@ -587,7 +592,7 @@ impl<E: Endpoint> Sim<E> {
         &self.hosts[h.0].metrics
     }
     /// A host's qdisc (stats, backlog).
-    pub fn qdisc(&self, h: HostId) -> &dyn Qdisc {
+    pub fn qdisc(&self, h: HostId) -> &dyn Qdisc<Skb> {
         self.hosts[h.0].qdisc.as_ref()
     }
     /// Bytes held by a host's NIC ring (sent or not, not yet completed).
@@ -811,7 +816,7 @@ impl<E: Endpoint> Sim<E> {
             .or_default()
             .add(now, len as u64);
         let skb = Skb::new(pkt, now);
-        if let Err(skb) = hs.qdisc.enqueue(now, skb) {
+        if let Err(skb) = hs.qdisc.enqueue(now.0, skb) {
             hs.stats.qdisc_drops += 1;
             if let Some(f) = hs.metrics.flows.get_mut(&skb.pkt.flow) {
                 f.sub(now, u64::from(skb.acct_len));
@@ -833,7 +838,7 @@ impl<E: Endpoint> Sim<E> {
             if hs.nic.ring_full() {
                 break;
             }
-            match hs.qdisc.dequeue(now) {
+            match hs.qdisc.dequeue(now.0) {
                 Some(skb) => {
                     let len = skb.len();
                     if let Some(c) = hs.capture.as_mut() {
@@ -873,7 +878,7 @@ impl<E: Endpoint> Sim<E> {
                     self.record(TraceKind::NicDequeue, h, len, flow);
                 }
                 None => {
-                    if let Some(t) = hs.qdisc.next_wakeup(now) {
+                    if let Some(t) = hs.qdisc.next_wakeup(now.0).map(Time) {
                         if hs.wake_at.is_none_or(|w| t < w) {
                             hs.wake_at = Some(t);
                             self.events.push(t.max(now), Ev::QdiscWake { host: h });
@@ -1246,12 +1251,12 @@ impl<E: Endpoint> Sim<E> {
             Some(g) => g.receive_batch(batch.drain(..), &mut out, &mut self.pool),
             None => out.append(&mut batch),
         }
-        for p in out.drain(..) {
+        for mut p in out.drain(..) {
             let (len, flow) = (p.len(), p.flow);
             self.record(TraceKind::Deliver, h, len, flow);
             let hs = &mut self.hosts[h];
             hs.stats.delivered += 1;
-            hs.ep.input(now, &p);
+            hs.ep.input(now, &mut p);
             self.pool.put(p.data);
         }
         self.batch = batch;

@@ -15,7 +15,8 @@ use std::str::FromStr;
 
 use thiserror::Error;
 
-use crate::qdisc::{Fifo, Fq, FqConfig, PfifoFast, Qdisc, Tbf};
+use crate::packet::Skb;
+use crate::qdisc::{Fifo, Fq, FqConfig, PfifoFast, Qdisc, QdiscRate, Tbf};
 use crate::time::{Rate, Time};
 
 /// A malformed link or qdisc specification.
@@ -345,7 +346,7 @@ impl QdiscSpec {
     }
 
     /// Build the qdisc for a device with `mtu` and `txqueuelen`.
-    pub fn build(&self, mtu: u32, txqueuelen: usize) -> Box<dyn Qdisc> {
+    pub fn build(&self, mtu: u32, txqueuelen: usize) -> Box<dyn Qdisc<Skb>> {
         match self {
             QdiscSpec::PfifoFast => Box::new(PfifoFast::new(txqueuelen)),
             QdiscSpec::Fq {
@@ -360,11 +361,11 @@ impl QdiscSpec {
                 c.flow_limit = flow_limit.unwrap_or(c.flow_limit);
                 c.quantum = quantum.unwrap_or(c.quantum);
                 c.initial_quantum = initial_quantum.unwrap_or(c.initial_quantum);
-                c.maxrate = *maxrate;
+                c.maxrate = maxrate.map(|r| QdiscRate(r.0));
                 Box::new(Fq::new(c))
             }
             QdiscSpec::Tbf { rate, burst, limit } => Box::new(Tbf::new(
-                *rate,
+                QdiscRate(rate.0),
                 *burst,
                 usize::try_from(*limit).unwrap_or(usize::MAX),
             )),

@@ -138,7 +138,7 @@ impl Source {
 }
 
 impl Endpoint for Source {
-    fn input(&mut self, _now: Time, _pkt: &Packet) {}
+    fn input(&mut self, _now: Time, _pkt: &mut Packet) {}
     fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
         if self.sent >= self.cfg.count || now < self.cfg.start {
             return None;
@@ -203,7 +203,7 @@ pub struct Sink {
 }
 
 impl Endpoint for Sink {
-    fn input(&mut self, now: Time, pkt: &Packet) {
+    fn input(&mut self, now: Time, pkt: &mut Packet) {
         self.packets += 1;
         if segment::tcp_checksum_ok(&pkt.data) {
             let v = segment::parse_tcp(&pkt.data);
@@ -258,7 +258,7 @@ impl TestEndpoint {
 }
 
 impl Endpoint for TestEndpoint {
-    fn input(&mut self, now: Time, pkt: &Packet) {
+    fn input(&mut self, now: Time, pkt: &mut Packet) {
         match self {
             TestEndpoint::Source(s) => s.input(now, pkt),
             TestEndpoint::Sink(s) => s.input(now, pkt),

@@ -106,6 +106,13 @@ fn bulk_multi_flow_maerts_and_epoll() {
     });
     assert!(m.flows[0].bytes_read > 1_000_000, "{:?}", m.flows[0]);
     assert!(m.flows[0].rtt_p50_us.unwrap() >= 2000.0);
+    // RTT samples are per ACK (tcp_ack_update_rtt), not one per 10 ms sample interval: well
+    // over 20 in 200 ms, none under the 2 ms path RTT, none lost.
+    let f = &m.flows[0];
+    assert!(f.rtt_samples > 100, "{} samples", f.rtt_samples);
+    assert_eq!(f.rtt_samples_dropped, 0);
+    assert!(f.rtt_p50_us.unwrap() <= f.rtt_p99_us.unwrap());
+    assert_eq!(m.total.rtt_samples, f.rtt_samples);
 }
 
 #[test]
@@ -213,6 +220,49 @@ fn cpu_bound_at_high_rate() {
         ..base
     });
     assert!(fast.total.goodput_bps > r.total.goodput_bps * 1.5);
+}
+
+/// More CPUs (`CpuLayout::Spread`): CPU-bound flows spread over 4 CPUs, one thread per flow
+/// and RSS-steered softirq work, move more data than on one CPU; every sender CPU works and
+/// softirq work lands on several; data stays intact and runs stay deterministic.
+#[test]
+fn spread_over_more_cpus() {
+    let base = BenchConfig {
+        flows: 4,
+        msg_size: 128,
+        nodelay: true,
+        duration: Some(Time::from_millis(30)),
+        link: link("rate=10gbit,delay=100us"),
+        ..BenchConfig::default()
+    };
+    let one = bench(&base);
+    let cfg = BenchConfig {
+        cpus: "4".parse().unwrap(),
+        ..base
+    };
+    let four = bench(&cfg);
+    let sender: Vec<_> = four.cpu.iter().filter(|c| c.host == "sender").collect();
+    assert_eq!(sender.len(), 4);
+    assert!(sender.iter().all(|c| c.busy_s > 0.0), "{:?}", four.cpu);
+    assert!(
+        sender.iter().filter(|c| c.softirq_s > 0.0).count() >= 2,
+        "{:?}",
+        four.cpu
+    );
+    assert!(four.total.goodput_bps > one.total.goodput_bps * 1.5);
+    let again = bench(&cfg);
+    assert_eq!(
+        serde_json::to_string(&four).unwrap(),
+        serde_json::to_string(&again).unwrap()
+    );
+    let b = bench(&BenchConfig {
+        flows: 3,
+        cpus: CpuLayout::Spread { cpus: 3 },
+        ..bulk("rate=1gbit,delay=1ms,loss=0.5%,reorder=1%", 300_000, 9)
+    });
+    assert_eq!(b.verified, Some(true));
+    assert!("0".parse::<CpuLayout>().is_err());
+    assert!("1000".parse::<CpuLayout>().is_err());
 }
 
 #[test]

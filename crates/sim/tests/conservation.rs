@@ -50,9 +50,9 @@ proptest! {
                     p.departure = Some(now + Time(dt));
                 }
                 offered += 1;
-                let _ = q.enqueue(now, Skb::new(p, now));
+                let _ = q.enqueue(now.0, Skb::new(p, now));
             } else {
-                let _ = q.dequeue(now);
+                let _ = q.dequeue(now.0);
             }
             let st = *q.stats();
             prop_assert_eq!(offered, st.dequeued + st.dropped + q.backlog_packets() as u64);
@@ -62,8 +62,8 @@ proptest! {
         let mut guard = 0;
         while q.backlog_packets() > 0 && guard < 100_000 {
             guard += 1;
-            if q.dequeue(now).is_none() {
-                now = q.next_wakeup(now).expect("held packets need a wake-up time").max(now);
+            if q.dequeue(now.0).is_none() {
+                now = Time(q.next_wakeup(now.0).expect("held packets need a wake-up time")).max(now);
             }
         }
         prop_assert_eq!(q.backlog_packets(), 0);

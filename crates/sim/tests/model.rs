@@ -607,7 +607,7 @@ fn tbf_on_host_paces_and_splits() {
 fn timer_livelock_is_broken() {
     struct Spinner(u64);
     impl shallow_sim::Endpoint for Spinner {
-        fn input(&mut self, _: Time, _: &shallow_sim::Packet) {}
+        fn input(&mut self, _: Time, _: &mut shallow_sim::Packet) {}
         fn poll_transmit(&mut self, _: Time) -> Option<shallow_sim::Packet> {
             None
         }
