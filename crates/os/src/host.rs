@@ -1,86 +1,709 @@
-//! A Shallow host on Linux: one `shallow_tcp::Stack` driven by an I/O thread over a TUN queue,
-//! and blocking [`TcpStream`]s for application threads.
+//! A Shallow host on Linux: one `shallow_tcp::Stack` driven by an I/O thread over a device
+//! (a TUN queue, or one end of an in-memory [`link`](crate::link)), with application threads
+//! calling socket operations through [`TcpStream`],
+//! [`TcpListener`], the [`Poller`](crate::Poller) readiness API and (feature
+//! `tokio`) async wrappers.
 //!
-//! The I/O thread is the substrate loop of ARCHITECTURE.md with a real clock:
-//! wait (`poll` on the TUN and a [`Waker`], until the engine's next timer) → read a batch and
-//! feed `Stack::input` (GRO aggregates with their `gso_size`) → `handle_timeout` when the
-//! deadline passed → drain `poll_transmit` into the TUN (super-segments as GSO writes) and call
-//! `tx_complete` as soon as the kernel took the packet (the write to a TUN is synchronous,
-//! so the packet has left this host) → drain `poll_wakeup` and wake application threads.
+//! # Threads like the kernel's
 //!
-//! The engine sits behind one mutex. Application threads call it directly (`send`, `recv`, …)
-//! and then wake the I/O thread so that what the call queued is transmitted; a call that
-//! would block waits on a condition variable that the I/O thread signals after every round
-//! that produced socket wake-ups. Time is `std::time::Instant` since the host started, in ns.
+//! The **I/O thread** plays softirq. It is the substrate loop of ARCHITECTURE.md with a real
+//! clock: wait (`poll` on the device and a [`Waker`], until the engine's next timer or the
+//! egress qdisc's next departure) → read a batch and feed `Stack::input` (GRO aggregates with
+//! their `gso_size`) → `handle_timeout` when the deadline passed → drain `poll_transmit` into
+//! the egress qdisc ([`Egress`]: fq with earliest-departure-time pacing by default, or none) →
+//! write the packets whose time has come to the device and call `tx_complete` when the write
+//! returns (the kernel has the packet: it has left this host) → drain `poll_wakeup` and wake
+//! exactly the waiters of the sockets named.
 //!
-//! This is a skeleton: no socket ownership (`lock_sock`) across calls, one TUN queue, and
-//! TX completion at write time (so TSQ never throttles on this substrate yet).
+//! **Application threads** own a socket for the length of a call, as Linux's `lock_sock`:
+//! the call takes the engine mutex, marks the socket owned (`Stack::lock_sock`), and does
+//! its work. A long call (a big `send` copying into the write queue, a big `recv`) works in
+//! chunks of [`CHUNK`] bytes and drops the mutex between chunks *while still owning the
+//! socket*, so the I/O thread keeps taking input: packets for the owned socket go to its
+//! backlog, timers and TX completions set deferred flags. At its end the call runs
+//! `Stack::release_sock` on the application thread, which processes the backlog there (Linux
+//! `__release_sock`; that is what makes backlog ACK deferral real). A call that must wait
+//! releases ownership while it sleeps and retakes it after (Linux `sk_wait_event`).
+//!
+//! # No lost wake-ups
+//!
+//! Every socket known to the application has a slot with a generation counter and a condition
+//! variable used with the engine mutex. Whoever drains `Stack::poll_wakeup` (the I/O thread
+//! after each round, an application thread after each call) bumps the generation of each
+//! socket named and signals only that socket's waiters, its pollers and its async tasks. A
+//! waiter reads the generation under the mutex *before* it releases the socket (whose backlog
+//! may itself produce a wake-up) and sleeps only while the generation is unchanged, so a
+//! wake-up between its check and its sleep is never lost.
+//!
+//! # Egress
+//!
+//! Between `poll_transmit` and the device sits a qdisc from `shallow-qdisc` ([`Egress`]):
+//! `fq` by default (per-flow queues, packets held until their earliest departure time, the
+//! engine stamping departures as Linux does under `SK_PACING_FQ`), or `tbf`, `pfifo_fast`, or
+//! none. The I/O thread writes what the qdisc releases with the engine mutex dropped, then
+//! calls `tx_complete` for each data packet: a packet counts against TSQ, and against
+//! autocorking's "data still in the host" test, for exactly as long as it is in the qdisc
+//! or being written. [`HostStats`] shows the qdisc's backlog.
+//!
+//! For tests, [`Host::set_packet_hook`] puts a loss/reordering hook on the I/O thread
+//! between the device and the engine, in both directions.
+//!
+//! Time is `std::time::Instant` since the host started, in nanoseconds; the I/O thread waits
+//! with `ppoll`'s nanosecond timeouts.
 
-use std::io::{self, Read, Write};
-use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsFd;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use shallow_tcp::{Errno, Family, Instant, Shutdown, SocketId, Stack, TcpState};
+pub use shallow_qdisc::{FqConfig, Rate};
+use shallow_tcp::{pollbits, Errno, Instant, SocketId, Stack};
 
-use crate::tun::{RxBatch, Tun};
-use crate::wake::{wait_readable, Waker};
+use crate::error::OsError;
+use crate::iothread::{self, HookState};
+use crate::link::MemLink;
+use crate::netns::Peer;
+use crate::poller::PollerState;
+use crate::tun::{Offload, Tun, TunConfig};
+use crate::wake::Waker;
 
-/// Packets read per batch by the I/O thread.
-const RX_BATCH: usize = 64;
+/// The sockets live in [`crate::net`]; re-exported here, where they used to be.
+pub use crate::net::{TcpListener, TcpStream};
 
-/// Counters of the I/O thread (not engine MIBs: what happened at the TUN).
+/// Bytes an application call moves per hold of the engine mutex: between chunks the mutex is
+/// dropped (the socket stays owned) so that the I/O thread can run.
+pub const CHUNK: usize = 64 * 1024;
+
+/// Poll bits that wake readers: data, end of stream, errors, hang-up.
+pub(crate) const READ_EVENTS: u32 = pollbits::POLLIN
+    | pollbits::POLLRDNORM
+    | pollbits::POLLRDHUP
+    | pollbits::POLLHUP
+    | pollbits::POLLERR;
+/// Poll bits that wake writers: write space, errors, hang-up.
+pub(crate) const WRITE_EVENTS: u32 =
+    pollbits::POLLOUT | pollbits::POLLWRNORM | pollbits::POLLHUP | pollbits::POLLERR;
+
+/// Counters of the host's threads (not engine MIBs: what happened at the device and at the
+/// application boundary).
 #[derive(Debug, Default)]
 pub struct HostStats {
-    /// Packets read from the TUN and given to the engine.
+    /// Packets read from the device and given to the engine.
     pub rx_packets: AtomicU64,
     /// Of those, GSO aggregates (`gso_size` set).
     pub rx_gso: AtomicU64,
     /// Packets dropped on read (malformed virtio-net header).
     pub rx_dropped: AtomicU64,
-    /// Packets written to the TUN.
+    /// Packets written to the device.
     pub tx_packets: AtomicU64,
     /// Of those, GSO super-segments.
     pub tx_gso: AtomicU64,
-    /// Packets the TUN refused (counted, completed, dropped).
+    /// Packets the device refused (counted, completed, dropped).
     pub tx_errors: AtomicU64,
+    /// Packets the packet hook dropped ([`Host::set_packet_hook`]).
+    pub hook_drops: AtomicU64,
+    /// Bytes held by the egress qdisc now.
+    pub qdisc_backlog: AtomicU64,
+    /// Most bytes the egress qdisc has held at once.
+    pub qdisc_backlog_max: AtomicU64,
+    /// Packets the egress qdisc dropped (its limit; completed so TSQ does not stall).
+    pub qdisc_drops: AtomicU64,
+    /// Engine wake-ups drained (`Stack::poll_wakeup`), for sockets with or without waiters.
+    pub wakeups: AtomicU64,
+    /// Of those, wake-ups that signalled sleeping blocking calls.
+    pub thread_wakeups: AtomicU64,
+    /// Async tasks woken (feature `tokio`).
+    pub task_wakeups: AtomicU64,
+    /// Times a blocking call went to sleep waiting for a socket event.
+    pub sleeps: AtomicU64,
 }
 
-struct Shared {
-    stack: Mutex<Stack>,
-    cond: Condvar,
-    waker: Waker,
-    stop: AtomicBool,
+pub(crate) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What sits between `poll_transmit` and the device write.
+#[derive(Debug, Clone, Default)]
+pub enum Egress {
+    /// Linux's `fq` (the default qdisc for paced TCP): per-flow queues, earliest departure
+    /// time honoured, so pacing and TSQ see a real host queue. TX completion happens when the
+    /// packet leaves fq and the device write returns.
+    #[default]
+    Fq,
+    /// fq with an explicit configuration.
+    FqWith(FqConfig),
+    /// Linux's `tbf`: a token bucket of `rate` with `burst` bytes, holding at most `limit`
+    /// bytes (a super-segment above the burst is cut in software, as `tbf_segment` does). A
+    /// bottleneck on the host itself, which TSQ sees.
+    Tbf {
+        /// Token rate.
+        rate: Rate,
+        /// Bucket size in bytes.
+        burst: u64,
+        /// Queue limit in bytes.
+        limit: usize,
+    },
+    /// Linux's `pfifo_fast` (the old default qdisc): three priority bands by TOS, at most
+    /// `txqueuelen` packets.
+    PfifoFast {
+        /// Queue limit in packets (`txqueuelen`, Linux default 1000).
+        txqueuelen: usize,
+    },
+    /// No qdisc: packets go to the device as the engine emits them (pacing times ignored).
+    Direct,
+}
+
+/// How a host is set up by [`Host::attach`].
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// TUN device to attach to (default `shallow0`, made by `shallow netns up`).
+    pub tun: String,
+    /// Namespace that holds the TUN (default `Some("shallow-peer")`); `None`: the caller's.
+    pub netns: Option<String>,
+    /// Addresses of the Shallow host (default 10.213.0.2 and fd00:213::2).
+    pub addrs: Vec<IpAddr>,
+    /// Offloads to ask the TUN for.
+    pub offload: Offload,
+    /// Engine seed (ISNs, ephemeral ports); default: random per host.
+    pub seed: u64,
+    /// Sysctls to set (`net.ipv4.tcp_*` names as `Stack::sysctl_set` takes them).
+    pub sysctls: Vec<(String, String)>,
+    /// Egress qdisc.
+    pub egress: Egress,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        let seed = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        HostConfig {
+            tun: "shallow0".into(),
+            netns: Some("shallow-peer".into()),
+            addrs: vec![
+                IpAddr::V4(Ipv4Addr::new(10, 213, 0, 2)),
+                IpAddr::V6(Ipv6Addr::new(0xfd00, 0x213, 0, 0, 0, 0, 0, 2)),
+            ],
+            offload: Offload::DEFAULT,
+            seed,
+            sysctls: Vec::new(),
+            egress: Egress::default(),
+        }
+    }
+}
+
+/// What the I/O thread reads and writes packets through.
+#[derive(Debug)]
+pub enum Device {
+    /// A TUN queue.
+    Tun(Tun),
+    /// One end of an in-memory link to another host.
+    Mem(MemLink),
+}
+
+impl From<Tun> for Device {
+    fn from(t: Tun) -> Device {
+        Device::Tun(t)
+    }
+}
+
+impl From<MemLink> for Device {
+    fn from(l: MemLink) -> Device {
+        Device::Mem(l)
+    }
+}
+
+impl Device {
+    fn name(&self) -> String {
+        match self {
+            Device::Tun(t) => t.name().to_string(),
+            Device::Mem(_) => "mem".into(),
+        }
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Device::Tun(t) => t.as_fd(),
+            Device::Mem(l) => l.as_fd(),
+        }
+    }
+
+    pub(crate) fn send(&self, data: &[u8], gso_size: Option<u16>) -> io::Result<()> {
+        match self {
+            Device::Tun(t) => t.send(data, gso_size),
+            Device::Mem(l) => l.send(data, gso_size),
+        }
+    }
+}
+
+/// Per-socket application state: the wait queue and the options the substrate implements.
+pub(crate) struct Slot {
+    /// Bumped by every engine wake-up of the socket for readers ([`READ_EVENTS`]).
+    pub rgen: u64,
+    /// Bumped by every engine wake-up of the socket for writers ([`WRITE_EVENTS`]).
+    pub wgen: u64,
+    /// Waiters of this socket (events and ownership), used with the engine mutex.
+    pub cv: Arc<Condvar>,
+    /// An application call owns the socket (across mutex drops).
+    pub owned: bool,
+    /// Threads sleeping on `cv`.
+    pub waiters: u32,
+    /// `SO_RCVTIMEO`.
+    pub rcvtimeo: Option<Duration>,
+    /// `SO_SNDTIMEO`.
+    pub sndtimeo: Option<Duration>,
+    /// `O_NONBLOCK`.
+    pub nonblocking: bool,
+    /// A socket error the engine reported to a call that had already moved bytes: Linux
+    /// leaves it in `sk_err` for the next call (`tcp_sendmsg_locked` returns `copied`), so the
+    /// next send or recv (or `SO_ERROR`) reports it.
+    pub pending_err: Option<Errno>,
+    /// Async task waiting to read (or accept).
+    pub read_waker: Option<std::task::Waker>,
+    /// Async task waiting to write (or connect).
+    pub write_waker: Option<std::task::Waker>,
+    /// Pollers the socket is registered with.
+    pub pollers: Vec<usize>,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            rgen: 0,
+            wgen: 0,
+            cv: Arc::new(Condvar::new()),
+            owned: false,
+            waiters: 0,
+            rcvtimeo: None,
+            sndtimeo: None,
+            nonblocking: false,
+            pending_err: None,
+            read_waker: None,
+            write_waker: None,
+            pollers: Vec::new(),
+        }
+    }
+}
+
+/// The engine and everything guarded with it.
+pub(crate) struct Inner {
+    /// The engine.
+    pub stack: Stack,
+    slots: Vec<Option<Slot>>,
+    /// Readiness sets, by poller id.
+    pub pollers: Vec<Option<PollerState>>,
+}
+
+impl Inner {
+    pub fn slot(&self, s: SocketId) -> Option<&Slot> {
+        self.slots.get(s.0 as usize).and_then(Option::as_ref)
+    }
+
+    pub fn slot_mut(&mut self, s: SocketId) -> Option<&mut Slot> {
+        self.slots.get_mut(s.0 as usize).and_then(Option::as_mut)
+    }
+
+    /// Starts tracking `s` for the application.
+    pub fn add_slot(&mut self, s: SocketId) {
+        let i = s.0 as usize;
+        if self.slots.len() <= i {
+            self.slots.resize_with(i + 1, || None);
+        }
+        self.slots[i] = Some(Slot::new());
+    }
+
+    /// Stops tracking `s` (closed by the application), unregistering it from its pollers and
+    /// waking whoever still waits on it.
+    pub fn remove_slot(&mut self, s: SocketId) {
+        let Some(slot) = self.slots.get_mut(s.0 as usize).and_then(Option::take) else {
+            return;
+        };
+        for p in &slot.pollers {
+            if let Some(ps) = self.pollers.get_mut(*p).and_then(Option::as_mut) {
+                ps.forget(s);
+            }
+        }
+        slot.cv.notify_all();
+        if let Some(w) = slot.read_waker {
+            w.wake();
+        }
+        if let Some(w) = slot.write_waker {
+            w.wake();
+        }
+    }
+
+    /// Drains the engine's wake-ups and wakes exactly the waiters of the sockets named: the
+    /// socket's blocking callers (condition variable), its async tasks (by event direction)
+    /// and the pollers it is registered with.
+    pub fn dispatch(&mut self, stats: &HostStats) {
+        while let Some(w) = self.stack.poll_wakeup() {
+            bump(&stats.wakeups);
+            let Some(slot) = self
+                .slots
+                .get_mut(w.socket.0 as usize)
+                .and_then(Option::as_mut)
+            else {
+                continue;
+            };
+            // A wake-up with bits of neither kind wakes both (never lose one).
+            let other = w.events & (READ_EVENTS | WRITE_EVENTS) == 0;
+            if w.events & READ_EVENTS != 0 || other {
+                slot.rgen = slot.rgen.wrapping_add(1);
+            }
+            if w.events & WRITE_EVENTS != 0 || other {
+                slot.wgen = slot.wgen.wrapping_add(1);
+            }
+            if slot.waiters > 0 {
+                slot.cv.notify_all();
+                bump(&stats.thread_wakeups);
+            }
+            if w.events & READ_EVENTS != 0 {
+                if let Some(t) = slot.read_waker.take() {
+                    t.wake();
+                    bump(&stats.task_wakeups);
+                }
+            }
+            if w.events & WRITE_EVENTS != 0 {
+                if let Some(t) = slot.write_waker.take() {
+                    t.wake();
+                    bump(&stats.task_wakeups);
+                }
+            }
+            for p in &slot.pollers {
+                if let Some(ps) = self.pollers.get_mut(*p).and_then(Option::as_mut) {
+                    ps.on_wakeup(w.socket, w.events);
+                }
+            }
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    inner: Mutex<Inner>,
+    pub waker: Waker,
+    pub hook: Mutex<HookState>,
+    pub hooked: AtomicBool,
+    pub stop: AtomicBool,
     epoch: std::time::Instant,
-    stats: HostStats,
+    pub stats: HostStats,
 }
 
 impl Shared {
-    fn now(&self) -> Instant {
+    pub fn now(&self) -> Instant {
         let ns = self.epoch.elapsed().as_nanos();
         Instant::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
     }
 
-    fn lock(&self) -> MutexGuard<'_, Stack> {
+    pub fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves the engine in an unknown state; going on with
         // it is still better than poisoning every socket of the host.
-        self.stack.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn kick(&self) {
+    /// Wakes the I/O thread (to transmit what a call queued).
+    pub fn kick(&self) {
         // An eventfd write only fails if the descriptor is gone, i.e. the host is shutting down.
         let _ = self.waker.wake();
     }
+
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Dispatches wake-ups, unlocks, and kicks the I/O thread.
+    pub fn finish(&self, mut g: MutexGuard<'_, Inner>) {
+        g.dispatch(&self.stats);
+        drop(g);
+        self.kick();
+    }
+
+    /// Takes ownership of `s` for an application call (Linux `lock_sock`): waits while another
+    /// call owns it. `EBADF` when the socket is not (or no longer) the application's.
+    pub fn own(&self, s: SocketId) -> io::Result<Owned<'_>> {
+        let g = self.lock();
+        let mut o = Owned {
+            sh: self,
+            g: Some(g),
+            s,
+        };
+        o.acquire()?;
+        Ok(o)
+    }
 }
 
-/// A Shallow host over a TUN queue: the engine plus its I/O thread. Dropping it stops the
-/// thread.
+/// `ENETDOWN`: the host's I/O thread has stopped.
+pub(crate) fn netdown() -> io::Error {
+    io::Error::from_raw_os_error(libc::ENETDOWN)
+}
+
+/// `EBADF`: a socket the application no longer has.
+pub(crate) fn ebadf() -> io::Error {
+    io::Error::from_raw_os_error(libc::EBADF)
+}
+
+/// An engine errno as an `io::Error` with the Linux errno (so its kind is the kind Linux
+/// would give).
+pub(crate) fn errno(e: Errno) -> io::Error {
+    io::Error::from_raw_os_error(e.code())
+}
+
+/// Which wake-ups end a wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// Readers' events ([`READ_EVENTS`]): data, a connection to accept, EOF, errors.
+    Read,
+    /// Writers' events ([`WRITE_EVENTS`]): write space, errors.
+    Write,
+    /// Any wake-up (a state change: connect).
+    Any,
+}
+
+impl Want {
+    fn gen(self, slot: &Slot) -> u64 {
+        match self {
+            Want::Read => slot.rgen,
+            Want::Write => slot.wgen,
+            Want::Any => slot.rgen.wrapping_add(slot.wgen),
+        }
+    }
+}
+
+/// Why a wait ended without a wake-up.
+pub(crate) enum WaitEnd {
+    /// A wake-up (or a spurious return): retry the call.
+    Woken,
+    /// The deadline passed.
+    TimedOut,
+}
+
+/// An application call that owns a socket (between `lock_sock` and `release_sock`). Holds
+/// the engine mutex except while it yields between chunks or sleeps. Dropping it releases the
+/// socket on this thread (backlog processed here) and wakes the I/O thread.
+pub(crate) struct Owned<'a> {
+    sh: &'a Shared,
+    g: Option<MutexGuard<'a, Inner>>,
+    s: SocketId,
+}
+
+impl<'a> Owned<'a> {
+    pub fn inner(&mut self) -> &mut Inner {
+        self.g.as_mut().expect("engine mutex held")
+    }
+
+    pub fn stack(&mut self) -> &mut Stack {
+        &mut self.inner().stack
+    }
+
+    pub fn now(&self) -> Instant {
+        self.sh.now()
+    }
+
+    pub fn slot(&mut self) -> io::Result<&mut Slot> {
+        let s = self.s;
+        self.inner().slot_mut(s).ok_or_else(ebadf)
+    }
+
+    /// Waits until no other call owns the socket, then owns it.
+    fn acquire(&mut self) -> io::Result<()> {
+        let s = self.s;
+        loop {
+            let g = self.g.as_mut().expect("engine mutex held");
+            let slot = g.slot_mut(s).ok_or_else(ebadf)?;
+            if !slot.owned {
+                slot.owned = true;
+                g.stack.lock_sock(s);
+                return Ok(());
+            }
+            slot.waiters += 1;
+            let cv = Arc::clone(&slot.cv);
+            let g = self.g.take().expect("engine mutex held");
+            let mut g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
+            if let Some(slot) = g.slot_mut(s) {
+                slot.waiters -= 1;
+            }
+            self.g = Some(g);
+        }
+    }
+
+    /// `release_sock` on this thread: backlog, deferred work, then the socket is free for the
+    /// next call (its waiters are signalled).
+    fn release(&mut self) {
+        let now = self.sh.now();
+        let s = self.s;
+        let g = self.g.as_mut().expect("engine mutex held");
+        g.stack.release_sock(now, s);
+        if let Some(slot) = g.slot_mut(s) {
+            slot.owned = false;
+            if slot.waiters > 0 {
+                slot.cv.notify_all();
+            }
+        }
+    }
+
+    /// Drops the mutex for a moment while still owning the socket (between chunks of a long
+    /// call), so the I/O thread can take input; packets for this socket go to its backlog.
+    pub fn yield_now(&mut self) {
+        if let Some(mut g) = self.g.take() {
+            g.dispatch(&self.sh.stats);
+            drop(g);
+        }
+        self.sh.kick();
+        self.g = Some(self.sh.lock());
+    }
+
+    /// `close()` as Linux's `tcp_close`: under ownership, then `release_sock` (backlog
+    /// processed before the socket is orphaned), and the application's slot is dropped in
+    /// the same hold of the mutex.
+    pub fn close(mut self) {
+        let now = self.sh.now();
+        let s = self.s;
+        let _ = self.stack().close(now, s);
+        self.release();
+        self.inner().remove_slot(s);
+        // Drop finds no slot (nothing more to release) and dispatches, unlocks, kicks.
+    }
+
+    /// Processes the backlog without giving the socket up (Linux `sk_flush_backlog`): the
+    /// engine's `release_sock` followed by `lock_sock`, under one hold of the mutex.
+    pub fn flush_backlog(&mut self) {
+        let now = self.sh.now();
+        let s = self.s;
+        let g = self.inner();
+        g.stack.release_sock(now, s);
+        g.stack.lock_sock(s);
+    }
+
+    /// Linux `sk_wait_event`: releases the socket, sleeps until a wake-up of this socket or
+    /// `deadline`, and owns the socket again. The generation is read before the release, so a
+    /// wake-up produced by the backlog (or by the I/O thread at any later point) ends the wait.
+    pub fn wait(
+        &mut self,
+        want: Want,
+        deadline: Option<std::time::Instant>,
+    ) -> io::Result<WaitEnd> {
+        let s = self.s;
+        let gen0 = want.gen(self.slot()?);
+        self.release();
+        let sh = self.sh;
+        self.inner().dispatch(&sh.stats);
+        self.sh.kick();
+        let mut end = WaitEnd::Woken;
+        loop {
+            if self.sh.stopped() {
+                // Own it again so that drop releases a consistent socket.
+                self.acquire()?;
+                return Err(netdown());
+            }
+            let g = self.g.as_mut().expect("engine mutex held");
+            let slot = g.slot_mut(s).ok_or_else(ebadf)?;
+            if want.gen(slot) != gen0 {
+                break;
+            }
+            let left = match deadline {
+                None => None,
+                Some(d) => {
+                    let left = d.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        end = WaitEnd::TimedOut;
+                        break;
+                    }
+                    Some(left)
+                }
+            };
+            slot.waiters += 1;
+            let cv = Arc::clone(&slot.cv);
+            bump(&self.sh.stats.sleeps);
+            let g = self.g.take().expect("engine mutex held");
+            let mut g = match left {
+                None => cv.wait(g).unwrap_or_else(|p| p.into_inner()),
+                Some(l) => cv.wait_timeout(g, l).unwrap_or_else(|p| p.into_inner()).0,
+            };
+            if let Some(slot) = g.slot_mut(s) {
+                slot.waiters -= 1;
+            }
+            self.g = Some(g);
+        }
+        self.acquire()?;
+        Ok(end)
+    }
+}
+
+impl Drop for Owned<'_> {
+    fn drop(&mut self) {
+        if self.g.is_none() {
+            return;
+        }
+        let s = self.s;
+        let owned = self
+            .g
+            .as_ref()
+            .and_then(|g| g.slot(s))
+            .is_some_and(|sl| sl.owned);
+        if owned {
+            self.release();
+        }
+        if let Some(g) = self.g.take() {
+            self.sh.finish(g);
+        }
+    }
+}
+
+/// The deadline of a wait of `timeout` from now (`None`: no limit).
+pub(crate) fn deadline(timeout: Option<Duration>) -> Option<std::time::Instant> {
+    timeout.and_then(|t| std::time::Instant::now().checked_add(t))
+}
+
+/// A Shallow host: the engine plus its I/O thread over a device. Dropping it stops the thread.
+/// Cheap to clone (a handle on the same host); the thread stops when the last handle and every
+/// socket of the host are gone, or on [`Host::shutdown`].
+#[derive(Clone)]
 pub struct Host {
+    pub(crate) shared: Arc<Shared>,
+    thread: Arc<ThreadGuard>,
+}
+
+struct ThreadGuard {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl ThreadGuard {
+    fn stop(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.kick();
+        let t = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = t {
+            let _ = t.join();
+        }
+        wake_all(&self.shared);
+    }
+}
+
+impl Drop for ThreadGuard {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Wakes every sleeper of the host (it stopped: their calls return `ENETDOWN`).
+pub(crate) fn wake_all(sh: &Shared) {
+    let mut g = sh.lock();
+    for slot in g.slots.iter_mut().flatten() {
+        slot.cv.notify_all();
+        if let Some(w) = slot.read_waker.take() {
+            w.wake();
+        }
+        if let Some(w) = slot.write_waker.take() {
+            w.wake();
+        }
+    }
+    for p in g.pollers.iter_mut().flatten() {
+        p.wake_all();
+    }
 }
 
 impl std::fmt::Debug for Host {
@@ -90,285 +713,243 @@ impl std::fmt::Debug for Host {
 }
 
 impl Host {
-    /// Starts the I/O thread for `stack` (addresses and sysctls already set) over `tun`.
-    pub fn start(stack: Stack, tun: Tun) -> io::Result<Host> {
+    /// Starts the I/O thread for `stack` (addresses and sysctls already set) over `device` (a
+    /// [`Tun`] or a [`MemLink`]), with the default egress qdisc (fq).
+    pub fn start(stack: Stack, device: impl Into<Device>) -> io::Result<Host> {
+        Self::start_with(stack, device, Egress::default())
+    }
+
+    /// [`Host::start`] with an explicit egress qdisc.
+    pub fn start_with(stack: Stack, device: impl Into<Device>, egress: Egress) -> io::Result<Host> {
+        let device = device.into();
         let shared = Arc::new(Shared {
-            stack: Mutex::new(stack),
-            cond: Condvar::new(),
+            inner: Mutex::new(Inner {
+                stack,
+                slots: Vec::new(),
+                pollers: Vec::new(),
+            }),
             waker: Waker::new()?,
+            hook: Mutex::new(HookState::default()),
+            hooked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             epoch: std::time::Instant::now(),
             stats: HostStats::default(),
         });
+        let mtu = match &device {
+            Device::Tun(_) => 1500,
+            Device::Mem(l) => l.mtu(),
+        };
+        let fq = matches!(egress, Egress::Fq | Egress::FqWith(_));
+        let qdisc = iothread::qdisc_for(egress, mtu);
+        {
+            // The engine marks its packets with departure times only when fq is there to
+            // honour them (Linux: `sk_pacing_status == SK_PACING_FQ`).
+            let mut g = shared.lock();
+            g.stack.set_fq_pacing(fq);
+        }
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
-            .name(format!("shallow-io-{}", tun.name()))
-            .spawn(move || io_loop(&s, &tun))?;
+            .name(format!("shallow-io-{}", device.name()))
+            .spawn(move || iothread::io_loop(&s, &device, qdisc))?;
         Ok(Host {
+            thread: Arc::new(ThreadGuard {
+                shared: Arc::clone(&shared),
+                thread: Mutex::new(Some(thread)),
+            }),
             shared,
-            thread: Some(thread),
         })
     }
 
-    /// Runs `f` on the engine (under its lock) at the current time, then lets the I/O thread
-    /// transmit what the call queued.
+    /// Attaches to an existing TUN as `cfg` says (by default the one `shallow netns up` made:
+    /// `shallow0` in namespace `shallow-peer`, this host at 10.213.0.2 and fd00:213::2).
+    ///
+    /// Errors: [`OsError::NotPermitted`] when not root, [`OsError::TunMissing`] without
+    /// `/dev/net/tun`, [`OsError::NoSuchNetns`] / [`OsError::NoSuchTun`] when the namespace or
+    /// the device is absent (run `shallow netns up`), [`OsError::Io`] for a bad sysctl.
+    pub fn attach(cfg: &HostConfig) -> Result<Host, OsError> {
+        let mut tcfg = TunConfig::new(&cfg.tun);
+        tcfg.offload = cfg.offload;
+        tcfg.mode = crate::tun::TunMode::Attach;
+        let tun = match &cfg.netns {
+            Some(ns) => Peer {
+                netns: ns.clone(),
+                tun: cfg.tun.clone(),
+                ..Peer::default()
+            }
+            .attach(&tcfg)?,
+            None => tcfg.open()?,
+        }
+        .into_iter()
+        .next()
+        .ok_or_else(|| OsError::NoSuchTun {
+            name: cfg.tun.clone(),
+            netns: cfg.netns.clone(),
+        })?;
+        let mut stack = Stack::new(cfg.seed);
+        for a in &cfg.addrs {
+            stack.add_address(*a);
+        }
+        for (k, v) in &cfg.sysctls {
+            stack.sysctl_set(k, v).map_err(|e| OsError::Io {
+                what: format!("sysctl {k}={v}"),
+                source: io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+            })?;
+        }
+        Host::start_with(stack, tun, cfg.egress.clone())
+            .map_err(|e| OsError::io("start the I/O thread", e))
+    }
+
+    /// [`Host::attach`] with the defaults: the TUN of `shallow netns up`.
+    pub fn attach_default() -> Result<Host, OsError> {
+        Host::attach(&HostConfig::default())
+    }
+
+    /// Runs `f` on the engine (under its lock) at the current time, then dispatches the
+    /// wake-ups it produced and lets the I/O thread transmit what it queued. For engine calls
+    /// this crate has no wrapper for (sysctls, counters, sockstat); socket calls on sockets of
+    /// a [`TcpStream`] should go through it, which owns the socket.
     pub fn with_stack<R>(&self, f: impl FnOnce(&mut Stack, Instant) -> R) -> R {
-        let r = {
-            let mut st = self.shared.lock();
-            f(&mut st, self.shared.now())
-        };
-        self.shared.kick();
+        let mut g = self.shared.lock();
+        let now = self.shared.now();
+        let r = f(&mut g.stack, now);
+        self.shared.finish(g);
         r
     }
 
-    /// False once the I/O thread has stopped (dropped host, or the TUN device went away).
+    /// False once the I/O thread has stopped (shut down, or the device went away).
     pub fn is_running(&self) -> bool {
-        !self.shared.stop.load(Ordering::SeqCst)
+        !self.shared.stopped()
     }
 
-    /// The I/O thread's counters.
+    /// Stops the I/O thread now; calls blocked on the host's sockets return `ENETDOWN`.
+    pub fn shutdown(&self) {
+        self.thread.stop();
+    }
+
+    /// The host's counters.
     pub fn stats(&self) -> &HostStats {
         &self.shared.stats
     }
 }
 
-impl Drop for Host {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
+/// Direction of a packet shown to a [`PacketHook`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// From the device to the engine.
+    Rx,
+    /// From the engine (after the qdisc) to the device.
+    Tx,
+}
+
+/// What a [`PacketHook`] does with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Deliver it.
+    Pass,
+    /// Drop it (a transmitted data packet is still TX-completed: the drop is below TCP).
+    Drop,
+    /// Hold it and deliver it after the next packet of the same direction, or after
+    /// [`HOLD_NS`] if none comes: a one-packet reordering. A second hold delivers the first.
+    Hold,
+}
+
+/// An impairment hook run by the I/O thread on every packet between the device and the
+/// engine, in both directions (loss and reordering for tests; the kernel here may lack
+/// `sch_netem`). Set with [`Host::set_packet_hook`].
+pub type PacketHook = Box<dyn FnMut(Dir, &[u8], Option<u16>) -> Verdict + Send>;
+
+/// Longest time a held packet waits for the next one (1 ms).
+pub const HOLD_NS: u64 = 1_000_000;
+
+impl Host {
+    /// Installs (or with `None` removes) the packet hook of the I/O thread: every packet read
+    /// from the device and every packet written to it is first shown to the hook, which may
+    /// pass, drop or hold it ([`Verdict`]). Drops are counted in `HostStats::hook_drops`.
+    pub fn set_packet_hook(&self, hook: Option<PacketHook>) {
+        let mut h = self.shared.hook.lock().unwrap_or_else(|p| p.into_inner());
+        h.set(hook);
+        self.shared.hooked.store(true, Ordering::SeqCst);
+        drop(h);
         self.shared.kick();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        self.shared.cond.notify_all();
     }
 }
 
-fn io_loop(sh: &Shared, tun: &Tun) {
-    let mut batch = RxBatch::new(RX_BATCH);
-    let mut dropped_seen = 0u64;
-    while !sh.stop.load(Ordering::SeqCst) {
-        let timeout = {
-            let st = sh.lock();
-            st.poll_timeout()
-                .map(|t| Duration::from_nanos(t.as_nanos().saturating_sub(sh.now().as_nanos())))
-        };
-        // A poll error (EINTR is already absorbed) is not recoverable by waiting: stop.
-        let Ok(ready) = wait_readable(tun.as_fd(), &sh.waker, timeout) else {
-            break;
-        };
-        if ready.woken {
-            let _ = sh.waker.drain();
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::link;
+    use std::io::{Read, Write};
+    use std::net::SocketAddr;
+
+    fn pair() -> (Host, Host) {
+        let (la, lb) = link::pair().unwrap();
+        let mut a = Stack::new(1);
+        a.add_address(IpAddr::V4(Ipv4Addr::new(10, 9, 0, 1)));
+        let mut b = Stack::new(2);
+        b.add_address(IpAddr::V4(Ipv4Addr::new(10, 9, 0, 2)));
+        (Host::start(a, la).unwrap(), Host::start(b, lb).unwrap())
+    }
+
+    /// Linux `tcp_v4_rcv`: a segment for a socket owned by the user goes to its backlog
+    /// (`tcp_add_backlog`), and `release_sock` (`__release_sock`) processes it on the
+    /// application thread. Here the application owns the socket with the engine mutex
+    /// dropped (as between the chunks of a long call); the I/O thread takes the peer's data
+    /// packet, which must not reach the receive queue until the owner releases.
+    #[test]
+    fn owned_socket_gets_input_through_backlog_at_release() {
+        let (ha, hb) = pair();
+        let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 9, 0, 2)), 7);
+        let l = TcpListener::bind(&hb, addr).unwrap();
+        let c = TcpStream::connect(&ha, addr).unwrap();
+        let (s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        let sh = &ha.shared;
+        let id = c.socket();
+        let mut o = sh.own(id).unwrap();
+        let rx0 = sh.stats.rx_packets.load(Ordering::SeqCst);
+        drop(o.g.take());
+        (&s).write_all(b"hello").unwrap();
+        let t0 = std::time::Instant::now();
+        while sh.stats.rx_packets.load(Ordering::SeqCst) == rx0 {
+            assert!(t0.elapsed() < Duration::from_secs(10), "no packet arrived");
+            std::thread::sleep(Duration::from_millis(1));
         }
-        let mut woke = false;
-        loop {
-            let n = if ready.device {
-                match tun.recv_batch(&mut batch) {
-                    Ok(n) => n,
-                    // The device is gone (deleted with its namespace) or broken: a poll that
-                    // keeps reporting it would spin, so the host stops and blocked calls
-                    // return ENETDOWN.
-                    Err(_) => {
-                        sh.stop.store(true, Ordering::SeqCst);
-                        break;
-                    }
-                }
-            } else {
-                0
-            };
-            let mut st = sh.lock();
-            let now = sh.now();
-            for p in batch.packets().iter().take(n) {
-                st.input(now, p.packet(), p.gso_size());
-                sh.stats.rx_packets.fetch_add(1, Ordering::Relaxed);
-                if p.gso_size().is_some() {
-                    sh.stats.rx_gso.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            if batch.dropped != dropped_seen {
-                sh.stats
-                    .rx_dropped
-                    .fetch_add(batch.dropped - dropped_seen, Ordering::Relaxed);
-                dropped_seen = batch.dropped;
-            }
-            if st.poll_timeout().is_some_and(|t| t <= now) {
-                st.handle_timeout(now);
-            }
-            flush(sh, &mut st, tun, now);
-            while st.poll_wakeup().is_some() {
-                woke = true;
-            }
-            drop(st);
-            if n < batch.capacity() {
-                break;
-            }
+        o.g = Some(sh.lock());
+        assert!(o.stack().is_owned(id));
+        let inq = o.stack().ioctl(id, shallow_tcp::Ioctl::SiocInq).unwrap();
+        assert_eq!(inq, 0, "data reached the receive queue of an owned socket");
+        drop(o);
+        let inq = ha.with_stack(|st, _| st.ioctl(id, shallow_tcp::Ioctl::SiocInq).unwrap());
+        assert_eq!(inq, 5, "release_sock did not process the backlog");
+        let mut buf = [0u8; 5];
+        (&c).read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"hello");
+    }
+
+    /// `sk_wait_event`: a reader asleep on an empty socket is woken by the wake-up of that
+    /// socket (the data's `sk_data_ready`), and wake-ups are counted.
+    #[test]
+    fn sleeping_reader_is_woken_by_data() {
+        let (ha, hb) = pair();
+        let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 9, 0, 2)), 8);
+        let l = TcpListener::bind(&hb, addr).unwrap();
+        let c = TcpStream::connect(&ha, addr).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let sh = Arc::clone(&ha.shared);
+        let base = sh.stats.sleeps.load(Ordering::SeqCst);
+        let r = std::thread::spawn(move || {
+            let mut b = [0u8; 3];
+            (&c).read_exact(&mut b).unwrap();
+            b
+        });
+        // Wait until the reader sleeps, then send.
+        let t0 = std::time::Instant::now();
+        while sh.stats.sleeps.load(Ordering::SeqCst) == base {
+            assert!(t0.elapsed() < Duration::from_secs(10), "reader never slept");
+            std::thread::sleep(Duration::from_millis(1));
         }
-        if woke {
-            sh.cond.notify_all();
-        }
-    }
-    sh.cond.notify_all();
-}
-
-/// Drains `poll_transmit` into the TUN; completes each data packet once the kernel has it
-/// (or refused it: a drop below TCP still completes, as `kfree_skb` runs the destructor).
-fn flush(sh: &Shared, st: &mut Stack, tun: &Tun, now: Instant) {
-    while let Some(tx) = st.poll_transmit(now) {
-        match tun.send(&tx.data, tx.gso_size) {
-            Ok(()) => {
-                sh.stats.tx_packets.fetch_add(1, Ordering::Relaxed);
-                if tx.gso_size.is_some() {
-                    sh.stats.tx_gso.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Err(_) => {
-                sh.stats.tx_errors.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        if let Some(token) = tx.token {
-            st.tx_complete(now, token);
-        }
-    }
-}
-
-fn errno(e: Errno) -> io::Error {
-    io::Error::from_raw_os_error(e as i32)
-}
-
-/// A blocking TCP connection of a [`Host`], with `std::net::TcpStream`'s shape.
-pub struct TcpStream {
-    shared: Arc<Shared>,
-    sock: SocketId,
-}
-
-impl std::fmt::Debug for TcpStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TcpStream")
-            .field("sock", &self.sock)
-            .finish()
-    }
-}
-
-impl TcpStream {
-    /// Connects to `addr`, blocking until the handshake completes or fails (with the errno
-    /// Linux gives: `ECONNREFUSED` on RST, `ETIMEDOUT` after the SYN retries), or until
-    /// `timeout` passes (`ETIMEDOUT`, the socket closed).
-    pub fn connect_timeout(host: &Host, addr: SocketAddr, timeout: Duration) -> io::Result<Self> {
-        let sh = Arc::clone(&host.shared);
-        let family = match addr.ip() {
-            IpAddr::V4(_) => Family::V4,
-            IpAddr::V6(_) => Family::V6,
-        };
-        let sock = {
-            let mut st = sh.lock();
-            let s = st.socket(family).map_err(errno)?;
-            match st.connect(sh.now(), s, addr) {
-                Ok(()) | Err(Errno::EINPROGRESS) => s,
-                Err(e) => {
-                    let _ = st.close(sh.now(), s);
-                    return Err(errno(e));
-                }
-            }
-        };
-        sh.kick();
-        let stream = TcpStream { shared: sh, sock };
-        let deadline = std::time::Instant::now() + timeout;
-        let sh = &stream.shared;
-        let mut st = sh.lock();
-        loop {
-            let state = st.state(sock).map_err(errno)?;
-            if state != TcpState::SynSent {
-                // inet_stream_connect: a second connect reports the outcome.
-                return match st.connect(sh.now(), sock, addr) {
-                    Err(Errno::EISCONN) | Ok(()) => {
-                        drop(st);
-                        Ok(stream)
-                    }
-                    Err(e) => Err(errno(e)),
-                };
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() || sh.stop.load(Ordering::SeqCst) {
-                return Err(errno(Errno::ETIMEDOUT));
-            }
-            st = sh
-                .cond
-                .wait_timeout(st, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-    }
-
-    /// The engine's socket id.
-    pub fn socket(&self) -> SocketId {
-        self.sock
-    }
-
-    /// `shutdown(2)`.
-    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        let r = {
-            let mut st = self.shared.lock();
-            st.shutdown(self.shared.now(), self.sock, how)
-        };
-        self.shared.kick();
-        r.map_err(errno)
-    }
-
-    /// Blocks until `op` stops returning `EAGAIN`.
-    fn blocking<R>(
-        &self,
-        mut op: impl FnMut(&mut Stack, Instant) -> Result<R, Errno>,
-    ) -> io::Result<R> {
-        let sh = &self.shared;
-        let mut st = sh.lock();
-        loop {
-            match op(&mut st, sh.now()) {
-                Err(Errno::EAGAIN) => {
-                    if sh.stop.load(Ordering::SeqCst) {
-                        return Err(io::Error::from_raw_os_error(libc::ENETDOWN));
-                    }
-                    // Let the I/O thread send what the call queued (window updates, data).
-                    sh.kick();
-                    st = sh.cond.wait(st).unwrap_or_else(|p| p.into_inner());
-                }
-                r => {
-                    drop(st);
-                    sh.kick();
-                    return r.map_err(errno);
-                }
-            }
-        }
-    }
-
-    /// `poll(2)` readiness bits of the socket (`tcp_poll`; see `shallow_tcp::pollbits`).
-    pub fn poll(&self) -> io::Result<u32> {
-        self.shared.lock().poll(self.sock).map_err(errno)
-    }
-}
-
-impl Read for TcpStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let sock = self.sock;
-        self.blocking(|st, now| st.recv(now, sock, buf, 0))
-    }
-}
-
-impl Write for TcpStream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let sock = self.sock;
-        self.blocking(|st, now| st.send(now, sock, buf, 0))
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Drop for TcpStream {
-    fn drop(&mut self) {
-        {
-            let mut st = self.shared.lock();
-            let _ = st.close(self.shared.now(), self.sock);
-        }
-        self.shared.kick();
+        (&s).write_all(b"abc").unwrap();
+        assert_eq!(&r.join().unwrap(), b"abc");
+        assert!(sh.stats.thread_wakeups.load(Ordering::SeqCst) >= 1);
     }
 }

@@ -1,7 +1,18 @@
-//! Shallow's Linux substrate: a TUN device with virtio-net offloads ([`tun`]), the
-//! translation between virtio-net headers and the engine's `(packet, gso_size)` shape
-//! ([`vnet`]), network namespaces that hold the kernel peer of a TUN ([`netns`]), and a host
-//! that runs the engine on an I/O thread over a TUN with blocking sockets ([`host`]).
+//! Shallow's Linux substrate: the engine on real threads over a real device.
+//!
+//! - [`host`]: a [`Host`] runs one `shallow_tcp::Stack` on an I/O thread (softirq's role) over
+//!   a TUN queue or an in-memory [`link`], with an fq egress qdisc that paces by earliest
+//!   departure time and completes packets when the device write returns. Application threads
+//!   own a socket for the length of a call (`lock_sock`), packets arriving meanwhile go to the
+//!   socket's backlog and are processed by the caller at `release_sock`.
+//! - [`net`]: blocking [`TcpStream`] and [`TcpListener`] shaped like `std::net`, errors as
+//!   `std::io::Error` with Linux errnos.
+//! - [`poller`]: an epoll-like readiness API ([`Poller`]) for non-blocking sockets, level- or
+//!   edge-triggered.
+//! - `tokio` (cargo feature `tokio`): async stream and listener on the same machinery.
+//! - [`tun`], [`vnet`], [`netns`]: a TUN device with virtio-net offloads, the translation
+//!   between virtio-net headers and the engine's `(packet, gso_size)` shape, and network
+//!   namespaces that hold the kernel peer of a TUN.
 //!
 //! This is the one crate of Shallow where `unsafe` code is allowed. All of it is in the
 //! private `sys` module (the rest of the crate is `deny(unsafe_code)`): thin wrappers over
@@ -9,7 +20,20 @@
 //! each `unsafe` block with a `// SAFETY:` comment (enforced by
 //! `clippy::undocumented_unsafe_blocks`).
 //!
-//! # Example: attach to the peer made by `shallow netns up`
+//! # Example: a client on the TUN made by `shallow netns up`
+//!
+//! ```no_run
+//! use std::io::{Read, Write};
+//! use shallow_os::{Host, TcpStream};
+//! let host = Host::attach_default()?; // shallow0 in netns shallow-peer, we are 10.213.0.2
+//! let mut s = TcpStream::connect(&host, "10.213.0.1:7".parse()?)?;
+//! s.write_all(b"ping")?;
+//! let mut buf = [0u8; 4];
+//! s.read_exact(&mut buf)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Example: read raw packets from that TUN
 //!
 //! ```no_run
 //! use shallow_os::{netns::Peer, tun::{RxBatch, TunConfig}};
@@ -28,18 +52,33 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "tokio")]
+pub mod async_io;
+pub mod bench;
 mod error;
 pub mod host;
+mod iothread;
+pub mod link;
+pub mod net;
 pub mod netns;
+pub mod poller;
 #[allow(unsafe_code)]
 mod sys;
 pub mod tun;
 pub mod vnet;
 pub mod wake;
 
+#[cfg(feature = "tokio")]
+pub use async_io::{AsyncTcpListener, AsyncTcpStream};
 pub use error::{check_name, OsError};
-pub use host::{Host, HostStats, TcpStream};
+pub use host::{
+    Device, Dir, Egress, FqConfig, Host, HostConfig, HostStats, PacketHook, Rate, Verdict,
+};
+pub use link::{LinkConfig, MemLink};
+pub use net::{ShutdownHow, TcpListener, TcpStream};
 pub use netns::{Netns, Peer};
+pub use poller::{Event, Events, Poller, PollerStats, Source, Trigger};
+// `Interest` at the root is the TUN's (`tun::Interest`); the poller's is `poller::Interest`.
 pub use tun::{Interest, Offload, RxBatch, RxPacket, Tun, TunConfig, TunMode, TxPacket};
 pub use wake::{wait_readable, Ready, Waker};
 

@@ -176,19 +176,30 @@ pub fn writev(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
     cvt_size(unsafe { libc::writev(fd.as_raw_fd(), bufs.as_ptr() as *const libc::iovec, n) })
 }
 
-/// `poll(2)` over `fds` (`(fd, events)` in, `revents` out). `None` waits without limit.
-/// Returns the number of descriptors with events; `EINTR` is reported as `Ok(0)`.
+/// `ppoll(2)` over `fds` (`(fd, events)` in, `revents` out), with a nanosecond timeout (the
+/// I/O thread's timers and fq's departure times are finer than `poll`'s milliseconds).
+/// `None` waits without limit. Returns the number of descriptors with events; `EINTR` is
+/// reported as `Ok(0)`.
 pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<usize> {
-    let ms: libc::c_int = match timeout {
-        None => -1,
-        // Round up so that a short non-zero timeout never turns into a busy poll.
-        Some(d) => d
-            .as_nanos()
-            .div_ceil(1_000_000)
-            .min(libc::c_int::MAX as u128) as libc::c_int,
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: d.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+    });
+    let tsp: *const libc::timespec = match &ts {
+        Some(t) => t,
+        None => std::ptr::null(),
     };
-    // SAFETY: the pointer and length describe the caller's live, initialised pollfd slice.
-    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    // SAFETY: the pointer and length describe the caller's live, initialised pollfd slice;
+    // `tsp` is null or points to `ts`, which lives until the call returns; a null signal mask
+    // leaves the mask unchanged.
+    let r = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            tsp,
+            std::ptr::null(),
+        )
+    };
     match cvt(r) {
         Ok(n) => Ok(n as usize),
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),

@@ -249,3 +249,86 @@ fn connect_refused() {
         assert!(w.host.is_running());
     });
 }
+
+/// `Host::attach` joins the persistent TUN that `shallow netns up` (`Peer::up`) made, with
+/// the default addresses (10.213.0.2, fd00:213::2): a kernel echo server in that namespace
+/// answers over both families. Attaching to a namespace that does not exist is a clear error.
+#[test]
+fn attach_to_netns_up_peer() {
+    if !can_run("attach_to_netns_up_peer") {
+        return;
+    }
+    with_watchdog(Duration::from_secs(60), || {
+        let name = format!("shattach-{}", std::process::id());
+        struct Down(Peer);
+        impl Drop for Down {
+            fn drop(&mut self) {
+                let _ = self.0.down();
+            }
+        }
+        let peer = Peer {
+            netns: name.clone(),
+            tun: "sha0".into(),
+            ..Peer::default()
+        };
+        peer.up().expect("netns up");
+        let _down = Down(peer.clone());
+        let missing = shallow_os::HostConfig {
+            netns: Some(format!("{name}-nosuch")),
+            tun: "sha0".into(),
+            ..Default::default()
+        };
+        assert!(matches!(
+            Host::attach(&missing),
+            Err(shallow_os::OsError::NoSuchNetns(_))
+        ));
+        let host = Host::attach(&shallow_os::HostConfig {
+            netns: Some(name.clone()),
+            tun: "sha0".into(),
+            ..Default::default()
+        })
+        .expect("attach");
+        let ns = Netns::open(&name).unwrap();
+        for (port, ip, listen) in [
+            (5013u16, IpAddr::V4(PEER4), "TCP4-LISTEN"),
+            (5014, IpAddr::V6(PEER6), "TCP6-LISTEN"),
+        ] {
+            let _srv = ChildGuard(
+                ns.command("socat")
+                    .args([&format!("{listen}:{port},reuseaddr"), "EXEC:cat"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("spawn socat"),
+            );
+            let addr = SocketAddr::new(ip, port);
+            let mut s = None;
+            for _ in 0..100 {
+                match TcpStream::connect_timeout(&host, addr, Duration::from_secs(5)) {
+                    Ok(c) => {
+                        s = Some(c);
+                        break;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                        std::thread::sleep(Duration::from_millis(50))
+                    }
+                    Err(e) => panic!("connect {addr}: {e}"),
+                }
+            }
+            let mut s = s.expect("listener never came up");
+            let me = s.local_addr().unwrap().ip();
+            assert_eq!(
+                me,
+                if ip.is_ipv4() {
+                    IpAddr::V4(ME4)
+                } else {
+                    IpAddr::V6(ME6)
+                }
+            );
+            s.write_all(b"through shallow0").unwrap();
+            let mut buf = [0u8; 16];
+            s.read_exact(&mut buf).unwrap();
+            assert_eq!(&buf, b"through shallow0");
+        }
+    });
+}

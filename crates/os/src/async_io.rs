@@ -1,0 +1,238 @@
+//! Async sockets for tokio (cargo feature `tokio`): [`AsyncTcpStream`] implements tokio's
+//! `AsyncRead`/`AsyncWrite`, [`AsyncTcpListener`] accepts.
+//!
+//! They run on the same machinery as the blocking API, with no thread of their own: each
+//! poll makes one non-blocking attempt while owning the socket, and when it would block it
+//! stores the task's waker in the socket's slot *before* releasing the socket (the slot is
+//! guarded by the engine mutex), so the wake-up that makes the socket ready — drained from the
+//! engine by the I/O thread or by whichever thread releases the socket — always finds it.
+//! Readers are woken by `POLLIN`/`POLLRDHUP`/`POLLHUP`/`POLLERR` wake-ups, writers by
+//! `POLLOUT`/`POLLHUP`/`POLLERR` (so the write-space hysteresis of `TCP_NOTSENT_LOWAT`
+//! applies to async writers as it does to blocking ones).
+//!
+//! Any runtime works (the types only need a `Waker`); tokio is needed for the traits.
+
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use shallow_tcp::{msgflags, Errno, TcpInfo, TcpState};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::host::{self, errno, Host};
+use crate::net::{family_of, Sock, TcpListener, TcpStream};
+
+fn would_block<T>(r: io::Result<T>) -> Poll<io::Result<T>> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Poll::Pending,
+        r => Poll::Ready(r),
+    }
+}
+
+/// A TCP connection for async code: tokio's `AsyncRead` + `AsyncWrite`.
+#[derive(Debug)]
+pub struct AsyncTcpStream {
+    inner: TcpStream,
+}
+
+impl AsyncTcpStream {
+    /// Connects to `addr` (`ECONNREFUSED` on RST, `ETIMEDOUT` after the SYN retries).
+    pub async fn connect(host: &Host, addr: SocketAddr) -> io::Result<AsyncTcpStream> {
+        let sock = Sock::new(host, family_of(&addr))?;
+        let id = sock.id;
+        let sh = &host.shared;
+        {
+            let mut o = sh.own(id)?;
+            let now = o.now();
+            match o.stack().connect(now, id, addr) {
+                Ok(()) | Err(Errno::EINPROGRESS) => {}
+                Err(e) => return Err(errno(e)),
+            }
+        }
+        poll_fn(|cx| {
+            let mut o = sh.own(id)?;
+            if o.stack().state(id).map_err(errno)? == TcpState::SynSent {
+                if sh.stopped() {
+                    return Poll::Ready(Err(host::netdown()));
+                }
+                o.slot()?.write_waker = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            let now = o.now();
+            Poll::Ready(match o.stack().connect(now, id, addr) {
+                Ok(()) | Err(Errno::EISCONN) => Ok(()),
+                Err(e) => Err(errno(e)),
+            })
+        })
+        .await?;
+        Ok(AsyncTcpStream {
+            inner: TcpStream {
+                sock: Arc::new(sock),
+            },
+        })
+    }
+
+    /// Wraps a connected blocking stream (its blocking mode no longer matters: every async
+    /// call is non-blocking).
+    pub fn from_std(s: TcpStream) -> AsyncTcpStream {
+        AsyncTcpStream { inner: s }
+    }
+
+    /// The blocking stream, for socket options (`set_nodelay`, `set_notsent_lowat`, ...).
+    pub fn get_ref(&self) -> &TcpStream {
+        &self.inner
+    }
+
+    /// Unwraps the blocking stream.
+    pub fn into_std(self) -> TcpStream {
+        self.inner
+    }
+
+    /// The remote address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.peer_addr()
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// `TCP_INFO`.
+    pub fn tcp_info(&self) -> io::Result<TcpInfo> {
+        self.inner.tcp_info()
+    }
+
+    fn sock(&self) -> &Sock {
+        &self.inner.sock
+    }
+}
+
+impl AsyncRead for AsyncTcpStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let s = self.sock();
+        let dst = buf.initialize_unfilled();
+        let r = crate::net::recv_some(
+            &s.host.shared,
+            s.id,
+            dst,
+            msgflags::MSG_DONTWAIT,
+            Some(cx.waker()),
+        );
+        match would_block(r) {
+            Poll::Ready(Ok(n)) => {
+                buf.advance(n);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncWrite for AsyncTcpStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let s = self.sock();
+        would_block(crate::net::send_all(
+            &s.host.shared,
+            s.id,
+            buf,
+            msgflags::MSG_DONTWAIT | msgflags::MSG_NOSIGNAL,
+            Some(cx.waker()),
+        ))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    /// `shutdown(SHUT_WR)`: sends FIN after the queued data.
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.inner.shutdown(std::net::Shutdown::Write))
+    }
+}
+
+/// A listening socket for async code.
+#[derive(Debug)]
+pub struct AsyncTcpListener {
+    inner: TcpListener,
+}
+
+impl AsyncTcpListener {
+    /// Binds and listens as [`TcpListener::bind`] does.
+    pub fn bind(host: &Host, addr: SocketAddr) -> io::Result<AsyncTcpListener> {
+        Ok(AsyncTcpListener {
+            inner: TcpListener::bind(host, addr)?,
+        })
+    }
+
+    /// Wraps a blocking listener.
+    pub fn from_std(l: TcpListener) -> AsyncTcpListener {
+        AsyncTcpListener { inner: l }
+    }
+
+    /// The blocking listener.
+    pub fn get_ref(&self) -> &TcpListener {
+        &self.inner
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// Accepts a connection when one is established.
+    pub async fn accept(&self) -> io::Result<(AsyncTcpStream, SocketAddr)> {
+        poll_fn(|cx| self.poll_accept(cx)).await
+    }
+
+    /// Polls for a connection; registers `cx`'s waker when none waits.
+    pub fn poll_accept(
+        &self,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<(AsyncTcpStream, SocketAddr)>> {
+        let ls = &self.inner.sock;
+        let sh = &ls.host.shared;
+        let mut o = sh.own(ls.id)?;
+        match o.stack().accept(ls.id) {
+            Ok((c, peer)) => {
+                o.inner().add_slot(c);
+                drop(o);
+                let sock = Sock {
+                    host: ls.host.clone(),
+                    id: c,
+                };
+                Poll::Ready(Ok((
+                    AsyncTcpStream {
+                        inner: TcpStream {
+                            sock: Arc::new(sock),
+                        },
+                    },
+                    peer,
+                )))
+            }
+            Err(Errno::EAGAIN) => {
+                if sh.stopped() {
+                    return Poll::Ready(Err(host::netdown()));
+                }
+                o.slot()?.read_waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            Err(e) => Poll::Ready(Err(errno(e))),
+        }
+    }
+}

@@ -1,0 +1,790 @@
+//! netperf-style workloads between Shallow (over a TUN) and the Linux kernel's TCP, and the
+//! kernel's own baseline over a veth pair: what `shallow bench --substrate linux` runs.
+//!
+//! Every run builds its own world and removes it afterwards:
+//! - **Shallow ↔ Linux**: a fresh network namespace holding a TUN whose kernel side has the
+//!   peer's address (10.213.0.1, fd00:213::1); a [`Host`] runs the engine on the TUN
+//!   (10.213.0.2, fd00:213::2). The kernel's sockets live on threads of this process that
+//!   entered the namespace.
+//! - **Linux ↔ Linux**: two fresh namespaces joined by a veth pair (MTU 1500, the kernel's
+//!   default offloads), the same addresses, kernel sockets on both ends.
+//!
+//! Workloads ([`Workload`]): `TCP_STREAM` (the netperf side sends for the run time, then
+//! half-closes; the netserver side reads to EOF), `TCP_MAERTS` (the same, data the other way),
+//! and `TCP_RR` (the client sends `req_size` bytes and waits for `resp_size` back, one
+//! transaction at a time). [`Pair`] says who is who.
+//!
+//! CPU ([`CpuUsage`]) is measured for the whole run as this process's user and system time
+//! (`/proc/self/stat`: both endpoints are threads of this process in every pair, so the
+//! kernel's TCP work done in process context is in the system time), plus the kernel's
+//! softirq time of all CPUs (`/proc/stat`: the receive path of the TUN and veth runs there),
+//! plus, for Shallow, the I/O thread's own time (`/proc/self/task/*/stat`, threads named
+//! `shallow-io-*`). Clock ticks are `USER_HZ` = 100 per second, Linux's fixed user-space unit.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown as StdShutdown, SocketAddr};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant as StdInstant};
+
+use shallow_tcp::{Stack, TcpInfo};
+
+use crate::host::Host;
+use crate::net::{TcpListener, TcpStream};
+use crate::netns::{Netns, Peer};
+use crate::tun::{Offload, TunConfig};
+use crate::OsError;
+
+/// Linux's `USER_HZ`: the unit of the tick counts in `/proc/stat` and `/proc/PID/stat`.
+pub const USER_HZ: f64 = 100.0;
+
+/// The kernel peer's IPv4 address (the netserver side), as `shallow netns up` sets it.
+pub const KERNEL4: Ipv4Addr = Ipv4Addr::new(10, 213, 0, 1);
+/// The netperf side's IPv4 address (Shallow, or the second kernel namespace).
+pub const LOCAL4: Ipv4Addr = Ipv4Addr::new(10, 213, 0, 2);
+/// The kernel peer's IPv6 address.
+pub const KERNEL6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x213, 0, 0, 0, 0, 0, 1);
+/// The netperf side's IPv6 address.
+pub const LOCAL6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x213, 0, 0, 0, 0, 0, 2);
+
+/// The port the netserver side listens on.
+pub const PORT: u16 = 5001;
+
+/// A netperf workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// Bulk data from the netperf side to netserver.
+    Stream,
+    /// Bulk data from netserver to the netperf side.
+    Maerts,
+    /// Request/response transactions.
+    Rr,
+}
+
+impl Workload {
+    /// netperf's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Stream => "TCP_STREAM",
+            Workload::Maerts => "TCP_MAERTS",
+            Workload::Rr => "TCP_RR",
+        }
+    }
+}
+
+/// Who runs the netperf side and who runs netserver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pair {
+    /// netperf on Shallow (over the TUN), netserver on the kernel.
+    ShallowToLinux,
+    /// netperf on the kernel, netserver on Shallow (its listener).
+    LinuxToShallow,
+    /// Both on the kernel, in two namespaces joined by veth: the kernel's own baseline.
+    LinuxToLinux,
+}
+
+impl Pair {
+    /// `shallow->linux`, `linux->shallow`, `linux->linux`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Pair::ShallowToLinux => "shallow->linux",
+            Pair::LinuxToShallow => "linux->shallow",
+            Pair::LinuxToLinux => "linux->linux",
+        }
+    }
+}
+
+/// One run's settings.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// The workload.
+    pub workload: Workload,
+    /// How long the sender sends (stream) or the client transacts (RR).
+    pub duration: Duration,
+    /// Bytes per `send()` of a bulk sender (netperf `-m`).
+    pub msg_size: usize,
+    /// Bytes per `recv()` of a bulk receiver (netperf `-M`).
+    pub recv_size: usize,
+    /// TCP_RR request size.
+    pub req_size: usize,
+    /// TCP_RR response size.
+    pub resp_size: usize,
+    /// TCP_NODELAY on both ends.
+    pub nodelay: bool,
+    /// Use IPv6 instead of IPv4.
+    pub ipv6: bool,
+    /// Sysctls of the Shallow engine (Linux names).
+    pub sysctls: Vec<(String, String)>,
+    /// Offloads asked of the TUN.
+    pub offload: Offload,
+    /// Seed of the Shallow engine (ISNs, ports).
+    pub seed: u64,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        BenchConfig {
+            workload: Workload::Stream,
+            duration: Duration::from_secs(5),
+            msg_size: 64 * 1024,
+            recv_size: 128 * 1024,
+            req_size: 1,
+            resp_size: 1,
+            nodelay: false,
+            ipv6: false,
+            sysctls: Vec::new(),
+            offload: Offload::DEFAULT,
+            seed: 1,
+        }
+    }
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Setting up the namespaces, TUN or host failed.
+    #[error(transparent)]
+    Os(#[from] OsError),
+    /// A socket call of the workload failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was attempted.
+        what: String,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// A sysctl was refused by the engine.
+    #[error("sysctl {0}")]
+    Sysctl(String),
+    /// A workload thread panicked.
+    #[error("{0} thread panicked")]
+    Panicked(&'static str),
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> BenchError {
+    let what = what.into();
+    move |source| BenchError::Io { what, source }
+}
+
+/// CPU time over a run (see the module docs for what is measured).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuUsage {
+    /// User time of this process, seconds.
+    pub user_s: f64,
+    /// System time of this process, seconds.
+    pub sys_s: f64,
+    /// Softirq time of all CPUs, seconds.
+    pub softirq_s: f64,
+    /// User + system time of Shallow's I/O threads (`shallow-io-*`), seconds.
+    pub io_thread_s: f64,
+}
+
+impl CpuUsage {
+    /// `user + sys + softirq`.
+    pub fn total_s(&self) -> f64 {
+        self.user_s + self.sys_s + self.softirq_s
+    }
+}
+
+/// A snapshot of the CPU counters.
+#[derive(Clone, Copy, Debug, Default)]
+struct CpuSnap {
+    user: u64,
+    sys: u64,
+    softirq: u64,
+    io: u64,
+}
+
+/// Fields 14 and 15 (utime, stime) of a `/proc/.../stat` line; the command name (field 2)
+/// is in parentheses and may hold spaces, so the fields are counted after the last `)`.
+fn stat_times(line: &str) -> Option<(String, u64, u64)> {
+    let open = line.find('(')?;
+    let close = line.rfind(')')?;
+    let name = line.get(open + 1..close)?.to_string();
+    let rest: Vec<&str> = line.get(close + 1..)?.split_whitespace().collect();
+    // rest[0] is field 3 (state): utime is field 14 → rest[11].
+    let u = rest.get(11)?.parse().ok()?;
+    let s = rest.get(12)?.parse().ok()?;
+    Some((name, u, s))
+}
+
+fn snap() -> CpuSnap {
+    let mut c = CpuSnap::default();
+    if let Some((_, u, s)) = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .as_deref()
+        .and_then(stat_times)
+    {
+        c.user = u;
+        c.sys = s;
+    }
+    if let Ok(stat) = std::fs::read_to_string("/proc/stat") {
+        // "cpu  user nice system idle iowait irq softirq ...": softirq is the 7th number.
+        if let Some(l) = stat.lines().find(|l| l.starts_with("cpu ")) {
+            c.softirq = l
+                .split_whitespace()
+                .nth(7)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+        }
+    }
+    if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
+        for t in dir.flatten() {
+            let Ok(line) = std::fs::read_to_string(t.path().join("stat")) else {
+                continue;
+            };
+            if let Some((name, u, s)) = stat_times(&line) {
+                // The kernel truncates thread names to 15 bytes.
+                if name.starts_with("shallow-io") {
+                    c.io += u + s;
+                }
+            }
+        }
+    }
+    c
+}
+
+fn cpu_since(a: CpuSnap) -> CpuUsage {
+    let b = snap();
+    let s = |x: u64, y: u64| y.saturating_sub(x) as f64 / USER_HZ;
+    CpuUsage {
+        user_s: s(a.user, b.user),
+        sys_s: s(a.sys, b.sys),
+        softirq_s: s(a.softirq, b.softirq),
+        // Threads that exited during the run are not counted; the I/O thread lives throughout.
+        io_thread_s: s(a.io, b.io),
+    }
+}
+
+/// The result of one run.
+#[derive(Clone, Debug)]
+pub struct BenchResult {
+    /// The pair measured.
+    pub pair: Pair,
+    /// The workload.
+    pub workload: Workload,
+    /// Seconds from the first send to the receiver's EOF (stream), or of the transactions (RR).
+    pub duration_s: f64,
+    /// Bytes the data sender wrote (RR: requests and responses of the client).
+    pub bytes_written: u64,
+    /// Bytes the data receiver read.
+    pub bytes_read: u64,
+    /// `send()` calls of the data sender.
+    pub send_calls: u64,
+    /// `recv()` calls of the data receiver.
+    pub recv_calls: u64,
+    /// RR transactions completed.
+    pub transactions: u64,
+    /// Every RR transaction's latency, nanoseconds, sorted.
+    pub latencies_ns: Vec<u64>,
+    /// CPU over the run.
+    pub cpu: CpuUsage,
+    /// Shallow's socket at the end (None for Linux ↔ Linux).
+    pub tcp_info: Option<TcpInfo>,
+    /// Smoothed RTT samples of Shallow's socket (microseconds, every 10 ms), sorted.
+    pub rtt_us: Vec<u32>,
+    /// Shallow's MIB counters that changed during the run, with their deltas.
+    pub counters: Vec<(String, u64)>,
+    /// Offloads the TUN granted (None for Linux ↔ Linux).
+    pub offload: Option<Offload>,
+}
+
+impl BenchResult {
+    /// Bytes read per second, in bits.
+    pub fn goodput_bps(&self) -> f64 {
+        self.bytes_read as f64 * 8.0 / self.duration_s.max(1e-9)
+    }
+
+    /// The `q` quantile (0..=1) of the RR latencies, microseconds.
+    pub fn latency_us(&self, q: f64) -> Option<f64> {
+        quantile(&self.latencies_ns, q).map(|v| v as f64 / 1000.0)
+    }
+
+    /// CPU seconds per 10^9 bytes moved (read), or None without data.
+    pub fn cpu_s_per_gb(&self) -> Option<f64> {
+        (self.bytes_read > 0).then(|| self.cpu.total_s() / (self.bytes_read as f64 / 1e9))
+    }
+}
+
+/// The `q` quantile of sorted values (nearest rank).
+pub fn quantile<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (q.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
+    sorted
+        .get(rank.saturating_sub(1).min(sorted.len() - 1))
+        .copied()
+}
+
+/// What a workload thread counted.
+#[derive(Debug, Default)]
+struct Side {
+    written: u64,
+    read: u64,
+    send_calls: u64,
+    recv_calls: u64,
+    transactions: u64,
+    latencies: Vec<u64>,
+    started: Option<StdInstant>,
+    ended: Option<StdInstant>,
+}
+
+/// The data-sending end of a stream: `msg`-byte writes until `duration` has passed, then a
+/// half-close.
+fn stream_send(
+    w: &mut impl Write,
+    msg: usize,
+    duration: Duration,
+    shut: impl FnOnce() -> io::Result<()>,
+) -> io::Result<Side> {
+    let buf = vec![0x5au8; msg];
+    let mut side = Side::default();
+    let t0 = StdInstant::now();
+    side.started = Some(t0);
+    let deadline = t0 + duration;
+    while StdInstant::now() < deadline {
+        w.write_all(&buf)?;
+        side.written += msg as u64;
+        side.send_calls += 1;
+    }
+    shut()?;
+    side.ended = Some(StdInstant::now());
+    Ok(side)
+}
+
+/// The data-receiving end: reads until EOF.
+fn stream_recv(r: &mut impl Read, size: usize) -> io::Result<Side> {
+    let mut buf = vec![0u8; size];
+    let mut side = Side::default();
+    loop {
+        let n = r.read(&mut buf)?;
+        side.recv_calls += 1;
+        if n == 0 {
+            side.ended = Some(StdInstant::now());
+            return Ok(side);
+        }
+        if side.started.is_none() {
+            side.started = Some(StdInstant::now());
+        }
+        side.read += n as u64;
+    }
+}
+
+/// An RR client: transactions until `duration` has passed, then a half-close and EOF.
+fn rr_client(
+    s: &mut (impl Read + Write),
+    req: usize,
+    resp: usize,
+    duration: Duration,
+) -> io::Result<Side> {
+    let out = vec![1u8; req];
+    let mut inb = vec![0u8; resp];
+    let mut side = Side::default();
+    let t0 = StdInstant::now();
+    side.started = Some(t0);
+    let deadline = t0 + duration;
+    loop {
+        let t = StdInstant::now();
+        if t >= deadline {
+            break;
+        }
+        s.write_all(&out)?;
+        s.read_exact(&mut inb)?;
+        side.latencies.push(t.elapsed().as_nanos() as u64);
+        side.transactions += 1;
+        side.written += req as u64;
+        side.read += resp as u64;
+        side.send_calls += 1;
+        side.recv_calls += 1;
+    }
+    side.ended = Some(StdInstant::now());
+    side.latencies.sort_unstable();
+    Ok(side)
+}
+
+/// An RR server: answers `req`-byte requests with `resp` bytes until EOF.
+fn rr_server(s: &mut (impl Read + Write), req: usize, resp: usize) -> io::Result<Side> {
+    let mut inb = vec![0u8; req];
+    let out = vec![2u8; resp];
+    let mut side = Side::default();
+    loop {
+        match s.read_exact(&mut inb) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(side),
+            Err(e) => return Err(e),
+        }
+        s.write_all(&out)?;
+        side.transactions += 1;
+    }
+}
+
+fn addrs(ipv6: bool) -> (IpAddr, IpAddr) {
+    if ipv6 {
+        (IpAddr::V6(LOCAL6), IpAddr::V6(KERNEL6))
+    } else {
+        (IpAddr::V4(LOCAL4), IpAddr::V4(KERNEL4))
+    }
+}
+
+/// Runs `f` on a new thread inside the namespace `ns`.
+fn in_netns<R: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> R + Send + 'static,
+) -> Result<JoinHandle<Result<R, OsError>>, OsError> {
+    let ns = Netns::open(ns)?;
+    Ok(std::thread::spawn(move || ns.run(f)))
+}
+
+fn join<R>(h: JoinHandle<Result<R, OsError>>, what: &'static str) -> Result<R, BenchError> {
+    h.join()
+        .map_err(|_| BenchError::Panicked(what))?
+        .map_err(BenchError::from)
+}
+
+/// The kernel's side of a netserver: binds in `ns` and serves one connection on a thread.
+fn kernel_server(
+    ns: &Netns,
+    cfg: &BenchConfig,
+    addr: SocketAddr,
+) -> Result<JoinHandle<Result<io::Result<Side>, OsError>>, BenchError> {
+    let l = ns
+        .run(move || std::net::TcpListener::bind(addr))?
+        .map_err(io_err(format!("kernel bind {addr}")))?;
+    let cfg = cfg.clone();
+    Ok(std::thread::spawn(move || {
+        Ok((|| {
+            let (mut s, _) = l.accept()?;
+            s.set_nodelay(cfg.nodelay)?;
+            match cfg.workload {
+                Workload::Stream => stream_recv(&mut s, cfg.recv_size),
+                Workload::Maerts => {
+                    let t = s.try_clone()?;
+                    stream_send(&mut s, cfg.msg_size, cfg.duration, move || {
+                        t.shutdown(StdShutdown::Write)
+                    })
+                }
+                Workload::Rr => rr_server(&mut s, cfg.req_size, cfg.resp_size),
+            }
+        })())
+    }))
+}
+
+/// The kernel's side of netperf in `ns`: connects to `addr` and runs the client's part.
+fn kernel_client(
+    ns: &Netns,
+    cfg: &BenchConfig,
+    addr: SocketAddr,
+) -> Result<JoinHandle<Result<io::Result<Side>, OsError>>, BenchError> {
+    let cfg = cfg.clone();
+    Ok(in_netns(ns.name(), move || {
+        let mut s = connect_retry(|| std::net::TcpStream::connect(addr))?;
+        s.set_nodelay(cfg.nodelay)?;
+        match cfg.workload {
+            Workload::Stream => {
+                let t = s.try_clone()?;
+                stream_send(&mut s, cfg.msg_size, cfg.duration, move || {
+                    t.shutdown(StdShutdown::Write)
+                })
+            }
+            Workload::Maerts => stream_recv(&mut s, cfg.recv_size),
+            Workload::Rr => {
+                let side = rr_client(&mut s, cfg.req_size, cfg.resp_size, cfg.duration)?;
+                s.shutdown(StdShutdown::Write)?;
+                Ok(side)
+            }
+        }
+    })?)
+}
+
+/// Retries `f` while it fails with ECONNREFUSED (the listener is not up yet), up to 5 s.
+fn connect_retry<S>(mut f: impl FnMut() -> io::Result<S>) -> io::Result<S> {
+    let mut tries = 0;
+    loop {
+        match f() {
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Combines the two sides' counts into a result (the data sender's and receiver's view).
+fn result_of(
+    pair: Pair,
+    cfg: &BenchConfig,
+    netperf: Side,
+    netserver: Side,
+    cpu: CpuUsage,
+) -> BenchResult {
+    let (sender, receiver) = match cfg.workload {
+        Workload::Stream => (&netperf, &netserver),
+        Workload::Maerts => (&netserver, &netperf),
+        Workload::Rr => (&netperf, &netperf),
+    };
+    let duration_s = match cfg.workload {
+        Workload::Rr => match (netperf.started, netperf.ended) {
+            (Some(a), Some(b)) => (b - a).as_secs_f64(),
+            _ => 0.0,
+        },
+        // From the sender's first write to the receiver's EOF.
+        _ => match (sender.started, receiver.ended) {
+            (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
+            _ => 0.0,
+        },
+    };
+    BenchResult {
+        pair,
+        workload: cfg.workload,
+        duration_s,
+        bytes_written: sender.written,
+        bytes_read: receiver.read,
+        send_calls: sender.send_calls,
+        recv_calls: receiver.recv_calls,
+        transactions: netperf.transactions,
+        latencies_ns: netperf.latencies.clone(),
+        cpu,
+        tcp_info: None,
+        rtt_us: Vec::new(),
+        counters: Vec::new(),
+        offload: None,
+    }
+}
+
+/// Runs one workload for one pair.
+pub fn run(cfg: &BenchConfig, pair: Pair) -> Result<BenchResult, BenchError> {
+    match pair {
+        Pair::LinuxToLinux => run_veth(cfg),
+        Pair::ShallowToLinux | Pair::LinuxToShallow => run_shallow(cfg, pair),
+    }
+}
+
+/// Linux ↔ Linux over veth: netserver in namespace `A` (10.213.0.1 on `v1`), netperf in `B`
+/// (10.213.0.2 on `v0`).
+fn run_veth(cfg: &BenchConfig) -> Result<BenchResult, BenchError> {
+    let a = Netns::unique("shbench-srv")?;
+    let b = Netns::unique("shbench-cli")?;
+    b.ip(&[
+        "link",
+        "add",
+        "v0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "v1",
+        "netns",
+        a.name(),
+    ])?;
+    let (local, kernel) = addrs(cfg.ipv6);
+    for (ns, dev, ip) in [(&b, "v0", local), (&a, "v1", kernel)] {
+        ns.ip(&["link", "set", "lo", "up"])?;
+        match ip {
+            IpAddr::V4(v4) => ns.ip(&["addr", "add", &format!("{v4}/24"), "dev", dev])?,
+            IpAddr::V6(v6) => ns.ip(&[
+                "-6",
+                "addr",
+                "add",
+                &format!("{v6}/64"),
+                "dev",
+                dev,
+                "nodad",
+            ])?,
+        };
+        ns.ip(&["link", "set", "dev", dev, "up"])?;
+    }
+    let addr = SocketAddr::new(kernel, PORT);
+    let cpu0 = snap();
+    let server = kernel_server(&a, cfg, addr)?;
+    let client = kernel_client(&b, cfg, addr)?;
+    let netperf = join(client, "netperf")?.map_err(io_err("netperf (kernel)"))?;
+    let netserver = join(server, "netserver")?.map_err(io_err("netserver (kernel)"))?;
+    let cpu = cpu_since(cpu0);
+    Ok(result_of(Pair::LinuxToLinux, cfg, netperf, netserver, cpu))
+}
+
+/// A namespace with the kernel peer on a TUN and a Shallow host on it (removed on drop:
+/// the host first, then the namespace).
+struct ShallowWorld {
+    host: Host,
+    ns: Netns,
+    offload: Offload,
+}
+
+fn shallow_world(cfg: &BenchConfig) -> Result<ShallowWorld, BenchError> {
+    let ns = Netns::unique("shbench")?;
+    let mut tc = TunConfig::new("sh0");
+    tc.offload = cfg.offload;
+    let tun = ns.open_tun(&tc)?.pop().ok_or_else(|| OsError::NoSuchTun {
+        name: "sh0".into(),
+        netns: Some(ns.name().into()),
+    })?;
+    let peer = Peer {
+        netns: ns.name().into(),
+        tun: "sh0".into(),
+        ..Peer::default()
+    };
+    peer.configure(&ns)?;
+    let offload = tun.offload();
+    let mut stack = Stack::new(cfg.seed);
+    stack.add_address(IpAddr::V4(LOCAL4));
+    stack.add_address(IpAddr::V6(LOCAL6));
+    for (k, v) in &cfg.sysctls {
+        stack
+            .sysctl_set(k, v)
+            .map_err(|e| BenchError::Sysctl(format!("{k}={v}: {e}")))?;
+    }
+    let host = Host::start(stack, tun).map_err(io_err("start the I/O thread"))?;
+    Ok(ShallowWorld { host, ns, offload })
+}
+
+fn counters_snapshot(host: &Host) -> Vec<(String, u64)> {
+    host.with_stack(|st, _| {
+        st.counters()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    })
+}
+
+/// Shallow ↔ Linux over the TUN.
+fn run_shallow(cfg: &BenchConfig, pair: Pair) -> Result<BenchResult, BenchError> {
+    let w = shallow_world(cfg)?;
+    let (local, kernel) = addrs(cfg.ipv6);
+    let before = counters_snapshot(&w.host);
+    let cpu0 = snap();
+    let (netperf, netserver, stream, rtts) = match pair {
+        Pair::ShallowToLinux => {
+            let addr = SocketAddr::new(kernel, PORT);
+            let server = kernel_server(&w.ns, cfg, addr)?;
+            let s =
+                connect_retry(|| TcpStream::connect_timeout(&w.host, addr, Duration::from_secs(5)))
+                    .map_err(io_err(format!("connect {addr}")))?;
+            s.set_nodelay(cfg.nodelay).map_err(io_err("TCP_NODELAY"))?;
+            let (side, rtts) = shallow_side(&s, cfg, true).map_err(io_err("netperf (Shallow)"))?;
+            let netserver = join(server, "netserver")?.map_err(io_err("netserver (kernel)"))?;
+            (side, netserver, s, rtts)
+        }
+        Pair::LinuxToShallow => {
+            let addr = SocketAddr::new(local, PORT);
+            let l = TcpListener::bind(&w.host, addr).map_err(io_err(format!("bind {addr}")))?;
+            let client = kernel_client(&w.ns, cfg, addr)?;
+            let (s, _) = l.accept().map_err(io_err("accept"))?;
+            s.set_nodelay(cfg.nodelay).map_err(io_err("TCP_NODELAY"))?;
+            let (side, rtts) =
+                shallow_side(&s, cfg, false).map_err(io_err("netserver (Shallow)"))?;
+            let netperf = join(client, "netperf")?.map_err(io_err("netperf (kernel)"))?;
+            (netperf, side, s, rtts)
+        }
+        Pair::LinuxToLinux => return run_veth(cfg),
+    };
+    let cpu = cpu_since(cpu0);
+    let mut r = result_of(pair, cfg, netperf, netserver, cpu);
+    r.offload = Some(w.offload);
+    r.tcp_info = stream.tcp_info().ok();
+    r.rtt_us = rtts;
+    let after = counters_snapshot(&w.host);
+    r.counters = after
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let b = before.iter().find(|(bk, _)| *bk == k).map_or(0, |x| x.1);
+            (v > b).then(|| (k, v - b))
+        })
+        .collect();
+    Ok(r)
+}
+
+/// Shallow's side of a workload (`netperf`: the connecting side), with a sampler of the
+/// socket's smoothed RTT every 10 ms while Shallow sends data.
+fn shallow_side(s: &TcpStream, cfg: &BenchConfig, netperf: bool) -> io::Result<(Side, Vec<u32>)> {
+    let sends = matches!(
+        (cfg.workload, netperf),
+        (Workload::Stream, true) | (Workload::Maerts, false) | (Workload::Rr, _)
+    );
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let sampler = scope.spawn(|| {
+            let mut v = Vec::new();
+            while sends && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(10));
+                if let Ok(i) = s.tcp_info() {
+                    if i.rtt > 0 {
+                        v.push(i.rtt);
+                    }
+                }
+            }
+            v.sort_unstable();
+            v
+        });
+        let mut rw = s;
+        let side = match (cfg.workload, netperf) {
+            (Workload::Stream, true) | (Workload::Maerts, false) => {
+                stream_send(&mut rw, cfg.msg_size, cfg.duration, || {
+                    s.shutdown(StdShutdown::Write)
+                })
+                .and_then(|side| {
+                    // Until the kernel closes too: the whole stream has been read.
+                    let mut b = [0u8; 1];
+                    while (&mut rw).read(&mut b)? > 0 {}
+                    Ok(side)
+                })
+            }
+            (Workload::Stream, false) | (Workload::Maerts, true) => {
+                stream_recv(&mut rw, cfg.recv_size)
+            }
+            (Workload::Rr, true) => rr_client(&mut rw, cfg.req_size, cfg.resp_size, cfg.duration)
+                .and_then(|side| {
+                    s.shutdown(StdShutdown::Write)?;
+                    Ok(side)
+                }),
+            (Workload::Rr, false) => rr_server(&mut rw, cfg.req_size, cfg.resp_size),
+        };
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let rtts = sampler.join().unwrap_or_default();
+        side.map(|sd| (sd, rtts))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_fields() {
+        // A thread name with spaces and parentheses must not shift the fields.
+        let line = "123 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 250 75 0 0 20 0 1 0";
+        assert_eq!(stat_times(line), Some(("a (b) c".into(), 250, 75)));
+        assert_eq!(stat_times("garbage"), None);
+    }
+
+    #[test]
+    fn nearest_rank_quantiles() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(quantile(&v, 0.5), Some(50));
+        assert_eq!(quantile(&v, 0.99), Some(99));
+        assert_eq!(quantile(&v, 1.0), Some(100));
+        assert_eq!(quantile(&v, 0.0), Some(1));
+        assert_eq!(quantile::<u64>(&[], 0.5), None);
+    }
+
+    /// The process CPU counters are found and parsed: spinning makes them advance.
+    #[test]
+    fn cpu_counters_advance() {
+        let a = snap();
+        let t = StdInstant::now();
+        let mut x = 0u64;
+        let mut c = CpuUsage::default();
+        while c.user_s + c.sys_s == 0.0 && t.elapsed() < Duration::from_secs(5) {
+            for _ in 0..1_000_000 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+            }
+            c = cpu_since(a);
+        }
+        assert!(
+            c.user_s + c.sys_s > 0.0,
+            "no CPU time seen in /proc/self/stat"
+        );
+    }
+}
