@@ -1,6 +1,8 @@
 //! `shallow bench`: netperf-style workloads between two emulated hosts running the engine,
-//! in virtual time (deterministic for a given `--seed`). Argument parsing and output only;
-//! the emulation is `shallow_sim::bench`.
+//! in virtual time (deterministic for a given `--seed`), or, with `--substrate linux`, between
+//! Shallow on a TUN device and the Linux kernel's TCP in a network namespace (real time), with
+//! `--side-by-side` measuring Shallow against the kernel's own veth baseline in one run.
+//! Argument parsing and output only; the work is `shallow_sim::bench` and `shallow_os::bench`.
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -55,9 +57,50 @@ fn cost_arg(s: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Where the workload runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Substrate {
+    /// Two emulated hosts in virtual time (deterministic).
+    #[default]
+    Emulator,
+    /// Shallow on a TUN device against the Linux kernel's TCP in a network namespace (real
+    /// time; needs root). Supports TCP_STREAM, TCP_MAERTS and TCP_RR, one flow.
+    Linux,
+}
+
+/// Who runs netperf and who runs netserver with `--substrate linux`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum PairArg {
+    /// netperf on Shallow, netserver on the kernel.
+    #[default]
+    #[value(name = "shallow-linux")]
+    ShallowLinux,
+    /// netperf on the kernel, netserver on Shallow.
+    #[value(name = "linux-shallow")]
+    LinuxShallow,
+    /// Both on the kernel, over a veth pair between two namespaces (the baseline).
+    #[value(name = "linux-linux")]
+    LinuxLinux,
+}
+
 /// Options of `shallow bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
+    /// `emulator` (virtual time) or `linux` (Shallow over a TUN against the kernel's TCP in a
+    /// network namespace; root).
+    #[arg(long, value_enum, default_value_t = Substrate::Emulator)]
+    substrate: Substrate,
+    /// With `--substrate linux`: netperf side and netserver side.
+    #[arg(long, value_enum, default_value_t = PairArg::ShallowLinux)]
+    pair: PairArg,
+    /// With `--substrate linux`: in one run, measure shallow->linux, linux->shallow and
+    /// linux->linux (the kernel over veth) for one-flow TCP_STREAM throughput, TCP_RR latency
+    /// and CPU per GB, and print the ratios to the kernel's baseline.
+    #[arg(long)]
+    side_by_side: bool,
+    /// With `--substrate linux`: use IPv6 (fd00:213::/64) instead of IPv4.
+    #[arg(long)]
+    ipv6: bool,
     /// Workload: TCP_STREAM (data from this side to netserver), TCP_RR (request/response
     /// latency), TCP_MAERTS (data from netserver to this side), BULK (a byte count per flow,
     /// SHA-256 checked at the receiver).
@@ -67,7 +110,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10000))]
     flows: u32,
     /// Virtual run time, with a unit: 10s, 500ms (default 10s; with --bytes an upper bound,
-    /// default 600s: the run ends when every flow has delivered its bytes).
+    /// default 600s: the run ends when every flow has delivered its bytes). With
+    /// `--substrate linux`: real time of each run, default 5s.
     #[arg(long, value_parser = time_arg)]
     duration: Option<Time>,
     /// Bytes per flow: 1g, 64m, 1500 (k/m/g are powers of 1024). Required by BULK; with
@@ -160,6 +204,12 @@ fn usage_error(msg: impl std::fmt::Display) -> ! {
 
 /// Run `shallow bench`.
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    if args.substrate == Substrate::Linux {
+        return linux::run(args);
+    }
+    if args.side_by_side {
+        usage_error("--side-by-side needs --substrate linux");
+    }
     let mut costs = CostTable::default();
     for c in &args.costs {
         if let Err(e) = costs.set(c) {
@@ -408,5 +458,436 @@ fn print_text(r: &BenchReport) {
             c.utilization * 100.0,
             c.softirq_s
         );
+    }
+}
+
+/// `--substrate linux`: the workloads of `shallow_os::bench`, reported in the emulator's JSON
+/// shape where a field applies (fields with no real-substrate counterpart stay 0 or null).
+mod linux {
+    use super::*;
+    use shallow_os::bench::{self as ob, BenchResult, Pair, Workload};
+    use std::time::Duration;
+
+    /// Options that only the emulator has: rejected with `--substrate linux`.
+    fn check(args: &BenchArgs) {
+        let mut bad: Vec<&str> = Vec::new();
+        if args.flows != 1 {
+            bad.push("--flows");
+        }
+        if args.bytes.is_some() {
+            bad.push("--bytes");
+        }
+        if args.probe {
+            bad.push("--probe");
+        }
+        if args.pcap.is_some() {
+            bad.push("--pcap");
+        }
+        if args.link != LinkSpec::default() {
+            bad.push("--link");
+        }
+        if args.reverse_link.is_some() {
+            bad.push("--reverse-link");
+        }
+        if args.qdisc != QdiscSpec::default() {
+            bad.push("--qdisc");
+        }
+        if args.nic_rate.is_some() {
+            bad.push("--nic-rate");
+        }
+        if args.writer != Writer::Blocking {
+            bad.push("--writer");
+        }
+        if !args.costs.is_empty() {
+            bad.push("--cost");
+        }
+        if args.sysctls.iter().any(|s| s.0) {
+            bad.push("--sysctl rx:");
+        }
+        if !bad.is_empty() {
+            usage_error(format!(
+                "{} apply to the emulator only, not to --substrate linux",
+                bad.join(", ")
+            ));
+        }
+        if args.test == Test::Bulk {
+            usage_error("--substrate linux runs TCP_STREAM, TCP_MAERTS and TCP_RR (not BULK)");
+        }
+    }
+
+    fn config(args: &BenchArgs, workload: Workload) -> ob::BenchConfig {
+        ob::BenchConfig {
+            workload,
+            duration: Duration::from_nanos(args.duration.map_or(5_000_000_000, |d| d.as_nanos())),
+            msg_size: args.msg_size,
+            recv_size: args.recv_size,
+            req_size: args.req_size,
+            resp_size: args.resp_size,
+            nodelay: args.nodelay,
+            ipv6: args.ipv6,
+            sysctls: args
+                .sysctls
+                .iter()
+                .filter(|s| !s.0)
+                .map(|s| (s.1.clone(), s.2.clone()))
+                .collect(),
+            seed: args.seed,
+            ..ob::BenchConfig::default()
+        }
+    }
+
+    fn workload_of(t: Test) -> Workload {
+        match t {
+            Test::Maerts => Workload::Maerts,
+            Test::Rr => Workload::Rr,
+            _ => Workload::Stream,
+        }
+    }
+
+    fn pair_of(p: PairArg) -> Pair {
+        match p {
+            PairArg::ShallowLinux => Pair::ShallowToLinux,
+            PairArg::LinuxShallow => Pair::LinuxToShallow,
+            PairArg::LinuxLinux => Pair::LinuxToLinux,
+        }
+    }
+
+    fn run_one(cfg: &ob::BenchConfig, pair: Pair) -> anyhow::Result<BenchResult> {
+        ob::run(cfg, pair).map_err(|e| match e {
+            ob::BenchError::Sysctl(m) => usage_error(format!("--sysctl {m}")),
+            e => anyhow::Error::new(e).context(format!("{} {}", cfg.workload.name(), pair.label())),
+        })
+    }
+
+    /// Runs `shallow bench --substrate linux`.
+    pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+        check(args);
+        if args.side_by_side {
+            return side_by_side(args);
+        }
+        let cfg = config(args, workload_of(args.test));
+        let r = run_one(&cfg, pair_of(args.pair))?;
+        if args.json {
+            println!("{}", serde_json::to_string(&json_of_linux(args, &cfg, &r))?);
+        } else {
+            print_linux(&r);
+        }
+        Ok(())
+    }
+
+    /// The emulator's per-flow metrics, filled from a real run.
+    pub(super) fn metrics(r: &BenchResult) -> FlowMetrics {
+        let kind = match r.workload {
+            Workload::Stream => "stream",
+            Workload::Maerts => "maerts",
+            Workload::Rr => "rr",
+        };
+        let secs = r.duration_s.max(1e-9);
+        let mut m = FlowMetrics {
+            flow: Some(0),
+            kind: kind.into(),
+            bytes_written: r.bytes_written,
+            bytes_read: r.bytes_read,
+            goodput_bps: r.goodput_bps(),
+            send_calls: r.send_calls,
+            recv_calls: r.recv_calls,
+            bytes_per_send_call: if r.send_calls > 0 {
+                r.bytes_written as f64 / r.send_calls as f64
+            } else {
+                0.0
+            },
+            transactions: r.transactions,
+            transactions_per_s: r.transactions as f64 / secs,
+            latency_p50_us: r.latency_us(0.5),
+            latency_p90_us: r.latency_us(0.9),
+            latency_p99_us: r.latency_us(0.99),
+            latency_max_us: r.latency_us(1.0),
+            rtt_samples: r.rtt_us.len() as u64,
+            rtt_p50_us: ob::quantile(&r.rtt_us, 0.5).map(f64::from),
+            rtt_p99_us: ob::quantile(&r.rtt_us, 0.99).map(f64::from),
+            ..FlowMetrics::default()
+        };
+        // Shallow's socket, when Shallow sent the data (tcpi_* of the sender).
+        if let Some(i) = &r.tcp_info {
+            let shallow_sends = matches!(
+                (r.pair, r.workload),
+                (Pair::ShallowToLinux, Workload::Stream | Workload::Rr)
+                    | (Pair::LinuxToShallow, Workload::Maerts)
+            );
+            if shallow_sends {
+                m.throughput_bps = i.bytes_sent as f64 * 8.0 / secs;
+                m.retransmits = u64::from(i.total_retrans);
+                m.retransmitted_bytes = i.bytes_retrans;
+                m.segments_sent = u64::from(i.data_segs_out);
+                m.mean_segment_bytes = if i.data_segs_out > 0 {
+                    i.bytes_sent as f64 / f64::from(i.data_segs_out)
+                } else {
+                    0.0
+                };
+            } else {
+                m.acks_sent = u64::from(i.segs_out);
+                m.data_segments_received = u64::from(i.data_segs_in);
+                m.acks_per_data_segment =
+                    (i.data_segs_in > 0).then(|| f64::from(i.segs_out) / f64::from(i.data_segs_in));
+            }
+        }
+        if m.throughput_bps == 0.0 {
+            m.throughput_bps = r.bytes_written as f64 * 8.0 / secs;
+        }
+        m
+    }
+
+    fn cpu_json(r: &BenchResult) -> Value {
+        json!({
+            "user_s": r.cpu.user_s,
+            "sys_s": r.cpu.sys_s,
+            "softirq_s": r.cpu.softirq_s,
+            "io_thread_s": r.cpu.io_thread_s,
+            "total_s": r.cpu.total_s(),
+            "cpu_s_per_gb": r.cpu_s_per_gb(),
+            "measured": "user+sys of this process (/proc/self/stat: both endpoints are its threads) + softirq of all CPUs (/proc/stat); io_thread_s: threads shallow-io-*",
+        })
+    }
+
+    pub(super) fn report_json(r: &BenchResult) -> Value {
+        let m = metrics(r);
+        let mut total = serde_json::to_value(FlowMetrics {
+            flow: None,
+            kind: "total".into(),
+            ..m.clone()
+        })
+        .unwrap_or(Value::Null);
+        if let Value::Object(t) = &mut total {
+            t.insert("cpu".into(), cpu_json(r));
+        }
+        let counters: serde_json::Map<String, Value> = r
+            .counters
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect();
+        json!({
+            "pair": r.pair.label(),
+            "test": r.workload.name(),
+            "duration_s": r.duration_s,
+            "offloads": r.offload.map(|o| o.to_string()),
+            "total": total,
+            "flows": [serde_json::to_value(&m).unwrap_or(Value::Null)],
+            "counters": counters,
+        })
+    }
+
+    fn json_of_linux(args: &BenchArgs, cfg: &ob::BenchConfig, r: &BenchResult) -> Value {
+        let mut v = report_json(r);
+        if let Value::Object(o) = &mut v {
+            o.insert("config".into(), config_json(args, cfg));
+            o.insert("seed".into(), json!(args.seed));
+            o.insert("rx_counters".into(), json!({}));
+            o.insert("verified".into(), Value::Null);
+        }
+        v
+    }
+
+    fn config_json(args: &BenchArgs, cfg: &ob::BenchConfig) -> Value {
+        json!({
+            "substrate": "linux",
+            "test": cfg.workload.name(),
+            "pair": pair_of(args.pair).label(),
+            "flows": 1,
+            "duration_s": cfg.duration.as_secs_f64(),
+            "msg_size_bytes": cfg.msg_size,
+            "recv_size_bytes": cfg.recv_size,
+            "req_size_bytes": cfg.req_size,
+            "resp_size_bytes": cfg.resp_size,
+            "nodelay": cfg.nodelay,
+            "ipv6": cfg.ipv6,
+            "sysctls": cfg.sysctls.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+        })
+    }
+
+    fn print_linux(r: &BenchResult) {
+        println!(
+            "{} {} over {:.3} s (real time){}",
+            r.workload.name(),
+            r.pair.label(),
+            r.duration_s,
+            r.offload
+                .map_or(String::new(), |o| format!(", TUN offloads {o}"))
+        );
+        let m = metrics(r);
+        println!(
+            "{:>6} {:>10} {:>10} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
+            "flow",
+            "tput Mb/s",
+            "good Mb/s",
+            "retx",
+            "rtt50 us",
+            "rtt99 us",
+            "lat50 us",
+            "lat99 us",
+            "B/send",
+            "trans/s"
+        );
+        println!(
+            "{:>6} {:>10.1} {:>10.1} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9.0} {:>8.0}",
+            "total",
+            m.throughput_bps / 1e6,
+            m.goodput_bps / 1e6,
+            m.retransmits,
+            opt(m.rtt_p50_us),
+            opt(m.rtt_p99_us),
+            opt(m.latency_p50_us),
+            opt(m.latency_p99_us),
+            m.bytes_per_send_call,
+            m.transactions_per_s
+        );
+        println!(
+            "cpu: user {:.2} s, sys {:.2} s, softirq {:.2} s (all CPUs), Shallow I/O thread {:.2} s; {} CPU-s/GB",
+            r.cpu.user_s,
+            r.cpu.sys_s,
+            r.cpu.softirq_s,
+            r.cpu.io_thread_s,
+            r.cpu_s_per_gb().map_or("-".into(), |v| format!("{v:.2}"))
+        );
+    }
+
+    /// One row of the side-by-side table: a throughput run and an RR run of the same pair.
+    struct Row {
+        label: &'static str,
+        stream: BenchResult,
+        rr: Option<BenchResult>,
+    }
+
+    fn side_by_side(args: &BenchArgs) -> anyhow::Result<()> {
+        if args.test != Test::Stream {
+            usage_error("--side-by-side runs TCP_STREAM and TCP_RR itself: leave --test unset");
+        }
+        let st = config(args, Workload::Stream);
+        let rr = config(args, Workload::Rr);
+        let mut rows = Vec::new();
+        for pair in [
+            Pair::ShallowToLinux,
+            Pair::LinuxToShallow,
+            Pair::LinuxToLinux,
+        ] {
+            eprintln!("running {} TCP_STREAM ...", pair.label());
+            let stream = run_one(&st, pair)?;
+            eprintln!("running {} TCP_RR ...", pair.label());
+            let rr = Some(run_one(&rr, pair)?);
+            rows.push(Row {
+                label: pair.label(),
+                stream,
+                rr,
+            });
+        }
+        let base = rows.last().map(metric_row).unwrap_or_default();
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        };
+        let tput0 = rows[0].stream.goodput_bps();
+        let tput_base = rows[rows.len() - 1].stream.goodput_bps();
+        let target = tput0 >= 0.6 * tput_base;
+        if args.json {
+            let v: Vec<Value> = rows
+                .iter()
+                .map(|r| {
+                    let m = metric_row(r);
+                    json!({
+                        "pair": r.label,
+                        "throughput_bps": m.tput,
+                        "rr_latency_p50_us": m.p50,
+                        "rr_latency_p99_us": m.p99,
+                        "cpu_s_per_gb": m.cpu_gb,
+                        "ratio_to_linux": {
+                            "throughput": ratio(m.tput, base.tput),
+                            "rr_latency_p50": ratio(m.p50, base.p50),
+                            "rr_latency_p99": ratio(m.p99, base.p99),
+                            "cpu_s_per_gb": ratio(m.cpu_gb, base.cpu_gb),
+                        },
+                        "stream": report_json(&r.stream),
+                        "rr": r.rr.as_ref().map(report_json),
+                    })
+                })
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string(&json!({
+                    "config": config_json(args, &st),
+                    "side_by_side": v,
+                    "target": {
+                        "rule": "shallow->linux throughput >= 0.6 x linux->linux (veth)",
+                        "met": target,
+                    },
+                }))?
+            );
+            return Ok(());
+        }
+        println!(
+            "side by side, {} TCP_STREAM ({} B writes) and TCP_RR ({}/{} B), {:.1} s each, {}",
+            if args.ipv6 { "IPv6" } else { "IPv4" },
+            st.msg_size,
+            rr.req_size,
+            rr.resp_size,
+            st.duration.as_secs_f64(),
+            rows[0]
+                .stream
+                .offload
+                .map_or(String::new(), |o| format!("TUN offloads {o}"))
+        );
+        println!(
+            "{:<15} | {:>11} | {:>9} | {:>9} | {:>9} | {:>6} | {:>7} | {:>7} | {:>7}",
+            "pair",
+            "tput Gbit/s",
+            "lat50 us",
+            "lat99 us",
+            "CPU-s/GB",
+            "tput x",
+            "lat50 x",
+            "lat99 x",
+            "CPU x"
+        );
+        let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
+        for r in &rows {
+            let m = metric_row(r);
+            println!(
+                "{:<15} | {:>11} | {:>9} | {:>9} | {:>9} | {:>6} | {:>7} | {:>7} | {:>7}",
+                r.label,
+                f(m.tput.map(|t| t / 1e9), 2),
+                f(m.p50, 1),
+                f(m.p99, 1),
+                f(m.cpu_gb, 2),
+                f(ratio(m.tput, base.tput), 2),
+                f(ratio(m.p50, base.p50), 2),
+                f(ratio(m.p99, base.p99), 2),
+                f(ratio(m.cpu_gb, base.cpu_gb), 2),
+            );
+        }
+        println!("ratios (x) are to linux->linux, the kernel's TCP over veth in this same run");
+        println!(
+            "CPU-s/GB: user+sys of this process (both endpoints are its threads) + softirq of all CPUs, per 10^9 bytes read"
+        );
+        println!(
+            "target shallow->linux throughput >= 0.6 x linux->linux: {} ({:.2}x)",
+            if target { "met" } else { "NOT met" },
+            tput0 / tput_base.max(1e-9)
+        );
+        Ok(())
+    }
+
+    #[derive(Default, Clone, Copy)]
+    struct RowMetrics {
+        tput: Option<f64>,
+        p50: Option<f64>,
+        p99: Option<f64>,
+        cpu_gb: Option<f64>,
+    }
+
+    fn metric_row(r: &Row) -> RowMetrics {
+        RowMetrics {
+            tput: Some(r.stream.goodput_bps()),
+            p50: r.rr.as_ref().and_then(|x| x.latency_us(0.5)),
+            p99: r.rr.as_ref().and_then(|x| x.latency_us(0.99)),
+            cpu_gb: r.stream.cpu_s_per_gb(),
+        }
     }
 }

@@ -9,6 +9,7 @@ mod bench;
 mod decode;
 mod drill;
 mod lab;
+mod nc;
 mod netns;
 
 /// Shallow: a user-space TCP/IP stack with Linux's shallow-queue send path.
@@ -22,7 +23,8 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run netperf-style workloads (TCP_STREAM, TCP_RR, TCP_MAERTS, BULK) between two
-    /// emulated hosts running the engine, in deterministic virtual time, and report metrics.
+    /// emulated hosts running the engine, in deterministic virtual time, and report metrics;
+    /// or, with `--substrate linux`, between Shallow on a TUN and the Linux kernel's TCP.
     Bench(Box<bench::BenchArgs>),
     /// Print every packet of a pcap/pcapng capture on one line, like tcpdump.
     Decode(decode::DecodeArgs),
@@ -31,6 +33,9 @@ enum Command {
     /// Reproduce each seed commit's measurement on the emulator, mechanism off vs on,
     /// beside the published figures (tsq, notsent-lowat, pollout, autocork, ack-defer, all).
     Lab(lab::LabArgs),
+    /// netcat over Shallow: `nc -l PORT` or `nc HOST PORT` through the TUN of `shallow netns
+    /// up`, copying stdin to the connection and the connection to stdout (needs root).
+    Nc(nc::NcArgs),
     /// Create or delete the kernel peer of a Shallow TUN: a network namespace with a
     /// persistent TUN and addresses on the kernel side (needs root).
     Netns(netns::NetnsArgs),
@@ -44,5 +49,6 @@ fn main() -> anyhow::Result<()> {
         Command::Drill(args) => drill::run(&args),
         Command::Lab(args) => lab::run(&args),
         Command::Netns(args) => netns::run(&args),
+        Command::Nc(args) => nc::run(&args),
     }
 }

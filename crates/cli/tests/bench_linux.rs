@@ -1,0 +1,182 @@
+//! `shallow bench --substrate linux`: option checks (no root needed), and as root one short run
+//! of each workload and pair in the emulator's JSON shape, and a short `--side-by-side`.
+//! Runs that need root skip with a printed reason otherwise, unless `SHALLOW_REQUIRE_TUN=1`.
+
+use std::process::{Command, Output};
+
+fn shallow(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shallow"))
+        .args(args)
+        .output()
+        .expect("run shallow")
+}
+
+fn can_run(test: &str) -> bool {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
+    let why = if !root {
+        Some("not running as root")
+    } else if !std::path::Path::new("/dev/net/tun").exists() {
+        Some("/dev/net/tun is missing")
+    } else {
+        None
+    };
+    match why {
+        None => true,
+        Some(w) if std::env::var("SHALLOW_REQUIRE_TUN").as_deref() == Ok("1") => {
+            panic!("{test}: SHALLOW_REQUIRE_TUN=1 but {w}")
+        }
+        Some(w) => {
+            eprintln!("SKIPPED {test}: {w}");
+            false
+        }
+    }
+}
+
+#[test]
+fn emulator_only_options_are_usage_errors() {
+    for args in [
+        vec!["bench", "--substrate", "linux", "--flows", "2"],
+        vec!["bench", "--substrate", "linux", "--link", "rate=1gbit"],
+        vec!["bench", "--substrate", "linux", "--pcap", "/tmp/x.pcap"],
+        vec![
+            "bench",
+            "--substrate",
+            "linux",
+            "--test",
+            "BULK",
+            "--bytes",
+            "1m",
+        ],
+        vec![
+            "bench",
+            "--substrate",
+            "linux",
+            "--sysctl",
+            "rx:net.ipv4.tcp_autocorking=0",
+        ],
+        vec!["bench", "--side-by-side"],
+        vec![
+            "bench",
+            "--substrate",
+            "linux",
+            "--side-by-side",
+            "--test",
+            "TCP_RR",
+        ],
+        vec!["bench", "--substrate", "nope"],
+    ] {
+        let out = shallow(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("error"),
+            "{args:?}"
+        );
+    }
+}
+
+/// Each workload and pair gives the emulator's JSON keys with the numbers a real run has.
+#[test]
+fn linux_runs_report_the_bench_json_shape() {
+    if !can_run("linux_runs_report_the_bench_json_shape") {
+        return;
+    }
+    for (test, pair) in [
+        ("TCP_STREAM", "shallow-linux"),
+        ("TCP_MAERTS", "shallow-linux"),
+        ("TCP_RR", "shallow-linux"),
+        ("TCP_STREAM", "linux-shallow"),
+        ("TCP_RR", "linux-linux"),
+    ] {
+        let out = shallow(&[
+            "bench",
+            "--substrate",
+            "linux",
+            "--test",
+            test,
+            "--pair",
+            pair,
+            "--duration",
+            "300ms",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{test} {pair}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        for k in [
+            "config",
+            "seed",
+            "duration_s",
+            "total",
+            "flows",
+            "counters",
+            "verified",
+        ] {
+            assert!(v.get(k).is_some(), "{test} {pair}: missing {k}");
+        }
+        assert_eq!(v["config"]["substrate"], "linux");
+        assert_eq!(v["config"]["test"], test);
+        let t = &v["total"];
+        for k in [
+            "throughput_bps",
+            "goodput_bps",
+            "latency_p50_us",
+            "latency_p99_us",
+            "cpu",
+        ] {
+            assert!(t.get(k).is_some(), "{test} {pair}: total.{k} missing");
+        }
+        if test == "TCP_RR" {
+            assert!(
+                t["transactions"].as_u64().unwrap() > 0,
+                "{test} {pair}: no transactions"
+            );
+            assert!(t["latency_p50_us"].as_f64().unwrap() > 0.0);
+        } else {
+            assert!(
+                t["bytes_read"].as_u64().unwrap() > 0,
+                "{test} {pair}: no data"
+            );
+            assert_eq!(
+                t["bytes_read"], t["bytes_written"],
+                "{test} {pair}: bytes lost"
+            );
+        }
+        if pair != "linux-linux" {
+            assert!(
+                !v["counters"].as_object().unwrap().is_empty(),
+                "Shallow's MIB deltas"
+            );
+        }
+    }
+}
+
+#[test]
+fn side_by_side_prints_the_three_pairs_and_the_target() {
+    if !can_run("side_by_side_prints_the_three_pairs_and_the_target") {
+        return;
+    }
+    let out = shallow(&[
+        "bench",
+        "--substrate",
+        "linux",
+        "--side-by-side",
+        "--duration",
+        "300ms",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = String::from_utf8_lossy(&out.stdout);
+    for p in ["shallow->linux", "linux->shallow", "linux->linux", "target"] {
+        assert!(s.contains(p), "missing {p}:\n{s}");
+    }
+}

@@ -1,0 +1,269 @@
+//! `shallow nc` end to end: as a client of a kernel `socat` server and as a server for `socat`,
+//! over the TUN of `shallow netns up` (a namespace of the test's own), data both ways with a
+//! half-close, checked byte for byte. Plus its error messages when the peer is missing.
+//!
+//! The end-to-end tests need root, `/dev/net/tun`, iproute2, nc and socat; they skip with a
+//! printed reason otherwise, unless `SHALLOW_REQUIRE_TUN=1`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+fn shallow() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_shallow"))
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn tool(prog: &str, arg: &str) -> bool {
+    Command::new(prog)
+        .arg(arg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+fn can_run(test: &str) -> bool {
+    let why = if !is_root() {
+        Some("not running as root")
+    } else if !std::path::Path::new("/dev/net/tun").exists() {
+        Some("/dev/net/tun is missing")
+    } else if !tool("ip", "-V") {
+        Some("iproute2 is missing")
+    } else if !tool("nc", "-h") {
+        Some("nc is missing")
+    } else if !tool("socat", "-V") {
+        Some("socat is missing")
+    } else {
+        None
+    };
+    match why {
+        None => true,
+        Some(w) if std::env::var("SHALLOW_REQUIRE_TUN").as_deref() == Ok("1") => {
+            panic!("{test}: SHALLOW_REQUIRE_TUN=1 but {w}")
+        }
+        Some(w) => {
+            let _ = std::io::stderr().write_all(format!("SKIPPED {test}: {w}\n").as_bytes());
+            false
+        }
+    }
+}
+
+/// `shallow netns up` with names of this test; `down` on drop.
+struct Peer {
+    name: String,
+    tun: String,
+}
+
+impl Peer {
+    fn up(tag: &str) -> Peer {
+        let name = format!("shnc-{tag}-{}", std::process::id());
+        let tun = format!("shnc{}", std::process::id() % 100_000);
+        let out = shallow()
+            .args(["netns", "up", "--name", &name, "--tun", &tun])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Peer { name, tun }
+    }
+
+    fn sh(&self, script: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, "sh", "-c", script]);
+        c
+    }
+
+    fn nc(&self) -> Command {
+        let mut c = shallow();
+        c.args(["nc", "--netns", &self.name, "--tun", &self.tun]);
+        c
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = shallow()
+            .args(["netns", "down", "--name", &self.name, "--tun", &self.tun])
+            .output();
+    }
+}
+
+/// A file of `n` varied bytes (seeded), for stdin.
+fn data_file(tag: &str, n: usize, seed: u8) -> (PathBuf, Vec<u8>) {
+    let v: Vec<u8> = (0..n)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(2_654_435_761)
+                .rotate_left(seed as u32) as u8
+                ^ seed
+        })
+        .collect();
+    let p = std::env::temp_dir().join(format!("shallow-nc-{tag}-{}-{seed}", std::process::id()));
+    std::fs::write(&p, &v).unwrap();
+    (p, v)
+}
+
+fn check(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `shallow nc HOST PORT` against a kernel socat server, IPv4 then IPv6: stdin goes to the
+/// kernel, the kernel's file comes back on stdout; EOF on stdin half-closes.
+#[test]
+fn nc_client_to_kernel_socat() {
+    if !can_run("nc_client_to_kernel_socat") {
+        return;
+    }
+    let p = Peer::up("c");
+    for (i, (kernel, port)) in [("10.213.0.1", 9401u16), ("fd00:213::1", 9402)]
+        .into_iter()
+        .enumerate()
+    {
+        let (up_path, up) = data_file("cu", 700_000 + i, 3 + i as u8);
+        let (down_path, down) = data_file("cd", 900_000 + i, 7 + i as u8);
+        let recv_path =
+            std::env::temp_dir().join(format!("shallow-nc-cr-{}-{i}", std::process::id()));
+        // socat half-closes after sending its file and exits at our FIN (OpenBSD nc may quit
+        // at our FIN before it has sent all of its stdin, so it is not used here).
+        let listen = if kernel.contains(':') {
+            format!("TCP6-LISTEN:{port},bind=[{kernel}]")
+        } else {
+            format!("TCP4-LISTEN:{port},bind={kernel}")
+        };
+        let server = p
+            .sh(&format!(
+                "socat -t 30 {listen},reuseaddr STDIO < {} > {}",
+                down_path.display(),
+                recv_path.display()
+            ))
+            .spawn()
+            .unwrap();
+        let mut client = None;
+        for _ in 0..100 {
+            let out = p
+                .nc()
+                .args([kernel, &port.to_string()])
+                .stdin(std::fs::File::open(&up_path).unwrap())
+                .output()
+                .unwrap();
+            let refused = String::from_utf8_lossy(&out.stderr).contains("refused");
+            if !refused {
+                client = Some(out);
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let out = client.expect("the kernel's socat never listened");
+        check(&out, "shallow nc");
+        let server = server.wait_with_output().unwrap();
+        check(&server, "kernel socat");
+        assert!(
+            out.stdout == down,
+            "{kernel}: bytes from the kernel differ: {} of {}",
+            out.stdout.len(),
+            down.len()
+        );
+        assert!(
+            std::fs::read(&recv_path).unwrap() == up,
+            "{kernel}: bytes to the kernel differ"
+        );
+        for f in [up_path, down_path, recv_path] {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+/// `shallow nc -l PORT` (and `-6 -l PORT`) with socat as the client.
+#[test]
+fn nc_listen_for_kernel_socat() {
+    if !can_run("nc_listen_for_kernel_socat") {
+        return;
+    }
+    let p = Peer::up("l");
+    for (i, (flag, me, port)) in [("-4", "10.213.0.2", 9411u16), ("-6", "[fd00:213::2]", 9412)]
+        .into_iter()
+        .enumerate()
+    {
+        let (up_path, up) = data_file("lu", 600_000 + i, 5 + i as u8);
+        let (down_path, down) = data_file("ld", 800_000 + i, 9 + i as u8);
+        let server = p
+            .nc()
+            .args([flag, "-l", &port.to_string()])
+            .stdin(std::fs::File::open(&up_path).unwrap())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let family = if flag == "-4" { "TCP4" } else { "TCP6" };
+        let mut got = None;
+        for _ in 0..100 {
+            let out = p
+                .sh(&format!(
+                    // -t 30: after its stdin's EOF, wait up to 30 s for ours (not 0.5 s).
+                    "socat -t 30 - {family}:{me}:{port} < {}",
+                    down_path.display()
+                ))
+                .output()
+                .unwrap();
+            if out.status.success() {
+                got = Some(out);
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let got = got.expect("shallow nc -l never accepted");
+        let server = server.wait_with_output().unwrap();
+        check(&server, "shallow nc -l");
+        assert!(got.stdout == up, "{me}: bytes from Shallow differ");
+        assert!(server.stdout == down, "{me}: bytes to Shallow differ");
+        for f in [up_path, down_path] {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+/// Without the peer namespace, `shallow nc` fails with a message that says what to do (as
+/// root: run `shallow netns up`; otherwise: run as root).
+#[test]
+fn nc_missing_peer_is_a_clear_error() {
+    let out = shallow()
+        .args([
+            "nc",
+            "--netns",
+            "shallow-no-such-peer-h2",
+            "10.213.0.1",
+            "7",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    if is_root() {
+        assert!(err.contains("shallow netns up"), "{err}");
+    } else {
+        assert!(err.contains("root"), "{err}");
+    }
+    let out = shallow().args(["nc", "-l"]).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a missing PORT is a usage error"
+    );
+}
