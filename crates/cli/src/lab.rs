@@ -18,10 +18,32 @@ pub struct LabArgs {
     /// Smaller scale (fewer flows, shorter runs): `lab all --quick` takes about a minute.
     #[arg(long)]
     pub quick: bool,
-    /// Also write one SVG chart per experiment into this directory: the on/off ratio of each
-    /// metric, the seed's beside Shallow's.
+    /// Also write charts into this directory, SVG and PNG (rendered from the SVG): per
+    /// experiment the on/off ratio of each metric beside the seed's (log scale) and every
+    /// metric's values in its unit; with `--substrate linux` also the time series of the run
+    /// (bottleneck backlog, TCP memory) with all four arms.
     #[arg(long, value_name = "DIR")]
     pub plots: Option<std::path::PathBuf>,
+    /// With --plots: SVG only, no PNG.
+    #[arg(long, requires = "plots")]
+    pub no_png: bool,
+    /// Where to run: `emulator` (virtual time, the default) or `linux` (the kernel's TCP in
+    /// network namespaces beside Shallow on a TUN, with a tbf bottleneck; root; tsq,
+    /// notsent-lowat, pollout, autocork).
+    #[arg(long, value_enum, default_value_t = Substrate::Emulator)]
+    pub substrate: Substrate,
+    /// With `--substrate linux`: run only the kernel half (no TUN).
+    #[arg(long)]
+    pub kernel_only: bool,
+}
+
+/// Where `shallow lab` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Substrate {
+    /// The deterministic emulator (virtual time).
+    Emulator,
+    /// Real Linux: kernel TCP and Shallow on a TUN, in network namespaces (root).
+    Linux,
 }
 
 pub fn run(args: &LabArgs) -> anyhow::Result<()> {
@@ -74,12 +96,77 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
         bar.set_position((frac * 1000.0) as u64);
     };
     let mut json = Vec::new();
+    if args.substrate == Substrate::Linux {
+        let lopts = shallow_lab::LinuxOptions {
+            scale: opts.scale,
+            seed: args.seed,
+            kernel_only: args.kernel_only,
+        };
+        for e in exps {
+            match shallow_lab::run_linux(e, &lopts, &mut progress) {
+                Ok(rep) => {
+                    if let Some(dir) = &args.plots {
+                        let out = shallow_lab::write_linux_plots(&rep, dir, !args.no_png)?;
+                        bar.suspend(|| {
+                            for w in &out.warnings {
+                                eprintln!("warning: {w}");
+                            }
+                            eprintln!(
+                                "{}: {} chart files in {}",
+                                rep.experiment,
+                                out.files.len(),
+                                dir.display()
+                            );
+                        });
+                    }
+                    if args.json {
+                        json.push(rep.to_json());
+                    } else {
+                        bar.suspend(|| println!("{}", rep.table()));
+                    }
+                }
+                Err(
+                    err @ (shallow_lab::LabError::NotRoot(_)
+                    | shallow_lab::LabError::Unsupported(_)),
+                ) => {
+                    bar.suspend(|| eprintln!("{}: {err}", e.name()));
+                    if args.json {
+                        json.push(serde_json::json!({
+                            "experiment": e.name(),
+                            "substrate": "linux",
+                            "skipped": err.to_string(),
+                        }));
+                    }
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+        bar.finish_and_clear();
+        if args.json {
+            let out = if json.len() == 1 {
+                json.remove(0)
+            } else {
+                serde_json::Value::Array(json)
+            };
+            println!("{}", serde_json::to_string(&out)?);
+        }
+        return Ok(());
+    }
     for e in exps {
         let rep = shallow_lab::run(e, &opts, &mut progress)?;
         if let Some(dir) = &args.plots {
-            std::fs::create_dir_all(dir)?;
-            let path = dir.join(format!("{}.svg", rep.experiment));
-            plot(&rep, &path).map_err(|e| anyhow::anyhow!("plot {}: {e}", path.display()))?;
+            let out = shallow_lab::write_plots(&rep, dir, !args.no_png)?;
+            bar.suspend(|| {
+                for w in &out.warnings {
+                    eprintln!("warning: {w}");
+                }
+                eprintln!(
+                    "{}: {} chart files in {}",
+                    rep.experiment,
+                    out.files.len(),
+                    dir.display()
+                );
+            });
         }
         if args.json {
             json.push(rep.to_json());
@@ -96,82 +183,5 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
         };
         println!("{}", serde_json::to_string(&out)?);
     }
-    Ok(())
-}
-
-/// On/off ratio per metric: the seed's (grey, where published) and Shallow's (blue).
-fn plot(rep: &shallow_lab::LabReport, path: &std::path::Path) -> anyhow::Result<()> {
-    use plotters::prelude::*;
-    let rows: Vec<(String, Option<f64>, Option<f64>)> = rep
-        .metrics
-        .iter()
-        .map(|m| {
-            let seed = match m.claim {
-                shallow_lab::Claim::Figures { off, on } if off != 0.0 => Some(on / off),
-                shallow_lab::Claim::Unchanged => Some(1.0),
-                _ => None,
-            };
-            (m.name.clone(), seed, m.ratio().filter(|r| r.is_finite()))
-        })
-        .collect();
-    let n = rows.len().max(1);
-    let ymax = rows
-        .iter()
-        .flat_map(|r| [r.1, r.2])
-        .flatten()
-        .fold(1.0f64, f64::max)
-        * 1.15;
-    let root = SVGBackend::new(path, ((150 * n as u32).max(800), 560)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "{}: on/off ratio per metric (grey: seed commit, blue: Shallow)",
-                rep.experiment
-            ),
-            ("sans-serif", 20),
-        )
-        .margin(10)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), 0f64..ymax)?;
-    let names: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(n)
-        .x_label_formatter(&|x| {
-            let i = x.round();
-            if (x - i).abs() < 1e-6 && i >= 0.0 {
-                names.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
-        .x_label_style(("sans-serif", 11))
-        .y_desc("on / off")
-        .draw()?;
-    let grey = RGBColor(160, 160, 160);
-    let blue = RGBColor(40, 90, 200);
-    for (i, (_, seed, ours)) in rows.iter().enumerate() {
-        let x = i as f64;
-        if let Some(s) = seed {
-            chart.draw_series(std::iter::once(Rectangle::new(
-                [(x - 0.35, 0.0), (x - 0.02, *s)],
-                grey.filled(),
-            )))?;
-        }
-        if let Some(o) = ours {
-            chart.draw_series(std::iter::once(Rectangle::new(
-                [(x + 0.02, 0.0), (x + 0.35, *o)],
-                blue.filled(),
-            )))?;
-        }
-    }
-    chart.draw_series(std::iter::once(PathElement::new(
-        vec![(-0.5, 1.0), (n as f64 - 0.5, 1.0)],
-        BLACK,
-    )))?;
-    root.present()?;
     Ok(())
 }

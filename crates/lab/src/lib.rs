@@ -14,6 +14,11 @@
 //! * write-space hysteresis (wake at X/2 instead of X): the extension sysctl
 //!   `shallow.tcp_notsent_lowat_wake_half = 0` wakes at X. `pollout` shows what its commit's
 //!   figures compare (lowat unset vs 2 MB) and, beside it, wake at X vs X/2 at 2 MB.
+//!
+//! [`linux`] runs `tsq`, `notsent-lowat`, `pollout` and `autocork` on real Linux (root): the
+//! kernel's TCP with its sysctls toggled beside Shallow on a TUN, behind the same tbf, in one
+//! table ([`LinuxReport`]). [`plot`] draws the charts of `--plots` (SVG, and PNG rendered from
+//! the SVG).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -24,8 +29,12 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 pub mod experiments;
+pub mod linux;
+pub mod plot;
 
 pub use experiments::{run, Experiment, LabError, LabOptions};
+pub use linux::{run_linux, LinuxOptions, LinuxReport, LinuxRow};
+pub use plot::{write_linux_plots, write_plots, PlotError, PlotOutput};
 
 /// How big a run is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -164,13 +173,49 @@ pub struct LabReport {
     pub config: BTreeMap<String, String>,
     /// Caveats: what differs from the commit's setup.
     pub notes: Vec<String>,
+    /// Time series and distributions recorded during the arms, for `--plots` (not in the
+    /// JSON: they can be large).
+    #[serde(skip)]
+    pub charts: Vec<Chart>,
 }
 
-fn json_num(v: f64) -> serde_json::Value {
+/// A chart an experiment recorded: one [`Curve`] per arm over the same axes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Chart {
+    /// File-name part (`EXP-NAME.svg`), e.g. `queue-delay-cdf-1G`.
+    pub name: String,
+    /// Title.
+    pub title: String,
+    /// X axis description with unit.
+    pub x_desc: String,
+    /// Y axis description with unit.
+    pub y_desc: String,
+    /// Logarithmic x axis (delays spanning decades).
+    pub log_x: bool,
+    /// Put the legend in the lower right corner (CDFs rise to the upper right).
+    pub legend_lower_right: bool,
+    /// One curve per arm, the mechanism-off arm first.
+    pub curves: Vec<Curve>,
+}
+
+/// One arm's line in a [`Chart`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Curve {
+    /// Legend text (`off: tcp_autocorking = 0`).
+    pub label: String,
+    /// Draw dashed (the mechanism-off arms), so arms differ without colour.
+    pub dashed: bool,
+    /// Colour group: curves of one substrate or setup share a colour (0, 1, 2, ...).
+    pub group: usize,
+    /// Points, in x order.
+    pub points: Vec<(f64, f64)>,
+}
+
+pub(crate) fn json_num(v: f64) -> serde_json::Value {
     serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, serde_json::Value::Number)
 }
 
-fn fmt_num(v: f64) -> String {
+pub(crate) fn fmt_num(v: f64) -> String {
     if !v.is_finite() {
         return format!("{v}");
     }

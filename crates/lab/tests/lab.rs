@@ -169,6 +169,7 @@ fn json_shape() {
         ],
         config: [("off".to_string(), "sysctl 0".to_string())].into(),
         notes: vec!["n".into()],
+        charts: Vec::new(),
     };
     let j = rep.to_json();
     assert_eq!(j["experiment"], "x");
@@ -202,4 +203,81 @@ fn experiment_names_round_trip() {
         assert_eq!(e.name().parse::<Experiment>(), Ok(e));
     }
     assert!("nope".parse::<Experiment>().is_err());
+}
+
+/// `--plots`: SVG for the ratio chart, the metric panels and every recorded chart, each naming
+/// what it shows; PNG beside each when asked (rendered from the SVG) unless no font exists.
+#[test]
+fn plots_are_written() {
+    let rep = LabReport {
+        experiment: "demo".into(),
+        scale: Scale::Tiny,
+        seed: 1,
+        metrics: vec![
+            Metric::new(
+                "acks",
+                "1/s",
+                Claim::Figures {
+                    off: 240_000.0,
+                    on: 40_000.0,
+                },
+                1000.0,
+                100.0,
+            ),
+            Metric::new("tput", "Gbit/s", Claim::Unchanged, 1.0, 0.5),
+            Metric::new("drops", "1/s", Claim::None, 0.0, 0.0),
+        ],
+        config: Default::default(),
+        notes: Vec::new(),
+        charts: vec![shallow_lab::Chart {
+            name: "mem".into(),
+            title: "memory over time".into(),
+            x_desc: "time (s)".into(),
+            y_desc: "TCP memory (pages)".into(),
+            log_x: false,
+            legend_lower_right: false,
+            curves: vec![
+                shallow_lab::Curve {
+                    label: "off: lowat unset".into(),
+                    dashed: true,
+                    group: 0,
+                    points: vec![(0.0, 1.0), (1.0, 5.0)],
+                },
+                shallow_lab::Curve {
+                    label: "on: lowat 128 KB".into(),
+                    dashed: false,
+                    group: 0,
+                    points: vec![(0.0, 1.0), (1.0, 2.0)],
+                },
+            ],
+        }],
+    };
+    let dir = std::env::temp_dir().join(format!("shallow-lab-plots-{}", std::process::id()));
+    let out = shallow_lab::write_plots(&rep, &dir, true).expect("plots");
+    for stem in ["demo-ratios", "demo-metrics", "demo-mem"] {
+        let svg = std::fs::read_to_string(dir.join(format!("{stem}.svg"))).expect(stem);
+        assert!(svg.starts_with("<svg"), "{stem}");
+    }
+    let ratios = std::fs::read_to_string(dir.join("demo-ratios.svg")).unwrap();
+    for needle in ["acks", "tput", "seed commit", "Shallow", "NOT reproduced"] {
+        assert!(ratios.contains(needle), "{needle} in demo-ratios.svg");
+    }
+    let mem = std::fs::read_to_string(dir.join("demo-mem.svg")).unwrap();
+    for needle in [
+        "off: lowat unset",
+        "on: lowat 128 KB",
+        "time (s)",
+        "TCP memory (pages)",
+    ] {
+        assert!(mem.contains(needle), "{needle} in demo-mem.svg");
+    }
+    if out.warnings.is_empty() {
+        for stem in ["demo-ratios", "demo-metrics", "demo-mem"] {
+            let png = std::fs::read(dir.join(format!("{stem}.png"))).expect(stem);
+            assert_eq!(&png[1..4], b"PNG", "{stem}.png");
+        }
+    } else {
+        println!("PNG not checked: {:?}", out.warnings);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
