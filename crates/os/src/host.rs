@@ -45,6 +45,20 @@
 //! autocorking's "data still in the host" test, for exactly as long as it is in the qdisc
 //! or being written. [`HostStats`] shows the qdisc's backlog.
 //!
+//! # Several queues
+//!
+//! A host may run over the queues of one `IFF_MULTI_QUEUE` TUN ([`Host::start_queues`],
+//! [`HostConfig::queues`]): one I/O thread per queue, all driving the one engine behind its
+//! mutex (taken only to run input, timers and the egress qdiscs, never across a device read or
+//! write). Each queue has its own qdisc, as Linux's `mq` root has one child per TX queue; a
+//! packet goes to the queue its flow hash picks (`skb_tx_hash`), so a flow stays on one queue
+//! and leaves in order (only that queue's thread dequeues and writes it), and the kernel's tun
+//! flow table sends the flow's reverse packets to the same queue. Application calls wake
+//! queue 0's thread, which drains `poll_transmit` and wakes the threads of the other queues it
+//! gave packets to; TX completions are run by the thread that wrote the packet; a timer that is
+//! due is run by whichever thread holds the mutex first (once: the deadline then moves on).
+//! [`HostStats::queues`] counts packets per queue.
+//!
 //! For tests, [`Host::set_packet_hook`] puts a loss/reordering hook on the I/O thread
 //! between the device and the engine, in both directions.
 //!
@@ -63,7 +77,7 @@ pub use shallow_qdisc::{FqConfig, Rate};
 use shallow_tcp::{pollbits, Errno, Instant, SocketId, Stack};
 
 use crate::error::OsError;
-use crate::iothread::{self, HookState};
+use crate::iothread::{self, HookState, TxQueue};
 use crate::link::MemLink;
 use crate::netns::Peer;
 use crate::poller::PollerState;
@@ -119,6 +133,18 @@ pub struct HostStats {
     pub task_wakeups: AtomicU64,
     /// Times a blocking call went to sleep waiting for a socket event.
     pub sleeps: AtomicU64,
+    /// Per device queue (one entry per I/O thread, in queue order): packets read and written
+    /// there. The totals above count every queue.
+    pub queues: Vec<QueueStats>,
+}
+
+/// Counters of one device queue and its I/O thread (see [`HostStats::queues`]).
+#[derive(Debug, Default)]
+pub struct QueueStats {
+    /// Packets read from this queue and given to the engine.
+    pub rx_packets: AtomicU64,
+    /// Packets written to this queue.
+    pub tx_packets: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
@@ -171,8 +197,13 @@ pub struct HostConfig {
     pub seed: u64,
     /// Sysctls to set (`net.ipv4.tcp_*` names as `Stack::sysctl_set` takes them).
     pub sysctls: Vec<(String, String)>,
-    /// Egress qdisc.
+    /// Egress qdisc (one per queue, as Linux's `mq` root has one child per TX queue).
     pub egress: Egress,
+    /// Device queues, each with its own I/O thread (default 1). Above 1 the TUN is opened
+    /// with `IFF_MULTI_QUEUE`, which must match how the existing device was made (`shallow
+    /// netns up` makes a single-queue one; `ip tuntap add mode tun multi_queue vnet_hdr`
+    /// makes a multi-queue one).
+    pub queues: usize,
 }
 
 impl Default for HostConfig {
@@ -192,6 +223,7 @@ impl Default for HostConfig {
             seed,
             sysctls: Vec::new(),
             egress: Egress::default(),
+            queues: 1,
         }
     }
 }
@@ -296,6 +328,8 @@ pub(crate) struct Inner {
     slots: Vec<Option<Slot>>,
     /// Readiness sets, by poller id.
     pub pollers: Vec<Option<PollerState>>,
+    /// The egress qdisc of each device queue (Linux's `mq` children).
+    pub txq: Vec<TxQueue>,
 }
 
 impl Inner {
@@ -384,7 +418,8 @@ impl Inner {
 
 pub(crate) struct Shared {
     inner: Mutex<Inner>,
-    pub waker: Waker,
+    /// One per queue's I/O thread; application calls wake queue 0's ([`Shared::kick`]).
+    pub wakers: Vec<Waker>,
     pub hook: Mutex<HookState>,
     pub hooked: AtomicBool,
     pub stop: AtomicBool,
@@ -404,10 +439,30 @@ impl Shared {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Wakes the I/O thread (to transmit what a call queued).
+    /// Wakes the I/O thread of queue 0 (to transmit what a call queued: it drains
+    /// `poll_transmit` and hands other queues their packets).
     pub fn kick(&self) {
+        self.kick_queue(0);
+    }
+
+    /// Wakes the I/O thread of queue `q`.
+    pub fn kick_queue(&self, q: usize) {
         // An eventfd write only fails if the descriptor is gone, i.e. the host is shutting down.
-        let _ = self.waker.wake();
+        if let Some(w) = self.wakers.get(q) {
+            let _ = w.wake();
+        }
+    }
+
+    /// Wakes every I/O thread (stop).
+    pub fn kick_all(&self) {
+        for q in 0..self.wakers.len() {
+            self.kick_queue(q);
+        }
+    }
+
+    /// Number of device queues (I/O threads).
+    pub fn queues(&self) -> usize {
+        self.wakers.len()
     }
 
     pub fn stopped(&self) -> bool {
@@ -657,7 +712,8 @@ pub(crate) fn deadline(timeout: Option<Duration>) -> Option<std::time::Instant> 
     timeout.and_then(|t| std::time::Instant::now().checked_add(t))
 }
 
-/// A Shallow host: the engine plus its I/O thread over a device. Dropping it stops the thread.
+/// A Shallow host: the engine plus its I/O thread over a device (one thread per queue with
+/// [`Host::start_queues`]). Dropping it stops the threads.
 /// Cheap to clone (a handle on the same host); the thread stops when the last handle and every
 /// socket of the host are gone, or on [`Host::shutdown`].
 #[derive(Clone)]
@@ -668,15 +724,17 @@ pub struct Host {
 
 struct ThreadGuard {
     shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl ThreadGuard {
+    /// Stops and joins every I/O thread (each is woken through its own eventfd, which keeps
+    /// the wake-up if the thread is not yet waiting).
     fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        self.shared.kick();
-        let t = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(t) = t {
+        self.shared.kick_all();
+        let ts = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in ts {
             let _ = t.join();
         }
         wake_all(&self.shared);
@@ -721,41 +779,79 @@ impl Host {
 
     /// [`Host::start`] with an explicit egress qdisc.
     pub fn start_with(stack: Stack, device: impl Into<Device>, egress: Egress) -> io::Result<Host> {
-        let device = device.into();
+        Self::start_queues(stack, vec![device.into()], egress)
+    }
+
+    /// Starts one I/O thread per device queue (the queues of one `IFF_MULTI_QUEUE` TUN, as
+    /// [`TunConfig::open`] returns them), all driving `stack` behind its one mutex, each
+    /// queue with its own `egress` qdisc (Linux's `mq` root). A packet the engine emits goes
+    /// to the queue its flow hash picks, so a flow keeps one queue. `InvalidInput` when
+    /// `devices` is empty.
+    pub fn start_queues(stack: Stack, devices: Vec<Device>, egress: Egress) -> io::Result<Host> {
+        if devices.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a host needs at least one device queue",
+            ));
+        }
+        let n = devices.len();
+        let mtu = match &devices[0] {
+            Device::Tun(_) => 1500,
+            Device::Mem(l) => l.mtu(),
+        };
+        let fq = matches!(egress, Egress::Fq | Egress::FqWith(_));
+        let txq = (0..n)
+            .map(|_| TxQueue::new(iothread::qdisc_for(egress.clone(), mtu)))
+            .collect();
+        let wakers = (0..n)
+            .map(|_| Waker::new())
+            .collect::<io::Result<Vec<_>>>()?;
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
                 stack,
                 slots: Vec::new(),
                 pollers: Vec::new(),
+                txq,
             }),
-            waker: Waker::new()?,
+            wakers,
             hook: Mutex::new(HookState::default()),
             hooked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             epoch: std::time::Instant::now(),
-            stats: HostStats::default(),
+            stats: HostStats {
+                queues: (0..n).map(|_| QueueStats::default()).collect(),
+                ..HostStats::default()
+            },
         });
-        let mtu = match &device {
-            Device::Tun(_) => 1500,
-            Device::Mem(l) => l.mtu(),
-        };
-        let fq = matches!(egress, Egress::Fq | Egress::FqWith(_));
-        let qdisc = iothread::qdisc_for(egress, mtu);
         {
             // The engine marks its packets with departure times only when fq is there to
             // honour them (Linux: `sk_pacing_status == SK_PACING_FQ`).
             let mut g = shared.lock();
             g.stack.set_fq_pacing(fq);
         }
-        let s = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name(format!("shallow-io-{}", device.name()))
-            .spawn(move || iothread::io_loop(&s, &device, qdisc))?;
+        let guard = ThreadGuard {
+            shared: Arc::clone(&shared),
+            threads: Mutex::new(Vec::with_capacity(n)),
+        };
+        for (q, device) in devices.into_iter().enumerate() {
+            let s = Arc::clone(&shared);
+            let name = if n == 1 {
+                format!("shallow-io-{}", device.name())
+            } else {
+                format!("shallow-io-{}/{q}", device.name())
+            };
+            // On a spawn failure the guard stops and joins the threads already started.
+            let t = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || iothread::io_loop(&s, q, &device))?;
+            guard
+                .threads
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(t);
+        }
         Ok(Host {
-            thread: Arc::new(ThreadGuard {
-                shared: Arc::clone(&shared),
-                thread: Mutex::new(Some(thread)),
-            }),
+            thread: Arc::new(guard),
             shared,
         })
     }
@@ -770,7 +866,9 @@ impl Host {
         let mut tcfg = TunConfig::new(&cfg.tun);
         tcfg.offload = cfg.offload;
         tcfg.mode = crate::tun::TunMode::Attach;
-        let tun = match &cfg.netns {
+        tcfg.queues = cfg.queues;
+        tcfg.multi_queue = cfg.queues > 1;
+        let tuns = match &cfg.netns {
             Some(ns) => Peer {
                 netns: ns.clone(),
                 tun: cfg.tun.clone(),
@@ -778,13 +876,13 @@ impl Host {
             }
             .attach(&tcfg)?,
             None => tcfg.open()?,
+        };
+        if tuns.is_empty() {
+            return Err(OsError::NoSuchTun {
+                name: cfg.tun.clone(),
+                netns: cfg.netns.clone(),
+            });
         }
-        .into_iter()
-        .next()
-        .ok_or_else(|| OsError::NoSuchTun {
-            name: cfg.tun.clone(),
-            netns: cfg.netns.clone(),
-        })?;
         let mut stack = Stack::new(cfg.seed);
         for a in &cfg.addrs {
             stack.add_address(*a);
@@ -795,8 +893,9 @@ impl Host {
                 source: io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
             })?;
         }
-        Host::start_with(stack, tun, cfg.egress.clone())
-            .map_err(|e| OsError::io("start the I/O thread", e))
+        let devices = tuns.into_iter().map(Device::Tun).collect();
+        Host::start_queues(stack, devices, cfg.egress.clone())
+            .map_err(|e| OsError::io("start the I/O threads", e))
     }
 
     /// [`Host::attach`] with the defaults: the TUN of `shallow netns up`.
@@ -821,7 +920,8 @@ impl Host {
         !self.shared.stopped()
     }
 
-    /// Stops the I/O thread now; calls blocked on the host's sockets return `ENETDOWN`.
+    /// Stops the I/O threads now (all of them joined before this returns); calls blocked on
+    /// the host's sockets return `ENETDOWN`.
     pub fn shutdown(&self) {
         self.thread.stop();
     }
@@ -865,6 +965,9 @@ impl Host {
     /// Installs (or with `None` removes) the packet hook of the I/O thread: every packet read
     /// from the device and every packet written to it is first shown to the hook, which may
     /// pass, drop or hold it ([`Verdict`]). Drops are counted in `HostStats::hook_drops`.
+    /// With several queues the one hook is shared: it runs on the thread of the queue that
+    /// read or writes the packet, and a held packet is released by whichever thread comes
+    /// next (a held transmitted packet may then leave on that thread's queue).
     pub fn set_packet_hook(&self, hook: Option<PacketHook>) {
         let mut h = self.shared.hook.lock().unwrap_or_else(|p| p.into_inner());
         h.set(hook);
@@ -924,6 +1027,57 @@ mod tests {
         let mut buf = [0u8; 5];
         (&c).read_exact(&mut buf).unwrap();
         assert_eq!(&buf, b"hello");
+    }
+
+    /// A host over three queues (three in-memory links) runs one I/O thread per queue, and
+    /// `shutdown` joins all of them: once it returns, no thread holds the host's shared state
+    /// (each held a reference until its loop returned), and a reader blocked on a socket of
+    /// the host returns `ENETDOWN` instead of sleeping on.
+    #[test]
+    fn multi_queue_shutdown_joins_every_io_thread() {
+        let mut ends_a = Vec::new();
+        let mut ends_b = Vec::new();
+        for _ in 0..3 {
+            let (la, lb) = link::pair().unwrap();
+            ends_a.push(Device::Mem(la));
+            ends_b.push(Device::Mem(lb));
+        }
+        let mut a = Stack::new(3);
+        a.add_address(IpAddr::V4(Ipv4Addr::new(10, 9, 1, 1)));
+        let mut b = Stack::new(4);
+        b.add_address(IpAddr::V4(Ipv4Addr::new(10, 9, 1, 2)));
+        let ha = Host::start_queues(a, ends_a, Egress::default()).unwrap();
+        let hb = Host::start_queues(b, ends_b, Egress::default()).unwrap();
+        assert_eq!(ha.stats().queues.len(), 3);
+        // Host handle + thread guard + one per running I/O thread.
+        assert_eq!(Arc::strong_count(&ha.shared), 2 + 3);
+        let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 9, 1, 2)), 9);
+        let l = TcpListener::bind(&hb, addr).unwrap();
+        let c = TcpStream::connect(&ha, addr).unwrap();
+        let (_s, _) = l.accept().unwrap();
+        let sh = Arc::clone(&ha.shared);
+        let base = sh.stats.sleeps.load(Ordering::SeqCst);
+        let r = std::thread::spawn(move || {
+            let mut b = [0u8; 1];
+            (&c).read(&mut b).map_err(|e| e.raw_os_error())
+        });
+        let t0 = std::time::Instant::now();
+        while sh.stats.sleeps.load(Ordering::SeqCst) == base {
+            assert!(t0.elapsed() < Duration::from_secs(10), "reader never slept");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        ha.shutdown();
+        assert!(!ha.is_running());
+        // Host handle + thread guard + this test's clone (+ the reader's socket, if it has not
+        // returned yet): no I/O thread is left.
+        let left = Arc::strong_count(&ha.shared);
+        assert!(
+            left <= 4,
+            "{left} references: an I/O thread is still running"
+        );
+        assert_eq!(r.join().unwrap(), Err(Some(libc::ENETDOWN)));
+        assert_eq!(Arc::strong_count(&ha.shared), 3);
+        hb.shutdown();
     }
 
     /// `sk_wait_event`: a reader asleep on an empty socket is woken by the wake-up of that

@@ -1,13 +1,20 @@
-//! The I/O thread of a [`Host`](crate::Host): softirq's role (see [`crate::host`]). Reads the
-//! device in batches and feeds the engine, runs its timers, moves `poll_transmit` through the
-//! egress qdisc, writes what the qdisc releases with the engine mutex dropped and completes it,
-//! and dispatches the engine's wake-ups; plus the optional packet hook.
+//! The I/O threads of a [`Host`](crate::Host): softirq's role (see [`crate::host`]). One thread
+//! per device queue (one for a single-queue TUN or a [`MemLink`](crate::MemLink); one per
+//! `IFF_MULTI_QUEUE` queue otherwise). Each reads its queue in batches and feeds the engine,
+//! runs the engine's timers when they are due (under the engine mutex, so a deadline fires
+//! once whichever thread sees it), moves `poll_transmit` into the egress qdisc of the queue
+//! the packet's flow hash picks (Linux's `mq` root with one child per TX queue, and
+//! `skb_tx_hash`'s `reciprocal_scale`), writes what *its own* qdisc releases with the engine
+//! mutex dropped and completes it, and dispatches the engine's wake-ups; plus the optional
+//! packet hook. Only queue `k`'s thread dequeues queue `k`'s qdisc and writes queue `k`, so a
+//! flow's packets leave in order; a thread that puts packets in another queue's qdisc kicks
+//! that queue's thread.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use shallow_qdisc::{Fq, FqConfig, PfifoFast, Qdisc, QdiscPacket, Tbf};
-use shallow_tcp::{Instant, TxToken};
+use shallow_tcp::{Instant, Stack, TxToken};
 use shallow_wire::segment;
 
 use crate::host::{
@@ -19,8 +26,37 @@ use crate::wake::wait_readable;
 /// Packets read per batch by the I/O thread.
 const RX_BATCH: usize = 64;
 
-/// The egress qdisc of the I/O thread.
+/// The egress qdisc of one TX queue.
 pub(crate) type EgressQdisc = Option<Box<dyn Qdisc<TxPkt> + Send>>;
+
+/// One TX queue's egress state, kept with the engine (under its mutex): the qdisc, and
+/// without a qdisc the packets another queue's thread steered here (written in order by this
+/// queue's thread).
+pub(crate) struct TxQueue {
+    qdisc: EgressQdisc,
+    direct: Vec<TxPkt>,
+}
+
+impl TxQueue {
+    pub fn new(qdisc: EgressQdisc) -> TxQueue {
+        TxQueue {
+            qdisc,
+            direct: Vec::new(),
+        }
+    }
+
+    fn backlog_bytes(&self) -> usize {
+        self.qdisc.as_ref().map_or(0, |q| q.backlog_bytes())
+            + self.direct.iter().map(|p| p.data.len()).sum::<usize>()
+    }
+}
+
+/// The TX queue of a flow among `n` (Linux `skb_tx_hash` → `reciprocal_scale`): stable per
+/// flow, so the kernel's tun flow table (`tun_flow_update` on our write, automq on its
+/// transmit) brings the flow's reverse packets to the same queue.
+pub(crate) fn queue_of(flow: u32, n: usize) -> usize {
+    ((u64::from(flow) * n as u64) >> 32) as usize
+}
 
 /// The qdisc for `egress` on a device of `mtu` bytes (`None`: straight to the device).
 pub(crate) fn qdisc_for(egress: Egress, mtu: usize) -> EgressQdisc {
@@ -138,16 +174,20 @@ impl HookState {
     }
 }
 
-/// The I/O thread's loop; returns when the host stops or the device fails.
-pub(crate) fn io_loop(sh: &Shared, dev: &Device, mut qdisc: EgressQdisc) {
+/// The loop of queue `me`'s I/O thread over `dev`; returns when the host stops or the device
+/// fails (which stops the host: every thread and every blocked call is woken).
+pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
     let mut batch = RxBatch::new(RX_BATCH);
     let mut mem_batch: Vec<(Vec<u8>, Option<u16>)> = Vec::with_capacity(RX_BATCH);
     let mut dropped_seen = 0u64;
     let mut outq: Vec<Out> = Vec::new();
+    let mut kicks = vec![false; sh.queues()];
     while !sh.stopped() {
         let timeout = {
             let g = sh.lock();
             let now = sh.now().as_nanos();
+            // Every thread waits for the engine's next timer too: the deadline may have been
+            // moved earlier by this thread's own input (application calls kick thread 0).
             let mut next = g.stack.poll_timeout().map(|t| t.as_nanos());
             let mut earliest = |t: Option<u64>| {
                 next = match (next, t) {
@@ -155,12 +195,16 @@ pub(crate) fn io_loop(sh: &Shared, dev: &Device, mut qdisc: EgressQdisc) {
                     (a, b) => a.or(b),
                 }
             };
-            if let Some(q) = qdisc.as_ref() {
+            let txq = &g.txq[me];
+            if let Some(q) = txq.qdisc.as_ref() {
                 if q.backlog_packets() > 0 {
                     // Held but not by time should not happen (everything due was dequeued);
                     // if it does, look again in a millisecond rather than spin.
                     earliest(Some(q.next_wakeup(now).unwrap_or(now + 1_000_000)));
                 }
+            }
+            if !txq.direct.is_empty() {
+                earliest(Some(now));
             }
             if sh.hooked.load(Ordering::Relaxed) {
                 let h = sh.hook.lock().unwrap_or_else(|p| p.into_inner());
@@ -169,11 +213,11 @@ pub(crate) fn io_loop(sh: &Shared, dev: &Device, mut qdisc: EgressQdisc) {
             next.map(|t| Duration::from_nanos(t.saturating_sub(now)))
         };
         // A poll error (EINTR is already absorbed) is not recoverable by waiting: stop.
-        let Ok(ready) = wait_readable(dev.fd(), &sh.waker, timeout) else {
+        let Ok(ready) = wait_readable(dev.fd(), &sh.wakers[me], timeout) else {
             break;
         };
         if ready.woken {
-            let _ = sh.waker.drain();
+            let _ = sh.wakers[me].drain();
         }
         loop {
             let n = if ready.device {
@@ -206,6 +250,7 @@ pub(crate) fn io_loop(sh: &Shared, dev: &Device, mut qdisc: EgressQdisc) {
                     for p in batch.packets().iter().take(n) {
                         rx(
                             sh,
+                            me,
                             &mut g,
                             hook.as_deref_mut(),
                             p.packet(),
@@ -216,7 +261,7 @@ pub(crate) fn io_loop(sh: &Shared, dev: &Device, mut qdisc: EgressQdisc) {
                 }
                 Device::Mem(l) => {
                     for (p, gso) in mem_batch.drain(..) {
-                        rx(sh, &mut g, hook.as_deref_mut(), &p, gso, now);
+                        rx(sh, me, &mut g, hook.as_deref_mut(), &p, gso, now);
                         l.recycle(p);
                     }
                 }
@@ -227,7 +272,7 @@ pub(crate) fn io_loop(sh: &Shared, dev: &Device, mut qdisc: EgressQdisc) {
                     .is_some_and(|x| x.until <= now.as_nanos())
                 {
                     if let Some(x) = h.held_rx.take() {
-                        deliver(sh, &mut g, &x.data, x.gso_size, now);
+                        deliver(sh, me, &mut g, &x.data, x.gso_size, now);
                     }
                 }
             }
@@ -237,27 +282,52 @@ pub(crate) fn io_loop(sh: &Shared, dev: &Device, mut qdisc: EgressQdisc) {
                     .fetch_add(batch.dropped - dropped_seen, Ordering::Relaxed);
                 dropped_seen = batch.dropped;
             }
+            // Under the engine mutex: a deadline that another thread already handled has
+            // moved on, so it does not fire twice.
             if g.stack.poll_timeout().is_some_and(|t| t <= now) {
                 g.stack.handle_timeout(now);
             }
-            egress(sh, &mut g, &mut outq, &mut qdisc, hook.as_deref_mut(), now);
+            egress(
+                sh,
+                me,
+                &mut g,
+                &mut outq,
+                hook.as_deref_mut(),
+                now,
+                &mut kicks,
+            );
             drop(hook);
             g.dispatch(&sh.stats);
             drop(g);
-            write_out(sh, dev, &mut outq, &mut qdisc);
+            kick_others(sh, &mut kicks);
+            write_out(sh, me, dev, &mut outq, &mut kicks);
             if n < RX_BATCH {
                 break;
             }
         }
     }
     sh.stop.store(true, Ordering::SeqCst);
+    sh.kick_all();
     wake_all(sh);
 }
 
+/// Wakes the threads of the other queues that were given packets (after the engine mutex is
+/// dropped; the eventfd keeps the wake-up until they wait again, so none is lost).
+fn kick_others(sh: &Shared, kicks: &mut [bool]) {
+    for (q, k) in kicks.iter_mut().enumerate() {
+        if std::mem::take(k) {
+            sh.kick_queue(q);
+        }
+    }
+}
+
 /// Gives one received packet to the engine.
-fn deliver(sh: &Shared, g: &mut Inner, p: &[u8], gso: Option<u16>, now: Instant) {
+fn deliver(sh: &Shared, me: usize, g: &mut Inner, p: &[u8], gso: Option<u16>, now: Instant) {
     g.stack.input(now, p, gso);
     bump(&sh.stats.rx_packets);
+    if let Some(q) = sh.stats.queues.get(me) {
+        bump(&q.rx_packets);
+    }
     if gso.is_some() {
         bump(&sh.stats.rx_gso);
     }
@@ -266,6 +336,7 @@ fn deliver(sh: &Shared, g: &mut Inner, p: &[u8], gso: Option<u16>, now: Instant)
 /// One received packet through the hook (if any) to the engine.
 fn rx(
     sh: &Shared,
+    me: usize,
     g: &mut Inner,
     hook: Option<&mut HookState>,
     p: &[u8],
@@ -273,14 +344,14 @@ fn rx(
     now: Instant,
 ) {
     let Some(h) = hook else {
-        deliver(sh, g, p, gso, now);
+        deliver(sh, me, g, p, gso, now);
         return;
     };
     match h.verdict(Dir::Rx, p, gso) {
         Verdict::Pass => {
-            deliver(sh, g, p, gso, now);
+            deliver(sh, me, g, p, gso, now);
             if let Some(x) = h.held_rx.take() {
-                deliver(sh, g, &x.data, x.gso_size, now);
+                deliver(sh, me, g, &x.data, x.gso_size, now);
             }
         }
         Verdict::Drop => bump(&sh.stats.hook_drops),
@@ -292,22 +363,27 @@ fn rx(
                 until: now.as_nanos().saturating_add(HOLD_NS),
             };
             if let Some(x) = h.held_rx.replace(new) {
-                deliver(sh, g, &x.data, x.gso_size, now);
+                deliver(sh, me, g, &x.data, x.gso_size, now);
             }
         }
     }
 }
 
-/// Drains `poll_transmit` into the qdisc (or straight to `outq`), then moves what the qdisc
-/// releases at `now` to `outq` (see [`write_out`]).
+/// Drains `poll_transmit` into the qdisc of each packet's queue (or, without a qdisc, straight
+/// to `outq` for this thread's queue), then moves what this queue's qdisc releases at `now` to
+/// `outq` (see [`write_out`]). Queues other than `me` that were given packets are marked in
+/// `kicks`.
 fn egress(
     sh: &Shared,
+    me: usize,
     g: &mut Inner,
     outq: &mut Vec<Out>,
-    qdisc: &mut EgressQdisc,
     mut hook: Option<&mut HookState>,
     now: Instant,
+    kicks: &mut [bool],
 ) {
+    let Inner { stack, txq, .. } = g;
+    let n = txq.len();
     if let Some(h) = hook.as_deref_mut() {
         if h.held_tx
             .as_ref()
@@ -320,46 +396,64 @@ fn egress(
     }
     loop {
         let mut any = false;
-        while let Some(tx) = g.stack.poll_transmit(now) {
+        for p in std::mem::take(&mut txq[me].direct) {
             any = true;
-            match qdisc {
-                None => tx_hooked(
+            tx_hooked(
+                sh,
+                stack,
+                outq,
+                hook.as_deref_mut(),
+                p.data,
+                p.gso_size,
+                p.token,
+                now,
+            );
+        }
+        while let Some(tx) = stack.poll_transmit(now) {
+            any = true;
+            let q = if n > 1 { queue_of(tx.flow, n) } else { 0 };
+            let p = TxPkt {
+                data: tx.data,
+                gso_size: tx.gso_size,
+                departure: tx.departure.map(|d| d.as_nanos()),
+                token: tx.token,
+                flow: tx.flow,
+            };
+            if q != me {
+                kicks[q] = true;
+            }
+            match &mut txq[q].qdisc {
+                None if q == me => tx_hooked(
                     sh,
-                    g,
+                    stack,
                     outq,
                     hook.as_deref_mut(),
-                    tx.data,
-                    tx.gso_size,
-                    tx.token,
+                    p.data,
+                    p.gso_size,
+                    p.token,
                     now,
                 ),
-                Some(q) => {
-                    let p = TxPkt {
-                        data: tx.data,
-                        gso_size: tx.gso_size,
-                        departure: tx.departure.map(|d| d.as_nanos()),
-                        token: tx.token,
-                        flow: tx.flow,
-                    };
-                    if let Err(p) = q.enqueue(now.as_nanos(), p) {
+                None => txq[q].direct.push(p),
+                Some(qd) => {
+                    if let Err(p) = qd.enqueue(now.as_nanos(), p) {
                         bump(&sh.stats.qdisc_drops);
                         if let Some(t) = p.token {
-                            g.stack.tx_complete(now, t);
+                            stack.tx_complete(now, t);
                         }
                     }
                 }
             }
         }
-        if let Some(q) = qdisc {
-            let held = q.backlog_bytes() as u64;
-            sh.stats
-                .qdisc_backlog_max
-                .fetch_max(held, Ordering::Relaxed);
+        let held: usize = txq.iter().map(TxQueue::backlog_bytes).sum();
+        sh.stats
+            .qdisc_backlog_max
+            .fetch_max(held as u64, Ordering::Relaxed);
+        if let Some(q) = txq[me].qdisc.as_mut() {
             while let Some(p) = q.dequeue(now.as_nanos()) {
                 any = true;
                 tx_hooked(
                     sh,
-                    g,
+                    stack,
                     outq,
                     hook.as_deref_mut(),
                     p.data,
@@ -369,11 +463,8 @@ fn egress(
                 );
             }
         }
-        if let Some(q) = qdisc {
-            sh.stats
-                .qdisc_backlog
-                .store(q.backlog_bytes() as u64, Ordering::Relaxed);
-        }
+        let held: usize = txq.iter().map(TxQueue::backlog_bytes).sum();
+        sh.stats.qdisc_backlog.store(held as u64, Ordering::Relaxed);
         if !any {
             break;
         }
@@ -384,7 +475,7 @@ fn egress(
 #[allow(clippy::too_many_arguments)]
 fn tx_hooked(
     sh: &Shared,
-    g: &mut Inner,
+    stack: &mut Stack,
     outq: &mut Vec<Out>,
     hook: Option<&mut HookState>,
     data: Vec<u8>,
@@ -406,7 +497,7 @@ fn tx_hooked(
         Verdict::Drop => {
             bump(&sh.stats.hook_drops);
             if let Some(t) = token {
-                g.stack.tx_complete(now, t);
+                stack.tx_complete(now, t);
             }
         }
         Verdict::Hold => {
@@ -435,13 +526,17 @@ fn out(outq: &mut Vec<Out>, data: Vec<u8>, gso_size: Option<u16>, token: Option<
 /// under it (the device has them, or refused them: a drop below TCP completes too, as
 /// `kfree_skb` runs the destructor). Completions may let TSQ queue more and the qdisc release
 /// more, so this repeats until nothing is left to write.
-fn write_out(sh: &Shared, dev: &Device, outq: &mut Vec<Out>, qdisc: &mut EgressQdisc) {
+fn write_out(sh: &Shared, me: usize, dev: &Device, outq: &mut Vec<Out>, kicks: &mut [bool]) {
     let mut tokens: Vec<TxToken> = Vec::new();
+    let qstats = sh.stats.queues.get(me);
     while !outq.is_empty() {
         for (data, gso_size, token) in outq.drain(..) {
             match dev.send(&data, gso_size) {
                 Ok(()) => {
                     bump(&sh.stats.tx_packets);
+                    if let Some(q) = qstats {
+                        bump(&q.tx_packets);
+                    }
                     if gso_size.is_some() {
                         bump(&sh.stats.tx_gso);
                     }
@@ -463,8 +558,10 @@ fn write_out(sh: &Shared, dev: &Device, outq: &mut Vec<Out>, qdisc: &mut EgressQ
         for t in tokens.drain(..) {
             g.stack.tx_complete(now, t);
         }
-        egress(sh, &mut g, outq, qdisc, hook.as_deref_mut(), now);
+        egress(sh, me, &mut g, outq, hook.as_deref_mut(), now, kicks);
         drop(hook);
         g.dispatch(&sh.stats);
+        drop(g);
+        kick_others(sh, kicks);
     }
 }

@@ -72,7 +72,8 @@ pub mod wake;
 pub use async_io::{AsyncTcpListener, AsyncTcpStream};
 pub use error::{check_name, OsError};
 pub use host::{
-    Device, Dir, Egress, FqConfig, Host, HostConfig, HostStats, PacketHook, Rate, Verdict,
+    Device, Dir, Egress, FqConfig, Host, HostConfig, HostStats, PacketHook, QueueStats, Rate,
+    Verdict,
 };
 pub use link::{LinkConfig, MemLink};
 pub use net::{ShutdownHow, TcpListener, TcpStream};
