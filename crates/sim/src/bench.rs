@@ -10,7 +10,9 @@
 //! Metrics are sampled every [`BenchConfig::sample_interval`] of virtual time (socket memory)
 //! or recorded per event (every RTT sample of the senders' estimators, taken from the engine's
 //! bounded per-socket log each interval; host-queue delay of every packet, RR latency of every
-//! transaction, wake-ups, system calls).
+//! transaction, wake-ups, system calls). [`run_series`] also records a
+//! [`Series`] for charts: queues, memory and cumulative counters every
+//! [`SeriesConfig::interval`](crate::series::SeriesConfig::interval), off unless asked for.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -22,6 +24,7 @@ use crate::capture::{CaptureOut, CapturePoint};
 use crate::cpu::{CostTable, CpuLayout};
 use crate::hist::Histogram;
 use crate::host::{SysctlFailure, TcpHost, TcpHostConfig, Thread};
+use crate::series::{HostSample, Recorder, Sample, Series, SeriesConfig};
 use crate::sim::{HostConfig, HostId, NicConfig, Sim, TopologyBuilder, TopologyError};
 use crate::spec::{LinkSpec, QdiscSpec};
 use crate::time::{Rate, Time};
@@ -380,6 +383,30 @@ pub fn run_ext(
     capture: Option<CaptureOut>,
     progress: &mut dyn FnMut(f64),
 ) -> Result<(BenchReport, Option<CaptureOut>), BenchError> {
+    run_inner(cfg, extras, capture, progress, None).map(|(r, c, _)| (r, c))
+}
+
+/// [`run_ext`] that also records a [`Series`] (time series of both hosts' queues and memory,
+/// the workload's cumulative counters, and the host-queue delay histogram) as `series` asks.
+/// The report is the same as [`run_ext`]'s for the same configuration.
+pub fn run_series(
+    cfg: &BenchConfig,
+    extras: &BenchExtras,
+    series: &SeriesConfig,
+    capture: Option<CaptureOut>,
+    progress: &mut dyn FnMut(f64),
+) -> Result<(BenchReport, Option<CaptureOut>, Series), BenchError> {
+    let (r, c, s) = run_inner(cfg, extras, capture, progress, Some(*series))?;
+    Ok((r, c, s.unwrap_or_default()))
+}
+
+fn run_inner(
+    cfg: &BenchConfig,
+    extras: &BenchExtras,
+    capture: Option<CaptureOut>,
+    progress: &mut dyn FnMut(f64),
+    series: Option<SeriesConfig>,
+) -> Result<(BenchReport, Option<CaptureOut>, Option<Series>), BenchError> {
     if cfg.flows == 0 {
         return Err(BenchError::Config("--flows must be at least 1".into()));
     }
@@ -540,9 +567,23 @@ pub fn run_ext(
     let mut port_flow: BTreeMap<(u16, u16), usize> = BTreeMap::new();
     let mut senders: Vec<(usize, SocketId)> = Vec::new();
     let mut rtt_buf: Vec<u32> = Vec::new();
+    let mut rec = series.map(Recorder::new);
     loop {
         let t = (sim.now() + step).min(limit);
+        // The recorder's points before this sampling point: the emulator stops there only to
+        // be read, so the run is the same as without them.
+        if let Some(r) = rec.as_mut() {
+            while r.next_due() < t {
+                sim.run_until(r.next_due());
+                r.push(sample_of(&sim, lh, rh, cfg));
+            }
+        }
         sim.run_until(t);
+        if let Some(r) = rec.as_mut() {
+            if r.next_due() <= t {
+                r.push(sample_of(&sim, lh, rh, cfg));
+            }
+        }
         // Host-queue delays of the left host's packets, by flow.
         let delays = sim.take_delays(lh);
         {
@@ -617,6 +658,11 @@ pub fn run_ext(
         }
     }
     let now = sim.now();
+    if let Some(r) = rec.as_mut() {
+        if r.last_time().is_none_or(|l| l < now) {
+            r.push(sample_of(&sim, lh, rh, cfg));
+        }
+    }
     let dur = end.max(Time(1));
     let secs = dur.as_secs_f64();
     let (lhost, rhost) = (sim.endpoint(lh), sim.endpoint(rh));
@@ -731,7 +777,58 @@ pub fn run_ext(
         verified,
     };
     let cap = sim.finish_capture(lh);
-    Ok((report, cap))
+    let series = rec.map(|r| {
+        let mut qd = Histogram::new();
+        for a in &acc {
+            qd.merge(&a.qdelay);
+        }
+        r.finish(qd)
+    });
+    Ok((report, cap, series))
+}
+
+/// One [`Sample`] of the bench topology now: reads only.
+fn sample_of(sim: &BenchSim, lh: HostId, rh: HostId, cfg: &BenchConfig) -> Sample {
+    let (l, r) = (sim.endpoint(lh), sim.endpoint(rh));
+    let now = sim.now();
+    let at = Instant::from_nanos(now.0);
+    let host = |h: HostId, ep: &TcpHost| HostSample {
+        bytes_below_tcp: sim.host_metrics(h).flows.values().map(|f| f.current).sum(),
+        qdisc_bytes: sim.qdisc(h).backlog_bytes() as u64,
+        nic_bytes: sim.nic_inflight_bytes(h) as u64,
+        tcp_mem_pages: ep
+            .threads()
+            .iter()
+            .filter_map(|t| t.sock)
+            .filter_map(|s| ep.stack.meminfo(s).ok())
+            .map(|m| u64::from(m.wmem_queued + m.rmem_alloc).div_ceil(4096))
+            .sum(),
+    };
+    let mut s = Sample {
+        t: now,
+        hosts: [host(lh, l), host(rh, r)],
+        autocork_events: l.stack.counters().get("TcpExtTCPAutoCorking").unwrap_or(0),
+        ..Sample::default()
+    };
+    for f in 0..cfg.flows + usize::from(cfg.probe) {
+        let Some((st, rt)) = pair(l, r, cfg, f) else {
+            continue;
+        };
+        // The data sender is on the left host (as in `fill_flow`).
+        s.sender_wakeups += st.stats.wakeups;
+        s.send_calls += st.stats.send_calls;
+        if let Some(i) = st.sock.and_then(|k| l.stack.tcp_info(at, k).ok()) {
+            s.bytes_sent += i.bytes_sent;
+            s.segments_sent += u64::from(i.data_segs_out);
+        }
+        if let Some(rt) = rt {
+            s.bytes_delivered += rt.stats.bytes_received;
+            if let Some(i) = rt.sock.and_then(|k| r.stack.tcp_info(at, k).ok()) {
+                s.acks_sent += u64::from(i.segs_out);
+            }
+        }
+    }
+    s
 }
 
 fn counters_of(h: &TcpHost) -> BTreeMap<String, u64> {

@@ -114,6 +114,22 @@ impl Histogram {
         }
         Some(self.max)
     }
+    /// The distribution for a CDF: for every non-empty bucket in value order, its upper edge
+    /// (capped at the largest sample, at least the smallest) and the fraction of samples at
+    /// or below it. The last point is (`max`, 1.0); empty when there are no samples.
+    pub fn cdf(&self) -> Vec<(u64, f64)> {
+        let mut out = Vec::new();
+        let mut seen = 0u64;
+        for (b, &c) in self.counts.iter().enumerate() {
+            if c == 0 {
+                continue;
+            }
+            seen += c;
+            let v = bucket_high(b).min(self.max).max(self.min);
+            out.push((v, seen as f64 / self.n as f64));
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -162,5 +178,26 @@ mod tests {
         assert_eq!(m.count(), 200);
         assert_eq!(m.max(), 5_000_000);
         assert_eq!(Histogram::new().quantile(0.5), None);
+    }
+
+    #[test]
+    fn cdf_rises_to_one_and_agrees_with_quantiles() {
+        assert!(Histogram::new().cdf().is_empty());
+        let mut h = Histogram::new();
+        for v in [3u64, 3, 70, 1000, 1000, 1000, 50_000, 7_000_000] {
+            h.add(v);
+        }
+        let cdf = h.cdf();
+        assert_eq!(cdf.first().map(|p| p.0), Some(3));
+        assert_eq!(cdf.last(), Some(&(7_000_000, 1.0)));
+        for w in cdf.windows(2) {
+            assert!(w[1].0 > w[0].0 && w[1].1 > w[0].1, "{cdf:?}");
+        }
+        // The value where the CDF first reaches q is the q-quantile.
+        for q in [0.25, 0.5, 0.75, 0.9] {
+            let at = cdf.iter().find(|p| p.1 >= q).unwrap().0;
+            assert_eq!(Some(at), h.quantile(q), "q {q}");
+        }
+        assert_eq!(cdf.len(), 5);
     }
 }

@@ -11,7 +11,8 @@
 //! as an endpoint, with CPUs that charge every operation from a [`cpu::CostTable`], socket
 //! ownership while a system call runs (packets meanwhile go to the socket's backlog), and
 //! application threads playing netperf's workloads ([`workload`]); [`mod@bench`] builds the
-//! two-host topology, runs a workload and reports its metrics ([`hist`] for percentiles).
+//! two-host topology, runs a workload and reports its metrics ([`hist`] for percentiles;
+//! [`series`], opt-in, records time series of a run for charts).
 //!
 //! Same seed and same inputs give the same event trace ([`Sim::digest`]) and the same pcap
 //! bytes.
@@ -51,6 +52,7 @@ pub mod pool;
 pub mod qdisc;
 pub mod rng;
 pub mod segment;
+pub mod series;
 pub mod sim;
 pub mod spec;
 pub mod testing;
@@ -65,6 +67,7 @@ pub use host::{TcpHost, TcpHostConfig};
 pub use packet::{Endpoint, Packet, Skb};
 pub use qdisc::{Qdisc, QdiscStats};
 pub use rng::SimRng;
+pub use series::{Series, SeriesConfig};
 pub use sim::{
     Dir, HostConfig, HostId, HostStats, LinkStats, NicConfig, Side, Sim, TopologyBuilder,
     TopologyError,
