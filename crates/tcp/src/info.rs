@@ -83,7 +83,7 @@ pub struct MemInfo {
     pub wmem_alloc: u32,
     /// tb: send buffer limit.
     pub sndbuf: u32,
-    /// f: forward-allocated bytes (always 0: no per-socket page reservation).
+    /// f: forward-allocated bytes (`sk_forward_alloc`: pages held minus bytes charged).
     pub fwd_alloc: u32,
     /// w: write + retransmit queue (truesize).
     pub wmem_queued: u32,
@@ -200,7 +200,7 @@ impl Sock {
             rcvbuf: self.rcvbuf,
             wmem_alloc: self.wmem_alloc,
             sndbuf: self.sndbuf,
-            fwd_alloc: 0,
+            fwd_alloc: self.forward_alloc().clamp(0, i64::from(u32::MAX)) as u32,
             wmem_queued: self.wmem_queued,
             optmem: 0,
             backlog: self.backlog_len,

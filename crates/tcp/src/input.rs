@@ -914,11 +914,13 @@ impl Sock {
             if payload.is_empty() && !fin {
                 return;
             }
-            // Memory check (tcp_try_rmem_schedule): refuse beyond rcvbuf.
+            // Memory check (tcp_try_rmem_schedule): refuse beyond rcvbuf, then charge the
+            // stack-wide TCP memory (by force when the receive queue is empty).
             let truesize = payload.len() as u32 + SKB_OVERHEAD;
             if !payload.is_empty()
-                && self.rmem_alloc + truesize > self.rcvbuf.saturating_mul(2).max(self.rcvbuf)
-                && !self.prune_ofo(env)
+                && ((self.rmem_alloc + truesize > self.rcvbuf.saturating_mul(2).max(self.rcvbuf)
+                    && !self.prune_ofo(env))
+                    || (!self.rx_queue.is_empty() && !self.try_rmem_schedule(env, truesize)))
             {
                 env.mib.inc(Mib::TCPRcvQDrop);
                 self.drops += 1;

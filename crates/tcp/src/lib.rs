@@ -83,6 +83,7 @@ pub use time::Instant;
 
 pub mod info;
 mod input;
+mod mem;
 pub mod output;
 pub mod packet;
 mod recovery;
@@ -96,7 +97,7 @@ pub use info::{MemInfo, TcpInfo};
 pub use recv::msgflags;
 pub use socket::{pollbits, Family, RouteAttrs, TcpState, Transmit, TxToken, Wakeup, SKB_OVERHEAD};
 pub use sockopt::{OptVal, SockOpt};
-pub use stack::{Ioctl, Shutdown, SockStat, SocketRow, Stack};
+pub use stack::{Ioctl, ProtoMem, Shutdown, SockStat, SocketRow, Stack};
 
 #[cfg(any(test, feature = "test-util"))]
 pub mod harness;
@@ -105,5 +106,7 @@ pub mod harness;
 mod drill_like_tests;
 #[cfg(test)]
 mod e2e_tests;
+#[cfg(test)]
+mod mem_tests;
 #[cfg(test)]
 mod prop_tests;

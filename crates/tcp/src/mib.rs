@@ -78,6 +78,8 @@ mibs! {
     TCPAbortOnLinger = "TcpExtTCPAbortOnLinger",
     TCPAbortFailed = "TcpExtTCPAbortFailed",
     TCPMemoryPressures = "TcpExtTCPMemoryPressures",
+    TCPMemoryPressuresChrono = "TcpExtTCPMemoryPressuresChrono",
+    PruneCalled = "TcpExtPruneCalled",
     TCPSpuriousRTOs = "TcpExtTCPSpuriousRTOs",
     TCPSACKDiscard = "TcpExtTCPSACKDiscard",
     TCPDSACKIgnoredOld = "TcpExtTCPDSACKIgnoredOld",

@@ -1,5 +1,6 @@
 //! Property tests: over random link impairments, the receiver gets exactly the bytes sent, in
-//! order; both sides terminate cleanly (no leaked sockets) and all `wmem_alloc` is returned.
+//! order; both sides terminate cleanly (no leaked sockets), all `wmem_alloc` is returned and
+//! every page of the stack-wide TCP memory goes back (also with a tiny `tcp_mem`).
 
 use crate::e2e_tests::connect_pair;
 use crate::harness::*;
@@ -13,8 +14,13 @@ fn run_case(
     size: usize,
     chunk: usize,
     flags: u32,
+    tcp_mem: Option<String>,
 ) -> Result<(), TestCaseError> {
     let mut p = Pair::new(seed, link);
+    if let Some(m) = &tcp_mem {
+        p.a.sysctl_set("net.ipv4.tcp_mem", m).unwrap();
+        p.b.sysctl_set("net.ipv4.tcp_mem", m).unwrap();
+    }
     let (c, l, s) = connect_pair_lossy(&mut p)?;
     let data: Vec<u8> = (0..size)
         .map(|i| ((i as u64 * 2654435761) >> 7) as u8)
@@ -72,6 +78,10 @@ fn run_case(
     prop_assert_eq!(p.b.socket_count(), 0);
     prop_assert_eq!(p.a.counters().value(Mib::CurrEstab), 0);
     prop_assert_eq!(p.b.counters().value(Mib::CurrEstab), 0);
+    prop_assert_eq!(p.a.sockstat().mem_pages, 0, "A leaked TCP memory pages");
+    prop_assert_eq!(p.b.sockstat().mem_pages, 0, "B leaked TCP memory pages");
+    prop_assert_eq!(p.a.proto_mem().sockets, 0);
+    prop_assert_eq!(p.b.proto_mem().sockets, 0);
     Ok(())
 }
 
@@ -122,7 +132,34 @@ proptest! {
             gro,
         };
         let flags = if more { msgflags::MSG_MORE } else { 0 };
-        run_case(seed, link, size, chunk, flags)?;
+        run_case(seed, link, size, chunk, flags, None)?;
+    }
+
+    #[test]
+    fn stream_integrity_under_tiny_tcp_mem(
+        seed in any::<u64>(),
+        loss in 0.0f64..0.03,
+        reorder in 0.0f64..0.1,
+        delay_us in 100u64..20_000,
+        rate_mbps in 0u64..200,
+        size in 1usize..300_000,
+        chunk in 1usize..70_000,
+        gro in any::<bool>(),
+        min in 1i64..8,
+        press in 0i64..8,
+        max in 0i64..48,
+    ) {
+        let link = LinkConfig {
+            delay: Duration::from_micros(delay_us),
+            rate_bps: rate_mbps * 1_000_000,
+            loss,
+            reorder,
+            reorder_delay: Duration::from_micros(delay_us / 2 + 100),
+            dup: 0.0,
+            gro,
+        };
+        let mem = format!("{} {} {}", min, min + press, min + press + max);
+        run_case(seed, link, size, chunk, 0, Some(mem))?;
     }
 }
 

@@ -273,11 +273,24 @@ impl Sock {
     }
 
     /// `tcp_timeout_mark_lost` (RTO): every un-SACKed skb is lost except ones sent so
-    /// recently that RACK would not yet time them out (the head always is).
-    fn timeout_mark_lost(&mut self, now: Instant) {
+    /// recently that RACK would not yet time them out (the head always is). A SACKed head
+    /// means the receiver reneged (dropped out-of-order data it had SACKed, e.g. under memory
+    /// pressure): `TcpExtTCPSACKReneging`, every SACK mark is forgotten and all is lost.
+    fn timeout_mark_lost(&mut self, env: &mut Env, now: Instant) {
         let rtt = Duration::from_micros(u64::from(self.rack_rtt_us));
+        let reneg = self
+            .rtx_queue
+            .front()
+            .is_some_and(|h| h.sacked & sacked::ACKED != 0);
+        if reneg {
+            env.mib.inc(Mib::TCPSACKReneging);
+            self.sacked_out = 0;
+            for s in self.rtx_queue.iter_mut() {
+                s.sacked &= !sacked::ACKED;
+            }
+        }
         for i in 0..self.rtx_queue.len() {
-            if i > 0 && now - self.rtx_queue[i].mstamp < rtt {
+            if !reneg && i > 0 && now - self.rtx_queue[i].mstamp < rtt {
                 continue;
             }
             self.mark_lost(i);
@@ -994,7 +1007,7 @@ impl Sock {
             self.cc
                 .cwnd_event(&mut self.cc_st, CaEvent::Loss, now.as_micros());
         }
-        self.timeout_mark_lost(now);
+        self.timeout_mark_lost(env, now);
         // tcp_enter_loss: cwnd = what is still in flight (retransmissions not yet deemed
         // lost) plus one.
         self.cc_st.snd_cwnd = self.packets_in_flight() + 1;

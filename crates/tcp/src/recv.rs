@@ -38,7 +38,9 @@ impl Sock {
         let end = seq.wrapping_add(payload.len() as u32);
         let truesize = payload.len() as u32 + SKB_OVERHEAD;
         let over = self.rmem_alloc + truesize > self.rcvbuf || self.ofo_queue.len() >= OFO_MAX_SEGS;
-        if over && !(self.prune_ofo(env) && self.rmem_alloc + truesize <= self.rcvbuf) {
+        if (over && !(self.prune_ofo(env) && self.rmem_alloc + truesize <= self.rcvbuf))
+            || !self.try_rmem_schedule(env, truesize)
+        {
             env.mib.inc(Mib::TCPOFODrop);
             self.drops += 1;
             return;

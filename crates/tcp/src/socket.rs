@@ -371,7 +371,14 @@ pub(crate) struct Env {
     pub cc_params: shallow_cc::CcParams,
     /// Global TCP memory in pages (`tcp_memory_allocated`).
     pub memory_allocated: i64,
+    /// Under TCP memory pressure (`tcp_memory_pressure`).
     pub memory_pressure: bool,
+    /// When pressure was entered (for `TcpExtTCPMemoryPressuresChrono`).
+    pub memory_pressure_since: Instant,
+    /// Live TCP sockets (`tcp_sockets_allocated`; our TIME_WAIT sockets are full sockets).
+    pub sockets_allocated: u32,
+    /// The latest time the stack was given (for events noticed without a `now`).
+    pub clock: Instant,
     /// The substrate paces packets by their EDT (fq): advance `tcp_wstamp_ns` per packet.
     pub fq_pacing: bool,
     /// The "device" accepts TSO/GSO packets (`ethtool -K ... tso off gso off` clears it).
@@ -405,6 +412,9 @@ impl Env {
             cc_params: shallow_cc::CcParams::default(),
             memory_allocated: 0,
             memory_pressure: false,
+            memory_pressure_since: Instant::ZERO,
+            sockets_allocated: 0,
+            clock: Instant::ZERO,
             fq_pacing: false,
             gso: true,
             tx_orphan: false,
@@ -791,6 +801,11 @@ pub(crate) struct Sock {
     pub sndbuf: u32,
     pub rcvbuf: u32,
     pub rmem_alloc: u32,
+    /// Pages of the stack-wide TCP memory this socket holds (see `mem.rs`).
+    pub mem_pages: i64,
+    /// `wmem_queued` when a send-side memory allocation failed (0: none pending); the
+    /// socket is not writable until the queues shrink below it.
+    pub mem_wait: u32,
     pub rx_queue: VecDeque<RxSkb>,
     pub ofo_queue: Vec<OfoSkb>,
     pub fin_received: bool,
@@ -993,6 +1008,8 @@ impl Sock {
             sndbuf: wmem[1] as u32,
             rcvbuf: rmem[1] as u32,
             rmem_alloc: 0,
+            mem_pages: 0,
+            mem_wait: 0,
             rx_queue: VecDeque::new(),
             ofo_queue: Vec::new(),
             fin_received: false,
@@ -1148,8 +1165,10 @@ impl Sock {
     }
 
     /// `__sk_stream_memory_free(sk, wake)`.
+    /// Also false while a send-side TCP memory allocation failed and no queued byte has
+    /// been freed since (`mem_wait`; Linux sleeps a short random time instead).
     pub fn sk_stream_memory_free(&self, env: &Env, wake: u32) -> bool {
-        self.wmem_queued < self.sndbuf && self.stream_memory_free(env, wake)
+        self.mem_wait == 0 && self.wmem_queued < self.sndbuf && self.stream_memory_free(env, wake)
     }
 
     /// `__sk_stream_is_writeable(sk, wake)`: wspace >= wmem_queued/2 && memory free.

@@ -53,8 +53,24 @@ pub struct SockStat {
     pub tw: u32,
     /// All socket slots in use.
     pub alloc: u32,
-    /// TCP memory in 4 KiB pages (the `mem` column).
+    /// TCP memory in 4 KiB pages (the `mem` column: `tcp_memory_allocated`, charged per
+    /// socket in whole pages against `net.ipv4.tcp_mem`).
     pub mem_pages: u64,
+    /// The stack is under TCP memory pressure (the `press` column of `/proc/net/protocols`).
+    pub pressure: bool,
+}
+
+/// The TCP row of `/proc/net/protocols`: sockets, memory pages, pressure.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProtoMem {
+    /// `tcp_sockets_allocated` (the `sockets` column).
+    pub sockets: u32,
+    /// `tcp_memory_allocated` in pages (the `memory` column).
+    pub memory_pages: u64,
+    /// `tcp_memory_pressure` (the `press` column: yes/no).
+    pub pressure: bool,
+    /// `net.ipv4.tcp_mem` [min, pressure, max] in pages.
+    pub limits: [i64; 3],
 }
 
 /// One row of [`Stack::sockets`].
@@ -315,6 +331,7 @@ impl Stack {
         let gen = self.next_gen;
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
         self.socks[idx] = Some(Box::new(Sock::new(id, gen, family, &self.env)));
+        self.env.sockets_allocated += 1;
         id
     }
 
@@ -330,6 +347,8 @@ impl Stack {
         };
         self.free_slots.push(core::cmp::Reverse(s.0));
         sk.disarm_all(&mut self.env);
+        sk.mem_release(&mut self.env);
+        self.env.sockets_allocated = self.env.sockets_allocated.saturating_sub(1);
         if sk.hashed && self.conns.get(&(sk.local, sk.remote)) == Some(&s) {
             self.conns.remove(&(sk.local, sk.remote));
         }
@@ -361,8 +380,23 @@ impl Stack {
         }
     }
 
+    /// Settle a socket's memory charges of this engine call (see `mem.rs`).
+    fn mem_sync(&mut self, s: SocketId) {
+        if let Ok((sk, env)) = self.sk_env(s) {
+            sk.mem_sync(env);
+        }
+    }
+
+    /// Note the time of an engine call (`Env::clock`).
+    fn tick(&mut self, now: Instant) {
+        if now > self.env.clock {
+            self.env.clock = now;
+        }
+    }
+
     /// After a state change: free orphans that reached CLOSE; unhash closed sockets.
     fn reap(&mut self, s: SocketId) {
+        self.mem_sync(s);
         let Ok(sk) = self.sock(s) else { return };
         if sk.state == TcpState::Close {
             if sk.orphan || sk.parent.is_some() {
@@ -384,6 +418,7 @@ impl Stack {
 
     /// Feed one inbound IP packet (a GRO aggregate when `gso_size` is Some).
     pub fn input(&mut self, now: Instant, packet: &[u8], gso_size: Option<u16>) {
+        self.tick(now);
         let seg = match packet::parse(packet, gso_size) {
             Ok(s) => s,
             Err(packet::ParseError::Checksum) => {
@@ -911,6 +946,7 @@ impl Stack {
     /// TX completion of a data packet (`tcp_wfree`): return its bytes to the socket and, if
     /// TSQ or autocork throttled the socket, push more data (or defer to `release_sock`).
     pub fn tx_complete(&mut self, now: Instant, token: TxToken) {
+        self.tick(now);
         let id = SocketId(token.idx);
         let Ok((sk, env)) = self.sk_env(id) else {
             return;
@@ -947,6 +983,7 @@ impl Stack {
 
     /// Run every timer due at or before `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.tick(now);
         while let Some(&(at, idx, gen, kind)) = self.env.timers.first() {
             if at > now {
                 break;
@@ -1275,6 +1312,7 @@ impl Stack {
         data: &[u8],
         flags: u32,
     ) -> Result<usize, Errno> {
+        self.tick(now);
         let (sk, env) = self.sk_env(s)?;
         let r = sk.sendmsg(env, now, data, flags);
         self.reap(s);
@@ -1290,12 +1328,16 @@ impl Stack {
         buf: &mut [u8],
         flags: u32,
     ) -> Result<usize, Errno> {
+        self.tick(now);
         let (sk, env) = self.sk_env(s)?;
-        sk.recvmsg(env, now, buf, flags)
+        let r = sk.recvmsg(env, now, buf, flags);
+        self.mem_sync(s);
+        r
     }
 
     /// `shutdown()`.
     pub fn shutdown(&mut self, now: Instant, s: SocketId, how: Shutdown) -> Result<(), Errno> {
+        self.tick(now);
         let (sk, env) = self.sk_env(s)?;
         match sk.state {
             TcpState::Close | TcpState::Listen | TcpState::SynSent => {
@@ -1322,6 +1364,7 @@ impl Stack {
     /// `close()`: FIN (or RST when unread data remains / SO_LINGER 0), then the socket is
     /// orphaned and goes away when the connection finishes.
     pub fn close(&mut self, now: Instant, s: SocketId) -> Result<(), Errno> {
+        self.tick(now);
         let state = self.sock(s)?.state;
         if state == TcpState::Listen {
             let (children, local) = {
@@ -1471,6 +1514,7 @@ impl Stack {
     /// `release_sock`: process the backlog, run deferred work (`tcp_release_cb`: TSQ write,
     /// write timer, delack timer, deferred ACK), then drop ownership.
     pub fn release_sock(&mut self, now: Instant, s: SocketId) {
+        self.tick(now);
         loop {
             let batch = match self.sock_mut(s) {
                 Ok(sk) if !sk.backlog.is_empty() => std::mem::take(&mut sk.backlog),
@@ -1521,11 +1565,9 @@ impl Stack {
     }
 
     /// `/proc/net/sockstat`-style totals: sockets in use, orphans, TIME_WAIT, and TCP memory
-    /// in pages (sum of `wmem_queued` + `rmem_alloc` + backlog, rounded up to 4 KiB pages;
-    /// computed on demand).
+    /// in pages (`tcp_memory_allocated`: the pages the sockets hold, see `mem.rs`).
     pub fn sockstat(&self) -> SockStat {
         let mut st = SockStat::default();
-        let mut bytes = 0u64;
         for sk in self.socks.iter().flatten() {
             st.alloc += 1;
             match sk.state {
@@ -1538,11 +1580,20 @@ impl Stack {
                     }
                 }
             }
-            bytes +=
-                u64::from(sk.wmem_queued) + u64::from(sk.rmem_alloc) + u64::from(sk.backlog_len);
         }
-        st.mem_pages = bytes.div_ceil(4096);
+        st.mem_pages = self.env.memory_allocated.max(0) as u64;
+        st.pressure = self.env.memory_pressure;
         st
+    }
+
+    /// The TCP row of `/proc/net/protocols` (`sockets`, `memory`, `press`).
+    pub fn proto_mem(&self) -> ProtoMem {
+        ProtoMem {
+            sockets: self.env.sockets_allocated,
+            memory_pages: self.env.memory_allocated.max(0) as u64,
+            pressure: self.env.memory_pressure,
+            limits: self.env.sysctl.triple(Sysctl::tcp_mem),
+        }
     }
 
     /// Live sockets (like the rows of `/proc/net/tcp`): id, local and remote address, state,
@@ -1641,6 +1692,13 @@ impl Sock {
                     waited = true;
                     break;
                 }
+                // tcp_stream_alloc_skb: charged by force when both queues are empty.
+                let first = self.write_queue.is_empty() && self.rtx_queue.is_empty();
+                if !first && !self.wmem_schedule(env, SKB_OVERHEAD) {
+                    self.mem_wait = self.wmem_queued.max(1);
+                    waited = true;
+                    break;
+                }
                 self.slow_start_after_idle_check(env, now);
                 let mut skb = Skb::new(self.write_seq, 0);
                 // Room for a full skb up front: appending never reallocates and copies.
@@ -1648,9 +1706,24 @@ impl Sock {
                 self.wmem_queued += skb.truesize;
                 self.write_queue.push_back(skb);
             }
+            let tail_len = self.write_queue.back().map_or(0, |t| t.len());
+            let room = (size_goal - tail_len.min(size_goal)) as usize;
+            // Bytes are charged per page fragment (at most 32 KiB, `sk_page_frag_refill`).
+            let n = room.min(data.len() - copied).min(crate::mem::PAGE_FRAG);
+            if !self.wmem_schedule(env, n as u32) {
+                // wait_for_space; an skb left empty goes (tcp_remove_empty_skb).
+                if tail_len == 0 {
+                    if let Some(t) = self.write_queue.pop_back() {
+                        self.wmem_queued = self.wmem_queued.saturating_sub(t.truesize);
+                    }
+                }
+                if !(self.write_queue.is_empty() && self.rtx_queue.is_empty()) {
+                    self.mem_wait = self.wmem_queued.max(1);
+                }
+                waited = true;
+                break;
+            }
             let tail = self.write_queue.back_mut().expect("tail exists");
-            let room = (size_goal - tail.len().min(size_goal)) as usize;
-            let n = room.min(data.len() - copied);
             if copied == 0 {
                 tail.flags &= !PSH;
             }
