@@ -1,13 +1,23 @@
 //! The five experiments (spec §12 E1–E5): each seed's workload on the emulator, with the
 //! mechanism off and on.
+//!
+//! Every arm also records a time series ([`shallow_sim::bench::run_series`], about 300
+//! samples over the run; the report is the same as without it), from which each experiment
+//! fills [`LabReport::charts`] for `--plots`, the off arm dashed: `tsq` the host-queue delay
+//! CDF and bytes below TCP over time at each NIC rate; `notsent-lowat` TCP memory pages over
+//! time; `pollout` sender wake-ups per second and TCP memory per flow over time; `autocork`
+//! throughput and segments per write over time; `ack-defer` ACKs per second over time. Rates
+//! are the differences of cumulative counters over each sampling interval.
 
 use std::collections::BTreeMap;
 
 use shallow_sim::bench::{self, BenchConfig, BenchError, BenchExtras, BenchReport};
+use shallow_sim::hist::Histogram;
+use shallow_sim::series::Sample;
 use shallow_sim::spec::LinkSpec;
-use shallow_sim::{CpuLayout, QdiscSpec, Rate, Test, Time, Writer};
+use shallow_sim::{CpuLayout, QdiscSpec, Rate, Series, SeriesConfig, Test, Time, Writer};
 
-use crate::{Claim, LabReport, Metric, Scale};
+use crate::{Chart, Claim, Curve, LabReport, Metric, Scale};
 
 /// One experiment of the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,15 +124,93 @@ fn ensure_sysctl(name: &str) -> Result<(), LabError> {
         .map_err(|_| LabError::MissingSwitch(name.into()))
 }
 
-fn go(arm: &Arm, progress: &mut dyn FnMut(&str, f64)) -> Result<BenchReport, LabError> {
+/// Runs one arm, recording its time series for the charts (the report is the same as
+/// without the recorder).
+fn go(arm: &Arm, progress: &mut dyn FnMut(&str, f64)) -> Result<(BenchReport, Series), LabError> {
     let label = arm.label.clone();
     let mut p = |f: f64| progress(&label, f);
-    bench::run_ext(&arm.cfg, &arm.extras, None, &mut p)
-        .map(|(r, _)| r)
+    bench::run_series(&arm.cfg, &arm.extras, &series_cfg(&arm.cfg), None, &mut p)
+        .map(|(r, _, s)| (r, s))
         .map_err(|source| LabError::Bench {
             arm: arm.label.clone(),
             source,
         })
+}
+
+/// Points of the charts' time series per arm: about this many over the run.
+const CHART_POINTS: u64 = 300;
+
+/// The recorder's setting for an arm: [`CHART_POINTS`] samples over its duration (not finer
+/// than 20 µs), at most 2000 kept.
+fn series_cfg(cfg: &BenchConfig) -> SeriesConfig {
+    let d = cfg.duration.unwrap_or(Time::from_secs(10));
+    SeriesConfig {
+        interval: Time::from_micros((d.as_nanos() / CHART_POINTS / 1000).max(20)),
+        max_points: 2000,
+    }
+}
+
+/// Curve colour groups: the mechanism-off arm, the on arm, and further arms.
+const OFF: usize = 0;
+const ON: usize = 1;
+
+fn curve(label: impl Into<String>, dashed: bool, group: usize, points: Vec<(f64, f64)>) -> Curve {
+    Curve {
+        label: label.into(),
+        dashed,
+        group,
+        points,
+    }
+}
+
+/// A chart over the run's virtual time.
+fn over_time(
+    name: &str,
+    title: &str,
+    y_desc: &str,
+    lower_right: bool,
+    curves: Vec<Curve>,
+) -> Chart {
+    Chart {
+        name: name.into(),
+        title: title.into(),
+        x_desc: "virtual time since the start of the run (s)".into(),
+        y_desc: y_desc.into(),
+        log_x: false,
+        legend_lower_right: lower_right,
+        curves,
+    }
+}
+
+/// The CDF of a delay histogram (ns) as (ms, fraction at or below), starting from 0 at the
+/// smallest delay.
+fn delay_cdf(h: &Histogram) -> Vec<(f64, f64)> {
+    let c = h.cdf();
+    let mut pts = Vec::with_capacity(c.len() + 1);
+    if let Some(&(v, _)) = c.first() {
+        pts.push((v as f64 / 1e6, 0.0));
+    }
+    pts.extend(c.iter().map(|&(v, f)| (v as f64 / 1e6, f)));
+    pts
+}
+
+/// Per interval, the increase of `num` over the increase of `den` (intervals where `den`
+/// did not move are left out): e.g. segments per `send()`.
+fn ratio_over_time(
+    s: &Series,
+    num: impl Fn(&Sample) -> u64,
+    den: impl Fn(&Sample) -> u64,
+) -> Vec<(f64, f64)> {
+    s.samples
+        .windows(2)
+        .filter_map(|w| {
+            let d = den(&w[1]).saturating_sub(den(&w[0]));
+            (d > 0).then(|| {
+                let n = num(&w[1]).saturating_sub(num(&w[0]));
+                (w[1].t.as_secs_f64(), n as f64 / d as f64)
+            })
+        })
+        .collect()
 }
 
 fn ms(us: Option<f64>) -> f64 {
@@ -170,6 +258,7 @@ pub fn run(
     let mut config = BTreeMap::new();
     let mut notes = Vec::new();
     let mut metrics = Vec::new();
+    let mut charts = Vec::new();
     let s = opts.scale;
     let base = BenchConfig {
         seed: opts.seed,
@@ -214,7 +303,7 @@ pub fn run(
                     },
                     ..base.clone()
                 };
-                let off = go(
+                let (off, off_s) = go(
                     &Arm {
                         label: format!("tsq {tag} off"),
                         cfg: BenchConfig {
@@ -225,7 +314,7 @@ pub fn run(
                     },
                     progress,
                 )?;
-                let on = go(
+                let (on, on_s) = go(
                     &Arm {
                         label: format!("tsq {tag} on"),
                         cfg,
@@ -233,6 +322,31 @@ pub fn run(
                     },
                     progress,
                 )?;
+                let (l_off, l_on) = ("off: shallow.tcp_tsq = 0", "on: TSQ (Linux default)");
+                charts.push(Chart {
+                    name: format!("queue-delay-cdf-{tag}"),
+                    title: format!("host-queue delay per packet, CDF, NIC at {tag}"),
+                    x_desc: "host-queue delay: qdisc enqueue to last bit out of the NIC (ms)"
+                        .into(),
+                    y_desc: "fraction of packets at or below".into(),
+                    log_x: true,
+                    legend_lower_right: true,
+                    curves: vec![
+                        curve(l_off, true, OFF, delay_cdf(&off_s.host_queue_delay)),
+                        curve(l_on, false, ON, delay_cdf(&on_s.host_queue_delay)),
+                    ],
+                });
+                let below = |s: &Series| s.gauge(|x| x.hosts[0].bytes_below_tcp as f64 / 1024.0);
+                charts.push(over_time(
+                    &format!("bytes-below-tcp-{tag}"),
+                    &format!("bytes below TCP (qdisc + NIC, not completed), NIC at {tag}"),
+                    "bytes below TCP (KB)",
+                    false,
+                    vec![
+                        curve(l_off, true, OFF, below(&off_s)),
+                        curve(l_on, false, ON, below(&on_s)),
+                    ],
+                ));
                 let (a, b) = (&off.total, &on.total);
                 let dc = Claim::Figures {
                     off: delay_claim.0,
@@ -327,8 +441,19 @@ pub fn run(
                 },
                 extras: BenchExtras::default(),
             };
-            let off = go(&arm("notsent-lowat off", "4294967295"), progress)?;
-            let on = go(&arm("notsent-lowat on", "131072"), progress)?;
+            let (off, off_s) = go(&arm("notsent-lowat off", "4294967295"), progress)?;
+            let (on, on_s) = go(&arm("notsent-lowat on", "131072"), progress)?;
+            let pages = |s: &Series| s.gauge(|x| x.hosts[0].tcp_mem_pages as f64);
+            charts.push(over_time(
+                "tcp-mem-pages",
+                &format!("TCP memory of the sender's {flows} sockets"),
+                "TCP memory: wmem_queued + rmem_alloc (4 KB pages)",
+                true,
+                vec![
+                    curve("off: tcp_notsent_lowat unset", true, OFF, pages(&off_s)),
+                    curve("on: tcp_notsent_lowat = 128 KB", false, ON, pages(&on_s)),
+                ],
+            ));
             let k = 200.0 / flows as f64;
             metrics.push(Metric::new(
                 "tcp_mem_pages_mean",
@@ -425,11 +550,42 @@ pub fn run(
                 },
                 extras: BenchExtras::default(),
             };
-            let off = go(&arm("pollout off", "4294967295", "1"), progress)?;
-            let on = go(&arm("pollout on", "2097152", "1"), progress)?;
+            let (off, off_s) = go(&arm("pollout off", "4294967295", "1"), progress)?;
+            let (on, on_s) = go(&arm("pollout on", "2097152", "1"), progress)?;
             // The comparison the commit is about: the same lowat, waking at X (before it)
             // vs X/2. No published figure, so no verdict; shown for what it measures.
-            let at_x = go(&arm("pollout wake at X", "2097152", "0"), progress)?;
+            let (at_x, at_x_s) = go(&arm("pollout wake at X", "2097152", "0"), progress)?;
+            let (l_off, l_x, l_on) = (
+                "off: tcp_notsent_lowat unset",
+                "lowat 2 MB, wake at notsent < X (before the commit)",
+                "on: lowat 2 MB, wake at notsent < X/2",
+            );
+            let wakes = |s: &Series| s.rate(|x| x.sender_wakeups);
+            charts.push(over_time(
+                "sender-wakeups",
+                &format!("wake-ups of the {flows} blocked writers"),
+                "sender wake-ups per second (1/s)",
+                false,
+                vec![
+                    curve(l_off, true, OFF, wakes(&off_s)),
+                    curve(l_x, true, 2, wakes(&at_x_s)),
+                    curve(l_on, false, ON, wakes(&on_s)),
+                ],
+            ));
+            let mem = |s: &Series| {
+                s.gauge(|x| x.hosts[0].tcp_mem_pages as f64 * 4096.0 / flows as f64 / 1e6)
+            };
+            charts.push(over_time(
+                "tcp-mem-per-flow",
+                "TCP memory per flow of the sender",
+                "TCP memory per flow: (wmem_queued + rmem_alloc) / flows (MB)",
+                false,
+                vec![
+                    curve(l_off, true, OFF, mem(&off_s)),
+                    curve(l_x, true, 2, mem(&at_x_s)),
+                    curve(l_on, false, ON, mem(&on_s)),
+                ],
+            ));
             notes.push("wake_at_X_vs_X/2 rows: lowat 2 MB in both arms; 'off' wakes writers at notsent < X (shallow.tcp_notsent_lowat_wake_half = 0, the behaviour before the commit), 'on' below X/2".into());
             metrics.push(Metric::new(
                 "sender_context_switches (wake at X vs X/2)",
@@ -545,10 +701,49 @@ pub fn run(
                 },
                 extras: BenchExtras::default(),
             };
-            let off = go(&arm("autocork off", "0", false), progress)?;
-            let on = go(&arm("autocork on", "1", false), progress)?;
-            let nd_off = go(&arm("autocork nodelay off", "0", true), progress)?;
-            let nd_on = go(&arm("autocork nodelay on", "1", true), progress)?;
+            let (off, off_s) = go(&arm("autocork off", "0", false), progress)?;
+            let (on, on_s) = go(&arm("autocork on", "1", false), progress)?;
+            let (nd_off, nd_off_s) = go(&arm("autocork nodelay off", "0", true), progress)?;
+            let (nd_on, nd_on_s) = go(&arm("autocork nodelay on", "1", true), progress)?;
+            let arms = [
+                ("off: tcp_autocorking = 0", true, OFF, &off_s),
+                ("on: tcp_autocorking = 1", false, ON, &on_s),
+                ("TCP_NODELAY, off: tcp_autocorking = 0", true, 2, &nd_off_s),
+                ("TCP_NODELAY, on: tcp_autocorking = 1", false, 3, &nd_on_s),
+            ];
+            charts.push(over_time(
+                "throughput",
+                "throughput of the 4 flows (bytes TCP sent)",
+                "throughput (Gbit/s)",
+                true,
+                arms.iter()
+                    .map(|&(l, d, g, s)| {
+                        let pts = s.rate(|x| x.bytes_sent);
+                        curve(
+                            l,
+                            d,
+                            g,
+                            pts.into_iter().map(|(t, v)| (t, v * 8.0 / 1e9)).collect(),
+                        )
+                    })
+                    .collect(),
+            ));
+            charts.push(over_time(
+                "segments-per-write",
+                "data segments sent per send() call (4 flows, 128-byte writes)",
+                "segments per write",
+                false,
+                arms.iter()
+                    .map(|&(l, d, g, s)| {
+                        curve(
+                            l,
+                            d,
+                            g,
+                            ratio_over_time(s, |x| x.segments_sent, |x| x.send_calls),
+                        )
+                    })
+                    .collect(),
+            ));
             // The seed's task-clock over the bytes sent: netperf's default 10 s run at the
             // published throughput (an assumption: the commit gives the elapsed time of one run).
             let gb = |mbps: f64| mbps * 1e6 * 10.0 / 8.0 / 1e9;
@@ -682,8 +877,19 @@ pub fn run(
                     rx_route_quickack: true,
                 },
             };
-            let off = go(&arm("ack-defer off", "0"), progress)?;
-            let on = go(&arm("ack-defer on", "1"), progress)?;
+            let (off, off_s) = go(&arm("ack-defer off", "0"), progress)?;
+            let (on, on_s) = go(&arm("ack-defer on", "1"), progress)?;
+            let acks = |s: &Series| s.rate(|x| x.acks_sent);
+            charts.push(over_time(
+                "acks-per-second",
+                "ACKs the receiver sent (quickack route)",
+                "ACKs per second (1/s)",
+                false,
+                vec![
+                    curve("off: tcp_backlog_ack_defer = 0", true, OFF, acks(&off_s)),
+                    curve("on: tcp_backlog_ack_defer = 1", false, ON, acks(&on_s)),
+                ],
+            ));
             metrics.push(Metric::new(
                 "acks",
                 "1/s",
@@ -769,6 +975,6 @@ pub fn run(
         metrics,
         config,
         notes,
-        charts: Vec::new(),
+        charts,
     })
 }

@@ -52,10 +52,67 @@ fn check_finite(rep: &LabReport) {
     assert_eq!(names.len(), rep.metrics.len(), "metric names are unique");
 }
 
+/// The emulator records the charts `--plots` draws: exactly these names, each with an off
+/// arm (dashed, first) and an on arm (solid), every curve with finite points.
+fn check_charts(rep: &LabReport, names: &[&str]) {
+    let got: Vec<&str> = rep.charts.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(got, names, "{}", rep.experiment);
+    for c in &rep.charts {
+        assert!(c.curves.len() >= 2, "{} {}", rep.experiment, c.name);
+        assert!(c.curves[0].dashed && c.curves[0].label.starts_with("off"));
+        assert!(c
+            .curves
+            .iter()
+            .any(|k| !k.dashed && k.label.starts_with("on")));
+        for k in &c.curves {
+            assert!(
+                k.points.len() >= 2,
+                "{} {} {}: {} points",
+                rep.experiment,
+                c.name,
+                k.label,
+                k.points.len()
+            );
+            assert!(k.points.len() <= 5000);
+            assert!(k
+                .points
+                .iter()
+                .all(|(x, y)| x.is_finite() && y.is_finite() && *y >= 0.0));
+            assert!(k.points.windows(2).all(|w| w[1].0 >= w[0].0), "x in order");
+        }
+    }
+}
+
 #[test]
 fn tsq_runs_and_its_off_switch_lets_bytes_pile_up_below_tcp() {
     let rep = tiny(Experiment::Tsq, 1);
     check_finite(&rep);
+    check_charts(
+        &rep,
+        &[
+            "queue-delay-cdf-1G",
+            "bytes-below-tcp-1G",
+            "queue-delay-cdf-100M",
+            "bytes-below-tcp-100M",
+        ],
+    );
+    for c in rep.charts.iter().filter(|c| c.name.contains("cdf")) {
+        assert!(c.log_x && c.legend_lower_right);
+        for k in &c.curves {
+            let last = k.points.last().unwrap();
+            assert_eq!(last.1, 1.0, "a CDF ends at 1");
+            assert!(k.points.windows(2).all(|w| w[1].1 >= w[0].1));
+        }
+        // TSQ keeps the host queue short: the on arm's median delay is below the off arm's.
+        let median = |k: &shallow_lab::Curve| k.points.iter().find(|p| p.1 >= 0.5).unwrap().0;
+        assert!(
+            median(&c.curves[1]) < median(&c.curves[0]),
+            "{}: on {} off {}",
+            c.name,
+            median(&c.curves[1]),
+            median(&c.curves[0])
+        );
+    }
     assert_eq!(rep.experiment, "tsq");
     // The off arm (completion at qdisc enqueue) must really remove TSQ's limit: more bytes
     // below TCP than with TSQ on, at both rates.
@@ -71,22 +128,71 @@ fn tsq_runs_and_its_off_switch_lets_bytes_pile_up_below_tcp() {
 
 #[test]
 fn notsent_lowat_runs() {
-    check_finite(&tiny(Experiment::NotsentLowat, 1));
+    let rep = tiny(Experiment::NotsentLowat, 1);
+    check_finite(&rep);
+    check_charts(&rep, &["tcp-mem-pages"]);
 }
 
 #[test]
 fn pollout_runs() {
-    check_finite(&tiny(Experiment::Pollout, 1));
+    let rep = tiny(Experiment::Pollout, 1);
+    check_finite(&rep);
+    check_charts(&rep, &["sender-wakeups", "tcp-mem-per-flow"]);
 }
 
 #[test]
 fn autocork_runs() {
-    check_finite(&tiny(Experiment::Autocork, 1));
+    let rep = tiny(Experiment::Autocork, 1);
+    check_finite(&rep);
+    check_charts(&rep, &["throughput", "segments-per-write"]);
 }
 
+/// The ACK-rate chart is the counter's differences: its area is the ACK count of the table.
 #[test]
 fn ack_defer_runs() {
-    check_finite(&tiny(Experiment::AckDefer, 1));
+    let rep = tiny(Experiment::AckDefer, 1);
+    check_finite(&rep);
+    check_charts(&rep, &["acks-per-second"]);
+    let acks = rep.metrics.iter().find(|m| m.name == "acks").unwrap();
+    let dur_s = 0.06; // Scale::Tiny
+    for (k, per_s) in rep.charts[0].curves.iter().zip([acks.off, acks.on]) {
+        let mut area = 0.0;
+        let mut prev = 0.0;
+        for &(t, v) in &k.points {
+            area += v * (t - prev);
+            prev = t;
+        }
+        let total = per_s * dur_s;
+        assert!(
+            (area - total).abs() <= 1e-6 * total,
+            "{}: {area} vs {total}",
+            k.label
+        );
+    }
+}
+
+/// `--plots` on a tiny emulator run: beside the ratio and metric charts, one SVG per recorded
+/// chart, each with its curves drawn and named.
+#[test]
+fn emulator_plots_include_the_recorded_charts() {
+    let rep = tiny(Experiment::AckDefer, 3);
+    let dir = std::env::temp_dir().join(format!("shallow-lab-emu-plots-{}", std::process::id()));
+    let out = shallow_lab::write_plots(&rep, &dir, false).expect("plots");
+    assert!(out
+        .files
+        .contains(&dir.join("ack-defer-acks-per-second.svg")));
+    let svg = std::fs::read_to_string(dir.join("ack-defer-acks-per-second.svg")).unwrap();
+    for needle in [
+        "off: tcp_backlog_ack_defer = 0",
+        "on: tcp_backlog_ack_defer = 1",
+        "ACKs per second",
+        "virtual time",
+    ] {
+        assert!(svg.contains(needle), "{needle}");
+    }
+    // One line per arm: the off arm dashed (many short segments), the on arm one polyline.
+    assert!(svg.matches("<polyline").count() >= 2, "{svg}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
