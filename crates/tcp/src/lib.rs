@@ -97,7 +97,7 @@ pub use info::{MemInfo, TcpInfo};
 pub use recv::msgflags;
 pub use socket::{pollbits, Family, RouteAttrs, TcpState, Transmit, TxToken, Wakeup, SKB_OVERHEAD};
 pub use sockopt::{OptVal, SockOpt};
-pub use stack::{Ioctl, ProtoMem, Shutdown, SockStat, SocketRow, Stack};
+pub use stack::{Ioctl, LingerWait, ProtoMem, Shutdown, SockStat, SocketRow, Stack};
 
 #[cfg(any(test, feature = "test-util"))]
 pub mod harness;
@@ -106,6 +106,8 @@ pub mod harness;
 mod drill_like_tests;
 #[cfg(test)]
 mod e2e_tests;
+#[cfg(test)]
+mod linger_tests;
 #[cfg(test)]
 mod mem_tests;
 #[cfg(test)]

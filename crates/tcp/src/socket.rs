@@ -806,6 +806,9 @@ pub(crate) struct Sock {
     /// `wmem_queued` when a send-side memory allocation failed (0: none pending); the
     /// socket is not writable until the queues shrink below it.
     pub mem_wait: u32,
+    /// A lingering `close()` waits until this time (SO_LINGER, `sk_stream_wait_close`);
+    /// meanwhile the socket is closed but not yet orphaned.
+    pub linger_until: Option<Instant>,
     pub rx_queue: VecDeque<RxSkb>,
     pub ofo_queue: Vec<OfoSkb>,
     pub fin_received: bool,
@@ -1010,6 +1013,7 @@ impl Sock {
             rmem_alloc: 0,
             mem_pages: 0,
             mem_wait: 0,
+            linger_until: None,
             rx_queue: VecDeque::new(),
             ofo_queue: Vec::new(),
             fin_received: false,

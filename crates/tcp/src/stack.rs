@@ -60,6 +60,18 @@ pub struct SockStat {
     pub pressure: bool,
 }
 
+/// A `close()` that has to wait: SO_LINGER with `l_linger > 0` on a socket whose FIN is not
+/// acknowledged yet (Linux `tcp_close` → `sk_stream_wait_close`). The engine never blocks:
+/// the caller sleeps until a wake-up of `socket` or `deadline`, asks
+/// [`Stack::linger_pending`], and ends the close with [`Stack::linger_finish`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LingerWait {
+    /// The socket being closed (still valid until `linger_finish`).
+    pub socket: SocketId,
+    /// `now + l_linger` at the close.
+    pub deadline: Instant,
+}
+
 /// The TCP row of `/proc/net/protocols`: sockets, memory pages, pressure.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProtoMem {
@@ -1362,8 +1374,57 @@ impl Stack {
     }
 
     /// `close()`: FIN (or RST when unread data remains / SO_LINGER 0), then the socket is
-    /// orphaned and goes away when the connection finishes.
+    /// orphaned and goes away when the connection finishes. Never waits: SO_LINGER with a
+    /// time is honoured only by [`Stack::close_linger`].
     pub fn close(&mut self, now: Instant, s: SocketId) -> Result<(), Errno> {
+        self.close_inner(now, s, false).map(|_| ())
+    }
+
+    /// `close()` for a caller that can wait (a blocking application thread; Linux waits even
+    /// on a non-blocking socket): as [`Stack::close`], but with SO_LINGER `l_linger > 0` and
+    /// the FIN not yet acknowledged (FIN_WAIT1, CLOSING, LAST_ACK) the socket is not
+    /// orphaned and a [`LingerWait`] is returned (`sk_stream_wait_close`).
+    pub fn close_linger(&mut self, now: Instant, s: SocketId) -> Result<Option<LingerWait>, Errno> {
+        self.close_inner(now, s, true)
+    }
+
+    /// Whether a lingering close of `s` must still wait at `now`: the FIN is not acked
+    /// (`sk_stream_closing`) and the linger time has not passed. False for unknown sockets.
+    pub fn linger_pending(&self, s: SocketId, now: Instant) -> bool {
+        self.sock(s).is_ok_and(|sk| {
+            sk.linger_until.is_some_and(|d| now < d)
+                && matches!(
+                    sk.state,
+                    TcpState::FinWait1 | TcpState::Closing | TcpState::LastAck
+                )
+        })
+    }
+
+    /// End a lingering close (acknowledged FIN or linger time over): the socket becomes an
+    /// orphan that finishes on its own, as after [`Stack::close`] (`tcp_close` after the
+    /// wait: FIN_WAIT2 gets its `tcp_fin_timeout`).
+    pub fn linger_finish(&mut self, now: Instant, s: SocketId) {
+        self.tick(now);
+        let Ok((sk, env)) = self.sk_env(s) else {
+            return;
+        };
+        if sk.linger_until.take().is_none() {
+            return;
+        }
+        sk.orphan = true;
+        if sk.state == TcpState::FinWait2 {
+            let t = sk.fin_timeout(env);
+            sk.arm(env, TimerKind::Keepalive, now + t);
+        }
+        self.reap(s);
+    }
+
+    fn close_inner(
+        &mut self,
+        now: Instant,
+        s: SocketId,
+        may_linger: bool,
+    ) -> Result<Option<LingerWait>, Errno> {
         self.tick(now);
         let state = self.sock(s)?.state;
         if state == TcpState::Listen {
@@ -1385,8 +1446,9 @@ impl Stack {
             }
             self.listeners.remove(&local);
             self.free(s);
-            return Ok(());
+            return Ok(None);
         }
+        let mut wait = None;
         {
             let (sk, env) = self.sk_env(s)?;
             sk.orphan = true;
@@ -1420,9 +1482,24 @@ impl Stack {
             }
             sk.rx_queue.clear();
             sk.rmem_alloc = 0;
+            // sk_stream_wait_close: wait for the FIN's ACK before orphaning.
+            if let Some(t) = sk.opts.linger.filter(|&t| t > 0 && may_linger) {
+                if matches!(
+                    sk.state,
+                    TcpState::FinWait1 | TcpState::Closing | TcpState::LastAck
+                ) {
+                    sk.orphan = false;
+                    let deadline = now + Duration::from_secs(u64::from(t));
+                    sk.linger_until = Some(deadline);
+                    wait = Some(LingerWait {
+                        socket: s,
+                        deadline,
+                    });
+                }
+            }
         }
         self.reap(s);
-        Ok(())
+        Ok(wait)
     }
 
     /// Current TCP state.
