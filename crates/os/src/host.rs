@@ -616,7 +616,21 @@ impl<'a> Owned<'a> {
     pub fn close(mut self) {
         let now = self.sh.now();
         let s = self.s;
-        let _ = self.stack().close(now, s);
+        if let Ok(Some(w)) = self.stack().close_linger(now, s) {
+            // SO_LINGER: wait for the FIN's ACK or the linger time (sk_stream_wait_close).
+            let dl = deadline(Some(w.deadline.saturating_duration_since(now)));
+            loop {
+                let t = self.sh.now();
+                if !self.stack().linger_pending(s, t) {
+                    break;
+                }
+                if !matches!(self.wait(Want::Any, dl), Ok(WaitEnd::Woken)) {
+                    break;
+                }
+            }
+            let now = self.sh.now();
+            self.stack().linger_finish(now, s);
+        }
         self.release();
         self.inner().remove_slot(s);
         // Drop finds no slot (nothing more to release) and dispatches, unlocks, kicks.

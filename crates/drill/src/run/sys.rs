@@ -31,6 +31,8 @@ pub(crate) struct CallState {
     written: usize,
     /// A blocking connect() is waiting for the handshake.
     connecting: bool,
+    /// A close() with SO_LINGER waits for its FIN's ACK until this time (ns).
+    lingering: Option<u64>,
 }
 
 /// What one attempt at a call gave.
@@ -565,6 +567,16 @@ impl Runner<'_> {
             "read" | "recv" | "recvfrom" | "recvmsg" | "readv" => self.do_recv(call),
             "close" => {
                 let fd = self.int(call, 0)?;
+                if let (Some(d), Some(Fd::Sock(s))) = (state.lingering, self.fds.get(&fd)) {
+                    // sk_stream_wait_close: until the FIN is acked or the linger time is over.
+                    let s = *s;
+                    if self.st.linger_pending(s, now) {
+                        return Ok(Res::Blocked(Some(d)));
+                    }
+                    self.fds.remove(&fd);
+                    self.st.linger_finish(now, s);
+                    return Ok(Res::Done(Ok(0)));
+                }
                 match self.fds.remove(&fd) {
                     Some(Fd::Sock(s)) => {
                         for f in self.fds.values_mut() {
@@ -572,7 +584,16 @@ impl Runner<'_> {
                                 items.retain(|it| it.fd != fd);
                             }
                         }
-                        Ok(Res::Done(self.st.close(now, s).map(|()| 0).map_err(code)))
+                        match self.st.close_linger(now, s) {
+                            Ok(Some(w)) => {
+                                // The fd stays until the wait ends (its wake-ups end it).
+                                self.fds.insert(fd, Fd::Sock(s));
+                                let d = w.deadline.as_nanos();
+                                state.lingering = Some(d);
+                                Ok(Res::Blocked(Some(d)))
+                            }
+                            r => Ok(Res::Done(r.map(|_| 0).map_err(code))),
+                        }
                     }
                     Some(Fd::Epoll(_)) => Ok(Res::Done(Ok(0))),
                     None => Ok(Res::Done(Err(EBADF))),
