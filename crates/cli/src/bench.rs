@@ -101,6 +101,10 @@ pub struct BenchArgs {
     /// With `--substrate linux`: use IPv6 (fd00:213::/64) instead of IPv4.
     #[arg(long)]
     ipv6: bool,
+    /// With `--substrate linux`: TUN queues (IFF_MULTI_QUEUE above 1), one Shallow I/O thread
+    /// and one egress qdisc each; flows are spread over them by flow hash.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    queues: u32,
     /// Workload: TCP_STREAM (data from this side to netserver), TCP_RR (request/response
     /// latency), TCP_MAERTS (data from netserver to this side), BULK (a byte count per flow,
     /// SHA-256 checked at the receiver).
@@ -209,6 +213,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     }
     if args.side_by_side {
         usage_error("--side-by-side needs --substrate linux");
+    }
+    if args.queues != 1 {
+        usage_error("--queues needs --substrate linux");
     }
     let mut costs = CostTable::default();
     for c in &args.costs {
@@ -532,6 +539,8 @@ mod linux {
                 .map(|s| (s.1.clone(), s.2.clone()))
                 .collect(),
             seed: args.seed,
+            flows: args.flows as usize,
+            queues: args.queues as usize,
             ..ob::BenchConfig::default()
         }
     }
@@ -672,6 +681,7 @@ mod linux {
             "offloads": r.offload.map(|o| o.to_string()),
             "total": total,
             "flows": [serde_json::to_value(&m).unwrap_or(Value::Null)],
+            "queue_packets": r.queue_packets.iter().map(|(rx, tx)| json!({"rx": rx, "tx": tx})).collect::<Vec<_>>(),
             "counters": counters,
         })
     }
@@ -692,7 +702,8 @@ mod linux {
             "substrate": "linux",
             "test": cfg.workload.name(),
             "pair": pair_of(args.pair).label(),
-            "flows": 1,
+            "flows": cfg.flows,
+            "queues": cfg.queues,
             "duration_s": cfg.duration.as_secs_f64(),
             "msg_size_bytes": cfg.msg_size,
             "recv_size_bytes": cfg.recv_size,
@@ -748,6 +759,15 @@ mod linux {
             r.cpu.io_thread_s,
             r.cpu_s_per_gb().map_or("-".into(), |v| format!("{v:.2}"))
         );
+        if r.queue_packets.len() > 1 {
+            let q: Vec<String> = r
+                .queue_packets
+                .iter()
+                .enumerate()
+                .map(|(i, (rx, tx))| format!("q{i} rx {rx} tx {tx}"))
+                .collect();
+            println!("TUN queues (packets): {}", q.join(", "));
+        }
     }
 
     /// One row of the side-by-side table: a throughput run and an RR run of the same pair.

@@ -12,7 +12,9 @@
 //! Workloads ([`Workload`]): `TCP_STREAM` (the netperf side sends for the run time, then
 //! half-closes; the netserver side reads to EOF), `TCP_MAERTS` (the same, data the other way),
 //! and `TCP_RR` (the client sends `req_size` bytes and waits for `resp_size` back, one
-//! transaction at a time). [`Pair`] says who is who.
+//! transaction at a time). [`Pair`] says who is who. `flows` runs that many connections at
+//! once, one thread per end each (super_netperf); the result adds them up. `queues` gives the
+//! TUN that many `IFF_MULTI_QUEUE` queues and the Shallow host one I/O thread per queue.
 //!
 //! CPU ([`CpuUsage`]) is measured for the whole run as this process's user and system time
 //! (`/proc/self/stat`: both endpoints are threads of this process in every pair, so the
@@ -28,7 +30,7 @@ use std::time::{Duration, Instant as StdInstant};
 
 use shallow_tcp::{Stack, TcpInfo};
 
-use crate::host::Host;
+use crate::host::{Device, Egress, Host};
 use crate::net::{TcpListener, TcpStream};
 use crate::netns::{Netns, Peer};
 use crate::tun::{Offload, TunConfig};
@@ -118,6 +120,11 @@ pub struct BenchConfig {
     pub offload: Offload,
     /// Seed of the Shallow engine (ISNs, ports).
     pub seed: u64,
+    /// Parallel connections (each with its own thread on each end).
+    pub flows: usize,
+    /// TUN queues, each with its own I/O thread (above 1: `IFF_MULTI_QUEUE`). The veth pair
+    /// ignores it.
+    pub queues: usize,
 }
 
 impl Default for BenchConfig {
@@ -134,6 +141,8 @@ impl Default for BenchConfig {
             sysctls: Vec::new(),
             offload: Offload::DEFAULT,
             seed: 1,
+            flows: 1,
+            queues: 1,
         }
     }
 }
@@ -287,6 +296,8 @@ pub struct BenchResult {
     pub counters: Vec<(String, u64)>,
     /// Offloads the TUN granted (None for Linux ↔ Linux).
     pub offload: Option<Offload>,
+    /// Packets (read, written) on each TUN queue during the run (empty for Linux ↔ Linux).
+    pub queue_packets: Vec<(u64, u64)>,
 }
 
 impl BenchResult {
@@ -328,6 +339,41 @@ struct Side {
     latencies: Vec<u64>,
     started: Option<StdInstant>,
     ended: Option<StdInstant>,
+}
+
+/// The sides of parallel flows as one: counts added, the earliest start, the latest end.
+fn merge(sides: Vec<Side>) -> Side {
+    let mut m = Side::default();
+    for s in sides {
+        m.written += s.written;
+        m.read += s.read;
+        m.send_calls += s.send_calls;
+        m.recv_calls += s.recv_calls;
+        m.transactions += s.transactions;
+        m.latencies.extend(s.latencies);
+        m.started = match (m.started, s.started) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        m.ended = match (m.ended, s.ended) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    m.latencies.sort_unstable();
+    m
+}
+
+/// Joins the threads of parallel flows and merges their sides.
+fn join_flows(hs: Vec<JoinHandle<io::Result<Side>>>) -> io::Result<Side> {
+    let mut v = Vec::with_capacity(hs.len());
+    for h in hs {
+        v.push(
+            h.join()
+                .map_err(|_| io::Error::other("a flow thread panicked"))??,
+        );
+    }
+    Ok(merge(v))
 }
 
 /// The data-sending end of a stream: `msg`-byte writes until `duration` has passed, then a
@@ -442,7 +488,8 @@ fn join<R>(h: JoinHandle<Result<R, OsError>>, what: &'static str) -> Result<R, B
         .map_err(BenchError::from)
 }
 
-/// The kernel's side of a netserver: binds in `ns` and serves one connection on a thread.
+/// The kernel's side of a netserver: binds in `ns`, accepts `cfg.flows` connections and
+/// serves each on its own thread.
 fn kernel_server(
     ns: &Netns,
     cfg: &BenchConfig,
@@ -454,23 +501,34 @@ fn kernel_server(
     let cfg = cfg.clone();
     Ok(std::thread::spawn(move || {
         Ok((|| {
-            let (mut s, _) = l.accept()?;
-            s.set_nodelay(cfg.nodelay)?;
-            match cfg.workload {
-                Workload::Stream => stream_recv(&mut s, cfg.recv_size),
-                Workload::Maerts => {
-                    let t = s.try_clone()?;
-                    stream_send(&mut s, cfg.msg_size, cfg.duration, move || {
-                        t.shutdown(StdShutdown::Write)
-                    })
-                }
-                Workload::Rr => rr_server(&mut s, cfg.req_size, cfg.resp_size),
+            let mut hs = Vec::new();
+            for _ in 0..cfg.flows.max(1) {
+                let (s, _) = l.accept()?;
+                let cfg = cfg.clone();
+                hs.push(std::thread::spawn(move || kernel_serve(s, &cfg)));
             }
+            join_flows(hs)
         })())
     }))
 }
 
-/// The kernel's side of netperf in `ns`: connects to `addr` and runs the client's part.
+/// netserver's part of the workload on one accepted kernel connection.
+fn kernel_serve(mut s: std::net::TcpStream, cfg: &BenchConfig) -> io::Result<Side> {
+    s.set_nodelay(cfg.nodelay)?;
+    match cfg.workload {
+        Workload::Stream => stream_recv(&mut s, cfg.recv_size),
+        Workload::Maerts => {
+            let t = s.try_clone()?;
+            stream_send(&mut s, cfg.msg_size, cfg.duration, move || {
+                t.shutdown(StdShutdown::Write)
+            })
+        }
+        Workload::Rr => rr_server(&mut s, cfg.req_size, cfg.resp_size),
+    }
+}
+
+/// The kernel's side of netperf in `ns`: makes `cfg.flows` connections to `addr` and runs the
+/// client's part on each, one thread per connection.
 fn kernel_client(
     ns: &Netns,
     cfg: &BenchConfig,
@@ -478,23 +536,39 @@ fn kernel_client(
 ) -> Result<JoinHandle<Result<io::Result<Side>, OsError>>, BenchError> {
     let cfg = cfg.clone();
     Ok(in_netns(ns.name(), move || {
-        let mut s = connect_retry(|| std::net::TcpStream::connect(addr))?;
-        s.set_nodelay(cfg.nodelay)?;
-        match cfg.workload {
-            Workload::Stream => {
-                let t = s.try_clone()?;
-                stream_send(&mut s, cfg.msg_size, cfg.duration, move || {
-                    t.shutdown(StdShutdown::Write)
-                })
-            }
-            Workload::Maerts => stream_recv(&mut s, cfg.recv_size),
-            Workload::Rr => {
-                let side = rr_client(&mut s, cfg.req_size, cfg.resp_size, cfg.duration)?;
-                s.shutdown(StdShutdown::Write)?;
-                Ok(side)
-            }
+        // Sockets belong to the namespace they are made in: connect here, then work anywhere.
+        let mut conns = Vec::new();
+        for _ in 0..cfg.flows.max(1) {
+            conns.push(connect_retry(|| std::net::TcpStream::connect(addr))?);
         }
+        let hs = conns
+            .into_iter()
+            .map(|s| {
+                let cfg = cfg.clone();
+                std::thread::spawn(move || kernel_netperf(s, &cfg))
+            })
+            .collect();
+        join_flows(hs)
     })?)
+}
+
+/// netperf's part of the workload on one kernel connection.
+fn kernel_netperf(mut s: std::net::TcpStream, cfg: &BenchConfig) -> io::Result<Side> {
+    s.set_nodelay(cfg.nodelay)?;
+    match cfg.workload {
+        Workload::Stream => {
+            let t = s.try_clone()?;
+            stream_send(&mut s, cfg.msg_size, cfg.duration, move || {
+                t.shutdown(StdShutdown::Write)
+            })
+        }
+        Workload::Maerts => stream_recv(&mut s, cfg.recv_size),
+        Workload::Rr => {
+            let side = rr_client(&mut s, cfg.req_size, cfg.resp_size, cfg.duration)?;
+            s.shutdown(StdShutdown::Write)?;
+            Ok(side)
+        }
+    }
 }
 
 /// Retries `f` while it fails with ECONNREFUSED (the listener is not up yet), up to 5 s.
@@ -550,6 +624,7 @@ fn result_of(
         rtt_us: Vec::new(),
         counters: Vec::new(),
         offload: None,
+        queue_packets: Vec::new(),
     }
 }
 
@@ -617,17 +692,22 @@ fn shallow_world(cfg: &BenchConfig) -> Result<ShallowWorld, BenchError> {
     let ns = Netns::unique("shbench")?;
     let mut tc = TunConfig::new("sh0");
     tc.offload = cfg.offload;
-    let tun = ns.open_tun(&tc)?.pop().ok_or_else(|| OsError::NoSuchTun {
-        name: "sh0".into(),
-        netns: Some(ns.name().into()),
-    })?;
+    tc.queues = cfg.queues.max(1);
+    tc.multi_queue = tc.queues > 1;
+    let tuns = ns.open_tun(&tc)?;
+    let Some(offload) = tuns.first().map(|t| t.offload()) else {
+        return Err(OsError::NoSuchTun {
+            name: "sh0".into(),
+            netns: Some(ns.name().into()),
+        }
+        .into());
+    };
     let peer = Peer {
         netns: ns.name().into(),
         tun: "sh0".into(),
         ..Peer::default()
     };
     peer.configure(&ns)?;
-    let offload = tun.offload();
     let mut stack = Stack::new(cfg.seed);
     stack.add_address(IpAddr::V4(LOCAL4));
     stack.add_address(IpAddr::V6(LOCAL6));
@@ -636,7 +716,9 @@ fn shallow_world(cfg: &BenchConfig) -> Result<ShallowWorld, BenchError> {
             .sysctl_set(k, v)
             .map_err(|e| BenchError::Sysctl(format!("{k}={v}: {e}")))?;
     }
-    let host = Host::start(stack, tun).map_err(io_err("start the I/O thread"))?;
+    let devices = tuns.into_iter().map(Device::Tun).collect();
+    let host = Host::start_queues(stack, devices, Egress::default())
+        .map_err(io_err("start the I/O threads"))?;
     Ok(ShallowWorld { host, ns, offload })
 }
 
@@ -649,42 +731,97 @@ fn counters_snapshot(host: &Host) -> Vec<(String, u64)> {
     })
 }
 
+/// Packets (read, written) per queue of `host` so far.
+fn queue_snapshot(host: &Host) -> Vec<(u64, u64)> {
+    use std::sync::atomic::Ordering::Relaxed;
+    host.stats()
+        .queues
+        .iter()
+        .map(|q| (q.rx_packets.load(Relaxed), q.tx_packets.load(Relaxed)))
+        .collect()
+}
+
+/// Shallow's side of every flow at once (one thread per stream); the RTT samples of all.
+fn shallow_sides(
+    streams: &[TcpStream],
+    cfg: &BenchConfig,
+    netperf: bool,
+) -> io::Result<(Side, Vec<u32>)> {
+    std::thread::scope(|scope| {
+        let hs: Vec<_> = streams
+            .iter()
+            .map(|s| scope.spawn(move || shallow_side(s, cfg, netperf)))
+            .collect();
+        let mut sides = Vec::with_capacity(hs.len());
+        let mut rtts = Vec::new();
+        for h in hs {
+            let (side, r) = h
+                .join()
+                .map_err(|_| io::Error::other("a flow thread panicked"))??;
+            sides.push(side);
+            rtts.extend(r);
+        }
+        rtts.sort_unstable();
+        Ok((merge(sides), rtts))
+    })
+}
+
 /// Shallow ↔ Linux over the TUN.
 fn run_shallow(cfg: &BenchConfig, pair: Pair) -> Result<BenchResult, BenchError> {
     let w = shallow_world(cfg)?;
     let (local, kernel) = addrs(cfg.ipv6);
+    let flows = cfg.flows.max(1);
     let before = counters_snapshot(&w.host);
+    let q0 = queue_snapshot(&w.host);
     let cpu0 = snap();
-    let (netperf, netserver, stream, rtts) = match pair {
+    let (netperf, netserver, streams, rtts) = match pair {
         Pair::ShallowToLinux => {
             let addr = SocketAddr::new(kernel, PORT);
             let server = kernel_server(&w.ns, cfg, addr)?;
-            let s =
-                connect_retry(|| TcpStream::connect_timeout(&w.host, addr, Duration::from_secs(5)))
-                    .map_err(io_err(format!("connect {addr}")))?;
-            s.set_nodelay(cfg.nodelay).map_err(io_err("TCP_NODELAY"))?;
-            let (side, rtts) = shallow_side(&s, cfg, true).map_err(io_err("netperf (Shallow)"))?;
+            let mut streams = Vec::with_capacity(flows);
+            for _ in 0..flows {
+                let s = connect_retry(|| {
+                    TcpStream::connect_timeout(&w.host, addr, Duration::from_secs(5))
+                })
+                .map_err(io_err(format!("connect {addr}")))?;
+                s.set_nodelay(cfg.nodelay).map_err(io_err("TCP_NODELAY"))?;
+                streams.push(s);
+            }
+            let (side, rtts) =
+                shallow_sides(&streams, cfg, true).map_err(io_err("netperf (Shallow)"))?;
             let netserver = join(server, "netserver")?.map_err(io_err("netserver (kernel)"))?;
-            (side, netserver, s, rtts)
+            (side, netserver, streams, rtts)
         }
         Pair::LinuxToShallow => {
             let addr = SocketAddr::new(local, PORT);
             let l = TcpListener::bind(&w.host, addr).map_err(io_err(format!("bind {addr}")))?;
             let client = kernel_client(&w.ns, cfg, addr)?;
-            let (s, _) = l.accept().map_err(io_err("accept"))?;
-            s.set_nodelay(cfg.nodelay).map_err(io_err("TCP_NODELAY"))?;
+            let mut streams = Vec::with_capacity(flows);
+            for _ in 0..flows {
+                let (s, _) = l.accept().map_err(io_err("accept"))?;
+                s.set_nodelay(cfg.nodelay).map_err(io_err("TCP_NODELAY"))?;
+                streams.push(s);
+            }
             let (side, rtts) =
-                shallow_side(&s, cfg, false).map_err(io_err("netserver (Shallow)"))?;
+                shallow_sides(&streams, cfg, false).map_err(io_err("netserver (Shallow)"))?;
             let netperf = join(client, "netperf")?.map_err(io_err("netperf (kernel)"))?;
-            (netperf, side, s, rtts)
+            (netperf, side, streams, rtts)
         }
         Pair::LinuxToLinux => return run_veth(cfg),
     };
     let cpu = cpu_since(cpu0);
     let mut r = result_of(pair, cfg, netperf, netserver, cpu);
     r.offload = Some(w.offload);
-    r.tcp_info = stream.tcp_info().ok();
+    // One socket's tcp_info describes the run only when there is one flow.
+    if let [s] = streams.as_slice() {
+        r.tcp_info = s.tcp_info().ok();
+    }
     r.rtt_us = rtts;
+    r.queue_packets = queue_snapshot(&w.host)
+        .iter()
+        .zip(q0.iter().chain(std::iter::repeat(&(0, 0))))
+        .map(|(a, b)| (a.0 - b.0, a.1 - b.1))
+        .collect();
     let after = counters_snapshot(&w.host);
     r.counters = after
         .into_iter()
@@ -757,6 +894,89 @@ mod tests {
         let line = "123 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 250 75 0 0 20 0 1 0";
         assert_eq!(stat_times(line), Some(("a (b) c".into(), 250, 75)));
         assert_eq!(stat_times("garbage"), None);
+    }
+
+    /// Parallel flows merge into one side: counts add up, the span runs from the earliest
+    /// start to the latest end, latencies are pooled and sorted.
+    #[test]
+    fn flows_merge_into_one_side() {
+        let t0 = StdInstant::now();
+        let t1 = t0 + Duration::from_millis(10);
+        let t2 = t0 + Duration::from_millis(20);
+        let a = Side {
+            written: 100,
+            read: 7,
+            send_calls: 2,
+            recv_calls: 3,
+            transactions: 1,
+            latencies: vec![5, 1],
+            started: Some(t1),
+            ended: Some(t1),
+        };
+        let b = Side {
+            written: 50,
+            read: 3,
+            send_calls: 1,
+            recv_calls: 1,
+            transactions: 2,
+            latencies: vec![3],
+            started: Some(t0),
+            ended: Some(t2),
+        };
+        let m = merge(vec![a, b, Side::default()]);
+        assert_eq!(
+            (
+                m.written,
+                m.read,
+                m.send_calls,
+                m.recv_calls,
+                m.transactions
+            ),
+            (150, 10, 3, 4, 3)
+        );
+        assert_eq!(m.latencies, vec![1, 3, 5]);
+        assert_eq!((m.started, m.ended), (Some(t0), Some(t2)));
+    }
+
+    /// Root only (skipped otherwise, unless `SHALLOW_REQUIRE_TUN=1`): a short TCP_STREAM with
+    /// 4 flows over a 2-queue TUN moves every byte written, reports both queues, and the
+    /// per-queue packets add up to something on each queue used.
+    #[test]
+    fn stream_with_flows_over_two_queues() {
+        let why = if !crate::is_root() {
+            Some("not running as root")
+        } else if !std::path::Path::new("/dev/net/tun").exists() {
+            Some("/dev/net/tun is missing")
+        } else {
+            None
+        };
+        if let Some(w) = why {
+            assert_ne!(
+                std::env::var("SHALLOW_REQUIRE_TUN").as_deref(),
+                Ok("1"),
+                "SHALLOW_REQUIRE_TUN=1 but {w}"
+            );
+            eprintln!("SKIPPED stream_with_flows_over_two_queues: {w}");
+            return;
+        }
+        let cfg = BenchConfig {
+            duration: Duration::from_millis(300),
+            flows: 4,
+            queues: 2,
+            ..BenchConfig::default()
+        };
+        for pair in [Pair::ShallowToLinux, Pair::LinuxToShallow] {
+            let r = run(&cfg, pair).unwrap();
+            assert!(r.bytes_written > 0, "{pair:?}: nothing sent");
+            assert_eq!(r.bytes_read, r.bytes_written, "{pair:?}: bytes lost");
+            assert_eq!(r.queue_packets.len(), 2, "{pair:?}");
+            assert!(
+                r.tcp_info.is_none(),
+                "{pair:?}: one flow's tcp_info for four"
+            );
+            let tx: u64 = r.queue_packets.iter().map(|q| q.1).sum();
+            assert!(tx > 0, "{pair:?}: no packet written");
+        }
     }
 
     #[test]
