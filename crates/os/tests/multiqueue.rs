@@ -206,10 +206,21 @@ fn kernel_exchange(s: std::net::TcpStream, n: u64, seed_out: u64, seed_in: u64, 
 
 /// Two hosts joined by three in-memory links, each host with one I/O thread per link: six
 /// flows (three opened from each side) move 4 MiB each way at once, every byte checked; each
-/// flow is written on one queue by each host; both hosts used more than one queue.
+/// flow is written on one queue by each host; both hosts used more than one queue. With fq
+/// per queue (the default) and with no qdisc (packets for another queue handed to its thread).
 #[test]
 fn mem_three_queues_parallel_flows() {
-    with_watchdog(Duration::from_secs(120), || {
+    mem_three_queues(Egress::default());
+}
+
+/// [`mem_three_queues_parallel_flows`] without a qdisc.
+#[test]
+fn mem_three_queues_parallel_flows_direct() {
+    mem_three_queues(Egress::Direct);
+}
+
+fn mem_three_queues(egress: Egress) {
+    with_watchdog(Duration::from_secs(120), move || {
         let (mut da, mut db) = (Vec::new(), Vec::new());
         for _ in 0..3 {
             let (a, b) = link::pair().unwrap();
@@ -222,8 +233,8 @@ fn mem_three_queues_parallel_flows() {
         sa.add_address(IpAddr::V4(a4));
         let mut sb = Stack::new(72);
         sb.add_address(IpAddr::V4(b4));
-        let ha = Host::start_queues(sa, da, Egress::default()).unwrap();
-        let hb = Host::start_queues(sb, db, Egress::default()).unwrap();
+        let ha = Host::start_queues(sa, da, egress.clone()).unwrap();
+        let hb = Host::start_queues(sb, db, egress).unwrap();
         // Each host's flows are logged from its own side; a flow's queue may differ between
         // the hosts (each hashes with its own key), and a host reads on whatever queue the
         // other wrote, so only the write side is checked for stability here.
