@@ -1,6 +1,7 @@
 //! The TUN bench pairs of `shallow bench --substrate linux` with several flows and several TUN
 //! queues (one Shallow I/O thread per queue): bulk throughput and CPU-s/GB per queue count,
-//! runs interleaved so that a slow moment of the machine does not fall on one setting only.
+//! runs interleaved so that a slow moment of the machine does not fall on one setting only, with
+//! the kernel's own figure over veth (`linux->linux`, reported under the first queue count).
 //! Needs root and `/dev/net/tun`.
 //!
 //! `cargo run --release -p shallow-os --example bench_queues -- [FLOWS] [SECONDS] [REPEATS]
@@ -31,11 +32,15 @@ fn main() {
     if queues.is_empty() {
         queues = vec![1, 2];
     }
-    let pairs = [Pair::ShallowToLinux, Pair::LinuxToShallow];
+    let pairs = [Pair::ShallowToLinux, Pair::LinuxToShallow, Pair::LinuxToLinux];
     let mut got: Runs = Vec::new();
     for rep in 0..repeats {
         for &q in &queues {
             for &pair in &pairs {
+                // The kernel's own baseline over veth has no TUN queues: once per repeat.
+                if pair == Pair::LinuxToLinux && q != queues[0] {
+                    continue;
+                }
                 let cfg = BenchConfig {
                     workload: Workload::Stream,
                     duration: Duration::from_secs_f64(secs),
