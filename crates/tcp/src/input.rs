@@ -319,11 +319,13 @@ impl Sock {
         self.rcvq_space = (self.rcv_wnd).min(10 * self.advmss);
         self.rcvq_seq = self.rcv_nxt;
         self.rcvq_time = now;
+        // tcp_initialize_rcv_mss: a conservative hint until data shows the peer's size.
         self.ack.rcv_mss = self
             .advmss
+            .min(self.mss_cache)
             .min(self.rcv_wnd / 2)
-            .max(TCP_MSS_DEFAULT)
-            .min(self.advmss);
+            .clamp(TCP_MIN_MSS, TCP_MSS_DEFAULT);
+
         if self.opts.keepalive {
             let idle = self
                 .opts
@@ -1038,6 +1040,46 @@ impl Sock {
         env.wake(self.id, POLLIN | POLLRDNORM | POLLRDHUP);
     }
 
+    /// `tcp_measure_rcv_mss`: learn the peer's segment size from data (the GRO segment size
+    /// for an aggregate). A segment at least rcv_mss raises it (up to advmss); smaller ones
+    /// set it only when two in a row have the same size without PSH (small-MTU paths), else
+    /// they mark the ACK as pushed.
+    fn measure_rcv_mss(&mut self, seg: &SegIn<'_>, len: u32) {
+        let lss = self.ack.last_seg_size;
+        self.ack.last_seg_size = 0;
+        let seg_size = match seg.gso_size {
+            Some(g) if g > 0 && len > u32::from(g) => u32::from(g),
+            _ => len,
+        };
+        if seg_size == 0 {
+            return;
+        }
+        if seg_size >= self.ack.rcv_mss {
+            self.ack.rcv_mss = seg_size.min(self.advmss);
+            if seg.has(PSH) {
+                self.ack.pending |= ackf::PUSHED;
+            }
+            return;
+        }
+        // Invariant length with the TCP header, free of SACK-block jitter.
+        let hdr = u32::from(seg.opts.hdr_len).max(20);
+        let with_hdr = seg_size + hdr;
+        let remnant = seg.flags & (FIN | URG | SYN | PSH) != 0;
+        if with_hdr >= TCP_MSS_DEFAULT + 20 || (with_hdr >= TCP_MIN_MSS + 20 && !remnant) {
+            let tcp_header_len = 20 + if self.tstamp_ok { 12 } else { 0 };
+            let l = with_hdr.saturating_sub(tcp_header_len);
+            self.ack.last_seg_size = l;
+            if l == lss {
+                self.ack.rcv_mss = l;
+                return;
+            }
+        }
+        if self.ack.pending & ackf::PUSHED != 0 {
+            self.ack.pending |= ackf::PUSHED2;
+        }
+        self.ack.pending |= ackf::PUSHED;
+    }
+
     /// `tcp_event_data_recv`: delayed-ACK estimator (spec §6.4), rcv_mss, window growth.
     fn event_data_recv(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>, len: u32) {
         self.ack.pending |= ackf::SCHED;
@@ -1045,23 +1087,7 @@ impl Sock {
         if let Some((_, ecr)) = seg.opts.ts {
             self.rcv_rtt_measure_ts(now, ecr, len);
         }
-        // tcp_measure_rcv_mss
-        let seg_size = match seg.gso_size {
-            Some(g) if g > 0 && len > u32::from(g) => u32::from(g),
-            _ => len,
-        };
-        if seg_size >= self.ack.rcv_mss {
-            self.ack.rcv_mss = seg_size.min(self.advmss.max(seg_size));
-            if seg.has(PSH) {
-                self.ack.pending |= ackf::PUSHED;
-            }
-        } else if seg_size > 0 {
-            if self.ack.pending & ackf::PUSHED != 0 {
-                self.ack.pending |= ackf::PUSHED2;
-            }
-            self.ack.pending |= ackf::PUSHED;
-        }
-        self.ack.last_seg_size = seg_size;
+        self.measure_rcv_mss(seg, len);
         let rto = self.rto;
         if self.ack.lrcvtime == Instant::ZERO || self.ack.ato == Duration::ZERO {
             // First data: allow quickacks (pingpong is kept).

@@ -29,6 +29,8 @@ pub(crate) struct RxOpts {
     pub ts: Option<(u32, u32)>,
     pub sack: [(u32, u32); 4],
     pub num_sacks: u8,
+    /// TCP header length with options (`doff * 4`; 0 for synthetic segments).
+    pub hdr_len: u16,
 }
 
 /// A parsed inbound TCP segment.
@@ -293,6 +295,7 @@ pub(crate) fn parse(packet: &[u8], gso_size: Option<u16>) -> Result<SegIn<'_>, P
             Ok(_) => {}
         }
     }
+    opts.hdr_len = tcp.header_len() as u16;
     let payload = tcp.payload();
     let gso_segs = match gso_size {
         Some(g) if g > 0 && payload.len() > g as usize => payload.len().div_ceil(g as usize) as u32,

@@ -245,6 +245,8 @@ pub mod ecnf {
 
 /// `TCP_MSS_DEFAULT`.
 pub(crate) const TCP_MSS_DEFAULT: u32 = 536;
+/// `TCP_MIN_MSS`: the smallest MSS Linux accepts (88).
+pub(crate) const TCP_MIN_MSS: u32 = 88;
 /// `TCP_INIT_CWND`.
 pub(crate) const TCP_INIT_CWND: u32 = 10;
 /// `TCP_RESOURCE_PROBE_INTERVAL` / max probe interval: `TCP_RTO_MAX`.
