@@ -454,3 +454,18 @@ fn stack_is_send() {
     assert_send::<Stack>();
     assert_send::<Transmit>();
 }
+
+/// `tcp_initialize_rcv_mss` starts from a conservative 536-byte hint; the first full-sized
+/// segment raises it to the peer's segment size (1448 with timestamps), never above advmss.
+#[test]
+fn rcv_mss_starts_at_536_and_learns_the_segment_size() {
+    let mut p = Pair::new(31, LinkConfig::default());
+    let (c, _l, s) = connect_pair(&mut p);
+    assert_eq!(p.b.tcp_info(p.now, s).unwrap().rcv_mss, 536);
+    let data = pattern(20_000);
+    let got = transfer(&mut p, c, s, &data, Duration::from_secs(5));
+    assert_eq!(got, data);
+    let i = p.b.tcp_info(p.now, s).unwrap();
+    assert_eq!(i.rcv_mss, 1448);
+    assert!(i.rcv_mss <= i.advmss);
+}
