@@ -576,8 +576,14 @@ fn chart_svg(experiment: &str, subtitle: &str, c: &Chart) -> Result<String, Plot
     if x1 <= x0 {
         x1 = x0 + 1.0;
     }
+    // Room around the data: a legend in the upper right sits above the curves, and on a log
+    // axis the last curve keeps off the right edge.
+    if c.log_x {
+        x1 *= 1.5;
+    }
     let y0 = y0.min(0.0);
-    let y1 = if y1 <= y0 { y0 + 1.0 } else { y1 * 1.08 };
+    let head = if c.legend_lower_right { 1.08 } else { 1.25 };
+    let y1 = if y1 <= y0 { y0 + 1.0 } else { y1 * head };
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (1000, 560)).into_drawing_area();
