@@ -40,6 +40,10 @@ pub struct NcArgs {
     /// This host's IPv6 address.
     #[arg(long, default_value = "fd00:213::2")]
     pub addr6: Ipv6Addr,
+    /// TUN queues to attach, one I/O thread each; above 1 the device must have been made with
+    /// IFF_MULTI_QUEUE (`shallow netns up` makes a single-queue one).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub queues: u32,
     /// Give up connecting after this many seconds.
     #[arg(short = 'w', long, default_value_t = 10)]
     pub wait: u64,
@@ -67,6 +71,7 @@ fn attach(args: &NcArgs) -> Result<Host> {
         tun: args.tun.clone(),
         netns: (args.netns != "none").then(|| args.netns.clone()),
         addrs: vec![IpAddr::V4(args.addr), IpAddr::V6(args.addr6)],
+        queues: args.queues as usize,
         ..HostConfig::default()
     };
     Host::attach(&cfg).map_err(|e| {
