@@ -715,7 +715,7 @@ pub fn run(
                 "throughput",
                 "throughput of the 4 flows (bytes TCP sent)",
                 "throughput (Gbit/s)",
-                true,
+                false,
                 arms.iter()
                     .map(|&(l, d, g, s)| {
                         let pts = s.rate(|x| x.bytes_sent);
