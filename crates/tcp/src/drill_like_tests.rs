@@ -410,7 +410,8 @@ fn tsq_limits_bytes_below_tcp() {
     let mut p = Peer::new(false);
     // A device that keeps packets until their TX completion (a NIC ring, not tun).
     p.st.set_tx_orphan(false);
-    p.st.sysctl_set("net.ipv4.tcp_limit_output_bytes", "4096")
+    // Below one 2-segment packet's truesize (2920 + SKB_TX_OVERHEAD).
+    p.st.sysctl_set("net.ipv4.tcp_limit_output_bytes", "2048")
         .unwrap();
     let opts = [
         OutOpt::Mss(1460),
@@ -430,12 +431,12 @@ fn tsq_limits_bytes_below_tcp() {
     }
     // First two skbs always go (rtx queue 0 or 1 skb), then TSQ stops the loop.
     assert_eq!(tokens.len(), 2, "TSQ allows two packets in host queues");
-    assert!(p.st.meminfo(s).unwrap().wmem_alloc > 4096);
+    assert!(p.st.meminfo(s).unwrap().wmem_alloc > 2048);
     let t0 = tokens.remove(0);
     p.st.tx_complete(p.now, t0);
     assert!(
         p.st.poll_transmit(p.now).is_none(),
-        "one skb of 50 KB is still over the 4 KB cap"
+        "one packet's truesize is still over the 2 KB cap"
     );
     let t1 = tokens.remove(0);
     // cwnd (10) is now full: ACK what was sent, then the completion lets TSQ push again.

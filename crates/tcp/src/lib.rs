@@ -64,9 +64,9 @@
 //! assert_eq!(&buf[..5], b"hello");
 //! ```
 //!
-//! Accounting rule: every buffer's `truesize` is its payload plus [`SKB_OVERHEAD`]; the same
-//! rule feeds `wmem_queued`, `wmem_alloc` (bytes below TCP until `tx_complete`) and
-//! `rmem_alloc`.
+//! Accounting rule: every buffer's `truesize` is its payload plus a fixed overhead:
+//! [`SKB_TX_OVERHEAD`] for transmit buffers (`wmem_queued`, and `wmem_alloc`: bytes below TCP
+//! until `tx_complete`), [`SKB_OVERHEAD`] for received ones (`rmem_alloc`, backlog).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -95,7 +95,10 @@ pub mod stack;
 
 pub use info::{MemInfo, TcpInfo};
 pub use recv::msgflags;
-pub use socket::{pollbits, Family, RouteAttrs, TcpState, Transmit, TxToken, Wakeup, SKB_OVERHEAD};
+pub use socket::{
+    pollbits, Family, RouteAttrs, TcpState, Transmit, TxToken, Wakeup, SKB_OVERHEAD,
+    SKB_TX_OVERHEAD,
+};
 pub use sockopt::{OptVal, SockOpt};
 pub use stack::{Ioctl, LingerWait, ProtoMem, Shutdown, SockStat, SocketRow, Stack};
 

@@ -660,7 +660,7 @@ impl Sock {
         skb.eor = false;
         skb.truesize = skb.truesize.saturating_sub(nlen);
         rest.truesize += nlen;
-        self.wmem_queued += SKB_OVERHEAD;
+        self.wmem_queued += SKB_TX_OVERHEAD;
         self.write_queue.insert(1, rest);
     }
 
@@ -1108,7 +1108,7 @@ impl Sock {
             tail.end_seq = tail.end_seq.wrapping_add(1);
         } else {
             let mut skb = Skb::new(self.write_seq, FIN);
-            skb.truesize = SKB_OVERHEAD;
+            skb.truesize = SKB_TX_OVERHEAD;
             self.wmem_queued += skb.truesize;
             self.write_queue.push_back(skb);
         }

@@ -199,7 +199,7 @@ impl Sock {
         if fl & sacked::ACKED != 0 {
             self.sacked_out += diff;
         }
-        self.wmem_queued += SKB_OVERHEAD;
+        self.wmem_queued += SKB_TX_OVERHEAD;
         self.rtx_queue.insert(i + 1, rest);
     }
 

@@ -209,10 +209,18 @@ pub(crate) mod sacked {
     pub const EVER_RETRANS: u8 = 8;
 }
 
-/// Accounting overhead of one buffer (our `SKB_TRUESIZE(0)` for a TX skb with its header
-/// area): `truesize = payload + SKB_OVERHEAD`. One rule for `wmem_queued`, `wmem_alloc` and
-/// `rmem_alloc` (spec §1.1).
+/// Accounting overhead of one received buffer: `truesize = payload + SKB_OVERHEAD` for
+/// `rmem_alloc` and the backlog (a driver's receive buffer is larger than the payload;
+/// spec §1.1).
 pub const SKB_OVERHEAD: u32 = 1280;
+
+/// Accounting overhead of one transmit buffer (write and retransmit queues):
+/// `truesize = payload + SKB_TX_OVERHEAD` for `wmem_queued` and `wmem_alloc`. 832 bytes is
+/// what Linux 6.18 on x86-64 charges per TX skb (a 1-byte write leaves `SO_MEMINFO`
+/// wmem_queued at 833; `crates/os/tests/kernel_reference.rs` measures it). Since
+/// `sk_stream_memory_free` admits a new skb while `wmem_queued < sndbuf`, this figure decides
+/// where a large non-blocking write stops.
+pub const SKB_TX_OVERHEAD: u32 = 832;
 /// `MAX_TCP_HEADER` (bytes reserved for headers in a TX skb).
 pub(crate) const MAX_TCP_HEADER: u32 = 320;
 /// `sk_gso_max_size` for a 64 KiB GSO device: 65536 - (MAX_TCP_HEADER + 1).
@@ -264,7 +272,7 @@ pub(crate) struct Skb {
     /// (`tcp_trim_head`) and moving bytes between neighbours (`tcp_grow_skb`) share the buffer
     /// instead of copying it.
     pub data: BytesMut,
-    /// Accounting size: payload + [`SKB_OVERHEAD`].
+    /// Accounting size: payload + [`SKB_TX_OVERHEAD`].
     pub truesize: u32,
     /// MSG_EOR: never append to this skb.
     pub eor: bool,
@@ -295,7 +303,7 @@ impl Skb {
             end_seq: seq.wrapping_add(fl),
             flags,
             data: BytesMut::new(),
-            truesize: SKB_OVERHEAD,
+            truesize: SKB_TX_OVERHEAD,
             eor: false,
             sacked: 0,
             mstamp: Instant::ZERO,

@@ -1771,7 +1771,7 @@ impl Sock {
                 }
                 // tcp_stream_alloc_skb: charged by force when both queues are empty.
                 let first = self.write_queue.is_empty() && self.rtx_queue.is_empty();
-                if !first && !self.wmem_schedule(env, SKB_OVERHEAD) {
+                if !first && !self.wmem_schedule(env, SKB_TX_OVERHEAD) {
                     self.mem_wait = self.wmem_queued.max(1);
                     waited = true;
                     break;
