@@ -270,7 +270,9 @@ fn probe_flow_reports_latency_alongside_bulk() {
     let r = bench(&BenchConfig {
         flows: 2,
         probe: true,
-        duration: Some(Time::from_millis(300)),
+        // The tail-drop bottleneck may drop a probe packet (one ~200 ms loss-probe/RTO
+        // stall), so the run is long enough for many transactions either way.
+        duration: Some(Time::from_millis(1000)),
         link: link("rate=200mbit,delay=2ms,queue=200p"),
         ..BenchConfig::default()
     });
@@ -328,19 +330,21 @@ fn saturating_softirq_does_not_starve_the_reader() {
     };
     let r = bench(&BenchConfig {
         costs,
-        duration: Some(Time::from_millis(600)),
+        // Long enough that slow start's overshoot (router drops, data waiting out of order
+        // behind the gaps, retransmissions) is a small part of the run.
+        duration: Some(Time::from_millis(1500)),
         link: link("rate=1gbit,delay=20ms"),
         ..BenchConfig::default()
     });
     let rx_cpu = r.cpu.iter().find(|c| c.host == "receiver").unwrap();
     assert!(
-        rx_cpu.softirq_s > 0.3 * 0.6,
+        rx_cpu.softirq_s > 0.3 * 1.5,
         "softirq saturates: {:?}",
         r.cpu
     );
     let f = &r.flows[0];
     assert!(f.recv_calls > 100, "{f:?}");
-    // The reader keeps up: most of what TCP accepted was read.
+    // The reader keeps up: most of what TCP sent was read.
     assert!(f.goodput_bps > 0.8 * f.throughput_bps, "{f:?}");
 }
 
