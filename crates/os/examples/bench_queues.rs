@@ -32,7 +32,11 @@ fn main() {
     if queues.is_empty() {
         queues = vec![1, 2];
     }
-    let pairs = [Pair::ShallowToLinux, Pair::LinuxToShallow, Pair::LinuxToLinux];
+    let pairs = [
+        Pair::ShallowToLinux,
+        Pair::LinuxToShallow,
+        Pair::LinuxToLinux,
+    ];
     let mut got: Runs = Vec::new();
     for rep in 0..repeats {
         for &q in &queues {
