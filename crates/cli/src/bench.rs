@@ -478,9 +478,6 @@ mod linux {
     /// Options that only the emulator has: rejected with `--substrate linux`.
     fn check(args: &BenchArgs) {
         let mut bad: Vec<&str> = Vec::new();
-        if args.flows != 1 {
-            bad.push("--flows");
-        }
         if args.bytes.is_some() {
             bad.push("--bytes");
         }

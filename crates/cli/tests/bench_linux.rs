@@ -39,7 +39,7 @@ fn can_run(test: &str) -> bool {
 #[test]
 fn emulator_only_options_are_usage_errors() {
     for args in [
-        vec!["bench", "--substrate", "linux", "--flows", "2"],
+        vec!["bench", "--substrate", "linux", "--probe"],
         vec!["bench", "--substrate", "linux", "--link", "rate=1gbit"],
         vec!["bench", "--substrate", "linux", "--pcap", "/tmp/x.pcap"],
         vec![
@@ -90,8 +90,14 @@ fn linux_runs_report_the_bench_json_shape() {
         ("TCP_RR", "shallow-linux"),
         ("TCP_STREAM", "linux-shallow"),
         ("TCP_RR", "linux-linux"),
+        ("TCP_STREAM/2 flows/2 queues", "shallow-linux"),
     ] {
-        let out = shallow(&[
+        // "TEST/2 flows/2 queues": two parallel flows over a 2-queue TUN.
+        let (test, multi) = match test.split_once('/') {
+            Some((t, _)) => (t, true),
+            None => (test, false),
+        };
+        let mut args = vec![
             "bench",
             "--substrate",
             "linux",
@@ -102,7 +108,11 @@ fn linux_runs_report_the_bench_json_shape() {
             "--duration",
             "300ms",
             "--json",
-        ]);
+        ];
+        if multi {
+            args.extend(["--flows", "2", "--queues", "2"]);
+        }
+        let out = shallow(&args);
         assert!(
             out.status.success(),
             "{test} {pair}: {}",
@@ -121,6 +131,10 @@ fn linux_runs_report_the_bench_json_shape() {
             assert!(v.get(k).is_some(), "{test} {pair}: missing {k}");
         }
         assert_eq!(v["config"]["substrate"], "linux");
+        if multi {
+            assert_eq!(v["config"]["flows"], 2, "{test} {pair}: flows");
+            assert_eq!(v["config"]["queues"], 2, "{test} {pair}: queues");
+        }
         assert_eq!(v["config"]["test"], test);
         let t = &v["total"];
         for k in [
