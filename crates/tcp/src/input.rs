@@ -376,6 +376,8 @@ impl Sock {
             }
         }
         if seg.has(ACK) {
+            // tcp_ack → tcp_snd_una_update: the acked SYN counts in tcpi_bytes_acked.
+            self.bytes_acked += u64::from(seg.ack.wrapping_sub(self.snd_una));
             self.snd_una = seg.ack;
             // RFC 7323 §2.2: the window of a SYN (or SYN-ACK) is never scaled
             // (tcp_rcv_synsent_state_process).
@@ -814,9 +816,9 @@ impl Sock {
             }
             self.packets_out = self.packets_out.saturating_sub(p);
             self.wmem_queued = self.wmem_queued.saturating_sub(skb.truesize);
-            if skb.len() > 0 {
-                self.bytes_acked += u64::from(skb.len());
-            }
+            // tcpi_bytes_acked counts sequence space (tcp_snd_una_update): an acked SYN or FIN
+            // counts one.
+            self.bytes_acked += u64::from(skb.end_seq.wrapping_sub(skb.seq));
             if skb.sacked & sacked::ACKED == 0 {
                 self.rate_skb_delivered(&skb);
                 if skb.sacked & sacked::EVER_RETRANS == 0 {

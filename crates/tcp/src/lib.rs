@@ -21,7 +21,8 @@
 //! - `rtt` (private): RFC 6298 estimator with Linux's 200 ms floor, windowed min-RTT.
 //! - [`sockopt`], [`info`]: socket options, `tcp_info` (incl. delivery rate and the busy /
 //!   rwnd-limited / sndbuf-limited chronographs), `SO_MEMINFO`, `tcp_poll`.
-//! - [`sysctl`]: sysctls by Linux name with 6.18 defaults. [`mib`]: SNMP counters.
+//! - [`sysctl`]: sysctls by Linux name with 6.18 defaults. [`mib`]: SNMP counters (`nstat`
+//!   table). [`ss`]: an `ss -tmi`-like view of the sockets (`Stack::ss`).
 //! - [`packet`]: the only code that touches bytes (through `shallow_wire`).
 //! - [`time`], [`seq`], [`errno`]: foundations.
 //! - `harness` (feature `test-util`): two stacks over an impaired in-memory link.
@@ -91,6 +92,7 @@ pub mod recv;
 mod rtt;
 pub mod socket;
 pub mod sockopt;
+pub mod ss;
 pub mod stack;
 
 pub use info::{MemInfo, TcpInfo};

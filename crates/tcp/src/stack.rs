@@ -300,7 +300,7 @@ impl Stack {
             .map(|r| r.attrs)
     }
 
-    fn sock(&self, s: SocketId) -> Result<&Sock, Errno> {
+    pub(crate) fn sock(&self, s: SocketId) -> Result<&Sock, Errno> {
         self.socks
             .get(s.0 as usize)
             .and_then(|x| x.as_deref())
