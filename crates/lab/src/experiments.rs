@@ -519,6 +519,15 @@ pub fn run(
             );
             config.insert("link".into(), "10 Gbit/s, 100 ms RTT".into());
             config.insert("sender tcp_wmem".into(), "4096 262144 64000000".into());
+            // The seed's sender held 1,364,904 pages (5.2 GiB) of TCP memory, so its tcp_mem
+            // was far above the 4 GiB machine of the engine's default; give the emulated
+            // sender a large server's (Linux's tcp_init_mem for 128 GiB).
+            let [m0, m1, m2] = shallow_tcp::sysctl::tcp_mem_for_memory(128 << 30);
+            let tcp_mem = format!("{m0} {m1} {m2}");
+            config.insert(
+                "sender tcp_mem".into(),
+                format!("{tcp_mem} pages (a 128 GiB machine's; the seed's held 1,364,904)"),
+            );
             config.insert("duration".into(), secs(duration));
             config.insert("off".into(), "net.ipv4.tcp_notsent_lowat unset".into());
             config.insert(
@@ -540,6 +549,7 @@ pub fn run(
                 cfg: BenchConfig {
                     sysctls: vec![
                         sysctl("tcp_wmem", "4096 262144 64000000"),
+                        sysctl("tcp_mem", &tcp_mem),
                         sysctl("tcp_notsent_lowat", v),
                         (
                             "shallow.tcp_notsent_lowat_wake_half".into(),
