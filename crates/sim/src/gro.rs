@@ -56,6 +56,8 @@ struct Held {
 #[derive(Default)]
 pub struct Gro {
     held: Vec<Held>,
+    /// For each packet passed up since the last batch began: whether its checksum was verified.
+    verified: Vec<bool>,
     /// Counters.
     pub stats: GroStats,
 }
@@ -90,12 +92,33 @@ impl Gro {
             self.receive(p, out, pool);
         }
         self.flush_all(out);
+        self.verified.clear();
+    }
+
+    /// [`Gro::receive_batch`] that also appends to `verified`, for each packet appended to
+    /// `out`, whether the receive path verified its TCP checksum (the NIC's receive checksum
+    /// offload, Linux `CHECKSUM_UNNECESSARY`): true for every TCP packet whose checksum was
+    /// right, aggregates included; false for non-TCP packets and ones with a bad checksum,
+    /// which the stack must check itself.
+    pub fn receive_batch_verified(
+        &mut self,
+        batch: impl IntoIterator<Item = Packet>,
+        out: &mut Vec<Packet>,
+        verified: &mut Vec<bool>,
+        pool: &mut BufPool,
+    ) {
+        self.verified.clear();
+        for p in batch {
+            self.receive(p, out, pool);
+        }
+        self.flush_all(out);
+        verified.append(&mut self.verified);
     }
 
     fn receive(&mut self, p: Packet, out: &mut Vec<Packet>, pool: &mut BufPool) {
         self.stats.packets_in += 1;
         let Some(v) = segment::parse_tcp(&p.data) else {
-            self.pass(p, out);
+            self.pass(p, out, false);
             return;
         };
         let end = v.payload_off + v.payload_len;
@@ -109,7 +132,7 @@ impl Gro {
         if !csum_ok {
             self.stats.csum_errors += 1;
             self.flush_flow(&p.data, &v, out);
-            self.pass(p, out);
+            self.pass(p, out, false);
             return;
         }
         let mergeable_kind = v.payload_len > 0
@@ -128,7 +151,7 @@ impl Gro {
             if let Some(i) = pos {
                 self.flush_at(i, out);
             }
-            self.pass(p, out);
+            self.pass(p, out, true);
             return;
         }
         if let Some(i) = pos {
@@ -165,7 +188,7 @@ impl Gro {
             self.flush_at(i, out);
         }
         if v.flags & (flags::PSH | flags::FIN) != 0 {
-            self.pass(p, out);
+            self.pass(p, out, true);
             return;
         }
         if self.held.len() >= MAX_GRO_FLOWS {
@@ -223,9 +246,12 @@ impl Gro {
         }
     }
 
-    fn pass(&mut self, p: Packet, out: &mut Vec<Packet>) {
+    /// Pass `p` up; `verified`: its TCP checksum was checked here (and the aggregate's is
+    /// consistent with the merged segments'), Linux `CHECKSUM_UNNECESSARY`.
+    fn pass(&mut self, p: Packet, out: &mut Vec<Packet>, verified: bool) {
         self.stats.packets_out += 1;
         out.push(p);
+        self.verified.push(verified);
     }
 
     fn flush_flow(&mut self, d: &[u8], v: &TcpView, out: &mut Vec<Packet>) {
@@ -260,7 +286,7 @@ impl Gro {
             pkt.data[c..c + 2].copy_from_slice(&sum.to_be_bytes());
             pkt.gso_size = Some(h.mss as u16);
         }
-        self.pass(pkt, out);
+        self.pass(pkt, out, true);
     }
 
     /// Pass up everything held (end of a poll batch, Linux `napi_gro_flush`).
@@ -356,6 +382,39 @@ mod tests {
         assert!(tcp_checksum_ok(&out[0].data));
         assert!(!tcp_checksum_ok(&out[1].data));
         assert!(tcp_checksum_ok(&out[2].data));
+    }
+
+    #[test]
+    fn only_packets_with_a_good_checksum_are_marked_verified() {
+        let orig = original(4 * 1000, flags::ACK);
+        let mut segs = segment(&orig, 1000).unwrap();
+        segs[2][60] ^= 0x10;
+        let mut batch: Vec<Packet> = segs.into_iter().map(Packet::new).collect();
+        batch.push(Packet::new(vec![0x45, 0, 0, 20]));
+        let (mut g, mut out, mut ok, mut pool) =
+            (Gro::new(), Vec::new(), Vec::new(), BufPool::new(8));
+        g.receive_batch_verified(batch, &mut out, &mut ok, &mut pool);
+        // [0+1] (aggregate), [2] (corrupted), [3], the non-TCP packet (in some order).
+        assert_eq!(out.len(), 4);
+        assert_eq!(ok.len(), 4);
+        assert_eq!(ok.iter().filter(|&&v| v).count(), 2);
+        assert!(out
+            .iter()
+            .zip(&ok)
+            .any(|(p, &v)| v && p.gso_size == Some(1000)));
+        for (p, &v) in out.iter().zip(&ok) {
+            assert_eq!(tcp_checksum_ok(&p.data), v);
+        }
+        // The next batch starts afresh.
+        let mut ok2 = Vec::new();
+        let more = segment(&original(1000, flags::ACK), 1000).unwrap();
+        g.receive_batch_verified(
+            more.into_iter().map(Packet::new),
+            &mut out,
+            &mut ok2,
+            &mut pool,
+        );
+        assert_eq!(ok2, vec![true]);
     }
 
     #[test]

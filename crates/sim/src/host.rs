@@ -183,7 +183,7 @@ impl Thread {
 }
 
 enum Task {
-    Rx(Vec<u8>, Option<u16>),
+    Rx(Vec<u8>, Option<u16>, bool),
     TxDone(u64),
     Timer,
 }
@@ -609,7 +609,7 @@ impl TcpHost {
 
     fn run_softirq(&mut self, c: usize, task: Task, now: Time) {
         let base = match task {
-            Task::Rx(data, gso) => {
+            Task::Rx(data, gso, csum_ok) => {
                 self.rx_pending -= 1;
                 self.stats.rx_packets += 1;
                 let view = segment::parse_tcp(&data);
@@ -628,7 +628,7 @@ impl TcpHost {
                     .and_then(|v| self.by_ports.get(&(v.dport, v.sport)).copied())
                     .filter(|s| self.stack.is_owned(*s));
                 let rx_cost = self.costs.rx(payload, segs);
-                self.stack.input(inst(now), &data, gso);
+                self.stack.input_offload(inst(now), &data, gso, csum_ok);
                 self.pool.put(data);
                 if let Some(s) = owner {
                     self.stats.rx_to_backlog += 1;
@@ -1095,8 +1095,10 @@ impl TcpHost {
     }
 }
 
-impl Endpoint for TcpHost {
-    fn input(&mut self, now: Time, pkt: &mut Packet) {
+impl TcpHost {
+    /// A packet from the network onto a softirq queue; `csum_ok`: the NIC verified its TCP
+    /// checksum (`CHECKSUM_UNNECESSARY`), so the stack does not sum it again.
+    fn rx(&mut self, now: Time, pkt: &mut Packet, csum_ok: bool) {
         if self.rx_pending >= RX_BACKLOG_LIMIT {
             self.stats.rx_backlog_drops += 1;
             self.run(now);
@@ -1113,8 +1115,18 @@ impl Endpoint for TcpHost {
         let data = std::mem::replace(&mut pkt.data, self.pool.get());
         self.cpus[cpu]
             .softirq
-            .push_back(Task::Rx(data, pkt.gso_size));
+            .push_back(Task::Rx(data, pkt.gso_size, csum_ok));
         self.run(now);
+    }
+}
+
+impl Endpoint for TcpHost {
+    fn input(&mut self, now: Time, pkt: &mut Packet) {
+        self.rx(now, pkt, false);
+    }
+
+    fn input_csum_verified(&mut self, now: Time, pkt: &mut Packet) {
+        self.rx(now, pkt, true);
     }
 
     fn poll_transmit(&mut self, now: Time) -> Option<Packet> {

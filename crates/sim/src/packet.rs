@@ -52,6 +52,12 @@ pub trait Endpoint {
     /// without copying them (swapping in a spare buffer or an empty one); the emulator recycles
     /// whatever buffer is left in `pkt.data`.
     fn input(&mut self, now: Time, pkt: &mut Packet);
+    /// [`Endpoint::input`] for a packet whose TCP checksum the receive path has already
+    /// verified (receive checksum offload, Linux `CHECKSUM_UNNECESSARY`): an endpoint may skip
+    /// summing it again. The default ignores the hint.
+    fn input_csum_verified(&mut self, now: Time, pkt: &mut Packet) {
+        self.input(now, pkt)
+    }
     /// The next packet the endpoint wants sent, if any. The host calls this until it returns
     /// `None` after every other call.
     fn poll_transmit(&mut self, now: Time) -> Option<Packet>;
@@ -80,6 +86,9 @@ pub struct Skb {
 impl<T: Endpoint + ?Sized> Endpoint for Box<T> {
     fn input(&mut self, now: Time, pkt: &mut Packet) {
         (**self).input(now, pkt)
+    }
+    fn input_csum_verified(&mut self, now: Time, pkt: &mut Packet) {
+        (**self).input_csum_verified(now, pkt)
     }
     fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
         (**self).poll_transmit(now)

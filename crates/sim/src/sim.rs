@@ -517,6 +517,7 @@ impl<E: Endpoint> TopologyBuilder<E> {
             started: false,
             scratch: Vec::new(),
             batch: Vec::new(),
+            verified: Vec::new(),
             events_run: 0,
         })
     }
@@ -534,6 +535,8 @@ pub struct Sim<E> {
     started: bool,
     scratch: Vec<Packet>,
     batch: Vec<Packet>,
+    /// Per packet of `scratch` in a NAPI poll: GRO verified its checksum.
+    verified: Vec<bool>,
     events_run: u64,
 }
 
@@ -1247,18 +1250,27 @@ impl<E: Endpoint> Sim<E> {
         hs.stats.napi_polls += 1;
         let n = hs.napi_budget.min(hs.rx.len());
         batch.extend(hs.rx.drain(..n));
+        let mut verified = std::mem::take(&mut self.verified);
+        verified.clear();
         match hs.gro.as_mut() {
-            Some(g) => g.receive_batch(batch.drain(..), &mut out, &mut self.pool),
+            Some(g) => {
+                g.receive_batch_verified(batch.drain(..), &mut out, &mut verified, &mut self.pool)
+            }
             None => out.append(&mut batch),
         }
-        for mut p in out.drain(..) {
+        for (i, mut p) in out.drain(..).enumerate() {
             let (len, flow) = (p.len(), p.flow);
             self.record(TraceKind::Deliver, h, len, flow);
             let hs = &mut self.hosts[h];
             hs.stats.delivered += 1;
-            hs.ep.input(now, &mut p);
+            if verified.get(i).copied().unwrap_or(false) {
+                hs.ep.input_csum_verified(now, &mut p);
+            } else {
+                hs.ep.input(now, &mut p);
+            }
             self.pool.put(p.data);
         }
+        self.verified = verified;
         self.batch = batch;
         self.scratch = out;
         let hs = &mut self.hosts[h];

@@ -263,14 +263,21 @@ pub(crate) enum ParseError {
 }
 
 /// Parse an IP packet holding a TCP segment. Never panics on any input.
-pub(crate) fn parse(packet: &[u8], gso_size: Option<u16>) -> Result<SegIn<'_>, ParseError> {
+///
+/// `csum_verified`: the NIC already verified the TCP checksum (Linux `CHECKSUM_UNNECESSARY`),
+/// so it is not summed again; everything else is still checked.
+pub(crate) fn parse(
+    packet: &[u8],
+    gso_size: Option<u16>,
+    csum_verified: bool,
+) -> Result<SegIn<'_>, ParseError> {
     let ip = IpPacket::parse(packet).map_err(|_| ParseError::Malformed)?;
     if ip.protocol() != IPPROTO_TCP || ip.is_fragment() {
         return Err(ParseError::NotTcp);
     }
     let (src, dst) = (ip.src(), ip.dst());
     let tcp = TcpPacket::new_checked(ip.payload()).map_err(|_| ParseError::Malformed)?;
-    if !tcp.checksum_valid(src, dst) {
+    if !csum_verified && !tcp.checksum_valid(src, dst) {
         return Err(ParseError::Checksum);
     }
     let mut opts = RxOpts::default();
@@ -462,7 +469,7 @@ mod tests {
             payload: &[],
         })
         .unwrap();
-        let s = parse(&p, None).unwrap();
+        let s = parse(&p, None, false).unwrap();
         assert_eq!(s.src, local);
         assert_eq!(s.opts.mss, Some(1460));
         assert_eq!(s.opts.wscale, Some(8));
@@ -472,7 +479,20 @@ mod tests {
         let mut bad = p.clone();
         let n = bad.len() - 1;
         bad[n] ^= 0xff;
-        assert_eq!(parse(&bad, None).unwrap_err(), ParseError::Checksum);
-        assert_eq!(parse(&[0x45, 0], None).unwrap_err(), ParseError::Malformed);
+        assert_eq!(parse(&bad, None, false).unwrap_err(), ParseError::Checksum);
+        assert_eq!(
+            parse(&[0x45, 0], None, false).unwrap_err(),
+            ParseError::Malformed
+        );
+        // CHECKSUM_UNNECESSARY: the NIC vouched for the checksum, so it is not summed again,
+        // but structural checks still run.
+        assert!(parse(&bad, None, true).is_ok());
+        assert_eq!(
+            parse(&[0x45, 0], None, true).unwrap_err(),
+            ParseError::Malformed
+        );
+        let mut cut = p.clone();
+        cut.truncate(30);
+        assert!(parse(&cut, None, true).is_err());
     }
 }

@@ -428,10 +428,26 @@ impl Stack {
 
     // ------------------------------------------------------------------ network side
 
-    /// Feed one inbound IP packet (a GRO aggregate when `gso_size` is Some).
+    /// Feed one inbound IP packet (a GRO aggregate when `gso_size` is Some). The TCP
+    /// checksum is verified here (a NIC without receive checksum offload, `CHECKSUM_NONE`).
     pub fn input(&mut self, now: Instant, packet: &[u8], gso_size: Option<u16>) {
+        self.input_offload(now, packet, gso_size, false);
+    }
+
+    /// [`Stack::input`] for a packet whose TCP checksum the NIC has already verified when
+    /// `csum_verified` is true (Linux `CHECKSUM_UNNECESSARY`, which `tcp_checksum_complete`
+    /// trusts): the checksum is not summed again. Every other check still runs, so a hostile
+    /// packet is handled as by `input`; only pass true for packets whose checksum really was
+    /// checked since they last changed.
+    pub fn input_offload(
+        &mut self,
+        now: Instant,
+        packet: &[u8],
+        gso_size: Option<u16>,
+        csum_verified: bool,
+    ) {
         self.tick(now);
-        let seg = match packet::parse(packet, gso_size) {
+        let seg = match packet::parse(packet, gso_size, csum_verified) {
             Ok(s) => s,
             Err(packet::ParseError::Checksum) => {
                 self.env.mib.inc(Mib::InCsumErrors);
