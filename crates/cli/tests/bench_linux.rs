@@ -12,28 +12,7 @@ fn shallow(args: &[&str]) -> Output {
 }
 
 fn can_run(test: &str) -> bool {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false);
-    let why = if !root {
-        Some("not running as root")
-    } else if !std::path::Path::new("/dev/net/tun").exists() {
-        Some("/dev/net/tun is missing")
-    } else {
-        None
-    };
-    match why {
-        None => true,
-        Some(w) if std::env::var("SHALLOW_REQUIRE_TUN").as_deref() == Ok("1") => {
-            panic!("{test}: SHALLOW_REQUIRE_TUN=1 but {w}")
-        }
-        Some(w) => {
-            eprintln!("SKIPPED {test}: {w}");
-            false
-        }
-    }
+    shallow_os::skip::can_run(test, &[])
 }
 
 #[test]

@@ -5,7 +5,6 @@
 //! The end-to-end tests need root, `/dev/net/tun`, iproute2, nc and socat; they skip with a
 //! printed reason otherwise, unless `SHALLOW_REQUIRE_TUN=1`.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
@@ -13,47 +12,8 @@ fn shallow() -> Command {
     Command::new(env!("CARGO_BIN_EXE_shallow"))
 }
 
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
-fn tool(prog: &str, arg: &str) -> bool {
-    Command::new(prog)
-        .arg(arg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
-}
-
 fn can_run(test: &str) -> bool {
-    let why = if !is_root() {
-        Some("not running as root")
-    } else if !std::path::Path::new("/dev/net/tun").exists() {
-        Some("/dev/net/tun is missing")
-    } else if !tool("ip", "-V") {
-        Some("iproute2 is missing")
-    } else if !tool("nc", "-h") {
-        Some("nc is missing")
-    } else if !tool("socat", "-V") {
-        Some("socat is missing")
-    } else {
-        None
-    };
-    match why {
-        None => true,
-        Some(w) if std::env::var("SHALLOW_REQUIRE_TUN").as_deref() == Ok("1") => {
-            panic!("{test}: SHALLOW_REQUIRE_TUN=1 but {w}")
-        }
-        Some(w) => {
-            let _ = std::io::stderr().write_all(format!("SKIPPED {test}: {w}\n").as_bytes());
-            false
-        }
-    }
+    shallow_os::skip::can_run(test, &[("nc", "-h"), ("socat", "-V")])
 }
 
 /// `shallow netns up` with names of this test; `down` on drop.
@@ -255,7 +215,7 @@ fn nc_missing_peer_is_a_clear_error() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    if is_root() {
+    if shallow_os::is_root() {
         assert!(err.contains("shallow netns up"), "{err}");
     } else {
         assert!(err.contains("root"), "{err}");

@@ -11,18 +11,14 @@ fn opts() -> LinuxOptions {
     }
 }
 
-fn required() -> bool {
-    std::env::var("SHALLOW_REQUIRE_TUN").is_ok_and(|v| v == "1")
-}
-
 /// TSQ behind a 200 Mbit/s tbf: the kernel's sender and Shallow's both move data, and
 /// Shallow's TSQ switch changes what piles up in its own egress tbf (off: the queue grows
 /// with cwnd; on: about two TSO packets), as `tcp_small_queue_check` says.
 #[test]
 fn tsq_on_linux_kernel_and_shallow() {
     let rep = match run_linux(Experiment::Tsq, &opts(), &mut |_: &str, _: f64| {}) {
-        Err(LabError::NotRoot(why)) if !required() => {
-            println!("skipped: {why}");
+        Err(LabError::NotRoot(why)) if !shallow_os::skip::required() => {
+            shallow_os::skip::check("tsq_on_linux_kernel_and_shallow", Some(why.to_string()));
             return;
         }
         r => r.expect("tsq on linux"),

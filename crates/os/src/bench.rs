@@ -943,20 +943,7 @@ mod tests {
     /// per-queue packets add up to something on each queue used.
     #[test]
     fn stream_with_flows_over_two_queues() {
-        let why = if !crate::is_root() {
-            Some("not running as root")
-        } else if !std::path::Path::new("/dev/net/tun").exists() {
-            Some("/dev/net/tun is missing")
-        } else {
-            None
-        };
-        if let Some(w) = why {
-            assert_ne!(
-                std::env::var("SHALLOW_REQUIRE_TUN").as_deref(),
-                Ok("1"),
-                "SHALLOW_REQUIRE_TUN=1 but {w}"
-            );
-            eprintln!("SKIPPED stream_with_flows_over_two_queues: {w}");
+        if !crate::skip::can_run("stream_with_flows_over_two_queues", &[]) {
             return;
         }
         let cfg = BenchConfig {

@@ -62,6 +62,7 @@ pub mod link;
 pub mod net;
 pub mod netns;
 pub mod poller;
+pub mod skip;
 #[allow(unsafe_code)]
 mod sys;
 pub mod tun;

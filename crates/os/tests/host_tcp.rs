@@ -18,35 +18,7 @@ const PEER6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x213, 0, 0, 0, 0, 0, 1);
 const ME6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x213, 0, 0, 0, 0, 0, 2);
 
 fn can_run(test: &str) -> bool {
-    let mut why = None;
-    if !shallow_os::is_root() {
-        why = Some("not running as root");
-    } else if !std::path::Path::new("/dev/net/tun").exists() {
-        why = Some("/dev/net/tun is missing");
-    } else if shallow_os::netns::ip(&["-V"]).is_err() {
-        why = Some("the `ip` command (iproute2) is missing");
-    } else if std::process::Command::new("socat")
-        .arg("-V")
-        .stdout(Stdio::null())
-        .status()
-        .is_err()
-    {
-        why = Some("socat is missing");
-    }
-    match why {
-        None => true,
-        Some(w) if std::env::var("SHALLOW_REQUIRE_TUN").as_deref() == Ok("1") => {
-            panic!("{test}: SHALLOW_REQUIRE_TUN=1 but {w}")
-        }
-        Some(w) => {
-            // Straight to fd 2, past the test harness's capture, so the skip is always seen.
-            let _ = std::io::Write::write_all(
-                &mut std::io::stderr(),
-                format!("SKIPPED {test}: {w}\n").as_bytes(),
-            );
-            false
-        }
-    }
+    shallow_os::skip::can_run(test, &[("socat", "-V")])
 }
 
 /// Runs `f` on its own thread and fails the test if it has not finished after `limit`

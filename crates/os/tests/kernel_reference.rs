@@ -22,28 +22,8 @@ const KERNEL: Ipv4Addr = Ipv4Addr::new(10, 213, 0, 1);
 const US: Ipv4Addr = Ipv4Addr::new(10, 213, 0, 2);
 const KPORT: u16 = 8080;
 
-/// Returns false (after printing why) when the test cannot run here; panics instead when
-/// `SHALLOW_REQUIRE_TUN=1`.
 fn can_run(test: &str) -> bool {
-    let why = if !shallow_os::is_root() {
-        Some("not running as root")
-    } else if !std::path::Path::new("/dev/net/tun").exists() {
-        Some("/dev/net/tun is missing")
-    } else if shallow_os::netns::ip(&["-V"]).is_err() {
-        Some("the `ip` command (iproute2) is missing")
-    } else {
-        None
-    };
-    match why {
-        None => true,
-        Some(w) if std::env::var("SHALLOW_REQUIRE_TUN").as_deref() == Ok("1") => {
-            panic!("{test}: SHALLOW_REQUIRE_TUN=1 but {w}")
-        }
-        Some(w) => {
-            let _ = std::io::stderr().write_all(format!("SKIPPED {test}: {w}\n").as_bytes());
-            false
-        }
-    }
+    shallow_os::skip::can_run(test, &[("tc", "-V")])
 }
 
 fn tcp_packet(tcp: &TcpRepr, payload: &[u8]) -> Vec<u8> {

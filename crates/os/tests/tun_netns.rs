@@ -26,36 +26,8 @@ const PATIENCE: Duration = Duration::from_secs(5);
 /// Returns false (after printing why) when the test cannot run here; panics instead when
 /// `SHALLOW_REQUIRE_TUN=1`.
 fn can_run(test: &str, need_socat: bool) -> bool {
-    let mut why = None;
-    if !shallow_os::is_root() {
-        why = Some("not running as root".to_string());
-    } else if !std::path::Path::new("/dev/net/tun").exists() {
-        why = Some("/dev/net/tun is missing".to_string());
-    } else if shallow_os::netns::ip(&["-V"]).is_err() {
-        why = Some("the `ip` command (iproute2) is missing".to_string());
-    } else if need_socat
-        && std::process::Command::new("socat")
-            .arg("-V")
-            .stdout(Stdio::null())
-            .status()
-            .is_err()
-    {
-        why = Some("socat is missing".to_string());
-    }
-    match why {
-        None => true,
-        Some(w) if std::env::var("SHALLOW_REQUIRE_TUN").as_deref() == Ok("1") => {
-            panic!("{test}: SHALLOW_REQUIRE_TUN=1 but {w}")
-        }
-        Some(w) => {
-            // Straight to fd 2, past the test harness's capture, so the skip is always seen.
-            let _ = std::io::Write::write_all(
-                &mut std::io::stderr(),
-                format!("SKIPPED {test}: {w}\n").as_bytes(),
-            );
-            false
-        }
-    }
+    let tools: &[(&str, &str)] = if need_socat { &[("socat", "-V")] } else { &[] };
+    shallow_os::skip::can_run(test, tools)
 }
 
 /// A namespace with a TUN `sh0` whose kernel side is 10.213.0.1/24 and fd00:213::1/64; we are

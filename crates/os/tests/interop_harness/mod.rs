@@ -7,7 +7,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -31,42 +31,7 @@ pub fn peers() -> [IpAddr; 2] {
     [IpAddr::V4(PEER4), IpAddr::V6(PEER6)]
 }
 
-/// True when `prog` can be run (`prog ARG` spawns).
-pub fn have_tool(prog: &str, arg: &str) -> bool {
-    Command::new(prog)
-        .arg(arg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
-}
-
-/// Returns false (after printing why) when `test` cannot run here: not root, no
-/// `/dev/net/tun`, no iproute2, or one of `tools` (program, probe argument) missing. With
-/// `SHALLOW_REQUIRE_TUN=1` a missing requirement is a failure instead.
-pub fn can_run(test: &str, tools: &[(&str, &str)]) -> bool {
-    let mut why = None;
-    if !shallow_os::is_root() {
-        why = Some("not running as root".to_string());
-    } else if !std::path::Path::new("/dev/net/tun").exists() {
-        why = Some("/dev/net/tun is missing".to_string());
-    } else if shallow_os::netns::ip(&["-V"]).is_err() {
-        why = Some("the `ip` command (iproute2) is missing".to_string());
-    } else if let Some((t, _)) = tools.iter().find(|(t, a)| !have_tool(t, a)) {
-        why = Some(format!("`{t}` is not installed"));
-    }
-    match why {
-        None => true,
-        Some(w) if std::env::var("SHALLOW_REQUIRE_TUN").as_deref() == Ok("1") => {
-            panic!("{test}: SHALLOW_REQUIRE_TUN=1 but {w}")
-        }
-        Some(w) => {
-            // Straight to fd 2, past the test harness's capture, so the skip is always seen.
-            let _ = io::stderr().write_all(format!("SKIPPED {test}: {w}\n").as_bytes());
-            false
-        }
-    }
-}
+pub use shallow_os::skip::can_run;
 
 /// Runs `f` on its own thread and fails the test if it has not finished after `limit`
 /// (a blocking call that never returns must fail the test, not hang the suite).
