@@ -398,16 +398,7 @@ fn egress(
         let mut any = false;
         for p in std::mem::take(&mut txq[me].direct) {
             any = true;
-            tx_hooked(
-                sh,
-                stack,
-                outq,
-                hook.as_deref_mut(),
-                p.data,
-                p.gso_size,
-                p.token,
-                now,
-            );
+            tx_hooked(sh, stack, outq, hook.as_deref_mut(), p, now);
         }
         while let Some(tx) = stack.poll_transmit(now) {
             any = true;
@@ -423,16 +414,7 @@ fn egress(
                 kicks[q] = true;
             }
             match &mut txq[q].qdisc {
-                None if q == me => tx_hooked(
-                    sh,
-                    stack,
-                    outq,
-                    hook.as_deref_mut(),
-                    p.data,
-                    p.gso_size,
-                    p.token,
-                    now,
-                ),
+                None if q == me => tx_hooked(sh, stack, outq, hook.as_deref_mut(), p, now),
                 None => txq[q].direct.push(p),
                 Some(qd) => {
                     if let Err(p) = qd.enqueue(now.as_nanos(), p) {
@@ -451,16 +433,7 @@ fn egress(
         if let Some(q) = txq[me].qdisc.as_mut() {
             while let Some(p) = q.dequeue(now.as_nanos()) {
                 any = true;
-                tx_hooked(
-                    sh,
-                    stack,
-                    outq,
-                    hook.as_deref_mut(),
-                    p.data,
-                    p.gso_size,
-                    p.token,
-                    now,
-                );
+                tx_hooked(sh, stack, outq, hook.as_deref_mut(), p, now);
             }
         }
         let held: usize = txq.iter().map(TxQueue::backlog_bytes).sum();
@@ -478,11 +451,15 @@ fn tx_hooked(
     stack: &mut Stack,
     outq: &mut Vec<Out>,
     hook: Option<&mut HookState>,
-    data: Vec<u8>,
-    gso_size: Option<u16>,
-    token: Option<TxToken>,
+    p: TxPkt,
     now: Instant,
 ) {
+    let TxPkt {
+        data,
+        gso_size,
+        token,
+        ..
+    } = p;
     let Some(h) = hook else {
         out(outq, data, gso_size, token);
         return;
