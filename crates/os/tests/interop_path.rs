@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown as StdShutdown, SocketAddr};
 use std::time::Duration;
 
 use interop_harness::*;
-use shallow_os::{Host, Netns, Peer, TcpStream, TunConfig};
+use shallow_os::{Host, Netns, Peer, TunConfig};
 use shallow_tcp::Shutdown;
 
 /// The server namespace's addresses (behind the router).
@@ -110,19 +110,6 @@ impl Routed {
     fn tc(&self, ns: &Netns, args: &[&str]) -> String {
         run_ok(ns.command("tc").args(args))
     }
-}
-
-fn connect(host: &Host, addr: SocketAddr) -> TcpStream {
-    for _ in 0..100 {
-        match TcpStream::connect_timeout(host, addr, Duration::from_secs(5)) {
-            Ok(s) => return s,
-            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
-                std::thread::sleep(Duration::from_millis(50))
-            }
-            Err(e) => panic!("connect {addr}: {e}"),
-        }
-    }
-    panic!("listener at {addr} never came up");
 }
 
 /// Shallow sends `n` bytes to a far kernel server and reads `back` bytes in return; both

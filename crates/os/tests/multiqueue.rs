@@ -155,20 +155,6 @@ fn check_queue_stats(host: &Host, min: usize, what: &str) -> Vec<(u64, u64)> {
     per
 }
 
-/// Connects, retrying while the listener is not up yet (ECONNREFUSED).
-fn connect(host: &Host, addr: SocketAddr) -> TcpStream {
-    for _ in 0..100 {
-        match TcpStream::connect_timeout(host, addr, Duration::from_secs(5)) {
-            Ok(s) => return s,
-            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
-                std::thread::sleep(Duration::from_millis(50))
-            }
-            Err(e) => panic!("connect {addr}: {e}"),
-        }
-    }
-    panic!("listener at {addr} never came up");
-}
-
 /// Sends `n` bytes of pattern `seed_out`, half-closes, reads to EOF and checks it is `n` bytes
 /// of pattern `seed_in` (both directions at once, on two threads).
 fn exchange(s: TcpStream, n: u64, seed_out: u64, seed_in: u64, what: String) {

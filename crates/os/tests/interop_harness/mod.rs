@@ -5,7 +5,7 @@
 //! Not every test binary uses every item.
 #![allow(dead_code)]
 
-use std::io::{self, Read, Write};
+use std::io::{self, ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use shallow_os::{Dir, Host, Netns, Peer, TunConfig, Verdict};
+use shallow_os::{Dir, Host, Netns, Peer, TcpStream, TunConfig, Verdict};
 use shallow_tcp::Stack;
 
 /// The kernel side of the TUN (as `shallow netns up` sets it).
@@ -237,6 +237,20 @@ impl World {
 }
 
 /// Runs a command, panicking with its stderr when it fails; returns stdout.
+/// Connects, retrying while the listener is not up yet (ECONNREFUSED).
+pub fn connect(host: &Host, addr: SocketAddr) -> TcpStream {
+    for _ in 0..100 {
+        match TcpStream::connect_timeout(host, addr, Duration::from_secs(5)) {
+            Ok(s) => return s,
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("connect {addr}: {e}"),
+        }
+    }
+    panic!("listener at {addr} never came up");
+}
+
 pub fn run_ok(cmd: &mut Command) -> String {
     let out = cmd.output().expect("spawn");
     assert!(
