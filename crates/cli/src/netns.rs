@@ -27,6 +27,10 @@ pub struct NetnsArgs {
     /// IPv6 address/prefix of the kernel side of the TUN ("none" for no IPv6).
     #[arg(long, default_value = "fd00:213::1/64")]
     pub addr6: String,
+    /// `up`: make the TUN multi-queue (IFF_MULTI_QUEUE), for `shallow nc --queues N` and
+    /// `shallow_os::HostConfig::queues`.
+    #[arg(long)]
+    pub multi_queue: bool,
 }
 
 /// What `shallow netns` does.
@@ -64,10 +68,16 @@ pub fn run(args: &NetnsArgs) -> Result<()> {
     };
     match args.action {
         Action::Up => {
-            let granted = peer.up()?;
+            let granted = peer.up_with(args.multi_queue)?;
             println!(
-                "netns {} up: TUN {} (persistent), offloads granted: {granted}",
-                peer.netns, peer.tun
+                "netns {} up: TUN {} (persistent{}), offloads granted: {granted}",
+                peer.netns,
+                peer.tun,
+                if args.multi_queue {
+                    ", multi-queue"
+                } else {
+                    ""
+                }
             );
             if let Some((a, p)) = peer.addr4 {
                 println!("  kernel side {a}/{p}");

@@ -24,10 +24,16 @@ struct Peer {
 
 impl Peer {
     fn up(tag: &str) -> Peer {
+        Peer::up_with(tag, &[])
+    }
+
+    /// `shallow netns up` with `extra` arguments (e.g. `--multi-queue`).
+    fn up_with(tag: &str, extra: &[&str]) -> Peer {
         let name = format!("shnc-{tag}-{}", std::process::id());
-        let tun = format!("shnc{}", std::process::id() % 100_000);
+        let tun = format!("shnc{tag}{}", std::process::id() % 100_000);
         let out = shallow()
             .args(["netns", "up", "--name", &name, "--tun", &tun])
+            .args(extra)
             .output()
             .unwrap();
         assert!(
@@ -226,4 +232,60 @@ fn nc_missing_peer_is_a_clear_error() {
         Some(2),
         "a missing PORT is a usage error"
     );
+}
+
+/// `shallow netns up --multi-queue` makes a TUN that `shallow nc --queues 2` attaches with two
+/// I/O threads; data crosses both ways intact (socat as the kernel's server). Without
+/// `--multi-queue`, attaching two queues fails with a clear error.
+#[test]
+fn nc_two_queues_on_a_multi_queue_tun() {
+    if !can_run("nc_two_queues_on_a_multi_queue_tun") {
+        return;
+    }
+    let single = Peer::up("s");
+    let out = single
+        .nc()
+        .args(["--queues", "2", "10.213.0.1", "9421"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "two queues on a single-queue TUN");
+    drop(single);
+    let p = Peer::up_with("m", &["--multi-queue"]);
+    let (up_path, up) = data_file("mu", 500_000, 11);
+    let (down_path, down) = data_file("md", 400_000, 13);
+    let recv_path = std::env::temp_dir().join(format!("shallow-nc-mr-{}", std::process::id()));
+    let server = p
+        .sh(&format!(
+            "socat -t 30 TCP4-LISTEN:9422,bind=10.213.0.1,reuseaddr STDIO < {} > {}",
+            down_path.display(),
+            recv_path.display()
+        ))
+        .spawn()
+        .unwrap();
+    let mut client = None;
+    for _ in 0..100 {
+        let out = p
+            .nc()
+            .args(["--queues", "2", "10.213.0.1", "9422"])
+            .stdin(std::fs::File::open(&up_path).unwrap())
+            .output()
+            .unwrap();
+        if !String::from_utf8_lossy(&out.stderr).contains("refused") {
+            client = Some(out);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = client.expect("the kernel's socat never listened");
+    check(&out, "shallow nc --queues 2");
+    check(&server.wait_with_output().unwrap(), "kernel socat");
+    assert!(out.stdout == down, "bytes from the kernel differ");
+    assert!(
+        std::fs::read(&recv_path).unwrap() == up,
+        "bytes to the kernel differ"
+    );
+    for f in [up_path, down_path, recv_path] {
+        let _ = std::fs::remove_file(f);
+    }
 }

@@ -320,6 +320,13 @@ impl Peer {
     /// (or reuses it) and configures the kernel side. Returns the offloads the kernel granted
     /// when the device was opened.
     pub fn up(&self) -> Result<crate::tun::Offload, OsError> {
+        self.up_with(false)
+    }
+
+    /// [`Peer::up`] with the TUN made `IFF_MULTI_QUEUE` when `multi_queue` is set, so that a
+    /// Shallow host can attach several queues (`HostConfig::queues`), one I/O thread each. An
+    /// existing device must already be of that kind (`EINVAL` otherwise).
+    pub fn up_with(&self, multi_queue: bool) -> Result<crate::tun::Offload, OsError> {
         check_netns_name(&self.netns)?;
         check_name(&self.tun)?;
         require_root(&format!("create network namespace {}", self.netns))?;
@@ -333,6 +340,7 @@ impl Peer {
         };
         let mut cfg = TunConfig::new(&self.tun);
         cfg.persist = Some(true);
+        cfg.multi_queue = multi_queue;
         let r = ns.open_tun(&cfg).and_then(|t| {
             let offload = t.first().map(|t| t.offload()).unwrap_or_default();
             drop(t);
