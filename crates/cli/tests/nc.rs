@@ -55,6 +55,24 @@ impl Peer {
         c.args(["nc", "--netns", &self.name, "--tun", &self.tun]);
         c
     }
+
+    /// `shallow nc ARGS < stdin` as a client, retried while the kernel's server is not
+    /// listening yet (connection refused).
+    fn nc_client(&self, args: &[&str], stdin: &std::path::Path) -> Output {
+        for _ in 0..100 {
+            let out = self
+                .nc()
+                .args(args)
+                .stdin(std::fs::File::open(stdin).unwrap())
+                .output()
+                .unwrap();
+            if !String::from_utf8_lossy(&out.stderr).contains("refused") {
+                return out;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("the kernel's server never listened");
+    }
 }
 
 impl Drop for Peer {
@@ -120,22 +138,7 @@ fn nc_client_to_kernel_socat() {
             ))
             .spawn()
             .unwrap();
-        let mut client = None;
-        for _ in 0..100 {
-            let out = p
-                .nc()
-                .args([kernel, &port.to_string()])
-                .stdin(std::fs::File::open(&up_path).unwrap())
-                .output()
-                .unwrap();
-            let refused = String::from_utf8_lossy(&out.stderr).contains("refused");
-            if !refused {
-                client = Some(out);
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        let out = client.expect("the kernel's socat never listened");
+        let out = p.nc_client(&[kernel, &port.to_string()], &up_path);
         check(&out, "shallow nc");
         let server = server.wait_with_output().unwrap();
         check(&server, "kernel socat");
@@ -263,21 +266,7 @@ fn nc_two_queues_on_a_multi_queue_tun() {
         ))
         .spawn()
         .unwrap();
-    let mut client = None;
-    for _ in 0..100 {
-        let out = p
-            .nc()
-            .args(["--queues", "2", "10.213.0.1", "9422"])
-            .stdin(std::fs::File::open(&up_path).unwrap())
-            .output()
-            .unwrap();
-        if !String::from_utf8_lossy(&out.stderr).contains("refused") {
-            client = Some(out);
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let out = client.expect("the kernel's socat never listened");
+    let out = p.nc_client(&["--queues", "2", "10.213.0.1", "9422"], &up_path);
     check(&out, "shallow nc --queues 2");
     check(&server.wait_with_output().unwrap(), "kernel socat");
     assert!(out.stdout == down, "bytes from the kernel differ");

@@ -14,22 +14,8 @@ use std::net::{IpAddr, Shutdown as StdShutdown, SocketAddr};
 use std::time::Duration;
 
 use interop_harness::*;
-use shallow_os::{Host, TcpListener, TcpStream};
+use shallow_os::TcpListener;
 use shallow_tcp::Shutdown;
-
-/// Connects, retrying while the kernel listener is not up yet (ECONNREFUSED).
-fn connect(host: &Host, addr: SocketAddr) -> TcpStream {
-    for _ in 0..100 {
-        match TcpStream::connect_timeout(host, addr, Duration::from_secs(5)) {
-            Ok(s) => return s,
-            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
-                std::thread::sleep(Duration::from_millis(50))
-            }
-            Err(e) => panic!("connect {addr}: {e}"),
-        }
-    }
-    panic!("listener at {addr} never came up");
-}
 
 fn bulk_bytes(ip: IpAddr) -> u64 {
     let default = if ip.is_ipv4() { 1 << 30 } else { 256 << 20 };

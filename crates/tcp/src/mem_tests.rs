@@ -32,6 +32,19 @@ fn drain(p: &mut Pair, c: SocketId, s: SocketId, got: &mut Vec<u8>, want: usize)
 }
 
 /// Close everything and let both stacks finish: no socket and no page may remain.
+/// Writes `data[*sent..]` without letting time pass until the send gets EAGAIN (true) or
+/// 100 calls went through (false); `*sent` counts what was accepted.
+fn send_until_eagain(p: &mut Pair, c: SocketId, data: &[u8], sent: &mut usize) -> bool {
+    for _ in 0..100 {
+        match p.a.send(p.now, c, &data[*sent..], 0) {
+            Ok(n) => *sent += n,
+            Err(Errno::EAGAIN) => return true,
+            Err(e) => panic!("send: {e}"),
+        }
+    }
+    false
+}
+
 fn close_all(p: &mut Pair, c: SocketId, l: SocketId, s: SocketId) {
     p.a.close(p.now, c).unwrap();
     p.run_for(Duration::from_secs(1));
@@ -57,17 +70,7 @@ fn sender_pressure_entered_and_left_moderates_sndbuf() {
     let data = pattern(400_000);
     let mut sent = 0;
     // Write without letting time pass: memory, not sndbuf (1 MiB), stops the writer.
-    let mut eagain = false;
-    for _ in 0..100 {
-        match p.a.send(p.now, c, &data[sent..], 0) {
-            Ok(n) => sent += n,
-            Err(Errno::EAGAIN) => {
-                eagain = true;
-                break;
-            }
-            Err(e) => panic!("send: {e}"),
-        }
-    }
+    let eagain = send_until_eagain(&mut p, c, &data, &mut sent);
     assert!(eagain, "the writer is stopped");
     assert!(sent < 200_000, "stopped by tcp_mem, not by sndbuf: {sent}");
     let pm = p.a.proto_mem();
@@ -111,17 +114,7 @@ fn sender_with_locked_sndbuf_gets_eagain_at_hard_limit() {
     let sndbuf = p.a.meminfo(c).unwrap().sndbuf;
     let data = pattern(300_000);
     let mut sent = 0;
-    let mut eagain = false;
-    for _ in 0..100 {
-        match p.a.send(p.now, c, &data[sent..], 0) {
-            Ok(n) => sent += n,
-            Err(Errno::EAGAIN) => {
-                eagain = true;
-                break;
-            }
-            Err(e) => panic!("send: {e}"),
-        }
-    }
+    let eagain = send_until_eagain(&mut p, c, &data, &mut sent);
     assert!(eagain);
     // The first skb of empty queues is charged by force; nothing else passes the limit.
     let pm = p.a.proto_mem();

@@ -1191,6 +1191,14 @@ impl Sock {
         wspace >= (self.wmem_queued / 2) as i64 && self.sk_stream_memory_free(env, wake)
     }
 
+    /// `sk_stream_closing`: our FIN is sent but not yet acknowledged.
+    pub fn stream_closing(&self) -> bool {
+        matches!(
+            self.state,
+            TcpState::FinWait1 | TcpState::Closing | TcpState::LastAck
+        )
+    }
+
     pub fn is_synchronized(&self) -> bool {
         !matches!(
             self.state,

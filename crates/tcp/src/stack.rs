@@ -1407,13 +1407,8 @@ impl Stack {
     /// Whether a lingering close of `s` must still wait at `now`: the FIN is not acked
     /// (`sk_stream_closing`) and the linger time has not passed. False for unknown sockets.
     pub fn linger_pending(&self, s: SocketId, now: Instant) -> bool {
-        self.sock(s).is_ok_and(|sk| {
-            sk.linger_until.is_some_and(|d| now < d)
-                && matches!(
-                    sk.state,
-                    TcpState::FinWait1 | TcpState::Closing | TcpState::LastAck
-                )
-        })
+        self.sock(s)
+            .is_ok_and(|sk| sk.linger_until.is_some_and(|d| now < d) && sk.stream_closing())
     }
 
     /// End a lingering close (acknowledged FIN or linger time over): the socket becomes an
@@ -1500,10 +1495,7 @@ impl Stack {
             sk.rmem_alloc = 0;
             // sk_stream_wait_close: wait for the FIN's ACK before orphaning.
             if let Some(t) = sk.opts.linger.filter(|&t| t > 0 && may_linger) {
-                if matches!(
-                    sk.state,
-                    TcpState::FinWait1 | TcpState::Closing | TcpState::LastAck
-                ) {
+                if sk.stream_closing() {
                     sk.orphan = false;
                     let deadline = now + Duration::from_secs(u64::from(t));
                     sk.linger_until = Some(deadline);
