@@ -260,6 +260,9 @@ pub(crate) const TCP_INIT_CWND: u32 = 10;
 /// `TCP_RESOURCE_PROBE_INTERVAL` / max probe interval: `TCP_RTO_MAX`.
 pub(crate) const TCP_RTO_MAX: Duration = Duration::from_secs(120);
 
+/// How many full skbs one write-queue allocation holds (see `Sock::carve_skb_buffer`).
+pub(crate) const SKB_CARVE_CHUNK: usize = 4;
+
 /// A buffer of the write or retransmit queue (Linux `struct sk_buff` + `tcp_skb_cb`).
 #[derive(Debug)]
 pub(crate) struct Skb {

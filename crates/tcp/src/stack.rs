@@ -25,6 +25,8 @@
 //! * Between [`Stack::lock_sock`] and [`Stack::release_sock`] inbound packets of that
 //!   socket go to its backlog and timers/TX completions defer their work, as in Linux.
 
+use bytes::BytesMut;
+
 use crate::errno::{Errno, SocketId};
 use crate::info::{MemInfo, TcpInfo};
 use crate::input::RcvOutcome;
@@ -1786,8 +1788,7 @@ impl Sock {
                 }
                 self.slow_start_after_idle_check(env, now);
                 let mut skb = Skb::new(self.write_seq, 0);
-                // Room for a full skb up front: appending never reallocates and copies.
-                skb.data.reserve(size_goal as usize);
+                skb.data = self.carve_skb_buffer(size_goal as usize);
                 self.wmem_queued += skb.truesize;
                 self.write_queue.push_back(skb);
             }
@@ -1849,6 +1850,28 @@ impl Sock {
         let ng = self.nonagle();
         self.tcp_push(env, now, flags, mss_now, ng, size_goal);
         Ok(copied)
+    }
+
+    /// The buffer of a new write-queue skb of up to `want` bytes.
+    ///
+    /// Linux fills skbs from the socket's page fragment (`sk_page_frag`), so neighbouring
+    /// skbs sit in the same pages and `tcp_grow_skb` moves fragments, never bytes. The model:
+    /// a new skb is carved from the spare room behind the previous tail's bytes, and when that
+    /// room is too small a chunk for [`SKB_CARVE_CHUNK`] skbs is allocated. Neighbours are then
+    /// contiguous and [`Sock::grow_head`]'s `unsplit` joins them in O(1). Accounting is not
+    /// affected: an skb charges its payload and overhead (`truesize`), never the chunk.
+    fn carve_skb_buffer(&mut self, want: usize) -> BytesMut {
+        let prev = match self.write_queue.back_mut() {
+            Some(t) => Some(t),
+            None => self.rtx_queue.back_mut(),
+        };
+        if let Some(prev) = prev {
+            let at = prev.data.len();
+            if prev.data.capacity() - at >= want {
+                return prev.data.split_off(at);
+            }
+        }
+        BytesMut::with_capacity(want * SKB_CARVE_CHUNK)
     }
 
     /// `tcp_slow_start_after_idle_check` → `tcp_cwnd_restart` (RFC 5681 §4.1): after an idle
