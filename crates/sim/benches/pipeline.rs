@@ -47,6 +47,7 @@ impl Endpoint for Ep {
                     departure: None,
                     token: Some(*next_token),
                     flow: 1,
+                    seg: None,
                 })
             }
             _ => None,

@@ -18,7 +18,9 @@
 //! At most 8 flows are held at once (Linux `MAX_GRO_SKBS`); all are flushed at the end of a
 //! poll batch, in the order they were opened.
 
-use crate::packet::Packet;
+use std::sync::Arc;
+
+use crate::packet::{Packet, TsoParent};
 use crate::pool::BufPool;
 use crate::segment::{self, flags, TcpView};
 
@@ -41,7 +43,10 @@ pub struct GroStats {
 }
 
 struct Held {
+    /// The aggregate so far; for a [`Run`], a packet with no bytes yet.
     pkt: Packet,
+    /// The aggregate is segments `first..=last` of one TSO packet, still unwritten.
+    run: Option<Run>,
     view: TcpView,
     mss: usize,
     next_seq: u32,
@@ -50,6 +55,40 @@ struct Held {
     /// One's-complement sum of the aggregate's payload so far (so the flush need not re-read
     /// 64 KiB to checksum it).
     psum: u64,
+}
+
+/// Consecutive wire segments of one TSO packet held as an aggregate without writing them out
+/// (see [`crate::packet::WireSeg`]).
+struct Run {
+    parent: Arc<TsoParent>,
+    first: usize,
+    last: usize,
+}
+
+impl Held {
+    /// Headers to match flows on (addresses and ports).
+    fn header(&self) -> &[u8] {
+        match &self.run {
+            Some(r) => &r.parent.data()[..r.parent.view().payload_off],
+            None => &self.pkt.data,
+        }
+    }
+    /// Length of the aggregate as an IP packet.
+    fn len(&self) -> usize {
+        self.view.payload_off + self.view.payload_len
+    }
+    /// True when [`Gro::can_merge`] is sure to refuse a segment with fields `v`, judging by
+    /// the header fields alone.
+    fn refuses(&self, v: &TcpView) -> bool {
+        let hv = &self.view;
+        v.seq != self.next_seq
+            || v.ack != hv.ack
+            || v.window != hv.window
+            || (v.flags ^ hv.flags) & !(flags::PSH | flags::FIN) != 0
+            || v.tcp_len != hv.tcp_len
+            || v.payload_len > self.mss
+            || self.len() + v.payload_len > GRO_MAX_SIZE
+    }
 }
 
 /// The GRO engine of one host's receive path.
@@ -91,7 +130,7 @@ impl Gro {
         for p in batch {
             self.receive(p, out, pool);
         }
-        self.flush_all(out);
+        self.flush_all(out, pool);
         self.verified.clear();
     }
 
@@ -111,12 +150,19 @@ impl Gro {
         for p in batch {
             self.receive(p, out, pool);
         }
-        self.flush_all(out);
+        self.flush_all(out, pool);
         verified.append(&mut self.verified);
     }
 
-    fn receive(&mut self, p: Packet, out: &mut Vec<Packet>, pool: &mut BufPool) {
+    fn receive(&mut self, mut p: Packet, out: &mut Vec<Packet>, pool: &mut BufPool) {
         self.stats.packets_in += 1;
+        if p.seg.is_some() {
+            match self.receive_seg(p, out, pool) {
+                Some(back) => p = back,
+                None => return,
+            }
+            p.materialize(pool);
+        }
         let Some(v) = segment::parse_tcp(&p.data) else {
             self.pass(p, out, false);
             return;
@@ -131,7 +177,7 @@ impl Gro {
             && segment::csum_fold(segment::csum_combine(hsum, psum)) == 0;
         if !csum_ok {
             self.stats.csum_errors += 1;
-            self.flush_flow(&p.data, &v, out);
+            self.flush_flow(&p.data, &v, out, pool);
             self.pass(p, out, false);
             return;
         }
@@ -146,10 +192,13 @@ impl Gro {
         let pos = self
             .held
             .iter()
-            .position(|h| same_flow(&h.pkt.data, &h.view, &p.data, &v));
+            .position(|h| same_flow(h.header(), &h.view, &p.data, &v));
+        if let Some(i) = pos {
+            self.write_out_run(i, pool);
+        }
         if !mergeable_kind {
             if let Some(i) = pos {
-                self.flush_at(i, out);
+                self.flush_at(i, out, pool);
             }
             self.pass(p, out, true);
             return;
@@ -181,18 +230,18 @@ impl Gro {
                 let closes = v.payload_len < h.mss || v.flags & (flags::PSH | flags::FIN) != 0;
                 pool.put(p.data);
                 if closes {
-                    self.flush_at(i, out);
+                    self.flush_at(i, out, pool);
                 }
                 return;
             }
-            self.flush_at(i, out);
+            self.flush_at(i, out, pool);
         }
         if v.flags & (flags::PSH | flags::FIN) != 0 {
             self.pass(p, out, true);
             return;
         }
         if self.held.len() >= MAX_GRO_FLOWS {
-            self.flush_at(0, out);
+            self.flush_at(0, out, pool);
         }
         let mut pkt = p;
         if pkt.data.capacity() < GRO_MAX_SIZE {
@@ -207,6 +256,7 @@ impl Gro {
             0
         };
         self.held.push(Held {
+            run: None,
             view: v,
             mss: v.payload_len,
             next_seq: v.seq.wrapping_add(v.payload_len as u32),
@@ -254,17 +304,135 @@ impl Gro {
         self.verified.push(verified);
     }
 
-    fn flush_flow(&mut self, d: &[u8], v: &TcpView, out: &mut Vec<Packet>) {
+    fn flush_flow(&mut self, d: &[u8], v: &TcpView, out: &mut Vec<Packet>, pool: &mut BufPool) {
         if let Some(i) = self
             .held
             .iter()
-            .position(|h| same_flow(&h.pkt.data, &h.view, d, v))
+            .position(|h| same_flow(h.header(), &h.view, d, v))
         {
-            self.flush_at(i, out);
+            self.flush_at(i, out, pool);
         }
     }
 
-    fn flush_at(&mut self, i: usize, out: &mut Vec<Packet>) {
+    /// A wire segment the NIC has not written out ([`Packet::seg`]): merged into a run of
+    /// its TSO packet's segments when it continues one, or held as a new run, or passed up;
+    /// the same decisions the byte path below makes, taken from the header fields. Returns
+    /// the packet when only the byte path can decide (it then writes the segment out).
+    fn receive_seg(
+        &mut self,
+        p: Packet,
+        out: &mut Vec<Packet>,
+        pool: &mut BufPool,
+    ) -> Option<Packet> {
+        let ws = p.seg.as_ref()?;
+        let (parent, index) = (ws.parent(), ws.index());
+        let pv = *parent.view();
+        let plain_ip = if pv.ip_version == 4 {
+            pv.tcp_off == 20
+        } else {
+            pv.tcp_off == 40
+        };
+        // Segments of a TSO packet are checksummed right by the NIC; what is not mergeable
+        // (CWR, SYN, RST, URG, IP options) takes the byte path, which handles it.
+        if pv.flags & (flags::SYN | flags::RST | flags::URG | flags::CWR) != 0 || !plain_ip {
+            return Some(p);
+        }
+        let v = parent.seg_view(index);
+        let header = &parent.data()[..pv.payload_off];
+        let pos = self
+            .held
+            .iter()
+            .position(|h| same_flow(h.header(), &h.view, header, &v));
+        if let Some(i) = pos {
+            let h = &mut self.held[i];
+            let continues = h
+                .run
+                .as_ref()
+                .is_some_and(|r| Arc::ptr_eq(&r.parent, parent) && r.last + 1 == index);
+            if continues && !h.refuses(&v) {
+                if let Some(r) = h.run.as_mut() {
+                    r.last = index;
+                }
+                h.next_seq = h.next_seq.wrapping_add(v.payload_len as u32);
+                h.segs += 1;
+                h.last_id = h.last_id.wrapping_add(1);
+                h.view.payload_len += v.payload_len;
+                self.stats.merged += 1;
+                let closes = v.payload_len < h.mss || v.flags & (flags::PSH | flags::FIN) != 0;
+                if closes {
+                    self.flush_at(i, out, pool);
+                }
+                return None;
+            }
+            if !h.refuses(&v) {
+                // Another TSO packet (or written-out bytes) that may merge: compare bytes.
+                return Some(p);
+            }
+            self.flush_at(i, out, pool);
+        }
+        if v.flags & (flags::PSH | flags::FIN) != 0 {
+            let mut p = p;
+            p.materialize(pool);
+            self.pass(p, out, true);
+            return None;
+        }
+        if self.held.len() >= MAX_GRO_FLOWS {
+            self.flush_at(0, out, pool);
+        }
+        let last_id = if pv.ip_version == 4 {
+            ip_id(parent.data()).wrapping_add(index as u16)
+        } else {
+            0
+        };
+        let run = Run {
+            parent: Arc::clone(parent),
+            first: index,
+            last: index,
+        };
+        self.held.push(Held {
+            pkt: Packet {
+                flow: p.flow,
+                ..Packet::default()
+            },
+            run: Some(run),
+            view: v,
+            mss: v.payload_len,
+            next_seq: v.seq.wrapping_add(v.payload_len as u32),
+            last_id,
+            segs: 1,
+            psum: 0,
+        });
+        None
+    }
+
+    /// Write held entry `i` out if it is a [`Run`], as the byte path would have built it
+    /// segment by segment: the first segment's bytes followed by the others' payloads.
+    fn write_out_run(&mut self, i: usize, pool: &mut BufPool) {
+        let h = &mut self.held[i];
+        let Some(r) = h.run.take() else {
+            return;
+        };
+        let mut buf = pool.get();
+        if buf.capacity() < GRO_MAX_SIZE {
+            buf = Vec::with_capacity(GRO_MAX_SIZE);
+        }
+        r.parent.write_run(r.first, r.last, &mut buf);
+        let pv = r.parent.view();
+        h.psum = segment::csum_add(0, &buf[pv.payload_off..]);
+        pool.put(std::mem::replace(&mut h.pkt.data, buf));
+    }
+
+    fn flush_at(&mut self, i: usize, out: &mut Vec<Packet>, pool: &mut BufPool) {
+        if let Some(r) = self.held[i].run.take() {
+            let h = self.held.remove(i);
+            let mut pkt = h.pkt;
+            pkt.data = r.parent.take_run(r.first, r.last, pool);
+            if h.segs > 1 {
+                pkt.gso_size = Some(h.mss as u16);
+            }
+            self.pass(pkt, out, true);
+            return;
+        }
         let h = self.held.remove(i);
         let mut pkt = h.pkt;
         if h.segs > 1 {
@@ -290,9 +458,9 @@ impl Gro {
     }
 
     /// Pass up everything held (end of a poll batch, Linux `napi_gro_flush`).
-    pub fn flush_all(&mut self, out: &mut Vec<Packet>) {
+    pub fn flush_all(&mut self, out: &mut Vec<Packet>, pool: &mut BufPool) {
         while !self.held.is_empty() {
-            self.flush_at(0, out);
+            self.flush_at(0, out, pool);
         }
     }
 }

@@ -508,6 +508,7 @@ impl TcpHost {
                 departure: tx.departure.map(|d| Time(d.as_nanos())),
                 token,
                 flow: tx.flow,
+                seg: None,
             };
             scratch.push((pkt, n));
         }

@@ -1,5 +1,9 @@
 //! Packets and the network-side interface of an endpoint.
 
+use std::sync::Arc;
+
+use crate::pool::BufPool;
+use crate::segment::{self, flags, TcpView};
 use crate::time::Time;
 
 /// One IP packet leaving or reaching an endpoint.
@@ -21,6 +25,192 @@ pub struct Packet {
     pub token: Option<u64>,
     /// Flow hash (Linux `skb->hash`), the key of fq's per-flow queues and of per-flow metrics.
     pub flow: u32,
+    /// A wire segment the NIC cut from a TSO packet and has not written out: when `Some`,
+    /// the packet's bytes are those [`segment::write_segment_parsed`] would produce from the
+    /// parent, and `data` is empty. Only the emulator's wire carries such packets; anything
+    /// that reads the bytes (a capture, corruption, an endpoint) calls
+    /// [`Packet::materialize`] first. Endpoints never see one.
+    pub seg: Option<WireSeg>,
+}
+
+/// A TSO packet the NIC is cutting into wire segments, shared by the segments it has cut
+/// (see [`WireSeg`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct TsoParent {
+    data: Vec<u8>,
+    view: TcpView,
+    gso: u16,
+    segs: usize,
+}
+
+/// One wire segment of a [`TsoParent`], not yet written out.
+///
+/// The emulator's model of TSO with checksum offload: the NIC writes headers and checksums
+/// as it sends, so segment bytes only need to exist when something looks at them. Keeping
+/// the segment as (parent, index) until then saves copying each payload byte and summing it
+/// once at the NIC and once more at the receiver's GRO, which verified the checksums the NIC
+/// had just computed. Every observable byte is unchanged: [`Packet::materialize`] produces
+/// exactly what the NIC used to write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WireSeg {
+    parent: Arc<TsoParent>,
+    index: usize,
+}
+
+impl TsoParent {
+    /// A TSO packet `data` (parsed as `view`) to be cut into `gso`-byte segments; `data`
+    /// comes back as the error unless it makes at least two segments.
+    pub fn new(data: Vec<u8>, view: TcpView, gso: u16) -> Result<Arc<TsoParent>, Vec<u8>> {
+        let mss = usize::from(gso);
+        if mss == 0 || view.payload_len <= mss {
+            return Err(data);
+        }
+        let segs = view.payload_len.div_ceil(mss);
+        Ok(Arc::new(TsoParent {
+            data,
+            view,
+            gso,
+            segs,
+        }))
+    }
+    /// Number of wire segments.
+    pub fn segs(&self) -> usize {
+        self.segs
+    }
+    /// The TSO packet's bytes.
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+    /// The parsed TSO packet.
+    pub fn view(&self) -> &TcpView {
+        &self.view
+    }
+    /// Write segments `first..=last` into `out` (cleared first) the way GRO builds an
+    /// aggregate from them: segment `first`'s bytes, the others' payloads appended, and the
+    /// PSH/FIN of segment `last`. Headers keep segment `first`'s lengths and checksums (GRO
+    /// fixes them when it passes the aggregate up: see [`TsoParent::take_run`]).
+    pub fn write_run(&self, first: usize, last: usize, out: &mut Vec<u8>) {
+        // Cannot fail: first < segs and gso > 0 were checked when the parent was made.
+        let _ = segment::write_segment_parsed(&self.data, &self.view, self.gso, first, out);
+        if last > first {
+            let (a, _) = self.payload_range(first + 1);
+            let (b, blen) = self.payload_range(last);
+            let off = self.view.payload_off;
+            out.extend_from_slice(&self.data[off + a..off + b + blen]);
+            let fl = self.seg_view(last).flags & (flags::PSH | flags::FIN);
+            out[self.view.tcp_off + 13] |= fl;
+        }
+    }
+    /// The aggregate GRO passes up for segments `first..=last`: their merged bytes with the IP
+    /// length, IPv4 header checksum and TCP checksum of the whole (the values the byte path
+    /// computes). When the segments are all of them, that is the TSO packet itself, handed
+    /// over without a copy if no other segment still holds it.
+    pub fn take_run(self: Arc<Self>, first: usize, last: usize, pool: &mut BufPool) -> Vec<u8> {
+        let v = self.view;
+        let whole =
+            first == 0 && last + 1 == self.segs && self.data.len() == v.payload_off + v.payload_len;
+        if whole {
+            #[cfg(debug_assertions)]
+            let check = {
+                let mut b = Vec::new();
+                self.build_run(first, last, &mut b);
+                b
+            };
+            let data = match Arc::try_unwrap(self) {
+                Ok(p) => p.data,
+                Err(shared) => {
+                    let mut buf = pool.get();
+                    buf.extend_from_slice(&shared.data);
+                    buf
+                }
+            };
+            #[cfg(debug_assertions)]
+            debug_assert!(
+                data == check,
+                "a whole TSO packet differs from its merged segments"
+            );
+            return data;
+        }
+        let mut buf = pool.get();
+        self.build_run(first, last, &mut buf);
+        buf
+    }
+    fn build_run(&self, first: usize, last: usize, out: &mut Vec<u8>) {
+        self.write_run(first, last, out);
+        if last == first {
+            return;
+        }
+        let mut v = self.seg_view(first);
+        v.payload_len = out.len() - v.payload_off;
+        let total = out.len();
+        if v.ip_version == 4 {
+            out[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+            segment::fill_ipv4_checksum(out);
+        } else {
+            out[4..6].copy_from_slice(&((total - 40) as u16).to_be_bytes());
+        }
+        segment::fill_tcp_checksum(out, &v);
+    }
+    /// Segment `index`'s payload: offset into the parent's payload and length.
+    fn payload_range(&self, index: usize) -> (usize, usize) {
+        let mss = usize::from(self.gso);
+        let start = index * mss;
+        (
+            start,
+            mss.min(self.view.payload_len - start.min(self.view.payload_len)),
+        )
+    }
+    /// The header fields of segment `index` as [`segment::write_segment_parsed`] sets them.
+    pub fn seg_view(&self, index: usize) -> TcpView {
+        let (start, len) = self.payload_range(index);
+        let mut fl = self.view.flags;
+        if index + 1 != self.segs {
+            fl &= !(flags::FIN | flags::PSH);
+        }
+        if index > 0 {
+            fl &= !flags::CWR;
+        }
+        TcpView {
+            payload_len: len,
+            seq: self.view.seq.wrapping_add(start as u32),
+            flags: fl,
+            ..self.view
+        }
+    }
+}
+
+impl WireSeg {
+    /// Segment `index` of `parent`.
+    pub fn new(parent: Arc<TsoParent>, index: usize) -> WireSeg {
+        debug_assert!(index < parent.segs);
+        WireSeg { parent, index }
+    }
+    /// The TSO packet this segment is cut from.
+    pub fn parent(&self) -> &Arc<TsoParent> {
+        &self.parent
+    }
+    /// Which segment of it (from 0).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+    /// Length of the segment in bytes.
+    pub fn len(&self) -> usize {
+        self.parent.view.payload_off + self.parent.payload_range(self.index).1
+    }
+    /// True for a segment of no bytes (never: a segment has at least its headers).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The parent's headers: addresses, ports and options are the segment's.
+    pub fn parent_header(&self) -> &[u8] {
+        &self.parent.data[..self.parent.view.payload_off]
+    }
+    /// Write the segment's bytes into `out` (cleared first).
+    pub fn write(&self, out: &mut Vec<u8>) {
+        let p = &self.parent;
+        // Cannot fail: index < segs and gso > 0 were checked when the parent was made.
+        let _ = segment::write_segment_parsed(&p.data, &p.view, p.gso, self.index, out);
+    }
 }
 
 impl Packet {
@@ -33,11 +223,30 @@ impl Packet {
     }
     /// Length in bytes (Linux `qdisc_pkt_len` without link-layer overhead).
     pub fn len(&self) -> usize {
-        self.data.len()
+        match &self.seg {
+            Some(s) => s.len(),
+            None => self.data.len(),
+        }
     }
     /// True for a zero-length packet.
     pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+        self.len() == 0
+    }
+    /// Write out a [`WireSeg`] into `data` (a buffer from `pool`); no-op otherwise.
+    pub fn materialize(&mut self, pool: &mut BufPool) {
+        if let Some(s) = self.seg.take() {
+            let mut buf = pool.get();
+            s.write(&mut buf);
+            pool.put(std::mem::replace(&mut self.data, buf));
+        }
+    }
+    /// The IP and TCP headers' bytes as far as addresses and ports go (for routing and flow
+    /// matching): the packet's own bytes, or a wire segment's parent's.
+    pub fn header(&self) -> &[u8] {
+        match &self.seg {
+            Some(s) => s.parent_header(),
+            None => &self.data,
+        }
     }
 }
 

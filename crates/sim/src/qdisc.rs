@@ -56,6 +56,7 @@ impl QdiscPacket for Skb {
                     departure: self.pkt.departure,
                     token: if last { self.pkt.token } else { None },
                     flow: self.pkt.flow,
+                    seg: None,
                 },
                 enqueued: self.enqueued,
                 acct_len: if last { self.acct_len } else { 0 },

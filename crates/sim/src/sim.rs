@@ -14,16 +14,17 @@
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use crate::capture::{Capture, CaptureOut, CapturePoint};
 use crate::event::EventQueue;
 use crate::gro::{Gro, GroStats};
 use crate::metrics::{FlowBytes, PacketDelay, Summary};
-use crate::packet::{Endpoint, Packet, Skb};
+use crate::packet::{Endpoint, Packet, Skb, TsoParent, WireSeg};
 use crate::pool::{BufPool, FlowMap};
 use crate::qdisc::Qdisc;
 use crate::rng::SimRng;
-use crate::segment::{self, TcpView};
+use crate::segment;
 use crate::spec::{LinkSpec, QdiscSpec, QueueLimit, SpecError};
 use crate::time::{Rate, Time};
 
@@ -286,8 +287,9 @@ enum Ev {
 struct RingEntry {
     skb: Skb,
     len: usize,
-    view: Option<TcpView>,
-    gso: u16,
+    /// The TSO packet being cut into wire segments (its bytes moved out of `skb`), or `None`
+    /// for a packet sent whole.
+    parent: Option<Arc<TsoParent>>,
     segs: usize,
     next_seg: usize,
 }
@@ -300,7 +302,7 @@ struct Nic {
     done_acct: Vec<(u32, u32, usize)>, // (flow, acct_len, ring len) parallel to `done`
     inflight_bytes: usize,
     busy: bool,
-    cur: Option<Vec<u8>>,
+    cur: Option<Packet>,
     cur_flow: u32,
     irq_pending: bool,
     /// (flow, acct_len, token) of packets orphaned at xmit, to complete after the pull.
@@ -850,18 +852,22 @@ impl<E: Endpoint> Sim<E> {
                         }
                     }
                     let gso = skb.pkt.gso_size.unwrap_or(0);
-                    let mut view = None;
+                    let flow = skb.pkt.flow;
+                    let mut skb = skb;
+                    let mut parent = None;
                     let mut segs = 1;
                     if gso > 0 {
                         if let Some(v) = segment::parse_tcp(&skb.pkt.data) {
-                            if v.payload_len > usize::from(gso) {
-                                segs = v.payload_len.div_ceil(usize::from(gso));
-                                view = Some(v);
+                            let data = std::mem::take(&mut skb.pkt.data);
+                            match TsoParent::new(data, v, gso) {
+                                Ok(p) => {
+                                    segs = p.segs();
+                                    parent = Some(p);
+                                }
+                                Err(data) => skb.pkt.data = data,
                             }
                         }
                     }
-                    let flow = skb.pkt.flow;
-                    let mut skb = skb;
                     if hs.nic.cfg.orphan_at_xmit {
                         hs.nic
                             .orphaned
@@ -873,8 +879,7 @@ impl<E: Endpoint> Sim<E> {
                     hs.nic.ring.push_back(RingEntry {
                         skb,
                         len,
-                        view,
-                        gso,
+                        parent,
                         segs,
                         next_seg: 0,
                     });
@@ -903,15 +908,18 @@ impl<E: Endpoint> Sim<E> {
         let Some(e) = hs.nic.ring.front_mut() else {
             return;
         };
-        let seg = match e.view {
-            Some(v) => {
-                let mut buf = self.pool.get();
-                // Cannot fail: index < segs and gso > 0 were checked when the entry was made.
-                let _ =
-                    segment::write_segment_parsed(&e.skb.pkt.data, &v, e.gso, e.next_seg, &mut buf);
-                buf
-            }
-            None => std::mem::take(&mut e.skb.pkt.data),
+        let seg = match &e.parent {
+            // TSO with checksum offload: the segment's bytes are written when read.
+            Some(p) => Packet {
+                seg: Some(WireSeg::new(Arc::clone(p), e.next_seg)),
+                flow: e.skb.pkt.flow,
+                ..Packet::default()
+            },
+            None => Packet {
+                data: std::mem::take(&mut e.skb.pkt.data),
+                flow: e.skb.pkt.flow,
+                ..Packet::default()
+            },
         };
         if seg.len() > hs.nic.mtu {
             hs.stats.oversize += 1;
@@ -936,7 +944,15 @@ impl<E: Endpoint> Sim<E> {
         hs.stats.wire_bytes += seg.len() as u64;
         if let Some(c) = hs.capture.as_mut() {
             if c.point == CapturePoint::Wire {
-                c.write(now, &seg);
+                match &seg.seg {
+                    Some(s) => {
+                        let mut buf = self.pool.get();
+                        s.write(&mut buf);
+                        c.write(now, &buf);
+                        self.pool.put(buf);
+                    }
+                    None => c.write(now, &seg.data),
+                }
             }
         }
         let mut finished = false;
@@ -964,6 +980,9 @@ impl<E: Endpoint> Sim<E> {
                     .done_acct
                     .push((e.skb.pkt.flow, e.skb.acct_len, e.len));
                 self.pool.put(e.skb.pkt.data);
+                // The segments on the wire keep the TSO packet alive; the buffer is freed with
+                // the last of them (or reused by GRO).
+                drop(e.parent);
             }
         }
         let (side, access) = (hs.side, hs.access_delay);
@@ -974,11 +993,7 @@ impl<E: Endpoint> Sim<E> {
             Side::Left => 0,
             Side::Right => 1,
         };
-        let pkt = Packet {
-            data: seg,
-            flow,
-            ..Packet::default()
-        };
+        let pkt = seg;
         if access > Time::ZERO {
             self.line_push(h, true, now + access, pkt);
         } else {
@@ -1090,7 +1105,7 @@ impl<E: Endpoint> Sim<E> {
         let now = self.now;
         let (len, flow) = (pkt.len(), pkt.flow);
         let to = self.links[link].to;
-        let Some(host) = self.route(to, &pkt.data) else {
+        let Some(host) = self.route(to, pkt.header()) else {
             self.links[link].stats.no_route += 1;
             self.pool.put(pkt.data);
             self.record(TraceKind::LinkLoss, link, len, flow);
@@ -1122,11 +1137,15 @@ impl<E: Endpoint> Sim<E> {
             self.record(TraceKind::LinkLoss, link, len, flow);
             return;
         }
-        if l.rng.chance(s.corrupt) && !pkt.data.is_empty() {
-            let bit = l.rng.below(pkt.data.len() as u64 * 8) as usize;
+        if l.rng.chance(s.corrupt) && !pkt.is_empty() {
+            let bit = l.rng.below(pkt.len() as u64 * 8) as usize;
+            pkt.materialize(&mut self.pool);
+            let l = &mut self.links[link];
             pkt.data[bit / 8] ^= 1 << (bit % 8);
             l.stats.corrupted += 1;
         }
+        let l = &mut self.links[link];
+        let s = &l.spec;
         let dup = l.rng.chance(s.dup);
         let mut delay = s.delay;
         if s.jitter > Time::ZERO {
@@ -1147,12 +1166,21 @@ impl<E: Endpoint> Sim<E> {
         l.stats.delivered += 1 + u64::from(dup);
         l.stats.duplicated += u64::from(dup);
         if dup {
-            let mut copy = self.pool.get();
-            copy.extend_from_slice(&pkt.data);
-            let c = Packet {
-                data: copy,
-                flow,
-                ..Packet::default()
+            let c = match &pkt.seg {
+                Some(s) => Packet {
+                    seg: Some(s.clone()),
+                    flow,
+                    ..Packet::default()
+                },
+                None => {
+                    let mut copy = self.pool.get();
+                    copy.extend_from_slice(&pkt.data);
+                    Packet {
+                        data: copy,
+                        flow,
+                        ..Packet::default()
+                    }
+                }
             };
             if reordered {
                 self.events.push(
@@ -1256,7 +1284,12 @@ impl<E: Endpoint> Sim<E> {
             Some(g) => {
                 g.receive_batch_verified(batch.drain(..), &mut out, &mut verified, &mut self.pool)
             }
-            None => out.append(&mut batch),
+            None => {
+                for mut p in batch.drain(..) {
+                    p.materialize(&mut self.pool);
+                    out.push(p);
+                }
+            }
         }
         for (i, mut p) in out.drain(..).enumerate() {
             let (len, flow) = (p.len(), p.flow);

@@ -133,6 +133,7 @@ impl Source {
             token: Some(token),
             flow: self.cfg.flow,
             data,
+            seg: None,
         }
     }
 }

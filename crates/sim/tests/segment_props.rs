@@ -1,10 +1,12 @@
 //! Properties of TSO segmentation and GRO: GRO(segment(p)) == p, every segment valid, and
 //! arbitrary bytes never panic either.
 
+use std::sync::Arc;
+
 use proptest::prelude::*;
 
 use shallow_sim::gro::Gro;
-use shallow_sim::packet::Packet;
+use shallow_sim::packet::{Packet, TsoParent, WireSeg};
 use shallow_sim::pool::BufPool;
 use shallow_sim::segment::{self, build_ipv4_tcp, flags, TcpPacketSpec};
 
@@ -103,5 +105,134 @@ proptest! {
         let n = batch.len();
         g.receive_batch(batch.into_iter().map(Packet::new), &mut out, &mut pool);
         prop_assert_eq!(out.len(), n);
+    }
+}
+
+/// One wire segment as the link delivers it in the lazy-vs-bytes property below.
+#[derive(Clone, Copy, Debug)]
+enum Fate {
+    Deliver,
+    Drop,
+    Duplicate,
+    Corrupt(u16),
+}
+
+fn fate() -> impl Strategy<Value = Fate> {
+    prop_oneof![
+        20 => Just(Fate::Deliver),
+        1 => Just(Fate::Drop),
+        1 => Just(Fate::Duplicate),
+        1 => any::<u16>().prop_map(Fate::Corrupt),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// GRO over wire segments the NIC left unwritten (`Packet::seg`) passes up exactly what it
+    /// passes up over the same segments written out: the same bytes, gso sizes, verified marks
+    /// and counters, across TSO packet boundaries, batch boundaries, losses, duplicates,
+    /// corruption, CWR and PSH/FIN.
+    #[test]
+    fn unwritten_segments_give_the_same_aggregates(
+        v6 in any::<bool>(),
+        mss in prop_oneof![Just(1448u16), 100u16..2000],
+        // (segments, bytes short of full): a TSO packet of whole segments leaves GRO's
+        // aggregate open for the next one.
+        shapes in prop::collection::vec((1usize..25, prop_oneof![Just(0usize), 0usize..3000]), 1..4),
+        seq in any::<u32>(),
+        ip_id in any::<u16>(),
+        cwr in any::<bool>(),
+        psh_last in any::<bool>(),
+        fates in prop::collection::vec(fate(), 200),
+        cuts in prop::collection::vec(1usize..70, 1..6),
+    ) {
+        // Consecutive TSO packets of one flow, as a sender's NIC would get them.
+        let m = usize::from(mss);
+        let lens: Vec<usize> = shapes.iter().map(|&(n, short)| n * m - short.min(m - 1)).collect();
+        let mut parents = Vec::new();
+        let (mut s, mut id) = (seq, ip_id);
+        for (k, &len) in lens.iter().enumerate() {
+            let payload: Vec<u8> = (0..len).map(|i| (i as u8) ^ (k as u8).wrapping_mul(31)).collect();
+            let mut fl = flags::ACK;
+            if cwr && k == 0 {
+                fl |= flags::CWR;
+            }
+            if psh_last && k + 1 == lens.len() {
+                fl |= flags::PSH;
+            }
+            let opts = vec![1, 1, 8, 10, 1, 2, 3, 4, 5, 6, 7, 8];
+            let data = if v6 {
+                ipv6_tcp(&payload, s, fl, &opts)
+            } else {
+                let spec = TcpPacketSpec { seq: s, ip_id: id, flags: fl, options: opts, ..TcpPacketSpec::default() };
+                let mut o = Vec::new();
+                build_ipv4_tcp(&spec, &payload, &mut o);
+                o
+            };
+            prop_assume!(data.len() <= 65535);
+            s = s.wrapping_add(len as u32);
+            id = id.wrapping_add(len.div_ceil(usize::from(mss)) as u16);
+            parents.push(data);
+        }
+        // The wire: (lazy, written-out) pairs after each segment's fate.
+        let mut wire: Vec<(Packet, Packet)> = Vec::new();
+        let mut f = fates.iter().cycle();
+        for data in parents {
+            let v = segment::parse_tcp(&data).unwrap();
+            let lazy_parent = match TsoParent::new(data.clone(), v, mss) {
+                Ok(p) => p,
+                Err(whole) => {
+                    wire.push((Packet::new(whole.clone()), Packet::new(whole)));
+                    continue;
+                }
+            };
+            for i in 0..lazy_parent.segs() {
+                let lazy = Packet { seg: Some(WireSeg::new(Arc::clone(&lazy_parent), i)), ..Packet::default() };
+                let mut bytes = Vec::new();
+                segment::write_segment(&data, mss, i, &mut bytes).unwrap();
+                prop_assert_eq!(lazy.len(), bytes.len());
+                match *f.next().unwrap() {
+                    Fate::Deliver => wire.push((lazy, Packet::new(bytes))),
+                    Fate::Drop => {}
+                    Fate::Duplicate => {
+                        wire.push((lazy.clone(), Packet::new(bytes.clone())));
+                        wire.push((lazy, Packet::new(bytes)));
+                    }
+                    Fate::Corrupt(bit) => {
+                        let mut l = lazy;
+                        let mut pool = BufPool::new(1);
+                        l.materialize(&mut pool);
+                        prop_assert_eq!(&l.data, &bytes);
+                        let at = usize::from(bit) % (bytes.len() * 8);
+                        l.data[at / 8] ^= 1 << (at % 8);
+                        let mut b = bytes;
+                        b[at / 8] ^= 1 << (at % 8);
+                        wire.push((l, Packet::new(b)));
+                    }
+                }
+            }
+        }
+        // Poll batches of varying size.
+        let (mut gl, mut gb) = (Gro::new(), Gro::new());
+        let (mut pl, mut pb) = (BufPool::new(8), BufPool::new(8));
+        let mut rest = &wire[..];
+        let mut c = cuts.iter().cycle();
+        while !rest.is_empty() {
+            let n = (*c.next().unwrap()).min(rest.len());
+            let (batch, more) = rest.split_at(n);
+            rest = more;
+            let (mut ol, mut vl, mut ob, mut vb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            gl.receive_batch_verified(batch.iter().map(|(l, _)| l.clone()), &mut ol, &mut vl, &mut pl);
+            gb.receive_batch_verified(batch.iter().map(|(_, b)| b.clone()), &mut ob, &mut vb, &mut pb);
+            prop_assert_eq!(ol.len(), ob.len());
+            for (a, b) in ol.iter().zip(&ob) {
+                prop_assert!(a.seg.is_none());
+                prop_assert_eq!(&a.data, &b.data);
+                prop_assert_eq!(a.gso_size, b.gso_size);
+            }
+            prop_assert_eq!(vl, vb);
+        }
+        prop_assert_eq!(gl.stats, gb.stats);
     }
 }
