@@ -63,6 +63,17 @@ impl<E> EventQueue<E> {
     pub fn peek_time(&self) -> Option<Time> {
         self.heap.peek().map(|e| e.time)
     }
+    /// (time, sequence number) of the earliest event: the order events come out in.
+    pub fn peek_key(&self) -> Option<(Time, u64)> {
+        self.heap.peek().map(|e| (e.time, e.seq))
+    }
+    /// Take the sequence number the next push would get, for an event kept outside the
+    /// queue that must still be ordered with its events (by comparing with
+    /// [`EventQueue::peek_key`]).
+    pub fn take_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
     /// Remove the earliest event.
     pub fn pop(&mut self) -> Option<(Time, E)> {
         self.heap.pop().map(|e| (e.time, e.ev))
@@ -91,5 +102,33 @@ mod tests {
         q.push(Time(3), 'e');
         let order: Vec<char> = std::iter::from_fn(|| q.pop()).map(|(_, e)| e).collect();
         assert_eq!(order, vec!['b', 'd', 'e', 'a', 'c']);
+    }
+
+    /// An event kept outside the queue with a sequence number from `take_seq` sorts among
+    /// the queue's events as if it had been pushed at that moment.
+    #[test]
+    fn taken_sequence_numbers_order_outside_events() {
+        let mut q = EventQueue::new();
+        q.push(Time(5), 'a');
+        let timer = (Time(5), q.take_seq());
+        q.push(Time(5), 'b');
+        q.push(Time(4), 'c');
+        let mut order = Vec::new();
+        let mut pending = Some(timer);
+        loop {
+            match (pending, q.peek_key()) {
+                (Some(k), Some(h)) if k < h => {
+                    order.push('T');
+                    pending = None;
+                }
+                (Some(_), None) => {
+                    order.push('T');
+                    pending = None;
+                }
+                (_, Some(_)) => order.push(q.pop().unwrap().1),
+                (None, None) => break,
+            }
+        }
+        assert_eq!(order, vec!['c', 'a', 'T', 'b']);
     }
 }

@@ -253,10 +253,6 @@ pub struct TraceEvent {
 }
 
 enum Ev {
-    Timer {
-        host: usize,
-        gen: u64,
-    },
     QdiscWake {
         host: usize,
     },
@@ -343,8 +339,11 @@ struct Host<E> {
     /// Time of the pending (valid) timer event, if any. A later deadline does not move it:
     /// it fires, finds the deadline not yet due, and re-arms (keeps the event heap small
     /// when an endpoint's deadline moves often).
-    timer_event: Option<Time>,
-    timer_gen: u64,
+    /// The host's armed timer event as (time, sequence number): kept here rather than in the
+    /// event queue so re-arming replaces it instead of leaving stale entries behind (a
+    /// socket's RTO deadline is re-armed on nearly every event). [`Sim::step`] merges it
+    /// with the queue in the queue's own (time, sequence) order.
+    timer_event: Option<(Time, u64)>,
     timer_last: Time,
     timer_repeats: u32,
     wake_at: Option<Time>,
@@ -482,7 +481,6 @@ impl<E: Endpoint> TopologyBuilder<E> {
                 gro: cfg.gro.then(Gro::new),
                 timer_at: None,
                 timer_event: None,
-                timer_gen: 0,
                 timer_last: Time::MAX,
                 timer_repeats: 0,
                 wake_at: None,
@@ -629,6 +627,11 @@ impl<E: Endpoint> Sim<E> {
     /// Events still scheduled (packets in flight on links and wires, timers).
     pub fn pending_events(&self) -> usize {
         self.events.len()
+            + self
+                .hosts
+                .iter()
+                .filter(|h| h.timer_event.is_some())
+                .count()
     }
     /// Events processed so far.
     pub fn events_run(&self) -> u64 {
@@ -649,13 +652,17 @@ impl<E: Endpoint> Sim<E> {
     }
     /// Time of the next scheduled event.
     pub fn next_event_time(&self) -> Option<Time> {
-        self.events.peek_time()
+        let timer = self.earliest_timer().map(|((t, _), _)| t);
+        match (self.events.peek_time(), timer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Run every event up to and including `until`, then set the clock to `until`.
     pub fn run_until(&mut self, until: Time) {
         self.start();
-        while let Some(t) = self.events.peek_time() {
+        while let Some(t) = self.next_event_time() {
             if t > until {
                 break;
             }
@@ -667,37 +674,26 @@ impl<E: Endpoint> Sim<E> {
     /// Run until no event is left or `limit` is reached; returns true if the queue emptied.
     pub fn run_until_idle(&mut self, limit: Time) -> bool {
         self.run_until(limit);
-        self.events.is_empty()
+        self.pending_events() == 0
     }
 
     /// Run the next event; false if there is none.
     pub fn step(&mut self) -> bool {
         self.start();
+        if let Some((key, host)) = self.earliest_timer() {
+            if self.events.peek_key().is_none_or(|k| key < k) {
+                self.now = self.now.max(key.0);
+                self.events_run += 1;
+                self.timer_fired(host);
+                return true;
+            }
+        }
         let Some((t, ev)) = self.events.pop() else {
             return false;
         };
         self.now = self.now.max(t);
         self.events_run += 1;
         match ev {
-            Ev::Timer { host, gen } => {
-                let hs = &mut self.hosts[host];
-                if hs.timer_gen == gen {
-                    hs.timer_event = None;
-                    if hs.timer_at.is_some_and(|d| d <= self.now) {
-                        hs.timer_at = None;
-                        if hs.timer_last == self.now {
-                            hs.timer_repeats += 1;
-                        } else {
-                            hs.timer_last = self.now;
-                            hs.timer_repeats = 0;
-                        }
-                        self.record(TraceKind::Timer, host, 0, 0);
-                        let now = self.now;
-                        self.hosts[host].ep.handle_timeout(now);
-                    }
-                    self.service(host);
-                }
-            }
             Ev::QdiscWake { host } => {
                 let hs = &mut self.hosts[host];
                 if hs.wake_at.is_some_and(|w| w <= self.now) {
@@ -726,6 +722,34 @@ impl<E: Endpoint> Sim<E> {
     }
 
     // ----------------------------------------------------------------- internals
+
+    /// The earliest armed host timer: its (time, sequence) key and host.
+    fn earliest_timer(&self) -> Option<((Time, u64), usize)> {
+        self.hosts
+            .iter()
+            .enumerate()
+            .filter_map(|(h, hs)| hs.timer_event.map(|k| (k, h)))
+            .min()
+    }
+
+    /// A host's timer event: run the endpoint's timeout if its deadline has come.
+    fn timer_fired(&mut self, host: usize) {
+        let hs = &mut self.hosts[host];
+        hs.timer_event = None;
+        if hs.timer_at.is_some_and(|d| d <= self.now) {
+            hs.timer_at = None;
+            if hs.timer_last == self.now {
+                hs.timer_repeats += 1;
+            } else {
+                hs.timer_last = self.now;
+                hs.timer_repeats = 0;
+            }
+            self.record(TraceKind::Timer, host, 0, 0);
+            let now = self.now;
+            self.hosts[host].ep.handle_timeout(now);
+        }
+        self.service(host);
+    }
 
     fn start(&mut self) {
         if self.started {
@@ -796,15 +820,12 @@ impl<E: Endpoint> Sim<E> {
             if at == hs.timer_last && hs.timer_repeats >= TIMER_SPIN_LIMIT {
                 at = now + Time::from_micros(1);
             }
-            if hs.timer_event.is_none_or(|e| at < e) {
+            if hs.timer_event.is_none_or(|(e, _)| at < e) {
                 if at > t.max(now) {
                     hs.stats.timer_spins += 1;
                     hs.timer_repeats = 0;
                 }
-                hs.timer_gen += 1;
-                hs.timer_event = Some(at);
-                let gen = hs.timer_gen;
-                self.events.push(at, Ev::Timer { host: h, gen });
+                hs.timer_event = Some((at, self.events.take_seq()));
             }
         }
     }
