@@ -307,9 +307,11 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     } else {
         print_text(&report);
         eprintln!(
-            "wall time {:.2}s, {} events, {:.0} wire packets per wall-clock second",
+            "wall time {:.2}s, {} events, {:.0} wire packets per wall-clock second \
+             ({:.0} counting the sender's only)",
             wall.as_secs_f64(),
             report.total_extra.events,
+            report.total_extra.wire_packets_both_ways as f64 / wall.as_secs_f64().max(1e-9),
             report.total_extra.wire_packets as f64 / wall.as_secs_f64().max(1e-9)
         );
     }

@@ -2,7 +2,7 @@
 //! ten TCP_STREAM flows over a 10 Gbit/s, 1 ms RTT link (CPU cost model on).
 //!
 //! `cargo bench -p shallow-sim --bench engine_pps`; the elements/s figure is wire packets
-//! per second of wall time.
+//! (both directions: data and ACKs) per second of wall time.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
@@ -28,7 +28,7 @@ fn pps(c: &mut Criterion) {
             .unwrap()
             .0
             .total_extra
-            .wire_packets;
+            .wire_packets_both_ways;
         g.throughput(Throughput::Elements(wire));
         g.bench_function(format!("tcp_stream_{flows}_flows_10gbit"), |b| {
             b.iter(|| {

@@ -294,6 +294,9 @@ pub struct TotalExtra {
     pub qdisc_drops: u64,
     /// Wire packets the sending host sent.
     pub wire_packets: u64,
+    /// Wire packets both hosts sent (data one way, ACKs the other): every packet the run
+    /// simulated on a wire, the figure the emulator's speed is quoted in.
+    pub wire_packets_both_ways: u64,
     /// Events the emulator ran.
     pub events: u64,
 }
@@ -744,6 +747,7 @@ fn run_inner(
         link_lost: fwd.lost + fwd.ge_lost,
         qdisc_drops: lstats.qdisc_drops,
         wire_packets: lstats.wire_packets,
+        wire_packets_both_ways: lstats.wire_packets + sim.host_stats(rh).wire_packets,
         events: sim.events_run(),
     };
     let mut cpu = Vec::new();

@@ -662,12 +662,7 @@ impl<E: Endpoint> Sim<E> {
     /// Run every event up to and including `until`, then set the clock to `until`.
     pub fn run_until(&mut self, until: Time) {
         self.start();
-        while let Some(t) = self.next_event_time() {
-            if t > until {
-                break;
-            }
-            self.step();
-        }
+        while self.step_until(until) {}
         self.now = self.now.max(until);
     }
 
@@ -679,14 +674,26 @@ impl<E: Endpoint> Sim<E> {
 
     /// Run the next event; false if there is none.
     pub fn step(&mut self) -> bool {
+        self.step_until(Time::MAX)
+    }
+
+    /// Run the next event if it is due by `until`; false if there is none.
+    fn step_until(&mut self, until: Time) -> bool {
         self.start();
+        let queued = self.events.peek_key();
         if let Some((key, host)) = self.earliest_timer() {
-            if self.events.peek_key().is_none_or(|k| key < k) {
+            if queued.is_none_or(|k| key < k) {
+                if key.0 > until {
+                    return false;
+                }
                 self.now = self.now.max(key.0);
                 self.events_run += 1;
                 self.timer_fired(host);
                 return true;
             }
+        }
+        if queued.is_none_or(|(t, _)| t > until) {
+            return false;
         }
         let Some((t, ev)) = self.events.pop() else {
             return false;
