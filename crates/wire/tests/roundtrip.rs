@@ -197,9 +197,14 @@ proptest! {
         let mut buf = vec![0u8; r.buffer_len()];
         prop_assert_eq!(r.emit(&mut buf, src, dst).unwrap(), buf.len());
         prop_assert_eq!(Icmpv6Repr::parse(&buf, src, dst).unwrap(), r);
-        let e = etherparse::Icmpv6Slice::from_slice(&buf).unwrap();
-        let want = e.header().icmp_type.calc_checksum(src.octets(), dst.octets(), e.payload()).unwrap();
-        prop_assert_eq!(e.checksum(), want);
+        // etherparse models the NDP messages (types 133–137) and drops their reserved
+        // second word, so its checksum differs when `rest` is not zero; our parse above
+        // already verified the checksum.
+        if !(kind == 4 && (133..=137).contains(&type_) && rest != 0) {
+            let e = etherparse::Icmpv6Slice::from_slice(&buf).unwrap();
+            let want = e.header().icmp_type.calc_checksum(src.octets(), dst.octets(), e.payload()).unwrap();
+            prop_assert_eq!(e.checksum(), want);
+        }
     }
 
     /// virtio-net header, 10 and 12 bytes.
