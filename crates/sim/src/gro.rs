@@ -17,6 +17,13 @@
 //!
 //! At most 8 flows are held at once (Linux `MAX_GRO_SKBS`); all are flushed at the end of a
 //! poll batch, in the order they were opened.
+//!
+//! An aggregate of several segments leaves with its IP length and IPv4 header checksum set
+//! for the whole, and its TCP checksum field in the `CHECKSUM_PARTIAL` form (the folded
+//! pseudo-header sum, not complemented), as `tcp4_gro_complete`/`tcp6_gro_complete` leave
+//! it: each segment's checksum was verified here, so the aggregate goes up marked verified
+//! and nobody sums its payload again; `segment::complete_tcp_checksum` turns the field into
+//! the full checksum if one is needed.
 
 use std::sync::Arc;
 
@@ -52,9 +59,6 @@ struct Held {
     next_seq: u32,
     last_id: u16,
     segs: u32,
-    /// One's-complement sum of the aggregate's payload so far (so the flush need not re-read
-    /// 64 KiB to checksum it).
-    psum: u64,
 }
 
 /// Consecutive wire segments of one TSO packet held as an aggregate without writing them out
@@ -206,14 +210,6 @@ impl Gro {
         if let Some(i) = pos {
             if Self::can_merge(&self.held[i], &p.data, &v) {
                 let h = &mut self.held[i];
-                // A payload appended at an odd offset has its bytes in swapped lanes; its
-                // one's-complement sum is the byte-swapped sum (RFC 1071 §2(B)).
-                let add = if h.view.payload_len % 2 == 1 {
-                    u64::from(segment::fold16(psum).swap_bytes())
-                } else {
-                    psum
-                };
-                h.psum = segment::csum_combine(h.psum, add);
                 h.pkt
                     .data
                     .extend_from_slice(&p.data[v.payload_off..v.payload_off + v.payload_len]);
@@ -262,7 +258,6 @@ impl Gro {
             next_seq: v.seq.wrapping_add(v.payload_len as u32),
             last_id,
             segs: 1,
-            psum,
             pkt,
         });
     }
@@ -400,7 +395,6 @@ impl Gro {
             next_seq: v.seq.wrapping_add(v.payload_len as u32),
             last_id,
             segs: 1,
-            psum: 0,
         });
         None
     }
@@ -417,8 +411,6 @@ impl Gro {
             buf = Vec::with_capacity(GRO_MAX_SIZE);
         }
         r.parent.write_run(r.first, r.last, &mut buf);
-        let pv = r.parent.view();
-        h.psum = segment::csum_add(0, &buf[pv.payload_off..]);
         pool.put(std::mem::replace(&mut h.pkt.data, buf));
     }
 
@@ -444,14 +436,7 @@ impl Gro {
             } else {
                 pkt.data[4..6].copy_from_slice(&((total - 40) as u16).to_be_bytes());
             }
-            let c = v.tcp_off + 16;
-            pkt.data[c..c + 2].copy_from_slice(&[0, 0]);
-            let s = segment::csum_add(
-                segment::pseudo_sum(&pkt.data, &v, total - v.tcp_off),
-                &pkt.data[v.tcp_off..v.payload_off],
-            );
-            let sum = segment::csum_fold(segment::csum_combine(s, h.psum));
-            pkt.data[c..c + 2].copy_from_slice(&sum.to_be_bytes());
+            segment::fill_tcp_csum_partial(&mut pkt.data, &v);
             pkt.gso_size = Some(h.mss as u16);
         }
         self.pass(pkt, out, true);
@@ -484,11 +469,24 @@ mod tests {
         out
     }
 
+    /// Check that every aggregate left with its TCP checksum in the `CHECKSUM_PARTIAL` form,
+    /// then complete it (as a NIC would when forwarding), so tests compare full packets.
+    fn complete(out: &mut [Packet]) {
+        for p in out.iter_mut().filter(|p| p.gso_size.is_some()) {
+            let v = segment::parse_tcp(&p.data).unwrap();
+            let mut q = p.data.clone();
+            segment::fill_tcp_csum_partial(&mut q, &v);
+            assert_eq!(q, p.data, "an aggregate carries the pseudo-header sum");
+            segment::complete_tcp_checksum(&mut p.data, &v);
+        }
+    }
+
     fn run(pkts: Vec<Vec<u8>>) -> (Vec<Packet>, GroStats) {
         let mut g = Gro::new();
         let mut out = Vec::new();
         let mut pool = BufPool::new(16);
         g.receive_batch(pkts.into_iter().map(Packet::new), &mut out, &mut pool);
+        complete(&mut out);
         (out, g.stats)
     }
 
@@ -562,6 +560,7 @@ mod tests {
         let (mut g, mut out, mut ok, mut pool) =
             (Gro::new(), Vec::new(), Vec::new(), BufPool::new(8));
         g.receive_batch_verified(batch, &mut out, &mut ok, &mut pool);
+        complete(&mut out);
         // [0+1] (aggregate), [2] (corrupted), [3], the non-TCP packet (in some order).
         assert_eq!(out.len(), 4);
         assert_eq!(ok.len(), 4);

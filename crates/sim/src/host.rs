@@ -319,6 +319,8 @@ impl TcpHost {
         stack.add_address(cfg.addr);
         stack.set_fq_pacing(cfg.fq_pacing);
         stack.set_rtt_log(RTT_LOG_PER_SOCKET);
+        // The emulated NIC computes every wire segment's checksum as it cuts a TSO packet.
+        stack.set_tso_csum_offload(true);
         for (k, v) in &cfg.sysctls {
             stack.sysctl_set(k, v).map_err(|e| SysctlFailure {
                 name: k.clone(),

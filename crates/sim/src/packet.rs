@@ -102,9 +102,10 @@ impl TsoParent {
         }
     }
     /// The aggregate GRO passes up for segments `first..=last`: their merged bytes with the IP
-    /// length, IPv4 header checksum and TCP checksum of the whole (the values the byte path
-    /// computes). When the segments are all of them, that is the TSO packet itself, handed
-    /// over without a copy if no other segment still holds it.
+    /// length and IPv4 header checksum of the whole and, for more than one segment, the TCP
+    /// checksum field in the `CHECKSUM_PARTIAL` form (the values the byte path sets; see
+    /// [`crate::gro`]). When the segments are all of them, that is the TSO packet itself,
+    /// handed over without a copy if no other segment still holds it.
     pub fn take_run(self: Arc<Self>, first: usize, last: usize, pool: &mut BufPool) -> Vec<u8> {
         let v = self.view;
         let whole =
@@ -116,7 +117,7 @@ impl TsoParent {
                 self.build_run(first, last, &mut b);
                 b
             };
-            let data = match Arc::try_unwrap(self) {
+            let mut data = match Arc::try_unwrap(self) {
                 Ok(p) => p.data,
                 Err(shared) => {
                     let mut buf = pool.get();
@@ -124,6 +125,8 @@ impl TsoParent {
                     buf
                 }
             };
+            // Already so when the sender offloaded the checksum; a header's worth of work.
+            segment::fill_tcp_csum_partial(&mut data, &v);
             #[cfg(debug_assertions)]
             debug_assert!(
                 data == check,
@@ -149,7 +152,7 @@ impl TsoParent {
         } else {
             out[4..6].copy_from_slice(&((total - 40) as u16).to_be_bytes());
         }
-        segment::fill_tcp_checksum(out, &v);
+        segment::fill_tcp_csum_partial(out, &v);
     }
     /// Segment `index`'s payload: offset into the parent's payload and length.
     fn payload_range(&self, index: usize) -> (usize, usize) {

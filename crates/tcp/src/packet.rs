@@ -351,7 +351,14 @@ pub(crate) struct SegOut<'a> {
 
 /// Build one IP packet. Returns `None` only if the addresses' families differ or the segment
 /// cannot be encoded (a bug guard; never expected).
+#[cfg(test)]
 pub(crate) fn build(s: &SegOut<'_>) -> Option<Vec<u8>> {
+    build_with(s, false)
+}
+
+/// [`build`], with the TCP checksum left to the device when `csum_partial` (Linux
+/// `CHECKSUM_PARTIAL`: the field holds the pseudo-header sum).
+pub(crate) fn build_with(s: &SegOut<'_>, csum_partial: bool) -> Option<Vec<u8>> {
     let mut options = Vec::with_capacity(s.opts.len());
     for o in s.opts {
         options.push(match *o {
@@ -399,7 +406,12 @@ pub(crate) fn build(s: &SegOut<'_>) -> Option<Vec<u8>> {
         _ => return None,
     };
     let mut buf = Vec::new();
-    tcp.emit_packet(&ip, s.payload, &mut buf).ok()?;
+    if csum_partial {
+        tcp.emit_packet_csum_partial(&ip, s.payload, &mut buf)
+            .ok()?;
+    } else {
+        tcp.emit_packet(&ip, s.payload, &mut buf).ok()?;
+    }
     Some(buf)
 }
 

@@ -406,6 +406,9 @@ pub(crate) struct Env {
     pub tx_drop: bool,
     /// Per-socket bound of the RTT-sample log; 0 = not recording (the default).
     pub rtt_log_cap: usize,
+    /// The device computes the TCP checksum of each segment it cuts from a TSO packet, so
+    /// such packets leave with the pseudo-header sum only (`CHECKSUM_PARTIAL`).
+    pub tso_csum_offload: bool,
 }
 
 impl Env {
@@ -433,6 +436,7 @@ impl Env {
             tx_orphan: false,
             tx_drop: false,
             rtt_log_cap: 0,
+            tso_csum_offload: false,
         }
     }
 
@@ -489,7 +493,9 @@ impl Env {
             return false;
         }
         let flow = (self.hash4(seg.local, seg.remote, 3) & 0xffff_ffff) as u32;
-        match packet::build(seg) {
+        let partial = self.tso_csum_offload
+            && gso_size.is_some_and(|g| g > 0 && seg.payload.len() > usize::from(g));
+        match packet::build_with(seg, partial) {
             Some(data) => {
                 self.mib.inc(Mib::OutSegs);
                 self.txq.push_back(Transmit {

@@ -249,6 +249,17 @@ impl Stack {
         self.env.gso = on;
     }
 
+    /// Whether the device completes the TCP checksum of the segments it cuts from a TSO
+    /// packet (default off). On, a [`Transmit`] with `gso_size: Some(g)` carrying more than
+    /// `g` payload bytes leaves its checksum to the device, as Linux's `CHECKSUM_PARTIAL`:
+    /// the field holds the folded pseudo-header sum (`__tcp_v4_send_check`) and the payload
+    /// is not summed; the device must complete each segment's checksum
+    /// (`shallow_wire::segment::write_segment` computes them from scratch, which suits).
+    /// Every other packet still carries a full checksum.
+    pub fn set_tso_csum_offload(&mut self, on: bool) {
+        self.env.tso_csum_offload = on;
+    }
+
     /// The SNMP counters.
     pub fn counters(&self) -> &Counters {
         &self.env.mib

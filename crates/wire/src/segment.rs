@@ -288,6 +288,26 @@ pub fn fill_tcp_checksum(data: &mut [u8], v: &TcpView) {
     put16(data, v.tcp_off + 16, c);
 }
 
+/// Put the `CHECKSUM_PARTIAL` form in the TCP checksum field of a parsed packet: the folded
+/// pseudo-header sum, not complemented, which whoever completes the checksum (a NIC, GSO)
+/// sums over together with the TCP header and payload. Linux leaves this value in a packet
+/// whose checksum is offloaded (`tcp_v4_send_check` → `__tcp_v4_send_check`) and in a GRO
+/// aggregate (`tcp4_gro_complete`); see [`complete_tcp_checksum`].
+pub fn fill_tcp_csum_partial(data: &mut [u8], v: &TcpView) {
+    let tcp_total = v.payload_off + v.payload_len - v.tcp_off;
+    let p = fold16(pseudo_sum(data, v, tcp_total));
+    put16(data, v.tcp_off + 16, p);
+}
+
+/// Complete a checksum left in the [`fill_tcp_csum_partial`] form (what the NIC does for a
+/// `CHECKSUM_PARTIAL` packet: sum from the TCP header to the end, the field included, and
+/// store the complement). The result equals [`fill_tcp_checksum`]'s.
+pub fn complete_tcp_checksum(data: &mut [u8], v: &TcpView) {
+    let end = v.payload_off + v.payload_len;
+    let c = csum_fold(csum_add(0, data.get(v.tcp_off..end).unwrap_or(&[])));
+    put16(data, v.tcp_off + 16, c);
+}
+
 /// True if `data` is well-formed IPv4/IPv6 TCP with a correct TCP checksum (and, for IPv4, a
 /// correct header checksum): what a receiver checks before accepting a segment.
 pub fn tcp_checksum_ok(data: &[u8]) -> bool {
@@ -483,6 +503,42 @@ pub fn build_ipv4_tcp(spec: &TcpPacketSpec, payload: &[u8], out: &mut Vec<u8>) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn partial_checksum_completes_to_the_full_one() {
+        for (len, v6) in [
+            (0usize, false),
+            (1, false),
+            (1447, false),
+            (3000, true),
+            (1, true),
+        ] {
+            let payload: Vec<u8> = (0..len).map(|i| (i * 31 + 7) as u8).collect();
+            let spec = TcpPacketSpec {
+                seq: 0xfffff000,
+                ip_id: 9,
+                ..TcpPacketSpec::default()
+            };
+            let mut full = Vec::new();
+            build_ipv4_tcp(&spec, &payload, &mut full);
+            if v6 {
+                // An IPv6 header over the same TCP segment.
+                let tcp = full[20..].to_vec();
+                full = vec![0x60, 0, 0, 0, 0, 0, 6, 64];
+                full[4..6].copy_from_slice(&(tcp.len() as u16).to_be_bytes());
+                full.extend((0..32).map(|i| i as u8));
+                full.extend_from_slice(&tcp);
+            }
+            let v = parse_tcp(&full).unwrap();
+            fill_tcp_checksum(&mut full, &v);
+            assert!(tcp_checksum_ok(&full));
+            let mut p = full.clone();
+            fill_tcp_csum_partial(&mut p, &v);
+            assert_ne!(p, full, "the partial form differs from the full checksum");
+            complete_tcp_checksum(&mut p, &v);
+            assert_eq!(p, full);
+        }
+    }
+
     use super::*;
 
     fn super_segment(payload_len: usize, fl: u8) -> Vec<u8> {

@@ -609,6 +609,29 @@ impl TcpRepr {
     /// once, straight after the headers, without zero-filling its room first. Returns the
     /// packet's length; on error `out` is left as it was.
     pub fn emit_packet(&self, ip: &IpRepr, payload: &[u8], out: &mut Vec<u8>) -> Result<usize> {
+        self.emit_packet_with(ip, payload, out, false)
+    }
+
+    /// [`TcpRepr::emit_packet`] with the checksum offloaded (Linux `CHECKSUM_PARTIAL`): the
+    /// checksum field holds the folded pseudo-header sum, not complemented, and the payload
+    /// is not summed; the device completes it (for a TSO packet, once per wire segment; see
+    /// `segment::complete_tcp_checksum`).
+    pub fn emit_packet_csum_partial(
+        &self,
+        ip: &IpRepr,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<usize> {
+        self.emit_packet_with(ip, payload, out, true)
+    }
+
+    fn emit_packet_with(
+        &self,
+        ip: &IpRepr,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+        partial: bool,
+    ) -> Result<usize> {
         let start = out.len();
         let (hl, tl) = (ip.header_len(), self.header_len());
         out.reserve(hl + tl + payload.len());
@@ -620,10 +643,13 @@ impl TcpRepr {
             let seg = &mut pkt[hl..];
             self.emit_header(seg, payload.len())?;
             let len = u32::try_from(seg.len()).map_err(|_| WireError::ValueOutOfRange)?;
-            let c = checksum::combine(&[
-                checksum::pseudo_header(ip.src(), ip.dst(), IPPROTO_TCP, len),
-                checksum::sum(seg),
-            ]);
+            let pseudo = checksum::pseudo_header(ip.src(), ip.dst(), IPPROTO_TCP, len);
+            let c = if partial {
+                // combine() complements; the partial form is the plain folded sum.
+                !checksum::combine(&[pseudo])
+            } else {
+                checksum::combine(&[pseudo, checksum::sum(seg)])
+            };
             seg[16..18].copy_from_slice(&c.to_be_bytes());
             Ok(pkt.len())
         })();
@@ -753,6 +779,14 @@ mod tests {
             assert_eq!(r.emit_packet(&ip, &payload, &mut out).unwrap(), hl + tl);
             assert_eq!(&out[..2], &[9, 9]);
             assert_eq!(&out[2..], &want[..]);
+            // The offloaded form completes to the same bytes.
+            let mut part = Vec::new();
+            r.emit_packet_csum_partial(&ip, &payload, &mut part)
+                .unwrap();
+            assert_ne!(part, want);
+            let v = crate::segment::parse_tcp(&part).unwrap();
+            crate::segment::complete_tcp_checksum(&mut part, &v);
+            assert_eq!(part, want);
         }
         let mut bad = syn();
         bad.options = vec![TcpOptionRepr::Nop; 41];
