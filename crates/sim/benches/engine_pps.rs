@@ -2,9 +2,14 @@
 //! ten TCP_STREAM flows over a 10 Gbit/s, 1 ms RTT link (CPU cost model on).
 //!
 //! `cargo bench -p shallow-sim --bench engine_pps`; the elements/s figure is wire packets
-//! (both directions: data and ACKs) per second of wall time.
+//! (both directions: data and ACKs) per second of wall time, with mimalloc as the allocator
+//! as in the `shallow` binary.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+
+/// The allocator the `shallow` binary uses, so the figure is the one `shallow bench` gives.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use shallow_sim::bench::{run, BenchConfig};
 use shallow_sim::Time;
