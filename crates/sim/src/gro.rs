@@ -81,8 +81,8 @@ impl Held {
     fn len(&self) -> usize {
         self.view.payload_off + self.view.payload_len
     }
-    /// True when [`Gro::can_merge`] is sure to refuse a segment with fields `v`, judging by
-    /// the header fields alone.
+    /// True when a segment with fields `v` cannot merge, judging by the header fields alone
+    /// (the first half of [`Gro::can_merge`]).
     fn refuses(&self, v: &TcpView) -> bool {
         let hv = &self.view;
         v.seq != self.next_seq
@@ -265,14 +265,9 @@ impl Gro {
     fn can_merge(h: &Held, d: &[u8], v: &TcpView) -> bool {
         let hd = &h.pkt.data;
         let hv = &h.view;
-        if v.seq != h.next_seq
-            || v.ack != hv.ack
-            || v.window != hv.window
-            || (v.flags ^ hv.flags) & !(flags::PSH | flags::FIN) != 0
-            || v.tcp_len != hv.tcp_len
-            || v.payload_len > h.mss
-            || hd.len() + v.payload_len > GRO_MAX_SIZE
-        {
+        // The held bytes are the aggregate (`h.len()` is their length).
+        debug_assert_eq!(hd.len(), h.len());
+        if h.refuses(v) {
             return false;
         }
         // Identical TCP options (timestamps included).
