@@ -98,6 +98,20 @@ fn data_file(tag: &str, n: usize, seed: u8) -> (PathBuf, Vec<u8>) {
     (p, v)
 }
 
+/// Assert `got == want`; on a mismatch say how (lengths, first differing offset), so a rare
+/// failure can be told apart: a short read, lost bytes or corrupted ones.
+fn same(got: &[u8], want: &[u8], what: &str) {
+    if got != want {
+        let at = got.iter().zip(want).position(|(a, b)| a != b);
+        panic!(
+            "{what}: got {} bytes, want {}; first difference at {:?}",
+            got.len(),
+            want.len(),
+            at
+        );
+    }
+}
+
 fn check(out: &Output, what: &str) {
     assert!(
         out.status.success(),
@@ -199,8 +213,15 @@ fn nc_listen_for_kernel_socat() {
         let got = got.expect("shallow nc -l never accepted");
         let server = server.wait_with_output().unwrap();
         check(&server, "shallow nc -l");
-        assert!(got.stdout == up, "{me}: bytes from Shallow differ");
-        assert!(server.stdout == down, "{me}: bytes to Shallow differ");
+        same(&got.stdout, &up, &format!("{me}: bytes from Shallow"));
+        same(
+            &server.stdout,
+            &down,
+            &format!(
+                "{me}: bytes to Shallow (nc said: {})",
+                String::from_utf8_lossy(&server.stderr)
+            ),
+        );
         for f in [up_path, down_path] {
             let _ = std::fs::remove_file(f);
         }
@@ -269,7 +290,7 @@ fn nc_two_queues_on_a_multi_queue_tun() {
     let out = p.nc_client(&["--queues", "2", "10.213.0.1", "9422"], &up_path);
     check(&out, "shallow nc --queues 2");
     check(&server.wait_with_output().unwrap(), "kernel socat");
-    assert!(out.stdout == down, "bytes from the kernel differ");
+    same(&out.stdout, &down, "bytes from the kernel");
     assert!(
         std::fs::read(&recv_path).unwrap() == up,
         "bytes to the kernel differ"
