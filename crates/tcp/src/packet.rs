@@ -356,7 +356,7 @@ pub(crate) fn build(s: &SegOut<'_>) -> Option<Vec<u8>> {
     build_with(s, false)
 }
 
-/// [`build`], with the TCP checksum left to the device when `csum_partial` (Linux
+/// Build one IP packet (as `build`), with the TCP checksum left to the device when `csum_partial` (Linux
 /// `CHECKSUM_PARTIAL`: the field holds the pseudo-header sum).
 pub(crate) fn build_with(s: &SegOut<'_>, csum_partial: bool) -> Option<Vec<u8>> {
     let mut options = Vec::with_capacity(s.opts.len());

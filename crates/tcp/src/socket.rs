@@ -108,7 +108,8 @@ impl TxToken {
 /// One outbound IP packet.
 #[derive(Debug)]
 pub struct Transmit {
-    /// One IP packet; a TSO super-segment may exceed the MTU.
+    /// One IP packet; a TSO super-segment may exceed the MTU (its TCP checksum then left to
+    /// the device if [`crate::Stack::set_tso_csum_offload`] is on).
     pub data: Vec<u8>,
     /// Payload bytes per wire segment when `data` is a super-segment (None: one segment).
     pub gso_size: Option<u16>,
