@@ -145,14 +145,7 @@ impl TsoParent {
         }
         let mut v = self.seg_view(first);
         v.payload_len = out.len() - v.payload_off;
-        let total = out.len();
-        if v.ip_version == 4 {
-            out[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-            segment::fill_ipv4_checksum(out);
-        } else {
-            out[4..6].copy_from_slice(&((total - 40) as u16).to_be_bytes());
-        }
-        segment::fill_tcp_csum_partial(out, &v);
+        crate::gro::complete_aggregate(out, &v);
     }
     /// Segment `index`'s payload: offset into the parent's payload and length.
     fn payload_range(&self, index: usize) -> (usize, usize) {

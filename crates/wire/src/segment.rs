@@ -503,6 +503,8 @@ pub fn build_ipv4_tcp(spec: &TcpPacketSpec, payload: &[u8], out: &mut Vec<u8>) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn partial_checksum_completes_to_the_full_one() {
         for (len, v6) in [
@@ -538,8 +540,6 @@ mod tests {
             assert_eq!(p, full);
         }
     }
-
-    use super::*;
 
     fn super_segment(payload_len: usize, fl: u8) -> Vec<u8> {
         let payload: Vec<u8> = (0..payload_len).map(|i| (i * 7) as u8).collect();
