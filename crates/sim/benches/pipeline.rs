@@ -28,6 +28,10 @@ impl Endpoint for Ep {
             *packets += 1;
         }
     }
+    /// The sink reads no bytes, so GRO's aggregates may stay in parts.
+    fn accepts_frags(&self) -> bool {
+        true
+    }
     fn poll_transmit(&mut self, _now: Time) -> Option<Packet> {
         match self {
             Ep::Src {
@@ -47,7 +51,7 @@ impl Endpoint for Ep {
                     departure: None,
                     token: Some(*next_token),
                     flow: 1,
-                    seg: None,
+                    ..Packet::default()
                 })
             }
             _ => None,

@@ -183,7 +183,8 @@ impl Thread {
 }
 
 enum Task {
-    Rx(Vec<u8>, Option<u16>, bool),
+    /// A received packet: head, paged payload (see `Packet::frag`), GRO size, checksum verified.
+    Rx(Vec<u8>, bytes::Bytes, Option<u16>, bool),
     TxDone(u64),
     Timer,
 }
@@ -511,6 +512,7 @@ impl TcpHost {
                 token,
                 flow: tx.flow,
                 seg: None,
+                frag: bytes::Bytes::new(),
             };
             scratch.push((pkt, n));
         }
@@ -612,10 +614,10 @@ impl TcpHost {
 
     fn run_softirq(&mut self, c: usize, task: Task, now: Time) {
         let base = match task {
-            Task::Rx(data, gso, csum_ok) => {
+            Task::Rx(data, frag, gso, csum_ok) => {
                 self.rx_pending -= 1;
                 self.stats.rx_packets += 1;
-                let view = segment::parse_tcp(&data);
+                let view = segment::parse_tcp_split(&data, frag.len());
                 let (payload, segs) = match view {
                     Some(v) => {
                         let segs = match gso {
@@ -631,7 +633,11 @@ impl TcpHost {
                     .and_then(|v| self.by_ports.get(&(v.dport, v.sport)).copied())
                     .filter(|s| self.stack.is_owned(*s));
                 let rx_cost = self.costs.rx(payload, segs);
-                self.stack.input_offload(inst(now), &data, gso, csum_ok);
+                if frag.is_empty() {
+                    self.stack.input_offload(inst(now), &data, gso, csum_ok);
+                } else {
+                    self.stack.input_frag(inst(now), &data, &frag, gso, csum_ok);
+                }
                 self.pool.put(data);
                 if let Some(s) = owner {
                     self.stats.rx_to_backlog += 1;
@@ -1110,15 +1116,16 @@ impl TcpHost {
         self.rx_pending += 1;
         // Keep the packet's buffer (no copy); the emulator gets a spare one back.
         let ports = if self.spread {
-            segment::parse_tcp(&pkt.data).map(|v| (v.dport, v.sport))
+            segment::parse_tcp_split(&pkt.data, pkt.frag.len()).map(|v| (v.dport, v.sport))
         } else {
             None
         };
         let cpu = ports.map_or(self.softirq_cpu, |(l, r)| self.flow_cpu(l, r));
         let data = std::mem::replace(&mut pkt.data, self.pool.get());
+        let frag = std::mem::take(&mut pkt.frag);
         self.cpus[cpu]
             .softirq
-            .push_back(Task::Rx(data, pkt.gso_size, csum_ok));
+            .push_back(Task::Rx(data, frag, pkt.gso_size, csum_ok));
         self.run(now);
     }
 }
@@ -1130,6 +1137,10 @@ impl Endpoint for TcpHost {
 
     fn input_csum_verified(&mut self, now: Time, pkt: &mut Packet) {
         self.rx(now, pkt, true);
+    }
+
+    fn accepts_frags(&self) -> bool {
+        true
     }
 
     fn poll_transmit(&mut self, now: Time) -> Option<Packet> {

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::pool::BufPool;
 use crate::segment::{self, flags, TcpView};
 use crate::time::Time;
@@ -11,8 +13,15 @@ use crate::time::Time;
 /// Mirrors the engine's `Transmit` field for field, so an adapter is a move of each field.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Packet {
-    /// One IP packet (IPv4 or IPv6, no link-layer header). A TSO super-segment may exceed the MTU.
+    /// One IP packet (IPv4 or IPv6, no link-layer header). A TSO super-segment may exceed the
+    /// MTU. When `frag` is not empty, only the packet's head (its headers).
     pub data: Vec<u8>,
+    /// The rest of the packet's bytes, held apart from `data` (Linux's paged skb data,
+    /// `skb_shinfo(skb)->frags`): the packet is `data` followed by `frag`. Only GRO's
+    /// aggregates of unwritten TSO segments carry one, sharing the TSO packet's payload
+    /// instead of copying it; an endpoint that does not take such packets
+    /// ([`Endpoint::accepts_frags`]) gets them made contiguous ([`Packet::linearize`]).
+    pub frag: Bytes,
     /// Payload bytes per wire segment when `data` is a super-segment (TSO on egress, GRO on
     /// ingress). `None` for an ordinary packet.
     pub gso_size: Option<u16>,
@@ -37,7 +46,7 @@ pub struct Packet {
 /// (see [`WireSeg`]).
 #[derive(Debug, PartialEq, Eq)]
 pub struct TsoParent {
-    data: Vec<u8>,
+    data: Bytes,
     view: TcpView,
     gso: u16,
     segs: usize,
@@ -67,7 +76,7 @@ impl TsoParent {
         }
         let segs = view.payload_len.div_ceil(mss);
         Ok(Arc::new(TsoParent {
-            data,
+            data: Bytes::from(data),
             view,
             gso,
             segs,
@@ -101,43 +110,36 @@ impl TsoParent {
             out[self.view.tcp_off + 13] |= fl;
         }
     }
-    /// The aggregate GRO passes up for segments `first..=last`: their merged bytes with the IP
-    /// length and IPv4 header checksum of the whole and, for more than one segment, the TCP
-    /// checksum field in the `CHECKSUM_PARTIAL` form (the values the byte path sets; see
-    /// [`crate::gro`]). When the segments are all of them, that is the TSO packet itself,
-    /// handed over without a copy if no other segment still holds it.
-    pub fn take_run(self: Arc<Self>, first: usize, last: usize, pool: &mut BufPool) -> Vec<u8> {
-        let v = self.view;
-        let whole =
-            first == 0 && last + 1 == self.segs && self.data.len() == v.payload_off + v.payload_len;
-        if whole {
-            #[cfg(debug_assertions)]
-            let check = {
-                let mut b = Vec::new();
-                self.build_run(first, last, &mut b);
-                b
+    /// The aggregate GRO passes up for segments `first..=last`, as a head (written into a
+    /// buffer from `pool`) and the payload shared with this TSO packet, uncopied: the head is
+    /// what the byte path builds ([`segment::write_run_head`]: the IP length and IPv4 header
+    /// checksum of the whole and, for more than one segment, the TCP checksum field in the
+    /// `CHECKSUM_PARTIAL` form; see [`crate::gro`]).
+    pub fn take_run(&self, first: usize, last: usize, pool: &mut BufPool) -> (Vec<u8>, Bytes) {
+        let mut head = pool.get();
+        // Cannot fail: first <= last < segs and gso > 0 were checked by the caller and when
+        // the parent was made.
+        let frag =
+            match segment::write_run_head(&self.data, &self.view, self.gso, first, last, &mut head)
+            {
+                Ok(range) => self.data.slice(range),
+                Err(_) => Bytes::new(),
             };
-            let mut data = match Arc::try_unwrap(self) {
-                Ok(p) => p.data,
-                Err(shared) => {
-                    let mut buf = pool.get();
-                    buf.extend_from_slice(&shared.data);
-                    buf
-                }
-            };
-            // Already so when the sender offloaded the checksum; a header's worth of work.
-            segment::fill_tcp_csum_partial(&mut data, &v);
-            #[cfg(debug_assertions)]
+        #[cfg(debug_assertions)]
+        {
+            let mut check = Vec::new();
+            self.build_run(first, last, &mut check);
+            let mut got = head.clone();
+            got.extend_from_slice(&frag);
             debug_assert!(
-                data == check,
-                "a whole TSO packet differs from its merged segments"
+                got == check,
+                "a run's head and payload differ from its merged segments"
             );
-            return data;
         }
-        let mut buf = pool.get();
-        self.build_run(first, last, &mut buf);
-        buf
+        (head, frag)
     }
+    /// The aggregate's bytes the way the byte path builds them, to check [`TsoParent::take_run`].
+    #[cfg(debug_assertions)]
     fn build_run(&self, first: usize, last: usize, out: &mut Vec<u8>) {
         self.write_run(first, last, out);
         if last == first {
@@ -221,7 +223,7 @@ impl Packet {
     pub fn len(&self) -> usize {
         match &self.seg {
             Some(s) => s.len(),
-            None => self.data.len(),
+            None => self.data.len() + self.frag.len(),
         }
     }
     /// True for a zero-length packet.
@@ -234,6 +236,14 @@ impl Packet {
             let mut buf = pool.get();
             s.write(&mut buf);
             pool.put(std::mem::replace(&mut self.data, buf));
+        }
+    }
+    /// Append `frag` to `data`, so that `data` holds the whole packet (Linux
+    /// `skb_linearize`); no-op without a `frag`.
+    pub fn linearize(&mut self) {
+        if !self.frag.is_empty() {
+            self.data.extend_from_slice(&self.frag);
+            self.frag = Bytes::new();
         }
     }
     /// The IP and TCP headers' bytes as far as addresses and ports go (for routing and flow
@@ -262,6 +272,12 @@ pub trait Endpoint {
     /// summing it again. The default ignores the hint.
     fn input_csum_verified(&mut self, now: Time, pkt: &mut Packet) {
         self.input(now, pkt)
+    }
+    /// True if [`Endpoint::input`] takes packets with a [`Packet::frag`] (a device with
+    /// scatter-gather); the emulator linearizes packets for an endpoint that does not. The
+    /// default is false.
+    fn accepts_frags(&self) -> bool {
+        false
     }
     /// The next packet the endpoint wants sent, if any. The host calls this until it returns
     /// `None` after every other call.
@@ -295,6 +311,9 @@ impl<T: Endpoint + ?Sized> Endpoint for Box<T> {
     fn input_csum_verified(&mut self, now: Time, pkt: &mut Packet) {
         (**self).input_csum_verified(now, pkt)
     }
+    fn accepts_frags(&self) -> bool {
+        (**self).accepts_frags()
+    }
     fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
         (**self).poll_transmit(now)
     }
@@ -313,17 +332,17 @@ impl Skb {
     /// Wrap `pkt`, entering the egress path at `now`.
     pub fn new(pkt: Packet, now: Time) -> Skb {
         Skb {
-            acct_len: u32::try_from(pkt.data.len()).unwrap_or(u32::MAX),
+            acct_len: u32::try_from(pkt.len()).unwrap_or(u32::MAX),
             enqueued: now,
             pkt,
         }
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.pkt.data.len()
+        self.pkt.len()
     }
     /// True for an empty packet.
     pub fn is_empty(&self) -> bool {
-        self.pkt.data.is_empty()
+        self.pkt.is_empty()
     }
 }

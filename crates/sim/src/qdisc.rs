@@ -57,6 +57,7 @@ impl QdiscPacket for Skb {
                     token: if last { self.pkt.token } else { None },
                     flow: self.pkt.flow,
                     seg: None,
+                    frag: bytes::Bytes::new(),
                 },
                 enqueued: self.enqueued,
                 acct_len: if last { self.acct_len } else { 0 },

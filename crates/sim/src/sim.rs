@@ -1324,6 +1324,9 @@ impl<E: Endpoint> Sim<E> {
             self.record(TraceKind::Deliver, h, len, flow);
             let hs = &mut self.hosts[h];
             hs.stats.delivered += 1;
+            if !p.frag.is_empty() && !hs.ep.accepts_frags() {
+                p.linearize();
+            }
             if verified.get(i).copied().unwrap_or(false) {
                 hs.ep.input_csum_verified(now, &mut p);
             } else {

@@ -134,6 +134,7 @@ impl Source {
             flow: self.cfg.flow,
             data,
             seg: None,
+            frag: bytes::Bytes::new(),
         }
     }
 }

@@ -955,7 +955,7 @@ impl Sock {
             return;
         }
         // tcp_data_queue_ofo: schedule an ACK; __tcp_ack_snd_check decides (SACK compression).
-        self.ofo_insert(env, seq, payload, fin);
+        self.ofo_insert(env, seq, payload, seg.share(payload), fin);
         self.ack.pending |= ackf::SCHED;
         self.event_data_recv_ofo(seg);
     }
@@ -976,19 +976,21 @@ impl Sock {
                 .back()
                 .map(|t| !t.fin && t.data.len() + payload.len() <= 65536)
                 .unwrap_or(false);
+            let shared = seg.share(payload);
             if coalesce {
                 let t = self.rx_queue.back_mut().expect("checked");
-                t.data.extend_from_slice(payload);
+                t.data.push(payload, shared);
                 t.truesize += len;
                 self.rmem_alloc += len;
                 env.mib.inc(Mib::TCPRcvCoalesce);
             } else {
                 let truesize = len + SKB_OVERHEAD;
                 self.rmem_alloc += truesize;
+                let mut data = RxData::default();
+                data.push(payload, shared);
                 self.rx_queue.push_back(RxSkb {
                     seq,
-                    data: payload.to_vec(),
-                    off: 0,
+                    data,
                     fin: false,
                     truesize,
                 });
@@ -1003,8 +1005,7 @@ impl Sock {
             // A zero-length marker so readers see EOF in order.
             self.rx_queue.push_back(RxSkb {
                 seq: seq.wrapping_add(len),
-                data: Vec::new(),
-                off: 0,
+                data: RxData::default(),
                 fin: true,
                 truesize: 0,
             });

@@ -77,6 +77,8 @@ pub mod seq;
 pub mod sysctl;
 pub mod time;
 
+/// Shared byte buffers ([`Stack::input_frag`] takes a packet's payload as one).
+pub use bytes::Bytes;
 pub use errno::{Errno, SocketId};
 pub use mib::{Counters, Mib};
 pub use sysctl::{SysctlError, Sysctls};

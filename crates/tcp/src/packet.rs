@@ -1,10 +1,11 @@
 //! Glue to `shallow_wire`: parse an inbound IP packet into a `SegIn` and build outbound
 //! segments. This is the only module that touches packet bytes.
 
+use bytes::Bytes;
 use core::net::{IpAddr, SocketAddr};
 use flags::*;
 use shallow_wire::{
-    IpPacket, IpRepr, Ipv4Repr, Ipv6Repr, SackBlocks, TcpFlags, TcpOption, TcpOptionRepr,
+    checksum, IpPacket, IpRepr, Ipv4Repr, Ipv6Repr, SackBlocks, TcpFlags, TcpOption, TcpOptionRepr,
     TcpPacket, TcpRepr, IPPROTO_TCP,
 };
 
@@ -44,6 +45,9 @@ pub(crate) struct SegIn<'a> {
     pub window: u16,
     pub opts: RxOpts,
     pub payload: &'a [u8],
+    /// The buffer `payload` lies in, when the substrate handed the payload over as `Bytes`
+    /// ([`crate::Stack::input_frag`]): queues then keep a share of it instead of a copy.
+    pub buf: Option<&'a Bytes>,
     /// Number of wire segments this (possibly GRO-aggregated) packet stands for.
     pub gso_segs: u32,
     /// Wire segment size if GRO-aggregated.
@@ -67,6 +71,14 @@ impl SegIn<'_> {
     }
     pub fn has(&self, f: u16) -> bool {
         self.flags & f != 0
+    }
+    /// `part` (a piece of `payload`) as a share of the buffer it lies in, when the payload
+    /// came as `Bytes`; `None` means the caller must copy it.
+    pub fn share(&self, part: &[u8]) -> Option<Bytes> {
+        let b = self.buf?;
+        let (start, end) = (b.as_ptr() as usize, b.as_ptr() as usize + b.len());
+        let p = part.as_ptr() as usize;
+        (part.is_empty() || (p >= start && p + part.len() <= end)).then(|| b.slice_ref(part))
     }
 }
 
@@ -128,6 +140,7 @@ impl OwnedSeg {
             window: self.window,
             opts: self.opts,
             payload: &self.payload,
+            buf: None,
             gso_segs: self.gso_segs,
             gso_size: self.gso_size,
             tos: self.tos,
@@ -275,11 +288,60 @@ pub(crate) fn parse(
     if ip.protocol() != IPPROTO_TCP || ip.is_fragment() {
         return Err(ParseError::NotTcp);
     }
-    let (src, dst) = (ip.src(), ip.dst());
     let tcp = TcpPacket::new_checked(ip.payload()).map_err(|_| ParseError::Malformed)?;
-    if !csum_verified && !tcp.checksum_valid(src, dst) {
+    if !csum_verified && !tcp.checksum_valid(ip.src(), ip.dst()) {
         return Err(ParseError::Checksum);
     }
+    let payload = tcp.payload();
+    Ok(seg_in(&ip, &tcp, payload, None, gso_size))
+}
+
+/// [`parse`] for a packet in two parts, as an skb with paged data is: `head` holds exactly the
+/// IP and TCP headers and `frag` the whole payload, which the segment then shares
+/// ([`SegIn::buf`]). The length fields must add up to both parts; anything else is malformed.
+pub(crate) fn parse_frag<'a>(
+    head: &'a [u8],
+    frag: &'a Bytes,
+    gso_size: Option<u16>,
+    csum_verified: bool,
+) -> Result<SegIn<'a>, ParseError> {
+    let ip = IpPacket::parse_snapped(head).map_err(|_| ParseError::Malformed)?;
+    if ip.protocol() != IPPROTO_TCP || ip.is_fragment() {
+        return Err(ParseError::NotTcp);
+    }
+    let hdr = ip.payload();
+    if ip.payload_len() != hdr.len() + frag.len() {
+        return Err(ParseError::Malformed);
+    }
+    let tcp = TcpPacket::new_checked(hdr).map_err(|_| ParseError::Malformed)?;
+    if tcp.header_len() != hdr.len() {
+        return Err(ParseError::Malformed);
+    }
+    if !csum_verified {
+        let len = u32::try_from(ip.payload_len()).map_err(|_| ParseError::Malformed)?;
+        // The header is a whole number of 32-bit words, so the two sums add up.
+        let ok = checksum::verify(&[
+            checksum::pseudo_header(ip.src(), ip.dst(), IPPROTO_TCP, len),
+            checksum::sum(hdr),
+            checksum::sum(frag),
+        ]);
+        if !ok {
+            return Err(ParseError::Checksum);
+        }
+    }
+    Ok(seg_in(&ip, &tcp, frag, Some(frag), gso_size))
+}
+
+/// The segment of a checked IP packet `ip` holding `tcp`, whose payload is `payload` (inside
+/// `buf` when given).
+fn seg_in<'a>(
+    ip: &IpPacket<'_>,
+    tcp: &TcpPacket<'_>,
+    payload: &'a [u8],
+    buf: Option<&'a Bytes>,
+    gso_size: Option<u16>,
+) -> SegIn<'a> {
+    let (src, dst) = (ip.src(), ip.dst());
     let mut opts = RxOpts::default();
     let syn = tcp.flags().contains(TcpFlags::SYN);
     for o in tcp.options() {
@@ -303,12 +365,11 @@ pub(crate) fn parse(
         }
     }
     opts.hdr_len = tcp.header_len() as u16;
-    let payload = tcp.payload();
     let gso_segs = match gso_size {
         Some(g) if g > 0 && payload.len() > g as usize => payload.len().div_ceil(g as usize) as u32,
         _ => 1,
     };
-    Ok(SegIn {
+    SegIn {
         src: SocketAddr::new(src, tcp.src_port()),
         dst: SocketAddr::new(dst, tcp.dst_port()),
         seq: tcp.seq(),
@@ -317,10 +378,11 @@ pub(crate) fn parse(
         window: tcp.window(),
         opts,
         payload,
+        buf,
         gso_segs,
         gso_size,
         tos: ip.tos(),
-    })
+    }
 }
 
 /// An option to put on an outbound segment (built into `TcpOptionRepr`s in Linux order).
@@ -429,6 +491,7 @@ mod tests {
             window: 100,
             opts: RxOpts::default(),
             payload,
+            buf: None,
             gso_segs: 1,
             gso_size: None,
             tos: 0,

@@ -192,7 +192,7 @@ mod hostile {
         fn random_segments_never_panic(
             segs in proptest::collection::vec(
                 (any::<u16>(), -70000i64..70000, -70000i64..70000, any::<u16>(), any::<bool>(),
-                 proptest::collection::vec(opt(), 0..3), 0usize..3000, 0u64..50_000),
+                 proptest::collection::vec(opt(), 0..3), 0usize..3000, 0u64..50_000, any::<u16>()),
                 1..40),
             junk in proptest::collection::vec(any::<u8>(), 0..200),
         ) {
@@ -204,7 +204,7 @@ mod hostile {
             let remote = p.b.peer_addr(s).unwrap();
             // Sequence numbers near what B expects and has sent.
             let (snd_una, _, rcv_nxt) = p.b.seqs(s);
-            for (flags, dseq, dack, win, to_listener, opts, len, dt) in segs {
+            for (flags, dseq, dack, win, to_listener, opts, len, dt, split) in segs {
                 let payload = vec![0x42u8; len];
                 let dst = if to_listener { SocketAddr::new(local.ip(), 80) } else { local };
                 let pkt = packet::build(&SegOut {
@@ -220,8 +220,20 @@ mod hostile {
                     opts: &opts,
                     payload: &payload,
                 });
-                if let Some(pkt) = pkt {
-                    p.b.input(p.now, &pkt, if len > 1000 { Some(1000) } else { None });
+                let gso = if len > 1000 { Some(1000) } else { None };
+                match (pkt, split % 3) {
+                    (Some(pkt), 0) => p.b.input(p.now, &pkt, gso),
+                    // Paged: headers apart from the payload (input_frag), as a device with
+                    // scatter-gather hands it over, or split anywhere.
+                    (Some(pkt), k) => {
+                        let at = match shallow_wire::segment::parse_tcp(&pkt) {
+                            Some(v) if k == 1 => v.payload_off,
+                            _ => usize::from(split) % (pkt.len() + 1),
+                        };
+                        let frag = crate::Bytes::copy_from_slice(&pkt[at..]);
+                        p.b.input_frag(p.now, &pkt[..at], &frag, gso, split & 4 != 0);
+                    }
+                    (None, _) => {}
                 }
                 p.now += Duration::from_micros(dt);
                 p.b.handle_timeout(p.now);
@@ -230,6 +242,10 @@ mod hostile {
             }
             p.b.input(p.now, &junk, None);
             p.b.input(p.now, &junk, Some(1));
+            for at in [0, junk.len() / 2, junk.len()] {
+                let frag = crate::Bytes::copy_from_slice(&junk[at..]);
+                p.b.input_frag(p.now, &junk[..at], &frag, Some(1), at == 0);
+            }
             // Queues stay bounded by the buffers.
             let m = p.b.meminfo(s);
             if let Ok(m) = m {

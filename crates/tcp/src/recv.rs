@@ -8,6 +8,7 @@ use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
 use crate::Mib;
+use bytes::Bytes;
 
 /// recv() flags (Linux values).
 pub mod msgflags {
@@ -34,7 +35,14 @@ const OFO_MAX_SEGS: usize = 4096;
 
 impl Sock {
     /// Insert an out-of-order segment, merging overlaps (`tcp_data_queue_ofo`).
-    pub fn ofo_insert(&mut self, env: &mut Env, seq: u32, payload: &[u8], fin: bool) {
+    pub fn ofo_insert(
+        &mut self,
+        env: &mut Env,
+        seq: u32,
+        payload: &[u8],
+        shared: Option<Bytes>,
+        fin: bool,
+    ) {
         let end = seq.wrapping_add(payload.len() as u32);
         let truesize = payload.len() as u32 + SKB_OVERHEAD;
         let over = self.rmem_alloc + truesize > self.rcvbuf || self.ofo_queue.len() >= OFO_MAX_SEGS;
@@ -71,7 +79,7 @@ impl Sock {
             OfoSkb {
                 seq,
                 end_seq: end,
-                data: payload.to_vec(),
+                data: shared.unwrap_or_else(|| Bytes::copy_from_slice(payload)),
                 fin,
                 truesize,
             },
@@ -140,15 +148,16 @@ impl Sock {
                 continue;
             }
             let skip = self.rcv_nxt.wrapping_sub(o.seq) as usize;
-            let data = &o.data[skip.min(o.data.len())..];
+            let data = o.data.slice(skip.min(o.data.len())..);
             let len = data.len() as u32;
             if len > 0 {
                 let truesize = len + SKB_OVERHEAD;
                 self.rmem_alloc += truesize;
+                let mut rx = RxData::default();
+                rx.push_bytes(data);
                 self.rx_queue.push_back(RxSkb {
                     seq: self.rcv_nxt,
-                    data: data.to_vec(),
-                    off: 0,
+                    data: rx,
                     fin: false,
                     truesize,
                 });
@@ -160,8 +169,7 @@ impl Sock {
                 self.fin_received = true;
                 self.rx_queue.push_back(RxSkb {
                     seq: self.rcv_nxt,
-                    data: Vec::new(),
-                    off: 0,
+                    data: RxData::default(),
                     fin: true,
                     truesize: 0,
                 });
@@ -205,10 +213,7 @@ impl Sock {
 
     /// Bytes readable now (`tcp_inq`).
     pub fn inq(&self) -> u32 {
-        self.rx_queue
-            .iter()
-            .map(|r| (r.data.len() - r.off) as u32)
-            .sum()
+        self.rx_queue.iter().map(|r| r.data.len() as u32).sum()
     }
 
     /// `tcp_recvmsg` (non-blocking): copy up to `buf.len()` bytes. Ok(0) = EOF.
@@ -265,11 +270,11 @@ impl Sock {
                 if copied >= buf.len() {
                     break;
                 }
-                let d = &r.data[r.off..];
-                let n = d.len().min(buf.len() - copied);
-                if !trunc {
-                    buf[copied..copied + n].copy_from_slice(&d[..n]);
-                }
+                let n = if trunc {
+                    r.data.len().min(buf.len() - copied)
+                } else {
+                    r.data.peek(&mut buf[copied..])
+                };
                 copied += n;
             }
             return Ok(copied);
@@ -281,14 +286,10 @@ impl Sock {
             if r.fin {
                 break;
             }
-            let d = &r.data[r.off..];
-            let n = d.len().min(buf.len() - copied);
-            if !trunc {
-                buf[copied..copied + n].copy_from_slice(&d[..n]);
-            }
-            r.off += n;
-            copied += n;
-            if r.off >= r.data.len() {
+            let want = r.data.len().min(buf.len() - copied);
+            let out = (!trunc).then(|| &mut buf[copied..copied + want]);
+            copied += r.data.read(out, want);
+            if r.data.len() == 0 {
                 let r = self.rx_queue.pop_front().expect("front exists");
                 self.rmem_alloc = self.rmem_alloc.saturating_sub(r.truesize);
             }

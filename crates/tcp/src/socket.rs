@@ -7,7 +7,7 @@ use crate::packet::{self, OutOpt, SegOut};
 use crate::sysctl::{Sysctl, Sysctls};
 use crate::time::Instant;
 use crate::SocketId;
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use core::time::Duration;
 use rand_chacha::rand_core::{Rng, SeedableRng};
@@ -330,11 +330,112 @@ impl Skb {
 pub(crate) struct RxSkb {
     #[allow(dead_code)]
     pub seq: u32,
-    pub data: Vec<u8>,
-    /// Bytes already consumed by the application.
-    pub off: usize,
+    /// The unread bytes.
+    pub data: RxData,
     pub fin: bool,
     pub truesize: u32,
+}
+
+/// The bytes of one receive-queue buffer, as pieces in order (Linux's linear area and page
+/// fragments of an skb). Bytes copied from a contiguous packet go into an owned piece that
+/// grows as later segments coalesce into the buffer; bytes a substrate handed over as
+/// `Bytes` (a paged packet, [`crate::Stack::input_frag`]) are kept as they came, uncopied.
+#[derive(Debug, Default)]
+pub(crate) struct RxData {
+    pieces: VecDeque<RxPiece>,
+    /// Bytes of the front piece already read.
+    head_off: usize,
+    /// Unread bytes in all pieces.
+    len: usize,
+}
+
+#[derive(Debug)]
+enum RxPiece {
+    Owned(Vec<u8>),
+    Shared(Bytes),
+}
+
+impl RxPiece {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            RxPiece::Owned(v) => v,
+            RxPiece::Shared(b) => b,
+        }
+    }
+}
+
+impl RxData {
+    /// Unread bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Append a copy of `d`.
+    pub fn push_slice(&mut self, d: &[u8]) {
+        if d.is_empty() {
+            return;
+        }
+        self.len += d.len();
+        if let Some(RxPiece::Owned(v)) = self.pieces.back_mut() {
+            v.extend_from_slice(d);
+        } else {
+            self.pieces.push_back(RxPiece::Owned(d.to_vec()));
+        }
+    }
+    /// Append `b` without copying it.
+    pub fn push_bytes(&mut self, b: Bytes) {
+        if b.is_empty() {
+            return;
+        }
+        self.len += b.len();
+        self.pieces.push_back(RxPiece::Shared(b));
+    }
+    /// Append `d`, shared when `shared` holds it (see [`crate::packet::SegIn::share`]), else copied.
+    pub fn push(&mut self, d: &[u8], shared: Option<Bytes>) {
+        match shared {
+            Some(b) => self.push_bytes(b),
+            None => self.push_slice(d),
+        }
+    }
+    /// Copy the first unread bytes into `out` without consuming them; returns how many.
+    pub fn peek(&self, out: &mut [u8]) -> usize {
+        let mut n = 0;
+        let mut skip = self.head_off;
+        for p in &self.pieces {
+            if n == out.len() {
+                break;
+            }
+            let d = &p.as_slice()[skip..];
+            skip = 0;
+            let k = d.len().min(out.len() - n);
+            out[n..n + k].copy_from_slice(&d[..k]);
+            n += k;
+        }
+        n
+    }
+    /// Consume up to `want` unread bytes, copying them into `out` when given (which must
+    /// then hold `want`); returns how many were consumed.
+    pub fn read(&mut self, mut out: Option<&mut [u8]>, want: usize) -> usize {
+        let mut n = 0;
+        while n < want {
+            let Some(p) = self.pieces.front() else {
+                break;
+            };
+            let d = &p.as_slice()[self.head_off..];
+            let k = d.len().min(want - n);
+            if let Some(o) = out.as_deref_mut() {
+                o[n..n + k].copy_from_slice(&d[..k]);
+            }
+            n += k;
+            if k == d.len() {
+                self.pieces.pop_front();
+                self.head_off = 0;
+            } else {
+                self.head_off += k;
+            }
+        }
+        self.len -= n;
+        n
+    }
 }
 
 /// An out-of-order segment (RFC 9293 §3.10.7.4 queueing).
@@ -342,7 +443,7 @@ pub(crate) struct RxSkb {
 pub(crate) struct OfoSkb {
     pub seq: u32,
     pub end_seq: u32,
-    pub data: Vec<u8>,
+    pub data: Bytes,
     pub fin: bool,
     pub truesize: u32,
 }

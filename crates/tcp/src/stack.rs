@@ -25,7 +25,7 @@
 //! * Between [`Stack::lock_sock`] and [`Stack::release_sock`] inbound packets of that
 //!   socket go to its backlog and timers/TX completions defer their work, as in Linux.
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 
 use crate::errno::{Errno, SocketId};
 use crate::info::{MemInfo, TcpInfo};
@@ -460,19 +460,42 @@ impl Stack {
         csum_verified: bool,
     ) {
         self.tick(now);
-        let seg = match packet::parse(packet, gso_size, csum_verified) {
+        let seg = packet::parse(packet, gso_size, csum_verified);
+        if let Err(packet::ParseError::NotTcp) = seg {
+            if let Some(icmp) = packet::parse_icmp(packet) {
+                self.icmp_err(now, icmp);
+            }
+        }
+        self.input_seg(now, seg);
+    }
+
+    /// [`Stack::input_offload`] for a packet in two parts, as a device with scatter-gather
+    /// hands over an skb with paged data: `head` holds exactly its IP and TCP headers, and
+    /// `frag` its whole payload, which the receive queues keep a share of instead of copying
+    /// it (the application's `recv` is then the only copy). A packet whose parts do not add
+    /// up to its length fields counts as `InErrs` and is dropped; a non-TCP packet is ignored.
+    pub fn input_frag(
+        &mut self,
+        now: Instant,
+        head: &[u8],
+        frag: &Bytes,
+        gso_size: Option<u16>,
+        csum_verified: bool,
+    ) {
+        self.tick(now);
+        self.input_seg(now, packet::parse_frag(head, frag, gso_size, csum_verified));
+    }
+
+    /// The common part of the input calls: count, then demultiplex a parsed segment.
+    fn input_seg(&mut self, now: Instant, seg: Result<SegIn<'_>, packet::ParseError>) {
+        let seg = match seg {
             Ok(s) => s,
             Err(packet::ParseError::Checksum) => {
                 self.env.mib.inc(Mib::InCsumErrors);
                 self.env.mib.inc(Mib::InErrs);
                 return;
             }
-            Err(packet::ParseError::NotTcp) => {
-                if let Some(icmp) = packet::parse_icmp(packet) {
-                    self.icmp_err(now, icmp);
-                }
-                return;
-            }
+            Err(packet::ParseError::NotTcp) => return,
             Err(packet::ParseError::Malformed) => {
                 self.env.mib.inc(Mib::InErrs);
                 return;

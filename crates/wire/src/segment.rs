@@ -148,6 +148,16 @@ pub fn tos(data: &[u8]) -> Option<u8> {
 /// Parse `data` as IPv4/IPv6 + TCP. IPv4 options are allowed; IPv6 hop-by-hop, routing and
 /// destination-options extension headers are skipped; fragments are not TCP here.
 pub fn parse_tcp(data: &[u8]) -> Option<TcpView> {
+    parse_tcp_split(data, 0)
+}
+
+/// [`parse_tcp`] for a packet held in two parts, as an skb with paged data is: `head` holds
+/// the IP and TCP headers and possibly the start of the payload, and the last `frag_len` bytes
+/// of the packet are held elsewhere (Linux `skb_shinfo(skb)->frags`). The length fields are
+/// checked against both parts together; the headers must lie wholly in `head`.
+pub fn parse_tcp_split(head: &[u8], frag_len: usize) -> Option<TcpView> {
+    let data = head;
+    let have = head.len().checked_add(frag_len)?;
     let version = ip_version(data)?;
     let (tcp_off, ip_end) = match version {
         4 => {
@@ -160,7 +170,7 @@ pub fn parse_tcp(data: &[u8]) -> Option<TcpView> {
                 return None; // a fragment (MF set or offset non-zero)
             }
             let total = usize::from(be16(data, 2)?);
-            if total < ihl || total > data.len() {
+            if total < ihl || total > have {
                 return None;
             }
             (ihl, total)
@@ -170,7 +180,7 @@ pub fn parse_tcp(data: &[u8]) -> Option<TcpView> {
                 return None;
             }
             let end = 40 + usize::from(be16(data, 4)?);
-            if end > data.len() {
+            if end > have {
                 return None;
             }
             let mut next = *data.get(6)?;
@@ -192,7 +202,10 @@ pub fn parse_tcp(data: &[u8]) -> Option<TcpView> {
         }
     };
     let tcp_len = usize::from(data.get(tcp_off + 12)? >> 4) * 4;
-    if tcp_len < 20 || tcp_off + tcp_len > ip_end {
+    if tcp_len < 20
+        || tcp_off + tcp_len > ip_end
+        || (frag_len > 0 && tcp_off + tcp_len > head.len())
+    {
         return None;
     }
     Some(TcpView {
@@ -409,6 +422,73 @@ pub fn write_segment_parsed(
     Ok(())
 }
 
+/// The headers of the aggregate GRO makes of wire segments `first..=last` of a super-segment
+/// `data` (parsed as `v`), for a packet whose payload is held apart from its headers (paged
+/// data): writes into `out` (cleared first) exactly the headers of the aggregate built from
+/// the segments' bytes, and returns where its payload lies in `data`. Those headers are
+/// segment `first`'s ([`write_segment_parsed`]) with the PSH/FIN of segment `last` and the
+/// IP length (and IPv4 header checksum) of the whole run; the TCP checksum is complete for a
+/// single segment, and for several it is in the `CHECKSUM_PARTIAL` form GRO leaves on an
+/// aggregate (Linux `tcp4_gro_complete`, see [`fill_tcp_csum_partial`]).
+pub fn write_run_head(
+    data: &[u8],
+    v: &TcpView,
+    gso_size: u16,
+    first: usize,
+    last: usize,
+    out: &mut Vec<u8>,
+) -> Result<core::ops::Range<usize>, SegmentError> {
+    if gso_size == 0 {
+        return Err(SegmentError::ZeroGsoSize);
+    }
+    let mss = usize::from(gso_size);
+    let count = v.payload_len.div_ceil(mss).max(1);
+    if last >= count || first > last {
+        return Err(SegmentError::Index { index: last, count });
+    }
+    if data.len() < v.payload_off + v.payload_len || v.payload_off < v.tcp_off + 20 {
+        return Err(SegmentError::NotTcp);
+    }
+    let start = first * mss;
+    let end = ((last + 1) * mss).min(v.payload_len);
+    let len = end - start;
+    out.clear();
+    out.extend_from_slice(&data[..v.payload_off]);
+    set_ip_len(out, v, len);
+    if v.ip_version == 4 {
+        let id = be16(data, 4).unwrap_or(0).wrapping_add(first as u16);
+        put16(out, 4, id);
+        fill_ipv4_checksum(out);
+    }
+    put32(out, v.tcp_off + 4, v.seq.wrapping_add(start as u32));
+    let mut fl = v.flags;
+    if last + 1 != count {
+        fl &= !(flags::FIN | flags::PSH);
+    }
+    if first > 0 {
+        fl &= !flags::CWR;
+    }
+    out[v.tcp_off + 13] = fl;
+    let run = TcpView {
+        payload_len: len,
+        seq: v.seq.wrapping_add(start as u32),
+        flags: fl,
+        ..*v
+    };
+    let payload = v.payload_off + start..v.payload_off + end;
+    if first == last {
+        // The header is a whole number of 32-bit words, so header and payload sums add up.
+        put16(out, v.tcp_off + 16, 0);
+        let s = pseudo_sum(out, &run, v.payload_off - v.tcp_off + len);
+        let s = csum_add(s, &out[v.tcp_off..v.payload_off]);
+        let c = csum_fold(csum_add(s, &data[payload.clone()]));
+        put16(out, v.tcp_off + 16, c);
+    } else {
+        fill_tcp_csum_partial(out, &run);
+    }
+    Ok(payload)
+}
+
 /// Split a super-segment into wire segments (convenience over [`write_segment`]).
 pub fn segment(data: &[u8], gso_size: u16) -> Result<Vec<Vec<u8>>, SegmentError> {
     let v = parse_tcp(data).ok_or(SegmentError::NotTcp)?;
@@ -562,6 +642,53 @@ mod tests {
         let v = parse_tcp(&p).unwrap();
         assert_eq!(v.tcp_len, 32);
         assert_eq!(v.payload_len, 100);
+    }
+
+    /// `write_run_head` + the payload range it returns is the GRO aggregate of segments
+    /// `first..=last` built from their bytes: one segment is exactly that segment; several
+    /// are the first one's headers with the whole run's length, the last one's PSH/FIN, the
+    /// run's payload, and a checksum field that completes to a valid checksum.
+    #[test]
+    fn run_heads_match_the_merged_segments() {
+        let fl = flags::ACK | flags::PSH | flags::FIN | flags::CWR;
+        let p = super_segment(4000, fl);
+        let v = parse_tcp(&p).unwrap();
+        let segs = segment(&p, 1000).unwrap();
+        let mut head = Vec::new();
+        for first in 0..segs.len() {
+            for last in first..segs.len() {
+                let r = write_run_head(&p, &v, 1000, first, last, &mut head).unwrap();
+                let mut run = head.clone();
+                run.extend_from_slice(&p[r]);
+                let rv = parse_tcp_split(&head, run.len() - head.len()).unwrap();
+                assert_eq!(rv.payload_off, head.len());
+                if first == last {
+                    assert_eq!(run, segs[first], "segment {first}");
+                    continue;
+                }
+                let mut merged = segs[first].clone();
+                for s in &segs[first + 1..=last] {
+                    merged.extend_from_slice(&s[v.payload_off..]);
+                }
+                let mv = parse_tcp_split(&merged, 0);
+                // Headers of the first segment, apart from length, flags and checksums.
+                assert_eq!(run[4..10], merged[4..10], "{first}..={last}");
+                assert_eq!(run[12..v.tcp_off + 13], merged[12..v.tcp_off + 13]);
+                assert_eq!(run[v.payload_off..], merged[v.payload_off..]);
+                assert_eq!(mv.map(|m| m.seq), Some(rv.seq));
+                let last_fl = segs[last][v.tcp_off + 13] & (flags::PSH | flags::FIN);
+                assert_eq!(run[v.tcp_off + 13], segs[first][v.tcp_off + 13] | last_fl);
+                complete_tcp_checksum(&mut run, &rv);
+                assert!(tcp_checksum_ok(&run), "{first}..={last}");
+            }
+        }
+        assert!(write_run_head(&p, &v, 1000, 2, 1, &mut head).is_err());
+        assert!(write_run_head(&p, &v, 1000, 0, 4, &mut head).is_err());
+        assert!(write_run_head(&p, &v, 0, 0, 0, &mut head).is_err());
+        assert!(write_run_head(&p[..100], &v, 1000, 0, 0, &mut head).is_err());
+        // Parts that do not hold whole headers, or lengths past both parts, do not parse.
+        assert!(parse_tcp_split(&p[..30], p.len() - 30).is_none());
+        assert!(parse_tcp_split(&p[..v.payload_off], 10).is_none());
     }
 
     /// tcp_gso_segment behaviour: contiguous seq, FIN/PSH last only, CWR first only, lengths,
