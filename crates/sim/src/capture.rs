@@ -86,6 +86,20 @@ impl Capture {
         }
     }
 
+    /// [`Capture::write`] for a packet in two parts (`data` then `frag`, a paged packet).
+    pub fn write_parts(&mut self, t: Time, data: &[u8], frag: &[u8]) {
+        if frag.is_empty() {
+            return self.write(t, data);
+        }
+        if self.writer.is_none() {
+            return;
+        }
+        let mut whole = Vec::with_capacity(data.len() + frag.len());
+        whole.extend_from_slice(data);
+        whole.extend_from_slice(frag);
+        self.write(t, &whole);
+    }
+
     /// Record `data` at virtual time `t`.
     pub fn write(&mut self, t: Time, data: &[u8]) {
         let Some(w) = self.writer.as_mut() else {

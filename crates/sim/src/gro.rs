@@ -73,7 +73,7 @@ impl Held {
     /// Headers to match flows on (addresses and ports).
     fn header(&self) -> &[u8] {
         match &self.run {
-            Some(r) => &r.parent.data()[..r.parent.view().payload_off],
+            Some(r) => r.parent.head(),
             None => &self.pkt.data,
         }
     }
@@ -344,7 +344,7 @@ impl Gro {
             return Some(p);
         }
         let v = parent.seg_view(index);
-        let header = &parent.data()[..pv.payload_off];
+        let header = parent.head();
         let pos = self
             .held
             .iter()
@@ -386,7 +386,7 @@ impl Gro {
             self.flush_at(0, out, pool);
         }
         let last_id = if pv.ip_version == 4 {
-            ip_id(parent.data()).wrapping_add(index as u16)
+            ip_id(parent.head()).wrapping_add(index as u16)
         } else {
             0
         };

@@ -322,6 +322,8 @@ impl TcpHost {
         stack.set_rtt_log(RTT_LOG_PER_SOCKET);
         // The emulated NIC computes every wire segment's checksum as it cuts a TSO packet.
         stack.set_tso_csum_offload(true);
+        // Scatter-gather: data packets share the socket's bytes instead of copying them.
+        stack.set_sg(true);
         for (k, v) in &cfg.sysctls {
             stack.sysctl_set(k, v).map_err(|e| SysctlFailure {
                 name: k.clone(),
@@ -488,7 +490,7 @@ impl TcpHost {
         let mut scratch = std::mem::take(&mut self.scratch);
         let (mut packets, mut segs) = (0u64, 0u64);
         while let Some(tx) = self.stack.poll_transmit(inst(now)) {
-            let view = segment::parse_tcp(&tx.data);
+            let view = segment::parse_tcp_split(&tx.data, tx.frag.len());
             let n = match (tx.gso_size, view) {
                 (Some(g), Some(v)) if g > 0 => v.payload_len.div_ceil(usize::from(g)).max(1),
                 _ => 1,
@@ -507,12 +509,12 @@ impl TcpHost {
             let token = tx.token.map(|t| self.alloc_token(t, cpu));
             let pkt = Packet {
                 data: tx.data,
+                frag: tx.frag,
                 gso_size: tx.gso_size,
                 departure: tx.departure.map(|d| Time(d.as_nanos())),
                 token,
                 flow: tx.flow,
                 seg: None,
-                frag: bytes::Bytes::new(),
             };
             scratch.push((pkt, n));
         }

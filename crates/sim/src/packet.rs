@@ -46,7 +46,11 @@ pub struct Packet {
 /// (see [`WireSeg`]).
 #[derive(Debug, PartialEq, Eq)]
 pub struct TsoParent {
-    data: Bytes,
+    /// The IP and TCP headers (`view.payload_off` bytes).
+    head: Vec<u8>,
+    /// The `view.payload_len` payload bytes (shared with the sending socket's buffer when the
+    /// packet came with a [`Packet::frag`]).
+    payload: Bytes,
     view: TcpView,
     gso: u16,
     segs: usize,
@@ -70,25 +74,52 @@ impl TsoParent {
     /// A TSO packet `data` (parsed as `view`) to be cut into `gso`-byte segments; `data`
     /// comes back as the error unless it makes at least two segments.
     pub fn new(data: Vec<u8>, view: TcpView, gso: u16) -> Result<Arc<TsoParent>, Vec<u8>> {
-        let mss = usize::from(gso);
-        if mss == 0 || view.payload_len <= mss {
+        let (off, end) = (view.payload_off, view.payload_off + view.payload_len);
+        if !Self::cuts(&view, gso) || data.len() < end {
             return Err(data);
         }
-        let segs = view.payload_len.div_ceil(mss);
-        Ok(Arc::new(TsoParent {
-            data: Bytes::from(data),
+        let head = data[..off].to_vec();
+        let payload = Bytes::from(data).slice(off..end);
+        Ok(Self::make(head, payload, view, gso))
+    }
+    /// [`TsoParent::new`] for a packet in two parts (a [`Packet`] with a `frag`): `head` is
+    /// exactly its headers and `payload` its payload, as `view` (from
+    /// [`segment::parse_tcp_split`]) says; both come back unless that holds and the packet
+    /// makes at least two segments.
+    #[allow(clippy::result_large_err)]
+    pub fn from_parts(
+        head: Vec<u8>,
+        payload: Bytes,
+        view: TcpView,
+        gso: u16,
+    ) -> Result<Arc<TsoParent>, (Vec<u8>, Bytes)> {
+        if !Self::cuts(&view, gso)
+            || head.len() != view.payload_off
+            || payload.len() != view.payload_len
+        {
+            return Err((head, payload));
+        }
+        Ok(Self::make(head, payload, view, gso))
+    }
+    fn cuts(view: &TcpView, gso: u16) -> bool {
+        gso > 0 && view.payload_len > usize::from(gso)
+    }
+    fn make(head: Vec<u8>, payload: Bytes, view: TcpView, gso: u16) -> Arc<TsoParent> {
+        Arc::new(TsoParent {
+            head,
+            payload,
             view,
             gso,
-            segs,
-        }))
+            segs: view.payload_len.div_ceil(usize::from(gso)),
+        })
     }
     /// Number of wire segments.
     pub fn segs(&self) -> usize {
         self.segs
     }
-    /// The TSO packet's bytes.
-    pub fn data(&self) -> &[u8] {
-        &self.data
+    /// The TSO packet's IP and TCP headers.
+    pub fn head(&self) -> &[u8] {
+        &self.head
     }
     /// The parsed TSO packet.
     pub fn view(&self) -> &TcpView {
@@ -100,12 +131,18 @@ impl TsoParent {
     /// fixes them when it passes the aggregate up: see [`TsoParent::take_run`]).
     pub fn write_run(&self, first: usize, last: usize, out: &mut Vec<u8>) {
         // Cannot fail: first < segs and gso > 0 were checked when the parent was made.
-        let _ = segment::write_segment_parsed(&self.data, &self.view, self.gso, first, out);
+        let _ = segment::write_segment_parts(
+            &self.head,
+            &self.payload,
+            &self.view,
+            self.gso,
+            first,
+            out,
+        );
         if last > first {
             let (a, _) = self.payload_range(first + 1);
             let (b, blen) = self.payload_range(last);
-            let off = self.view.payload_off;
-            out.extend_from_slice(&self.data[off + a..off + b + blen]);
+            out.extend_from_slice(&self.payload[a..b + blen]);
             let fl = self.seg_view(last).flags & (flags::PSH | flags::FIN);
             out[self.view.tcp_off + 13] |= fl;
         }
@@ -119,12 +156,18 @@ impl TsoParent {
         let mut head = pool.get();
         // Cannot fail: first <= last < segs and gso > 0 were checked by the caller and when
         // the parent was made.
-        let frag =
-            match segment::write_run_head(&self.data, &self.view, self.gso, first, last, &mut head)
-            {
-                Ok(range) => self.data.slice(range),
-                Err(_) => Bytes::new(),
-            };
+        let frag = match segment::write_run_head_parts(
+            &self.head,
+            &self.payload,
+            &self.view,
+            self.gso,
+            first,
+            last,
+            &mut head,
+        ) {
+            Ok(range) => self.payload.slice(range),
+            Err(_) => Bytes::new(),
+        };
         #[cfg(debug_assertions)]
         {
             let mut check = Vec::new();
@@ -201,13 +244,13 @@ impl WireSeg {
     }
     /// The parent's headers: addresses, ports and options are the segment's.
     pub fn parent_header(&self) -> &[u8] {
-        &self.parent.data[..self.parent.view.payload_off]
+        &self.parent.head
     }
     /// Write the segment's bytes into `out` (cleared first).
     pub fn write(&self, out: &mut Vec<u8>) {
         let p = &self.parent;
         // Cannot fail: index < segs and gso > 0 were checked when the parent was made.
-        let _ = segment::write_segment_parsed(&p.data, &p.view, p.gso, self.index, out);
+        let _ = segment::write_segment_parts(&p.head, &p.payload, &p.view, p.gso, self.index, out);
     }
 }
 

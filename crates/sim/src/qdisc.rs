@@ -15,7 +15,7 @@ use crate::segment;
 
 impl QdiscPacket for Skb {
     fn len(&self) -> usize {
-        self.pkt.data.len()
+        self.pkt.len()
     }
     fn flow_hash(&self) -> u32 {
         self.pkt.flow
@@ -29,7 +29,7 @@ impl QdiscPacket for Skb {
     }
     fn gso_segment_len(&self) -> Option<usize> {
         let gso = self.pkt.gso_size.filter(|&g| g > 0)?;
-        let v = segment::parse_tcp(&self.pkt.data)?;
+        let v = segment::parse_tcp_split(&self.pkt.data, self.pkt.frag.len())?;
         Some(v.payload_off + usize::from(gso))
     }
     /// The NIC's TSO cut ([`segment::write_segment_parsed`]); the TX-completion token and the
@@ -38,14 +38,21 @@ impl QdiscPacket for Skb {
         let Some(gso) = self.pkt.gso_size.filter(|&g| g > 0) else {
             return Err(self);
         };
-        let Some(v) = segment::parse_tcp(&self.pkt.data) else {
+        let (head, frag) = (&self.pkt.data, &self.pkt.frag);
+        let Some(v) = segment::parse_tcp_split(head, frag.len()) else {
             return Err(self);
+        };
+        // The payload: in `frag` for a paged packet, else after the headers.
+        let (head, payload) = if frag.is_empty() {
+            head.split_at(v.payload_off.min(head.len()))
+        } else {
+            (&head[..], &frag[..])
         };
         let n = v.payload_len.div_ceil(usize::from(gso)).max(1);
         let mut pieces = Vec::with_capacity(n);
         for i in 0..n {
             let mut out = Vec::new();
-            if segment::write_segment_parsed(&self.pkt.data, &v, gso, i, &mut out).is_err() {
+            if segment::write_segment_parts(head, payload, &v, gso, i, &mut out).is_err() {
                 return Err(self);
             }
             let last = i + 1 == n;

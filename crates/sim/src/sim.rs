@@ -16,6 +16,8 @@ use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::capture::{Capture, CaptureOut, CapturePoint};
 use crate::event::EventQueue;
 use crate::gro::{Gro, GroStats};
@@ -876,7 +878,7 @@ impl<E: Endpoint> Sim<E> {
                     let len = skb.len();
                     if let Some(c) = hs.capture.as_mut() {
                         if c.point == CapturePoint::HostTx {
-                            c.write(now, &skb.pkt.data);
+                            c.write_parts(now, &skb.pkt.data, &skb.pkt.frag);
                         }
                     }
                     let gso = skb.pkt.gso_size.unwrap_or(0);
@@ -885,17 +887,26 @@ impl<E: Endpoint> Sim<E> {
                     let mut parent = None;
                     let mut segs = 1;
                     if gso > 0 {
-                        if let Some(v) = segment::parse_tcp(&skb.pkt.data) {
-                            let data = std::mem::take(&mut skb.pkt.data);
-                            match TsoParent::new(data, v, gso) {
-                                Ok(p) => {
-                                    segs = p.segs();
-                                    parent = Some(p);
+                        let p = &mut skb.pkt;
+                        if let Some(v) = segment::parse_tcp_split(&p.data, p.frag.len()) {
+                            let data = std::mem::take(&mut p.data);
+                            let made = if p.frag.is_empty() {
+                                TsoParent::new(data, v, gso).map_err(|d| (d, Bytes::new()))
+                            } else {
+                                TsoParent::from_parts(data, std::mem::take(&mut p.frag), v, gso)
+                            };
+                            match made {
+                                Ok(t) => {
+                                    segs = t.segs();
+                                    parent = Some(t);
                                 }
-                                Err(data) => skb.pkt.data = data,
+                                Err((data, frag)) => (p.data, p.frag) = (data, frag),
                             }
                         }
                     }
+                    // What the NIC sends whole goes on the wire as one buffer (the DMA reads
+                    // the parts in turn).
+                    skb.pkt.linearize();
                     if hs.nic.cfg.orphan_at_xmit {
                         hs.nic
                             .orphaned

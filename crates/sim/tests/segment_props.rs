@@ -157,6 +157,7 @@ proptest! {
         cwr in any::<bool>(),
         psh_last in any::<bool>(),
         offloaded in any::<bool>(),
+        paged in any::<bool>(),
         fates in prop::collection::vec(fate(), 200),
         cuts in prop::collection::vec(1usize..70, 1..6),
     ) {
@@ -199,7 +200,17 @@ proptest! {
         let mut f = fates.iter().cycle();
         for data in parents {
             let v = segment::parse_tcp(&data).unwrap();
-            let lazy_parent = match TsoParent::new(data.clone(), v, mss) {
+            // A paged packet (headers, then the payload apart) cuts into the same segments.
+            let made = if paged {
+                let payload = bytes::Bytes::copy_from_slice(&data[v.payload_off..]);
+                let head = data[..v.payload_off].to_vec();
+                let pv = segment::parse_tcp_split(&head, payload.len()).unwrap();
+                prop_assert_eq!(pv, v);
+                TsoParent::from_parts(head, payload, pv, mss).map_err(|_| data.clone())
+            } else {
+                TsoParent::new(data.clone(), v, mss)
+            };
+            let lazy_parent = match made {
                 Ok(p) => p,
                 Err(whole) => {
                     wire.push((Packet::new(whole.clone()), Packet::new(whole)));

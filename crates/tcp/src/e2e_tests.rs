@@ -639,3 +639,85 @@ fn paged_packets_are_received_whole() {
     p.b.input_frag(p.now, &head, &frag, None, false);
     assert_eq!(p.b.recv(p.now, s, &mut buf, 0), Ok(1000));
 }
+
+/// Scatter-gather (`set_sg`): data packets carry their payload as a share of the send buffer
+/// (`Transmit::frag`) behind a header-only `data`; linearized, every packet is byte for byte
+/// the packet the same stack sends without scatter-gather (retransmissions after losses,
+/// split and trimmed skbs included), with a valid checksum; and bytes a packet shares never
+/// change afterwards, whatever the socket does next.
+#[test]
+fn scatter_gather_shares_the_send_buffer_read_only() {
+    use shallow_wire::segment as seg;
+    fn run(sg: bool) -> (Vec<Vec<u8>>, usize) {
+        let mut p = Pair::new(8, LinkConfig::default());
+        p.a.set_sg(sg);
+        let (c, _l, s) = connect_pair(&mut p);
+        let data = pattern(1_500_000);
+        let (mut sent, mut got) = (0, Vec::new());
+        let mut out = Vec::new();
+        let mut held: Vec<(Bytes, Vec<u8>)> = Vec::new();
+        let mut k = 0u32;
+        let mut buf = vec![0u8; 65536];
+        for _ in 0..200_000 {
+            if got.len() == data.len() {
+                break;
+            }
+            if sent < data.len() {
+                // Odd-sized writes, so the tail skb is appended to while earlier ones fly.
+                let n = (data.len() - sent).min(10_007);
+                if let Ok(n) = p.a.send(p.now, c, &data[sent..sent + n], 0) {
+                    sent += n;
+                }
+            }
+            while let Some(mut t) = p.a.poll_transmit(p.now) {
+                if let Some(tok) = t.token.take() {
+                    p.a.tx_complete(p.now, tok);
+                }
+                let v = seg::parse_tcp_split(&t.data, t.frag.len()).unwrap();
+                assert_eq!(sg && v.payload_len > 0, !t.frag.is_empty());
+                if !t.frag.is_empty() {
+                    assert_eq!(t.data.len(), v.payload_off, "headers only");
+                    if held.len() < 64 {
+                        held.push((t.frag.clone(), t.frag.to_vec()));
+                    }
+                }
+                t.linearize();
+                assert!(seg::tcp_checksum_ok(&t.data));
+                out.push(t.data.clone());
+                k += 1;
+                // Every 17th data packet is lost.
+                if v.payload_len > 0 && k % 17 == 0 {
+                    continue;
+                }
+                p.b.input(p.now, &t.data, t.gso_size);
+            }
+            while let Some(t) = p.b.poll_transmit(p.now) {
+                p.a.input(p.now, &t.data, t.gso_size);
+            }
+            while let Ok(n) = p.b.recv(p.now, s, &mut buf, 0) {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            p.drain_wakeups();
+            p.now += Duration::from_micros(200);
+            p.a.handle_timeout(p.now);
+            p.b.handle_timeout(p.now);
+        }
+        assert!(got == data, "{} of {} bytes arrived", got.len(), data.len());
+        for (i, (shared, then)) in held.iter().enumerate() {
+            assert!(shared[..] == then[..], "shared bytes of packet {i} changed");
+        }
+        assert!(!sg || held.len() == 64);
+        let retrans = p.a.counters().value(Mib::RetransSegs) as usize;
+        (out, retrans)
+    }
+    let (plain, r1) = run(false);
+    let (paged, r2) = run(true);
+    assert!(r1 > 0, "no retransmission");
+    assert_eq!((plain.len(), r1), (paged.len(), r2));
+    for (i, (a, b)) in plain.iter().zip(&paged).enumerate() {
+        assert!(a == b, "packet {i} differs");
+    }
+}

@@ -138,7 +138,9 @@ impl Pair {
         }
     }
 
-    fn send(&mut self, from_a: bool, t: Transmit) {
+    fn send(&mut self, from_a: bool, mut t: Transmit) {
+        // The in-memory link carries contiguous packets.
+        t.linearize();
         let cfg = if from_a { self.ab } else { self.ba };
         let pieces = if cfg.gro || t.gso_size.is_none() {
             vec![(t.data, t.gso_size)]

@@ -762,7 +762,7 @@ impl Sock {
                 let mss = self.mss_cache.max(1);
                 let old_pcount = head.pcount;
                 let start_seq = head.seq;
-                bytes::Buf::advance(&mut head.data, cut);
+                head.data.advance(cut);
                 self.bytes_acked += cut as u64;
                 head.seq = ack;
                 head.truesize = head.truesize.saturating_sub(cut as u32);

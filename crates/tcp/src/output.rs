@@ -1059,12 +1059,15 @@ impl Sock {
                 flags |= ECE;
             }
         }
+        // With scatter-gather the packet shares the skb's bytes (which become read-only);
+        // without, they are copied behind the headers.
+        let frag = (env.sg && len > 0).then(|| self.rtx_queue[idx].data.share());
         let payload = std::mem::take(&mut self.rtx_queue[idx].data);
         let mut seg = self.seg(env, seq, flags, win, &opts, &payload);
         if ecn_ok {
             seg.tos = (seg.tos & !0x3) | if ect { 0x2 } else { 0 };
         }
-        let ok = env.emit(&seg, gso, Some(departure), token);
+        let ok = env.emit_frag(&seg, frag, gso, Some(departure), token);
         self.rtx_queue[idx].data = payload;
         // tcp_minshall_update: remember the end of a packet with a short last segment.
         if len < pcount * mss {

@@ -415,12 +415,13 @@ pub(crate) struct SegOut<'a> {
 /// cannot be encoded (a bug guard; never expected).
 #[cfg(test)]
 pub(crate) fn build(s: &SegOut<'_>) -> Option<Vec<u8>> {
-    build_with(s, false)
+    build_with(s, false, false)
 }
 
-/// Build one IP packet (as `build`), with the TCP checksum left to the device when `csum_partial` (Linux
-/// `CHECKSUM_PARTIAL`: the field holds the pseudo-header sum).
-pub(crate) fn build_with(s: &SegOut<'_>, csum_partial: bool) -> Option<Vec<u8>> {
+/// Build one IP packet (as `build`), with the TCP checksum left to the device when
+/// `csum_partial` (Linux `CHECKSUM_PARTIAL`: the field holds the pseudo-header sum), and only
+/// its headers when `head_only` (the payload travels apart: `Transmit::frag`).
+pub(crate) fn build_with(s: &SegOut<'_>, csum_partial: bool, head_only: bool) -> Option<Vec<u8>> {
     let mut options = Vec::with_capacity(s.opts.len());
     for o in s.opts {
         options.push(match *o {
@@ -468,7 +469,10 @@ pub(crate) fn build_with(s: &SegOut<'_>, csum_partial: bool) -> Option<Vec<u8>> 
         _ => return None,
     };
     let mut buf = Vec::new();
-    if csum_partial {
+    if head_only {
+        tcp.emit_packet_head(&ip, s.payload, &mut buf, csum_partial)
+            .ok()?;
+    } else if csum_partial {
         tcp.emit_packet_csum_partial(&ip, s.payload, &mut buf)
             .ok()?;
     } else {

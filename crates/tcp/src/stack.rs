@@ -260,6 +260,15 @@ impl Stack {
         self.env.tso_csum_offload = on;
     }
 
+    /// Whether the device takes a packet's payload apart from its headers (scatter-gather,
+    /// Linux `NETIF_F_SG`; default off). On, a data packet's [`Transmit::data`] holds its
+    /// headers only and [`Transmit::frag`] a share of the socket's send buffer, so the
+    /// payload is not copied; the bytes stay read-only while any packet holds them (a later
+    /// write to the socket never changes them). Off, every packet is contiguous.
+    pub fn set_sg(&mut self, on: bool) {
+        self.env.sg = on;
+    }
+
     /// The SNMP counters.
     pub fn counters(&self) -> &Counters {
         &self.env.mib
@@ -1822,7 +1831,7 @@ impl Sock {
                 }
                 self.slow_start_after_idle_check(env, now);
                 let mut skb = Skb::new(self.write_seq, 0);
-                skb.data = self.carve_skb_buffer(size_goal as usize);
+                skb.data = SkbData::Open(self.carve_skb_buffer(size_goal as usize));
                 self.wmem_queued += skb.truesize;
                 self.write_queue.push_back(skb);
             }
@@ -1899,11 +1908,8 @@ impl Sock {
             Some(t) => Some(t),
             None => self.rtx_queue.back_mut(),
         };
-        if let Some(prev) = prev {
-            let at = prev.data.len();
-            if prev.data.capacity() - at >= want {
-                return prev.data.split_off(at);
-            }
+        if let Some(spare) = prev.and_then(|p| p.data.spare(want)) {
+            return spare;
         }
         BytesMut::with_capacity(want * SKB_CARVE_CHUNK)
     }

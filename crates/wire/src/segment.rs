@@ -384,42 +384,35 @@ pub fn write_segment_parsed(
     index: usize,
     out: &mut Vec<u8>,
 ) -> Result<(), SegmentError> {
-    if gso_size == 0 {
-        return Err(SegmentError::ZeroGsoSize);
-    }
-    let mss = usize::from(gso_size);
-    let count = v.payload_len.div_ceil(mss).max(1);
-    if index >= count {
-        return Err(SegmentError::Index { index, count });
-    }
-    let start = index * mss;
-    let len = mss.min(v.payload_len - start.min(v.payload_len));
-    let last = index + 1 == count;
+    let (head, payload) = split_parsed(data, v)?;
+    write_segment_parts(head, payload, v, gso_size, index, out)
+}
+
+/// [`write_segment_parsed`] for a super-segment held in two parts, as an skb with paged data
+/// is: `head` starts with its headers (`v.payload_off` bytes) and `payload` holds its
+/// `v.payload_len` payload bytes.
+pub fn write_segment_parts(
+    head: &[u8],
+    payload: &[u8],
+    v: &TcpView,
+    gso_size: u16,
+    index: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), SegmentError> {
     out.clear();
-    out.reserve(v.payload_off + len);
-    out.extend_from_slice(&data[..v.payload_off]);
-    out.extend_from_slice(&data[v.payload_off + start..v.payload_off + start + len]);
-    set_ip_len(out, v, len);
-    if v.ip_version == 4 {
-        let id = be16(data, 4).unwrap_or(0).wrapping_add(index as u16);
-        put16(out, 4, id);
-        fill_ipv4_checksum(out);
-    }
-    put32(out, v.tcp_off + 4, v.seq.wrapping_add(start as u32));
-    let mut fl = v.flags;
-    if !last {
-        fl &= !(flags::FIN | flags::PSH);
-    }
-    if index > 0 {
-        fl &= !flags::CWR;
-    }
-    out[v.tcp_off + 13] = fl;
-    let seg_view = TcpView {
-        payload_len: len,
-        ..*v
-    };
-    fill_tcp_checksum(out, &seg_view);
+    out.reserve(v.payload_off + usize::from(gso_size).min(v.payload_len));
+    let r = write_run_head_parts(head, payload, v, gso_size, index, index, out)?;
+    out.extend_from_slice(&payload[r]);
     Ok(())
+}
+
+/// `data`'s headers and payload as [`parse_tcp`] found them (`v`).
+fn split_parsed<'a>(data: &'a [u8], v: &TcpView) -> Result<(&'a [u8], &'a [u8]), SegmentError> {
+    let end = v.payload_off + v.payload_len;
+    if data.len() < end {
+        return Err(SegmentError::NotTcp);
+    }
+    Ok((&data[..v.payload_off], &data[v.payload_off..end]))
 }
 
 /// The headers of the aggregate GRO makes of wire segments `first..=last` of a super-segment
@@ -438,6 +431,22 @@ pub fn write_run_head(
     last: usize,
     out: &mut Vec<u8>,
 ) -> Result<core::ops::Range<usize>, SegmentError> {
+    let (head, payload) = split_parsed(data, v)?;
+    let r = write_run_head_parts(head, payload, v, gso_size, first, last, out)?;
+    Ok(r.start + v.payload_off..r.end + v.payload_off)
+}
+
+/// [`write_run_head`] for a super-segment in two parts (see [`write_segment_parts`]); the
+/// range returned is into `payload`.
+pub fn write_run_head_parts(
+    head: &[u8],
+    payload: &[u8],
+    v: &TcpView,
+    gso_size: u16,
+    first: usize,
+    last: usize,
+    out: &mut Vec<u8>,
+) -> Result<core::ops::Range<usize>, SegmentError> {
     if gso_size == 0 {
         return Err(SegmentError::ZeroGsoSize);
     }
@@ -446,17 +455,18 @@ pub fn write_run_head(
     if last >= count || first > last {
         return Err(SegmentError::Index { index: last, count });
     }
-    if data.len() < v.payload_off + v.payload_len || v.payload_off < v.tcp_off + 20 {
+    if head.len() < v.payload_off || payload.len() < v.payload_len || v.payload_off < v.tcp_off + 20
+    {
         return Err(SegmentError::NotTcp);
     }
-    let start = first * mss;
+    let start = (first * mss).min(v.payload_len);
     let end = ((last + 1) * mss).min(v.payload_len);
     let len = end - start;
     out.clear();
-    out.extend_from_slice(&data[..v.payload_off]);
+    out.extend_from_slice(&head[..v.payload_off]);
     set_ip_len(out, v, len);
     if v.ip_version == 4 {
-        let id = be16(data, 4).unwrap_or(0).wrapping_add(first as u16);
+        let id = be16(head, 4).unwrap_or(0).wrapping_add(first as u16);
         put16(out, 4, id);
         fill_ipv4_checksum(out);
     }
@@ -475,18 +485,17 @@ pub fn write_run_head(
         flags: fl,
         ..*v
     };
-    let payload = v.payload_off + start..v.payload_off + end;
     if first == last {
         // The header is a whole number of 32-bit words, so header and payload sums add up.
         put16(out, v.tcp_off + 16, 0);
         let s = pseudo_sum(out, &run, v.payload_off - v.tcp_off + len);
         let s = csum_add(s, &out[v.tcp_off..v.payload_off]);
-        let c = csum_fold(csum_add(s, &data[payload.clone()]));
+        let c = csum_fold(csum_add(s, &payload[start..end]));
         put16(out, v.tcp_off + 16, c);
     } else {
         fill_tcp_csum_partial(out, &run);
     }
-    Ok(payload)
+    Ok(start..end)
 }
 
 /// Split a super-segment into wire segments (convenience over [`write_segment`]).

@@ -609,7 +609,7 @@ impl TcpRepr {
     /// once, straight after the headers, without zero-filling its room first. Returns the
     /// packet's length; on error `out` is left as it was.
     pub fn emit_packet(&self, ip: &IpRepr, payload: &[u8], out: &mut Vec<u8>) -> Result<usize> {
-        self.emit_packet_with(ip, payload, out, false)
+        self.emit_packet_with(ip, payload, out, false, false)
     }
 
     /// [`TcpRepr::emit_packet`] with the checksum offloaded (Linux `CHECKSUM_PARTIAL`): the
@@ -622,7 +622,21 @@ impl TcpRepr {
         payload: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<usize> {
-        self.emit_packet_with(ip, payload, out, true)
+        self.emit_packet_with(ip, payload, out, true, false)
+    }
+
+    /// [`TcpRepr::emit_packet`] (or, with `csum_partial`, [`TcpRepr::emit_packet_csum_partial`])
+    /// for a packet whose payload stays where it is, as a device with scatter-gather takes an
+    /// skb's paged data: appends only the IP and TCP headers, with the lengths and checksums of
+    /// the whole packet (the payload is summed, not copied). Returns the headers' length.
+    pub fn emit_packet_head(
+        &self,
+        ip: &IpRepr,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+        csum_partial: bool,
+    ) -> Result<usize> {
+        self.emit_packet_with(ip, payload, out, csum_partial, true)
     }
 
     fn emit_packet_with(
@@ -631,22 +645,30 @@ impl TcpRepr {
         payload: &[u8],
         out: &mut Vec<u8>,
         partial: bool,
+        head_only: bool,
     ) -> Result<usize> {
         let start = out.len();
         let (hl, tl) = (ip.header_len(), self.header_len());
-        out.reserve(hl + tl + payload.len());
-        out.resize(start + hl + tl, 0);
-        out.extend_from_slice(payload);
+        if head_only {
+            out.resize(start + hl + tl, 0);
+        } else {
+            out.reserve(hl + tl + payload.len());
+            out.resize(start + hl + tl, 0);
+            out.extend_from_slice(payload);
+        }
         let r = (|| {
             let pkt = &mut out[start..];
             ip.emit(pkt)?;
             let seg = &mut pkt[hl..];
-            self.emit_header(seg, payload.len())?;
-            let len = u32::try_from(seg.len()).map_err(|_| WireError::ValueOutOfRange)?;
+            self.emit_header(seg, if head_only { 0 } else { payload.len() })?;
+            let len = u32::try_from(tl + payload.len()).map_err(|_| WireError::ValueOutOfRange)?;
             let pseudo = checksum::pseudo_header(ip.src(), ip.dst(), IPPROTO_TCP, len);
             let c = if partial {
                 // combine() complements; the partial form is the plain folded sum.
                 !checksum::combine(&[pseudo])
+            } else if head_only {
+                // The header is a whole number of 32-bit words, so the two sums add up.
+                checksum::combine(&[pseudo, checksum::sum(seg), checksum::sum(payload)])
             } else {
                 checksum::combine(&[pseudo, checksum::sum(seg)])
             };
