@@ -28,8 +28,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use sha2::{Digest, Sha256};
 use shallow_tcp::{
-    pollbits::*, Errno, Family, Instant, OptVal, Shutdown, SockOpt, SocketId, Stack, TcpState,
-    TxToken,
+    msgflags, pollbits::*, Errno, Family, Instant, OptVal, Shutdown, SockOpt, SocketId, Stack,
+    TcpState, TxToken,
 };
 
 use crate::cpu::{CostTable, Cpu, CpuLayout};
@@ -984,7 +984,15 @@ impl TcpHost {
         *cost += self.costs.syscall_ns;
         self.threads[t].stats.recv_calls += 1;
         let mut buf = std::mem::take(&mut self.threads[t].buf);
-        let r = self.locked(s, now, |st, n| st.recv(n, s, &mut buf, 0));
+        // A receiver that does not hash what it reads (TCP_STREAM, TCP_MAERTS) never looks
+        // at the bytes, so the emulator discards them (MSG_TRUNC) instead of copying them:
+        // the engine's receive path is the same, and the CPU model charges the copy anyway.
+        let flags = if self.threads[t].hasher.is_some() {
+            0
+        } else {
+            msgflags::MSG_TRUNC
+        };
+        let r = self.locked(s, now, |st, n| st.recv(n, s, &mut buf, flags));
         let res = match r {
             Ok(0) => Sched::Done,
             Ok(n) => {

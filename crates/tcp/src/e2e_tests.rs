@@ -721,3 +721,63 @@ fn scatter_gather_shares_the_send_buffer_read_only() {
         assert!(a == b, "packet {i} differs");
     }
 }
+
+/// `recv` with MSG_TRUNC (the bytes discarded, not copied) consumes exactly as a copying
+/// `recv` does: the same return values, the same ACKs and window updates on the wire, the same
+/// counters. The emulator's TCP_STREAM receivers rely on it.
+#[test]
+fn msg_trunc_consumes_like_a_copying_read() {
+    fn run(flags: u32) -> (Vec<usize>, Vec<Vec<u8>>, Vec<u64>) {
+        let mut p = Pair::new(
+            9,
+            LinkConfig {
+                loss: 0.01,
+                ..Default::default()
+            },
+        );
+        let (c, _l, s) = connect_pair(&mut p);
+        let data = pattern(3_000_000);
+        let (mut sent, mut reads, mut wire) = (0, Vec::new(), Vec::new());
+        let mut buf = vec![0u8; 40_000];
+        let mut total = 0;
+        for _ in 0..400_000 {
+            if total == data.len() {
+                break;
+            }
+            if sent < data.len() {
+                if let Ok(n) = p.a.send(p.now, c, &data[sent..], 0) {
+                    sent += n;
+                }
+            }
+            if let Ok(n) = p.b.recv(p.now, s, &mut buf, flags) {
+                reads.push(n);
+                total += n;
+            }
+            p.drain_wakeups();
+            while let Some(t) = p.b.poll_transmit(p.now) {
+                wire.push(t.data.clone());
+                p.a.input(p.now, &t.data, t.gso_size);
+            }
+            if !p.step() {
+                break;
+            }
+        }
+        assert_eq!(total, data.len());
+        let counters = [
+            Mib::InSegs,
+            Mib::OutSegs,
+            Mib::DelayedACKs,
+            Mib::TCPRcvCoalesce,
+        ]
+        .iter()
+        .map(|&m| p.b.counters().value(m))
+        .collect();
+        (reads, wire, counters)
+    }
+    let copied = run(0);
+    let discarded = run(msgflags::MSG_TRUNC);
+    assert!(copied.0.len() > 10 && copied.1.len() > 10);
+    assert_eq!(copied.0, discarded.0, "read sizes");
+    assert!(copied.1 == discarded.1, "B's packets differ");
+    assert_eq!(copied.2, discarded.2, "counters");
+}
