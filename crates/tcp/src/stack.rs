@@ -143,9 +143,9 @@ pub struct Stack {
     /// Free slots, lowest first (file-descriptor-like reuse).
     free_slots: std::collections::BinaryHeap<core::cmp::Reverse<u32>>,
     next_gen: u32,
-    conns: HashMap<(SocketAddr, SocketAddr), SocketId>,
-    listeners: HashMap<SocketAddr, SocketId>,
-    ports: HashMap<u16, Vec<SocketId>>,
+    conns: HashMap<(SocketAddr, SocketAddr), SocketId, TableHasher>,
+    listeners: HashMap<SocketAddr, SocketId, TableHasher>,
+    ports: HashMap<u16, Vec<SocketId>, TableHasher>,
     addrs: Vec<IpAddr>,
     routes: Vec<Route>,
 }
@@ -170,17 +170,46 @@ fn prefix_match(a: IpAddr, b: IpAddr, len: u8) -> bool {
     }
 }
 
+/// The hasher of the stack's lookup tables (connections by 4-tuple, listeners, ports):
+/// SipHash-1-3, as std's `RandomState`, so peers cannot aim packets at one bucket, but keyed
+/// from the stack's seed instead of from the operating system, so the engine draws no
+/// randomness it was not given. Nothing iterates these tables, so their order never shows.
+#[derive(Clone, Debug)]
+struct TableHasher(u64, u64);
+
+impl TableHasher {
+    /// Keys derived one-way from the stack's secret, distinct from its other uses.
+    fn new(key: (u64, u64)) -> TableHasher {
+        use core::hash::Hasher;
+        let derive = |label: &[u8]| {
+            let mut h = siphasher::sip::SipHasher13::new_with_keys(key.0, key.1);
+            h.write(label);
+            h.finish()
+        };
+        TableHasher(derive(b"shallow tables k0"), derive(b"shallow tables k1"))
+    }
+}
+
+impl core::hash::BuildHasher for TableHasher {
+    type Hasher = siphasher::sip::SipHasher13;
+    fn build_hasher(&self) -> Self::Hasher {
+        siphasher::sip::SipHasher13::new_with_keys(self.0, self.1)
+    }
+}
+
 impl Stack {
     /// A stack with no addresses; `seed` keys ISNs, timestamps offsets and port choice.
     pub fn new(seed: u64) -> Stack {
+        let env = Env::new(seed);
+        let tables = TableHasher::new(env.key);
         Stack {
-            env: Env::new(seed),
+            env,
             socks: Vec::new(),
             free_slots: std::collections::BinaryHeap::new(),
             next_gen: 1,
-            conns: HashMap::new(),
-            listeners: HashMap::new(),
-            ports: HashMap::new(),
+            conns: HashMap::with_hasher(tables.clone()),
+            listeners: HashMap::with_hasher(tables.clone()),
+            ports: HashMap::with_hasher(tables),
             addrs: Vec::new(),
             routes: Vec::new(),
         }
@@ -2234,5 +2263,27 @@ impl Sock {
         let seg = self.seg(env, self.snd_una.wrapping_sub(1), ACK, win, &opts, &[]);
         env.emit(&seg, None, None, None);
         env.mib.inc(Mib::TCPKeepAlive);
+    }
+}
+
+#[cfg(test)]
+mod table_hasher_tests {
+    use super::*;
+    use core::hash::BuildHasher;
+
+    /// The lookup tables' hash depends on the seed alone: equal for two stacks of one seed
+    /// (built on different threads, where std's `RandomState` would differ), different for
+    /// another seed.
+    #[test]
+    fn table_hash_is_keyed_by_the_seed() {
+        let key: (SocketAddr, SocketAddr) = (
+            "10.0.0.1:80".parse().unwrap(),
+            "10.0.0.2:40000".parse().unwrap(),
+        );
+        let hash = move |seed: u64| TableHasher::new(Env::new(seed).key).hash_one(key);
+        let here = hash(7);
+        let there = std::thread::spawn(move || hash(7)).join().unwrap();
+        assert_eq!(here, there);
+        assert_ne!(here, hash(8));
     }
 }
