@@ -429,7 +429,8 @@ impl Gro {
         if let Some(r) = self.held[i].run.take() {
             let h = self.held.remove(i);
             let mut pkt = h.pkt;
-            (pkt.data, pkt.frag) = r.parent.take_run(r.first, r.last, pool);
+            let (head, frag) = r.parent.take_run(r.first, r.last, pool);
+            (pkt.data, pkt.frag) = (head, frag.into());
             if h.segs > 1 {
                 pkt.gso_size = Some(h.mss as u16);
             }

@@ -509,7 +509,7 @@ impl TcpHost {
             let token = tx.token.map(|t| self.alloc_token(t, cpu));
             let pkt = Packet {
                 data: tx.data,
-                frag: tx.frag,
+                frag: tx.frag.into(),
                 gso_size: tx.gso_size,
                 departure: tx.departure.map(|d| Time(d.as_nanos())),
                 token,
@@ -1132,7 +1132,7 @@ impl TcpHost {
         };
         let cpu = ports.map_or(self.softirq_cpu, |(l, r)| self.flow_cpu(l, r));
         let data = std::mem::replace(&mut pkt.data, self.pool.get());
-        let frag = std::mem::take(&mut pkt.frag);
+        let frag = pkt.frag.take();
         self.cpus[cpu]
             .softirq
             .push_back(Task::Rx(data, frag, pkt.gso_size, csum_ok));

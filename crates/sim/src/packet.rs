@@ -21,7 +21,7 @@ pub struct Packet {
     /// aggregates of unwritten TSO segments carry one, sharing the TSO packet's payload
     /// instead of copying it; an endpoint that does not take such packets
     /// ([`Endpoint::accepts_frags`]) gets them made contiguous ([`Packet::linearize`]).
-    pub frag: Bytes,
+    pub frag: Frag,
     /// Payload bytes per wire segment when `data` is a super-segment (TSO on egress, GRO on
     /// ingress). `None` for an ordinary packet.
     pub gso_size: Option<u16>,
@@ -40,6 +40,32 @@ pub struct Packet {
     /// that reads the bytes (a capture, corruption, an endpoint) calls
     /// [`Packet::materialize`] first. Endpoints never see one.
     pub seg: Option<WireSeg>,
+}
+
+/// A packet's paged bytes ([`Packet::frag`]): a `Bytes` kept behind a pointer, so that the
+/// many packets without one (ACKs, wire segments, packets of endpoints without
+/// scatter-gather) stay small as they move through queues.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Frag(Option<Box<Bytes>>);
+
+impl Frag {
+    /// The bytes, leaving none.
+    pub fn take(&mut self) -> Bytes {
+        self.0.take().map_or_else(Bytes::new, |b| *b)
+    }
+}
+
+impl From<Bytes> for Frag {
+    fn from(b: Bytes) -> Frag {
+        Frag((!b.is_empty()).then(|| Box::new(b)))
+    }
+}
+
+impl core::ops::Deref for Frag {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.0.as_deref().map_or(&[], |b| &b[..])
+    }
 }
 
 /// A TSO packet the NIC is cutting into wire segments, shared by the segments it has cut
@@ -285,8 +311,8 @@ impl Packet {
     /// `skb_linearize`); no-op without a `frag`.
     pub fn linearize(&mut self) {
         if !self.frag.is_empty() {
-            self.data.extend_from_slice(&self.frag);
-            self.frag = Bytes::new();
+            let frag = self.frag.take();
+            self.data.extend_from_slice(&frag);
         }
     }
     /// The IP and TCP headers' bytes as far as addresses and ports go (for routing and flow
@@ -375,17 +401,19 @@ impl Skb {
     /// Wrap `pkt`, entering the egress path at `now`.
     pub fn new(pkt: Packet, now: Time) -> Skb {
         Skb {
-            acct_len: u32::try_from(pkt.len()).unwrap_or(u32::MAX),
+            acct_len: u32::try_from(pkt.data.len() + pkt.frag.len()).unwrap_or(u32::MAX),
             enqueued: now,
             pkt,
         }
     }
     /// Length in bytes.
+    /// (A packet in the egress path is never a [`WireSeg`]: the NIC cuts those.)
+    #[inline]
     pub fn len(&self) -> usize {
-        self.pkt.len()
+        self.pkt.data.len() + self.pkt.frag.len()
     }
     /// True for an empty packet.
     pub fn is_empty(&self) -> bool {
-        self.pkt.is_empty()
+        self.len() == 0
     }
 }

@@ -15,7 +15,7 @@ use crate::segment;
 
 impl QdiscPacket for Skb {
     fn len(&self) -> usize {
-        self.pkt.len()
+        self.len()
     }
     fn flow_hash(&self) -> u32 {
         self.pkt.flow
@@ -64,7 +64,7 @@ impl QdiscPacket for Skb {
                     token: if last { self.pkt.token } else { None },
                     flow: self.pkt.flow,
                     seg: None,
-                    frag: bytes::Bytes::new(),
+                    frag: Default::default(),
                 },
                 enqueued: self.enqueued,
                 acct_len: if last { self.acct_len } else { 0 },

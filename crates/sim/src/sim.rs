@@ -893,14 +893,14 @@ impl<E: Endpoint> Sim<E> {
                             let made = if p.frag.is_empty() {
                                 TsoParent::new(data, v, gso).map_err(|d| (d, Bytes::new()))
                             } else {
-                                TsoParent::from_parts(data, std::mem::take(&mut p.frag), v, gso)
+                                TsoParent::from_parts(data, p.frag.take(), v, gso)
                             };
                             match made {
                                 Ok(t) => {
                                     segs = t.segs();
                                     parent = Some(t);
                                 }
-                                Err((data, frag)) => (p.data, p.frag) = (data, frag),
+                                Err((data, frag)) => (p.data, p.frag) = (data, frag.into()),
                             }
                         }
                     }

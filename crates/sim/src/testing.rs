@@ -134,7 +134,7 @@ impl Source {
             flow: self.cfg.flow,
             data,
             seg: None,
-            frag: bytes::Bytes::new(),
+            frag: Default::default(),
         }
     }
 }
