@@ -193,6 +193,12 @@ fn nc_listen_for_kernel_socat() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        // nc's stdout is read from now on, while socat runs: unread, the pipe fills (64 KiB),
+        // nc blocks writing it and stops reading the connection, Shallow's window closes and
+        // socat cannot send the rest of its file. socat then gets our FIN, waits its -t 30 and
+        // exits 0 with what it had not written dropped (CI saw 'bytes to Shallow differ';
+        // whether the kernel's send buffer happened to hold the whole file decided it).
+        let server = std::thread::spawn(move || server.wait_with_output());
         let family = if flag == "-4" { "TCP4" } else { "TCP6" };
         let mut got = None;
         for _ in 0..100 {
@@ -208,10 +214,18 @@ fn nc_listen_for_kernel_socat() {
                 got = Some(out);
                 break;
             }
+            // Only "not listening yet" is retried: nc -l accepts one connection, so an
+            // attempt that failed after connecting has spent it.
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("refused"),
+                "socat failed ({}): {err}",
+                out.status
+            );
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         let got = got.expect("shallow nc -l never accepted");
-        let server = server.wait_with_output().unwrap();
+        let server = server.join().unwrap().unwrap();
         check(&server, "shallow nc -l");
         same(&got.stdout, &up, &format!("{me}: bytes from Shallow"));
         same(
