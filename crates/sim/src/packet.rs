@@ -17,9 +17,11 @@ pub struct Packet {
     /// MTU. When `frag` is not empty, only the packet's head (its headers).
     pub data: Vec<u8>,
     /// The rest of the packet's bytes, held apart from `data` (Linux's paged skb data,
-    /// `skb_shinfo(skb)->frags`): the packet is `data` followed by `frag`. Only GRO's
-    /// aggregates of unwritten TSO segments carry one, sharing the TSO packet's payload
-    /// instead of copying it; an endpoint that does not take such packets
+    /// `skb_shinfo(skb)->frags`): the packet is `data` followed by `frag`. Two kinds of
+    /// packet carry one: an endpoint's data packet sharing its socket's bytes (the engine's
+    /// scatter-gather `Transmit::frag`; the NIC cuts TSO segments from it and sends anything
+    /// else linearized), and GRO's aggregate of unwritten TSO segments sharing the TSO
+    /// packet's payload. An endpoint that does not take paged packets
     /// ([`Endpoint::accepts_frags`]) gets them made contiguous ([`Packet::linearize`]).
     pub frag: Frag,
     /// Payload bytes per wire segment when `data` is a super-segment (TSO on egress, GRO on

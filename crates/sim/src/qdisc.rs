@@ -42,11 +42,14 @@ impl QdiscPacket for Skb {
         let Some(v) = segment::parse_tcp_split(head, frag.len()) else {
             return Err(self);
         };
-        // The payload: in `frag` for a paged packet, else after the headers.
+        // The payload: in `frag` for a paged packet (whose head is its headers), else after
+        // the headers.
         let (head, payload) = if frag.is_empty() {
             head.split_at(v.payload_off.min(head.len()))
-        } else {
+        } else if head.len() == v.payload_off {
             (&head[..], &frag[..])
+        } else {
+            return Err(self);
         };
         let n = v.payload_len.div_ceil(usize::from(gso)).max(1);
         let mut pieces = Vec::with_capacity(n);
