@@ -65,6 +65,56 @@
 //! assert_eq!(&buf[..5], b"hello");
 //! ```
 //!
+//! # Paged packets: no copy between the socket and the device
+//!
+//! A substrate whose device takes a packet in pieces (`writev`, a DMA ring with
+//! scatter-gather) turns on [`Stack::set_sg`]: a data packet then comes as its headers in
+//! [`Transmit::data`] and a share of the socket's send buffer in [`Transmit::frag`] (bytes
+//! that are never written again), so the payload is not copied. On the receive side,
+//! [`Stack::input_frag`] takes a packet as its headers plus a [`Bytes`] payload, which the
+//! receive queue keeps instead of copying; `recv` is then the only copy.
+//!
+//! ```
+//! use shallow_tcp::{Errno, Family, Instant, Stack};
+//! # use std::net::SocketAddr;
+//! # let (mut a, mut b) = (Stack::new(1), Stack::new(2));
+//! # a.add_address("10.0.0.1".parse().unwrap());
+//! # b.add_address("10.0.0.2".parse().unwrap());
+//! # let now = Instant::from_secs(1);
+//! # let server: SocketAddr = "10.0.0.2:80".parse().unwrap();
+//! # let l = b.socket(Family::V4).unwrap();
+//! # b.bind(l, server).unwrap();
+//! # b.listen(l, 16).unwrap();
+//! a.set_sg(true);
+//! # let c = a.socket(Family::V4).unwrap();
+//! # assert_eq!(a.connect(now, c, server), Err(Errno::EINPROGRESS));
+//! // A device with scatter-gather on both ends: headers and payload travel apart.
+//! let mut pump = |a: &mut Stack, b: &mut Stack| {
+//!     for _ in 0..8 {
+//!         while let Some(t) = a.poll_transmit(now) {
+//!             if t.frag.is_empty() {
+//!                 b.input(now, &t.data, t.gso_size);
+//!             } else {
+//!                 b.input_frag(now, &t.data, &t.frag, t.gso_size, false);
+//!             }
+//!             if let Some(tok) = t.token { a.tx_complete(now, tok) }
+//!         }
+//!         while let Some(t) = b.poll_transmit(now) {
+//!             a.input(now, &t.data, t.gso_size);
+//!             if let Some(tok) = t.token { b.tx_complete(now, tok) }
+//!         }
+//!     }
+//! };
+//! pump(&mut a, &mut b);
+//! let (s, _peer) = b.accept(l).unwrap();
+//! let data: Vec<u8> = (0..20_000u32).map(|i| i as u8).collect();
+//! assert_eq!(a.send(now, c, &data, 0), Ok(data.len()));
+//! pump(&mut a, &mut b);
+//! let mut buf = vec![0u8; 32_768];
+//! assert_eq!(b.recv(now, s, &mut buf, 0), Ok(data.len()));
+//! assert_eq!(&buf[..data.len()], &data[..]);
+//! ```
+//!
 //! Accounting rule: every buffer's `truesize` is its payload plus a fixed overhead:
 //! [`SKB_TX_OVERHEAD`] for transmit buffers (`wmem_queued`, and `wmem_alloc`: bytes below TCP
 //! until `tx_complete`), [`SKB_OVERHEAD`] for received ones (`rmem_alloc`, backlog).
