@@ -377,8 +377,14 @@ impl Gro {
             self.flush_at(i, out, pool);
         }
         if v.flags & (flags::PSH | flags::FIN) != 0 {
-            let mut p = p;
-            p.materialize(pool);
+            // Passed up alone, as a run of one: its headers and a share of the payload.
+            let (head, frag) = parent.take_run(index, index, pool);
+            let p = Packet {
+                data: head,
+                frag: frag.into(),
+                flow: p.flow,
+                ..Packet::default()
+            };
             self.pass(p, out, true);
             return None;
         }

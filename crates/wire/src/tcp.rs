@@ -666,11 +666,11 @@ impl TcpRepr {
             let c = if partial {
                 // combine() complements; the partial form is the plain folded sum.
                 !checksum::combine(&[pseudo])
-            } else if head_only {
-                // The header is a whole number of 32-bit words, so the two sums add up.
-                checksum::combine(&[pseudo, checksum::sum(seg), checksum::sum(payload)])
             } else {
-                checksum::combine(&[pseudo, checksum::sum(seg)])
+                // `seg` holds the payload unless it stays apart; the header is a whole
+                // number of 32-bit words, so the two sums add up.
+                let apart = if head_only { checksum::sum(payload) } else { 0 };
+                checksum::combine(&[pseudo, checksum::sum(seg), apart])
             };
             seg[16..18].copy_from_slice(&c.to_be_bytes());
             Ok(pkt.len())
@@ -809,11 +809,33 @@ mod tests {
             let v = crate::segment::parse_tcp(&part).unwrap();
             crate::segment::complete_tcp_checksum(&mut part, &v);
             assert_eq!(part, want);
+            // Headers only, the payload left apart: the same bytes once it is appended,
+            // with either checksum form.
+            for partial in [false, true] {
+                let mut head = vec![9];
+                let n = r
+                    .emit_packet_head(&ip, &payload, &mut head, partial)
+                    .unwrap();
+                assert_eq!(n, hl + r.header_len());
+                head.extend_from_slice(&payload);
+                let mut whole = vec![9];
+                if partial {
+                    r.emit_packet_csum_partial(&ip, &payload, &mut whole)
+                } else {
+                    r.emit_packet(&ip, &payload, &mut whole)
+                }
+                .unwrap();
+                assert_eq!(head, whole, "partial: {partial}");
+            }
         }
         let mut bad = syn();
         bad.options = vec![TcpOptionRepr::Nop; 41];
         let mut out = vec![1];
         assert!(bad.emit_packet(&ips[0], &payload, &mut out).is_err());
+        assert_eq!(out, vec![1]);
+        assert!(bad
+            .emit_packet_head(&ips[0], &payload, &mut out, false)
+            .is_err());
         assert_eq!(out, vec![1]);
     }
 
