@@ -2,13 +2,22 @@
 //! engine in virtual time (the runner is `shallow_drill`; this module only walks paths and
 //! formats results).
 //!
-//! Exit status: 0 when no script failed, 1 when one did, 2 on usage errors (no such path).
+//! `shallow drill --judge kernel [--packetdrill PATH] [--ipv6 | --ipv4-mapped-ipv6]
+//! [--repeat N] [--json] [--record FILE] PATH...` runs each script on the engine and on the
+//! running kernel (root) and says whether they agree ([`shallow_drill::judge`]).
+//!
+//! Exit status: 0 when no script failed (with `--judge`: none disagreed), 1 when one did, 2
+//! on usage errors (no such path).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use serde::Serialize;
-use shallow_drill::expectations::Status;
+use shallow_drill::expectations::{corpus_root, Expectation, Expectations, Status};
+use shallow_drill::judge::{
+    allow_cubic, find_or_build_packetdrill, judge_script, kernel_release, missing_prerequisites,
+    Agreement, Judged, Packetdrill, Variant,
+};
 use shallow_drill::{run_file, RunConfig};
 
 /// Arguments of `shallow drill`.
@@ -23,9 +32,33 @@ pub struct DrillArgs {
     /// Run over IPv6 (unless a script sets `--ip_version`).
     #[arg(long)]
     pub ipv6: bool,
+    /// Run over IPv4-mapped IPv6 (AF_INET6 sockets, IPv4 packets); with `--judge` only.
+    #[arg(long, conflicts_with = "ipv6")]
+    pub ipv4_mapped_ipv6: bool,
     /// Print a trace of packets and calls for each script.
     #[arg(long, short)]
     pub verbose: bool,
+    /// Judge each script by running it on the running Linux kernel too (`kernel`, needs
+    /// root): a script agrees when both pass or both fail at the same line with the same
+    /// kind of mismatch.
+    #[arg(long, value_parser = ["kernel"])]
+    pub judge: Option<String>,
+    /// The packetdrill binary for `--judge` (default: `$SHALLOW_PACKETDRILL`, else built once
+    /// from ../shared/packetdrill/src into $TMPDIR/shallow-packetdrill).
+    #[arg(long, requires = "judge")]
+    pub packetdrill: Option<PathBuf>,
+    /// With `--judge`: when the kernel's first run disagrees with the engine, run the kernel
+    /// this many times in all and take its most frequent outcome (timing noise).
+    #[arg(long, default_value_t = 3, requires = "judge")]
+    pub repeat: u32,
+    /// With `--judge`: seconds after which a kernel run is killed (and not judged).
+    #[arg(long, default_value_t = 120, requires = "judge")]
+    pub timeout: u64,
+    /// With `--judge`: write the kernel's outcomes (and the kernel release) into this
+    /// expectations file, keeping its engine entries; scripts are keyed by their path
+    /// relative to the suite's `tcp/` folder.
+    #[arg(long, requires = "judge")]
+    pub record: Option<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -73,6 +106,13 @@ pub fn run(args: &DrillArgs) -> Result<()> {
         }
         collect(p, &mut files)?;
     }
+    if args.judge.is_some() {
+        return judge(args, &files);
+    }
+    if args.ipv4_mapped_ipv6 {
+        eprintln!("error: the engine has no dual-stack sockets yet; --ipv4-mapped-ipv6 needs --judge kernel");
+        std::process::exit(2);
+    }
     let cfg = RunConfig {
         ipv6: args.ipv6,
         verbose: args.verbose,
@@ -119,6 +159,157 @@ pub fn run(args: &DrillArgs) -> Result<()> {
         );
     }
     if summary.failed > 0 {
+        use std::io::Write as _;
+        std::io::stdout().flush()?;
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct JudgeSummary {
+    kernel: String,
+    variant: Variant,
+    agree: usize,
+    disagree: usize,
+    skipped: usize,
+    scripts: Vec<Judged>,
+}
+
+/// The script's path relative to the suite's `tcp/` folder (the expectations key), if it is
+/// inside it.
+fn suite_key(path: &Path) -> Option<String> {
+    let root = corpus_root()?.canonicalize().ok()?;
+    let rel = path
+        .canonicalize()
+        .ok()?
+        .strip_prefix(&root)
+        .ok()?
+        .to_path_buf();
+    Some(
+        rel.components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("/"),
+    )
+}
+
+/// `--judge kernel`: each script on the engine and on the running kernel.
+fn judge(args: &DrillArgs, files: &[PathBuf]) -> Result<()> {
+    let variant = if args.ipv6 {
+        Variant::Ipv6
+    } else if args.ipv4_mapped_ipv6 {
+        Variant::Ipv4MappedIpv6
+    } else {
+        Variant::Ipv4
+    };
+    let binary = match &args.packetdrill {
+        Some(p) => p.clone(),
+        None => find_or_build_packetdrill()?,
+    };
+    let missing = missing_prerequisites(&binary);
+    if !missing.is_empty() {
+        anyhow::bail!("--judge kernel needs {}", missing.join(", "));
+    }
+    let cc = allow_cubic()?;
+    if cc.changed() && !args.json {
+        eprintln!("note: added cubic to net.ipv4.tcp_allowed_congestion_control for the run (restored at exit)");
+    }
+    let pd = Packetdrill {
+        binary,
+        timeout: std::time::Duration::from_secs(args.timeout),
+    };
+    let mut summary = JudgeSummary {
+        kernel: kernel_release(),
+        variant,
+        agree: 0,
+        disagree: 0,
+        skipped: 0,
+        scripts: Vec::new(),
+    };
+    for f in files {
+        let name = f.display().to_string();
+        if !variant.applies_to(&name) {
+            continue;
+        }
+        let j = judge_script(&pd, f, variant, args.repeat)?;
+        match j.agreement {
+            Agreement::Agree => summary.agree += 1,
+            Agreement::Disagree => summary.disagree += 1,
+            Agreement::Skipped => summary.skipped += 1,
+        }
+        if !args.json {
+            let runs = if j.kernel_runs.is_empty() {
+                String::new()
+            } else {
+                format!(" (runs: {})", j.kernel_runs.join(" "))
+            };
+            match j.agreement {
+                Agreement::Agree => println!("AGREE    {name}: {}", j.kernel.short()),
+                Agreement::Disagree => {
+                    println!("DISAGREE {name}");
+                    println!(
+                        "    kernel:  {}{runs} {}",
+                        j.kernel.short(),
+                        j.kernel.reason
+                    );
+                    println!("    shallow: {} {}", j.shallow.short(), j.shallow.reason);
+                }
+                Agreement::Skipped => {
+                    let why = if j.kernel.status == Status::Skip {
+                        &j.kernel.reason
+                    } else {
+                        &j.shallow.reason
+                    };
+                    println!("SKIP     {name}: {why}");
+                }
+            }
+        }
+        summary.scripts.push(j);
+    }
+    if let Some(path) = &args.record {
+        let mut exp = if path.exists() {
+            Expectations::load(path)?
+        } else {
+            Expectations::default()
+        };
+        exp.kernel_version = Some(summary.kernel.clone());
+        for j in &summary.scripts {
+            let Some(key) = suite_key(Path::new(&j.path)) else {
+                anyhow::bail!(
+                    "--record: {} is not inside ../shared/packetdrill/tcp",
+                    j.path
+                );
+            };
+            let e = exp.scripts.entry(key).or_insert_with(|| Expectation {
+                status: j.shallow.status,
+                reason: j.shallow.reason.clone(),
+                line: j.shallow.line,
+                kind: j.shallow.kind,
+                kernel: None,
+            });
+            e.kernel = Some(j.kernel.clone());
+        }
+        std::fs::write(path, exp.to_toml())?;
+        if !args.json {
+            println!("recorded the kernel's outcomes in {}", path.display());
+        }
+    }
+    let judged = summary.agree + summary.disagree;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!(
+            "kernel {} ({variant}): {} agree, {} disagree, {} skipped; agreement {:.1}% of {judged} judged",
+            summary.kernel,
+            summary.agree,
+            summary.disagree,
+            summary.skipped,
+            if judged == 0 { 100.0 } else { 100.0 * summary.agree as f64 / judged as f64 }
+        );
+    }
+    drop(cc);
+    if summary.disagree > 0 {
         use std::io::Write as _;
         std::io::stdout().flush()?;
         std::process::exit(1);

@@ -16,13 +16,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::ast::{EventKind, Expr, PacketBody, Script, TcpFlags, TcpOption, TcpOptions};
 use crate::env::{parse_command, EnvAction};
+use crate::judge::Outcome;
+use crate::outcome::FailKind;
 
 /// Outcome of one script.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[derive(
+    Default, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// The script ran and every check held.
@@ -30,6 +34,7 @@ pub enum Status {
     /// The script ran and a check failed (or the runner could not run it yet).
     Fail,
     /// The script was not run (it needs something the runner does not support).
+    #[default]
     Skip,
 }
 
@@ -50,14 +55,36 @@ impl std::fmt::Display for Status {
     }
 }
 
-/// The expected outcome of one script.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// The expected outcome of one script: the engine's, and the running kernel's as recorded
+/// by `shallow drill --judge kernel --record` (the truth the engine is held to).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 pub struct Expectation {
     /// Expected status.
     pub status: Status,
     /// Why (for `fail` and `skip`: the known deviation or the missing feature).
     #[serde(default)]
     pub reason: String,
+    /// The line of an expected failure (0 when none).
+    #[serde(default)]
+    pub line: u32,
+    /// The kind of an expected failure.
+    #[serde(default)]
+    pub kind: Option<FailKind>,
+    /// The kernel's outcome, when recorded.
+    #[serde(default)]
+    pub kernel: Option<Outcome>,
+}
+
+impl Expectation {
+    /// The engine's expected outcome as an [`Outcome`].
+    pub fn shallow(&self) -> Outcome {
+        Outcome {
+            status: self.status,
+            line: self.line,
+            kind: self.kind,
+            reason: self.reason.clone(),
+        }
+    }
 }
 
 /// Errors reading an expectations file.
@@ -79,6 +106,9 @@ pub enum ExpectationsError {
 /// The whole file: script path → expectation.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct Expectations {
+    /// The release of the kernel whose outcomes the `kernel` fields record.
+    #[serde(default)]
+    pub kernel_version: Option<String>,
     /// Expectations by script path relative to the `tcp/` folder of the suite.
     #[serde(default)]
     pub scripts: BTreeMap<String, Expectation>,
@@ -152,16 +182,36 @@ impl Expectations {
             "# Expected outcome of each Linux packetdrill script (../shared/packetdrill/tcp),\n\
              # one line per script: status is pass | fail | skip, reason says why.\n\
              # Read by shallow_drill::expectations; a run that does worse than this is a\n\
-             # regression, one that does better means this file should be updated.\n\n\
-             [scripts]\n",
+             # regression, one that does better means this file should be updated.\n\
+             # `kernel` is the running Linux kernel's outcome of the same script (packetdrill\n\
+             # in a network namespace: `shallow drill --judge kernel --record FILE`); the\n\
+             # engine agrees with it when both pass or both fail at the same line with the\n\
+             # same kind of mismatch, and `cargo test -p shallow-drill` fails when it stops.\n\n",
         );
+        if let Some(v) = &self.kernel_version {
+            out.push_str(&format!("kernel_version = {}\n\n", toml_string(v)));
+        }
+        out.push_str("[scripts]\n");
         for (path, e) in &self.scripts {
             out.push_str(&format!(
-                "{} = {{ status = \"{}\", reason = {} }}\n",
+                "{} = {{ status = \"{}\"{}, reason = {}",
                 toml_string(path),
                 e.status,
+                line_kind(e.line, e.kind),
                 toml_string(&e.reason)
             ));
+            if let Some(k) = &e.kernel {
+                out.push_str(&format!(
+                    ", kernel = {{ status = \"{}\"{}",
+                    k.status,
+                    line_kind(k.line, k.kind)
+                ));
+                if !k.reason.is_empty() {
+                    out.push_str(&format!(", reason = {}", toml_string(&k.reason)));
+                }
+                out.push_str(" }");
+            }
+            out.push_str(" }\n");
         }
         out
     }
@@ -194,6 +244,17 @@ impl Expectations {
             .collect();
         c
     }
+}
+
+fn line_kind(line: u32, kind: Option<FailKind>) -> String {
+    let mut s = String::new();
+    if line > 0 {
+        s += &format!(", line = {line}");
+    }
+    if let Some(k) = kind {
+        s += &format!(", kind = \"{k}\"");
+    }
+    s
 }
 
 fn toml_string(s: &str) -> String {
@@ -377,11 +438,13 @@ pub fn initial_expectation(script: &Script) -> Expectation {
         Expectation {
             status: Status::Fail,
             reason: NOT_IMPLEMENTED.to_string(),
+            ..Default::default()
         }
     } else {
         Expectation {
             status: Status::Skip,
             reason: format!("needs {}", feats.join(", ")),
+            ..Default::default()
         }
     }
 }
@@ -399,11 +462,12 @@ mod tests {
                         n.to_string(),
                         Expectation {
                             status: s,
-                            reason: String::new(),
+                            ..Default::default()
                         },
                     )
                 })
                 .collect(),
+            ..Default::default()
         }
     }
 
@@ -452,6 +516,23 @@ mod tests {
     fn file_round_trips_and_rejects_bad_status() {
         let mut e = exp(&[("x/y.pkt", Status::Skip)]);
         e.scripts.get_mut("x/y.pkt").unwrap().reason = "needs \"md5\"\\".into();
+        assert_eq!(Expectations::parse(&e.to_toml()).unwrap(), e);
+        e.kernel_version = Some("6.18.44".into());
+        e.scripts.insert(
+            "a/b.pkt".into(),
+            Expectation {
+                status: Status::Fail,
+                reason: "line 7: too early".into(),
+                line: 7,
+                kind: Some(FailKind::Timing),
+                kernel: Some(Outcome {
+                    status: Status::Fail,
+                    line: 7,
+                    kind: Some(FailKind::Packet),
+                    reason: "live packet payload".into(),
+                }),
+            },
+        );
         assert_eq!(Expectations::parse(&e.to_toml()).unwrap(), e);
         assert!(Expectations::parse("[scripts]\n\"a\" = { status = \"flaky\" }\n").is_err());
     }

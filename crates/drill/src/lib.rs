@@ -19,6 +19,8 @@ pub mod ast;
 pub mod env;
 mod error;
 pub mod expectations;
+pub mod judge;
+pub mod outcome;
 mod parser;
 pub mod python;
 pub mod run;
@@ -26,6 +28,7 @@ pub mod symbols;
 
 pub use ast::*;
 pub use error::ParseError;
+pub use outcome::FailKind;
 pub use parser::parse_script;
 pub use run::{run_file, run_script, Report, RunConfig};
 

@@ -39,6 +39,7 @@ use shallow_wire::{SackBlocks, TcpFlags as WireFlags, TcpOptionRepr, TcpRepr};
 use crate::ast::*;
 use crate::env::{self, EnvAction, QdiscKind};
 use crate::expectations::{unsupported_features, Status};
+use crate::outcome::FailKind;
 use crate::python::{self, PyEnv, PyError};
 
 use pkt::{flags_str, opt_str, IpFields, Live};
@@ -60,6 +61,8 @@ pub struct Report {
     pub status: Status,
     /// Script line of the failure (0 when not tied to a line).
     pub line: u32,
+    /// What kind of check failed (`Some` exactly when the status is `fail`).
+    pub kind: Option<FailKind>,
     /// Why it failed or was skipped (empty on pass).
     pub reason: String,
     /// Trace lines (only with [`RunConfig::verbose`]).
@@ -73,6 +76,7 @@ pub fn run_file(path: &Path, cfg: &RunConfig) -> Report {
         Err(e) => Report {
             status: Status::Fail,
             line: e.line,
+            kind: Some(FailKind::Script),
             reason: format!("parse error: {}", e.message),
             log: Vec::new(),
         },
@@ -86,6 +90,7 @@ pub fn run_script(script: &Script, cfg: &RunConfig) -> Report {
         return Report {
             status: Status::Skip,
             line: 0,
+            kind: None,
             reason: format!("needs {}", feats.join(", ")),
             log: Vec::new(),
         };
@@ -106,6 +111,7 @@ pub fn run_script(script: &Script, cfg: &RunConfig) -> Report {
             return Report {
                 status: Status::Fail,
                 line: 0,
+                kind: Some(FailKind::Other),
                 reason: format!("engine panicked: {msg}"),
                 log: Vec::new(),
             };
@@ -115,18 +121,21 @@ pub fn run_script(script: &Script, cfg: &RunConfig) -> Report {
         Ok(()) => Report {
             status: Status::Pass,
             line: 0,
+            kind: None,
             reason: String::new(),
             log,
         },
-        Err(Stop::Fail { line, reason }) => Report {
+        Err(Stop::Fail { line, kind, reason }) => Report {
             status: Status::Fail,
             line,
+            kind: Some(kind),
             reason,
             log,
         },
         Err(Stop::Skip { line, reason }) => Report {
             status: Status::Skip,
             line,
+            kind: None,
             reason,
             log,
         },
@@ -136,8 +145,15 @@ pub fn run_script(script: &Script, cfg: &RunConfig) -> Report {
 /// Why a run stopped early.
 #[derive(Debug)]
 pub(crate) enum Stop {
-    Fail { line: u32, reason: String },
-    Skip { line: u32, reason: String },
+    Fail {
+        line: u32,
+        kind: FailKind,
+        reason: String,
+    },
+    Skip {
+        line: u32,
+        reason: String,
+    },
 }
 
 type R<T> = Result<T, Stop>;
@@ -356,9 +372,10 @@ impl<'a> Runner<'a> {
         }
     }
 
-    fn fail<T>(&self, reason: impl Into<String>) -> R<T> {
+    fn fail<T>(&self, kind: FailKind, reason: impl Into<String>) -> R<T> {
         Err(Stop::Fail {
             line: self.line,
+            kind,
             reason: reason.into(),
         })
     }
@@ -516,7 +533,10 @@ impl<'a> Runner<'a> {
     fn step_to(&mut self, t: u64) -> R<()> {
         self.steps += 1;
         if self.steps > MAX_STEPS || t > MAX_TIME {
-            return self.fail("runaway run: too many steps (a timer keeps firing?)");
+            return self.fail(
+                FailKind::Other,
+                "runaway run: too many steps (a timer keeps firing?)",
+            );
         }
         self.now = self.now.max(t);
         let now = self.inst();
@@ -548,6 +568,7 @@ impl<'a> Runner<'a> {
                 let ev = &self.script.events[p.ev];
                 return Err(Stop::Fail {
                     line: ev.line,
+                    kind: FailKind::Timing,
                     reason: format!(
                         "blocking call {} did not return by {} (expected at {})",
                         call_name(&ev.kind),
@@ -580,7 +601,10 @@ impl<'a> Runner<'a> {
             }
             self.steps += 1;
             if self.steps > MAX_STEPS {
-                return self.fail("runaway run: the stack keeps producing work");
+                return self.fail(
+                    FailKind::Other,
+                    "runaway run: the stack keeps producing work",
+                );
             }
         }
     }
@@ -664,7 +688,7 @@ impl<'a> Runner<'a> {
             }
             if s.at + self.tol_ns < self.now {
                 let d = self.describe_live(&s.data);
-                return self.fail(format!(
+                return self.fail(FailKind::Packet, format!(
                     "unexpected outbound packet {d} (sent at {}, no `>` line expects it before this event at {})",
                     secs(s.at),
                     secs(self.now)
@@ -759,30 +783,30 @@ impl<'a> Runner<'a> {
         };
         let expected = describe_spec(t);
         let Some((first, mut live, fi)) = self.next_wire(deadline)? else {
-            // Look ahead (the run fails anyway) to say what came instead, and when.
-            let late = match self.next_wire(deadline.saturating_add(LOOK_AHEAD)) {
-                Ok(Some((s, _, _))) => format!(
-                    "; the next packet was {} at {}",
-                    self.describe_live(&s.data),
-                    secs(s.at)
-                ),
-                _ => String::new(),
+            // Look ahead (the run fails anyway) to say what came instead, and when. As in
+            // packetdrill, which waits past the window: a late packet that matches is a
+            // timing failure, one that does not (or none) a packet failure.
+            let (late, kind) = match self.next_wire(deadline.saturating_add(LOOK_AHEAD)) {
+                Ok(Some((s, l, f))) => {
+                    let isn = self.flows[f].isn.unwrap_or(0);
+                    let kind = match self.compare(t, &p.ip, &l, isn) {
+                        Ok(()) => FailKind::Timing,
+                        Err(_) => FailKind::Packet,
+                    };
+                    let d = self.describe_live(&s.data);
+                    (format!("; the next packet was {d} at {}", secs(s.at)), kind)
+                }
+                _ => (String::new(), FailKind::Packet),
             };
-            return self.fail(format!(
-                "expected outbound packet `{expected}` at {} but none was sent by {}{late}",
-                secs(lo),
-                secs(deadline)
-            ));
+            return self.fail(
+                kind,
+                format!(
+                    "expected outbound packet `{expected}` at {} but none was sent by {}{late}",
+                    secs(lo),
+                    secs(deadline)
+                ),
+            );
         };
-        if !any && first.at + tol < lo {
-            let d = self.describe_live(&first.data);
-            return self.fail(format!(
-                "outbound packet {d} sent at {}, too early for `{expected}` expected at {} (tolerance {} us)",
-                secs(first.at),
-                secs(lo),
-                tol / 1000
-            ));
-        }
         let mut at = first.at;
         if self.flows[fi].local_port.is_none() {
             self.flows[fi].local_port = Some(live.src.port());
@@ -816,7 +840,20 @@ impl<'a> Runner<'a> {
         }
         self.trace(|| format!("> {got}"));
         if let Err(why) = self.compare(t, &p.ip, &live, isn) {
-            return self.fail(format!("{why}: expected `{expected}`, got `{got}`"));
+            return self.fail(
+                FailKind::Packet,
+                format!("{why}: expected `{expected}`, got `{got}`"),
+            );
+        }
+        // Time is checked after the fields, as packetdrill does.
+        if !any && first.at + tol < lo {
+            let d = self.describe_live(&first.data);
+            return self.fail(FailKind::Timing, format!(
+                "outbound packet {d} sent at {}, too early for `{expected}` expected at {} (tolerance {} us)",
+                secs(first.at),
+                secs(lo),
+                tol / 1000
+            ));
         }
         self.cur_flow = Some(fi);
         Ok(at)
@@ -950,7 +987,10 @@ impl<'a> Runner<'a> {
                 self.flows[i].saw_non_syn = true;
                 Ok(i)
             }
-            None => self.fail("inbound packet but no connection exists (no SYN and no connect())"),
+            None => self.fail(
+                FailKind::Script,
+                "inbound packet but no connection exists (no SYN and no connect())",
+            ),
         }
     }
 
@@ -971,7 +1011,10 @@ impl<'a> Runner<'a> {
         }
         let flow = self.flows[fi].clone();
         let Some(local_port) = flow.local_port else {
-            return self.fail("inbound packet before the stack's SYN revealed its port");
+            return self.fail(
+                FailKind::Script,
+                "inbound packet before the stack's SYN revealed its port",
+            );
         };
         let needs_isn = t.flags.has(TcpFlags::ACK)
             || matches!(&t.options, TcpOptions::List(o) if o.iter().any(|x| matches!(x, TcpOption::Sack(_))));
@@ -979,7 +1022,7 @@ impl<'a> Runner<'a> {
             (Some(i), _) => i,
             (None, false) => 0,
             (None, true) => {
-                return self.fail("inbound packet acknowledges data but the stack's ISN is unknown (no outbound SYN seen)")
+                return self.fail(FailKind::Script, "inbound packet acknowledges data but the stack's ISN is unknown (no outbound SYN seen)")
             }
         };
         let ack = if t.flags.has(TcpFlags::ACK) {
@@ -1003,7 +1046,9 @@ impl<'a> Runner<'a> {
                             .collect();
                         match SackBlocks::from_slice(&mapped) {
                             Ok(b) => TcpOptionRepr::Sack(b),
-                            Err(e) => return self.fail(format!("bad SACK option: {e}")),
+                            Err(e) => {
+                                return self.fail(FailKind::Script, format!("bad SACK option: {e}"))
+                            }
                         }
                     }
                     TcpOption::Timestamp { val, ecr } => {
@@ -1031,7 +1076,7 @@ impl<'a> Runner<'a> {
             }
         }
         let Ok(window) = u16::try_from(t.win.unwrap_or(65535)) else {
-            return self.fail("window does not fit in 16 bits");
+            return self.fail(FailKind::Script, "window does not fit in 16 bits");
         };
         let repr = TcpRepr {
             src_port: flow.remote_port,
@@ -1071,7 +1116,7 @@ impl<'a> Runner<'a> {
         }
         let data = match pkt::build_tcp(src, dst, &repr, t.len as usize, fields) {
             Ok(d) => d,
-            Err(e) => return self.fail(e),
+            Err(e) => return self.fail(FailKind::Script, e),
         };
         let gso = (total > self.mtu as usize).then_some(self.mss);
         self.trace(|| {
@@ -1176,10 +1221,13 @@ impl<'a> Runner<'a> {
                 let delta = v.saturating_sub(base);
                 self.nstat_reset();
                 if !c.op.holds(delta, c.value) {
-                    return self.fail(format!(
-                        "counter {} changed by {delta} since the last nstat (check {:?} {})",
-                        c.name, c.op, c.value
-                    ));
+                    return self.fail(
+                        FailKind::Command,
+                        format!(
+                            "counter {} changed by {delta} since the last nstat (check {:?} {})",
+                            c.name, c.op, c.value
+                        ),
+                    );
                 }
             }
             EnvAction::Fallback { first, otherwise } => {
@@ -1233,18 +1281,19 @@ impl<'a> Runner<'a> {
             return self.skip("python snippet but no socket under test");
         };
         let Some(Fd::Sock(s)) = self.fds.get(&fd) else {
-            return self.fail(format!(
-                "python snippet: socket under test fd {fd} is closed"
-            ));
+            return self.fail(
+                FailKind::Script,
+                format!("python snippet: socket under test fd {fd} is closed"),
+            );
         };
         let s = *s;
         let info = match self.st.tcp_info(self.inst(), s) {
             Ok(i) => i,
-            Err(e) => return self.fail(format!("tcp_info: {e}")),
+            Err(e) => return self.fail(FailKind::Other, format!("tcp_info: {e}")),
         };
         let mem = match self.st.meminfo(s) {
             Ok(m) => m,
-            Err(e) => return self.fail(format!("meminfo: {e}")),
+            Err(e) => return self.fail(FailKind::Other, format!("meminfo: {e}")),
         };
         for name in program.free_names() {
             if name.starts_with("tcpi_") && sys::tcpi(&info, &name).is_none() {
@@ -1258,7 +1307,7 @@ impl<'a> Runner<'a> {
                 Ok(())
             }
             Err(e @ (PyError::AssertionFailed { .. } | PyError::Type(_))) => {
-                self.fail(format!("python: {e}"))
+                self.fail(FailKind::Assertion, format!("python: {e}"))
             }
             Err(e) => self.skip(format!("python snippet: {e}")),
         }

@@ -5,6 +5,7 @@ use shallow_tcp::{Errno, Family, Ioctl, OptVal, Shutdown, SockOpt, SocketId, Tcp
 
 use super::{EpollItem, Fd, Pending, Runner, R};
 use crate::ast::{Expr, SyscallSpec};
+use crate::outcome::FailKind;
 use crate::symbols;
 
 pub(crate) const EPOLLERR: u32 = 0x008;
@@ -162,7 +163,10 @@ impl Runner<'_> {
 
     fn int(&self, call: &SyscallSpec, i: usize) -> R<i64> {
         let Some(e) = call.args.get(i) else {
-            return self.fail(format!("{}(): missing argument {}", call.name, i + 1));
+            return self.fail(
+                FailKind::Script,
+                format!("{}(): missing argument {}", call.name, i + 1),
+            );
         };
         match self.int_of(e) {
             Some(v) => Ok(v),
@@ -177,7 +181,10 @@ impl Runner<'_> {
     fn arg<'c>(&self, call: &'c SyscallSpec, i: usize) -> R<&'c Expr> {
         match call.args.get(i) {
             Some(e) => Ok(e),
-            None => self.fail(format!("{}(): missing argument {}", call.name, i + 1)),
+            None => self.fail(
+                FailKind::Script,
+                format!("{}(): missing argument {}", call.name, i + 1),
+            ),
         }
     }
 
@@ -398,12 +405,15 @@ impl Runner<'_> {
             )
         });
         if self.now + tol < end {
-            return self.fail(format!(
-                "{}() returned at {}, script expects it to block until {}",
-                call.name,
-                super::secs(self.now),
-                super::secs(end)
-            ));
+            return self.fail(
+                FailKind::Timing,
+                format!(
+                    "{}() returned at {}, script expects it to block until {}",
+                    call.name,
+                    super::secs(self.now),
+                    super::secs(end)
+                ),
+            );
         }
         let Some(want) = self.int_of(&call.result) else {
             return self.skip(format!(
@@ -413,27 +423,36 @@ impl Runner<'_> {
         };
         match r {
             Ok(v) if v == want => Ok(()),
-            Ok(v) => self.fail(format!(
-                "{}() returned {v}, script expects {want}{}",
-                call.name,
-                call.errno
-                    .as_ref()
-                    .map(|e| format!(" {e}"))
-                    .unwrap_or_default()
-            )),
-            Err(e) if want != -1 => self.fail(format!(
-                "{}() failed with {}, script expects {want}",
-                call.name,
-                errno_str(e)
-            )),
+            Ok(v) => self.fail(
+                FailKind::Syscall,
+                format!(
+                    "{}() returned {v}, script expects {want}{}",
+                    call.name,
+                    call.errno
+                        .as_ref()
+                        .map(|e| format!(" {e}"))
+                        .unwrap_or_default()
+                ),
+            ),
+            Err(e) if want != -1 => self.fail(
+                FailKind::Syscall,
+                format!(
+                    "{}() failed with {}, script expects {want}",
+                    call.name,
+                    errno_str(e)
+                ),
+            ),
             Err(e) => match &call.errno {
                 Some(sym) => match symbols::lookup(sym) {
                     Some(w) if w == e => Ok(()),
-                    Some(_) => self.fail(format!(
-                        "{}() failed with {}, script expects {sym}",
-                        call.name,
-                        errno_str(e)
-                    )),
+                    Some(_) => self.fail(
+                        FailKind::Syscall,
+                        format!(
+                            "{}() failed with {}, script expects {sym}",
+                            call.name,
+                            errno_str(e)
+                        ),
+                    ),
                     None => self.skip(format!("unknown errno symbol {sym}")),
                 },
                 None => Ok(()),
@@ -649,9 +668,10 @@ impl Runner<'_> {
                     Ok(v) => {
                         if let Some(want) = call.args.get(2).and_then(|e| self.int_of(e)) {
                             if want != i64::from(v) {
-                                return self.fail(format!(
-                                    "ioctl({req:?}) gave {v}, script expects {want}"
-                                ));
+                                return self.fail(
+                                    FailKind::Syscall,
+                                    format!("ioctl({req:?}) gave {v}, script expects {want}"),
+                                );
                             }
                         }
                         Ok(Res::Done(Ok(0)))
@@ -832,8 +852,10 @@ impl Runner<'_> {
                 }
                 if let Some(w) = want {
                     if w != inq {
-                        return self
-                            .fail(format!("recvmsg TCP_CM_INQ is {inq}, script expects {w}"));
+                        return self.fail(
+                            FailKind::Syscall,
+                            format!("recvmsg TCP_CM_INQ is {inq}, script expects {w}"),
+                        );
                     }
                 }
             }
@@ -926,10 +948,13 @@ impl Runner<'_> {
                         _ => false,
                     };
                     if !ok {
-                        return self.fail(format!(
-                            "getsockopt {} gave {got:?}, script expects {val:?}",
-                            Self::sockopt_name(call)
-                        ));
+                        return self.fail(
+                            FailKind::Syscall,
+                            format!(
+                                "getsockopt {} gave {got:?}, script expects {val:?}",
+                                Self::sockopt_name(call)
+                            ),
+                        );
                     }
                     Ok(Res::Done(Ok(0)))
                 }
@@ -971,7 +996,10 @@ impl Runner<'_> {
         for (it, got) in items.iter().zip(&revents) {
             if let Some(w) = it.field("revents").and_then(|f| self.int_of(&f.value)) {
                 if w as u32 != *got {
-                    return self.fail(format!("poll revents {got:#x}, script expects {w:#x}"));
+                    return self.fail(
+                        FailKind::Syscall,
+                        format!("poll revents {got:#x}, script expects {w:#x}"),
+                    );
                 }
             }
         }
@@ -1097,9 +1125,10 @@ impl Runner<'_> {
             let Some(w) = expected.get(i) else { break };
             if let Some(we) = w.field("events").and_then(|f| self.int_of(&f.value)) {
                 if we as u32 != *rev {
-                    return self.fail(format!(
-                        "epoll_wait events {rev:#x}, script expects {we:#x}"
-                    ));
+                    return self.fail(
+                        FailKind::Syscall,
+                        format!("epoll_wait events {rev:#x}, script expects {we:#x}"),
+                    );
                 }
             }
             let wd = ["fd", "ptr", "u64", "u32"]
@@ -1108,7 +1137,10 @@ impl Runner<'_> {
                 .and_then(|f| self.int_of(&f.value));
             if let Some(wd) = wd {
                 if wd as u64 != *data {
-                    return self.fail(format!("epoll_wait data {data}, script expects {wd}"));
+                    return self.fail(
+                        FailKind::Syscall,
+                        format!("epoll_wait data {data}, script expects {wd}"),
+                    );
                 }
             }
         }

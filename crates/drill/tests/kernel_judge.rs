@@ -1,0 +1,109 @@
+//! The running kernel as the judge, in CI: Linux's packetdrill suite runs on this machine's
+//! kernel (packetdrill built from `../shared/packetdrill/src`, one network namespace per
+//! script) and on the engine, in the three variants Linux's runner uses, and every script
+//! the expectations files record as agreeing must still agree.
+//!
+//! Needs root, `unshare`, `ip`, `python3` and what `build-packetdrill.sh` needs (gcc, make,
+//! bison, flex). Without them it skips with the reason, unless `SHALLOW_REQUIRE_TUN=1`
+//! (as CI sets), which turns the skip into a failure. A kernel run that disagrees is
+//! repeated (three runs in all, the most frequent outcome counts), as timing on a loaded
+//! machine varies by milliseconds. Takes about three minutes per variant.
+
+use std::path::{Path, PathBuf};
+
+use shallow_drill::expectations::{corpus_root, list_scripts, Expectations, Status};
+use shallow_drill::judge::{
+    agreement, allow_cubic, find_or_build_packetdrill, judge_script, kernel_release,
+    missing_prerequisites, Agreement, Packetdrill, Variant,
+};
+
+fn expectations_path(v: Variant) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(match v {
+        Variant::Ipv4 => "expectations.toml",
+        Variant::Ipv6 => "expectations-ipv6.toml",
+        Variant::Ipv4MappedIpv6 => "expectations-ipv4-mapped-ipv6.toml",
+    })
+}
+
+fn skip_or_fail(why: &str) {
+    if std::env::var_os("SHALLOW_REQUIRE_TUN").is_some_and(|v| v == "1") {
+        panic!("SHALLOW_REQUIRE_TUN=1 but the kernel judge cannot run: {why}");
+    }
+    println!("SKIP: the kernel judge needs {why}");
+}
+
+#[test]
+fn the_suite_agrees_with_the_running_kernel() {
+    let Some(root) = corpus_root() else {
+        return skip_or_fail("../shared/packetdrill/tcp");
+    };
+    let binary = match find_or_build_packetdrill() {
+        Ok(b) => b,
+        Err(e) => return skip_or_fail(&format!("a packetdrill binary ({e})")),
+    };
+    let missing = missing_prerequisites(&binary);
+    if !missing.is_empty() {
+        return skip_or_fail(&missing.join(", "));
+    }
+    let _cc = allow_cubic().expect("allow cubic in new namespaces");
+    let pd = Packetdrill {
+        binary,
+        timeout: std::time::Duration::from_secs(120),
+    };
+    let scripts = list_scripts(&root).expect("list scripts");
+    let mut problems = Vec::new();
+    for variant in Variant::ALL {
+        let path = expectations_path(variant);
+        let exp = Expectations::load(&path).expect("load expectations");
+        let mut counts = [0usize; 3];
+        let mut kernel_changed = 0;
+        for rel in scripts.iter().filter(|s| variant.applies_to(s)) {
+            let Some(e) = exp.scripts.get(rel) else {
+                problems.push(format!(
+                    "{rel} ({variant}) has no entry in {}",
+                    path.display()
+                ));
+                continue;
+            };
+            // Scripts the engine skips for a missing feature need no kernel run here.
+            if e.status == Status::Skip {
+                counts[2] += 1;
+                continue;
+            }
+            let j = judge_script(&pd, &root.join(rel), variant, 3).expect("run packetdrill");
+            counts[match j.agreement {
+                Agreement::Agree => 0,
+                Agreement::Disagree => 1,
+                Agreement::Skipped => 2,
+            }] += 1;
+            let recorded = e.kernel.as_ref();
+            if recorded.is_some_and(|k| k.short() != j.kernel.short()) {
+                kernel_changed += 1;
+                println!(
+                    "NOTE ({variant}): {rel}: the kernel now {} ({}); recorded {}",
+                    j.kernel.short(),
+                    j.kernel.reason,
+                    recorded.map(|k| k.short()).unwrap_or_default()
+                );
+            }
+            let held = recorded.is_some_and(|k| agreement(k, &e.shallow()) == Agreement::Agree);
+            if held && j.agreement != Agreement::Agree {
+                problems.push(format!(
+                    "{rel} ({variant}): recorded as agreeing, now kernel {} ({}) vs engine {} ({})",
+                    j.kernel.short(),
+                    j.kernel.reason,
+                    j.shallow.short(),
+                    j.shallow.reason
+                ));
+            }
+        }
+        println!(
+            "kernel {} ({variant}): {} agree, {} disagree, {} not judged; {kernel_changed} kernel outcomes differ from the record",
+            kernel_release(),
+            counts[0],
+            counts[1],
+            counts[2]
+        );
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
