@@ -1498,9 +1498,10 @@ fn ecn_negotiation_ect0_and_cwr() {
         (2, 7),
         "CWR, ssthresh = 0.7 * 10"
     );
-    // PRR-CRB (tcp_cwnd_reduction): no retransmission was acked, so no slow-start bonus:
-    // cwnd = pipe (1) + sndcnt (1 delivered).
-    assert_eq!(i.snd_cwnd, 2);
+    // PRR (tcp_cwnd_reduction): snd_una advanced and nothing was newly lost, so the
+    // slow-start reduction bound adds one: cwnd = pipe (1) + sndcnt (1 delivered + 1).
+    // Linux 6.18 gives 3 for this (2 segments out, an ECN echo acking the first).
+    assert_eq!(i.snd_cwnd, 3);
     assert_eq!(p.st.send(p.now, c, &[0u8; 1000], 0), Ok(1000));
     let o = out(&mut p);
     assert_eq!(o.len(), 1);
@@ -1548,6 +1549,46 @@ fn ecn_passive_accepts_when_asked() {
     q.st.listen(l, 4).unwrap();
     q.st.input(q.now, &raw(0, 0, SYN, 32792, SYN_OPTS, &[]), None);
     assert_eq!(q.out()[0].flags, SYN | ACK);
+}
+
+/// cwnd_moderation/cwnd-moderation-ecn-enter-cwr-no-moderation-700.pkt as Linux 6.18 runs
+/// it (`tcp_cwnd_reduction`): four segments out, an ECN echo entering CWR. When the echo
+/// advances snd_una (acks the first segment, nothing newly lost) the slow-start reduction
+/// bound adds one segment although nothing retransmitted was acked: cwnd = 3 + (1 + 1) = 5
+/// (the script's 4 predates RFC 9937's safe-ACK rule). The same echo on a SACK-only dupack
+/// leaves snd_una where it was: cwnd = 3 + 1 = 4.
+#[test]
+fn ecn_cwr_prr_bonus_when_snd_una_advances() {
+    for (ack, sack_opts, want) in [(1001u32, false, 5u32), (1, true, 4)] {
+        let mut p = Peer::new(false);
+        let l = p.st.socket(Family::V4).unwrap();
+        p.st.bind(l, LOCAL.parse().unwrap()).unwrap();
+        p.st.listen(l, 1).unwrap();
+        p.st.input(
+            p.now,
+            &raw(0, 0, SYN | ECE | CWR, 32792, SYN_OPTS, &[]),
+            None,
+        );
+        let o = p.out();
+        assert_eq!(o[0].flags, SYN | ACK | ECE);
+        p.isn = o[0].seq.wrapping_add(1);
+        p.now += Duration::from_millis(100);
+        p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+        let (s, _) = p.st.accept(l).unwrap();
+        assert_eq!(p.st.send(p.now, s, &[0u8; 4000], 0), Ok(4000));
+        assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 4000);
+        p.now += Duration::from_millis(100);
+        let blocks = sack(1001, 2001, p.isn);
+        let opts: &[OutOpt] = if sack_opts { &blocks } else { &[] };
+        p.st.input(
+            p.now,
+            &raw(1, p.isn.wrapping_add(ack - 1), ACK | ECE, 320, opts, &[]),
+            None,
+        );
+        let i = p.st.tcp_info(p.now, s).unwrap();
+        assert_eq!((i.ca_state, i.snd_ssthresh), (2, 7));
+        assert_eq!(i.snd_cwnd, want, "ack {ack} sack {sack_opts}");
+    }
 }
 
 /// TSval of a transmitted segment (for echoing it back).

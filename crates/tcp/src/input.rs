@@ -538,7 +538,6 @@ impl Sock {
             if seg.opts.num_sacks > 0 {
                 self.ack_orig_acked = false;
                 self.ack_data_sacked = false;
-                self.ack_retrans_acked = false;
                 let newly = self.sacktag(env, now, seg);
                 self.delivered += newly;
                 env.mib.add(Mib::TCPDelivered, u64::from(newly));
@@ -551,7 +550,6 @@ impl Sock {
         self.rcv_tsecr = seg.opts.ts.map(|t| t.1).unwrap_or(0);
         self.ack_orig_acked = false;
         self.ack_data_sacked = false;
-        self.ack_retrans_acked = false;
         let prior_in_flight = self.packets_in_flight();
         let prior_packets = self.packets_out;
         // Window update (tcp_ack_update_window).
@@ -740,7 +738,6 @@ impl Sock {
         let ack = self.snd_una;
         let mut acked = 0u32;
         let mut seq_rtt: Option<Instant> = None;
-        let mut any_retrans = false;
         // Lowest start of a never-retransmitted, not-SACKed skb acked below the highest SACK:
         // one reordering event per ACK (tcp_clean_rtx_queue → tcp_check_sack_reordering).
         let mut reord: Option<u32> = None;
@@ -781,8 +778,6 @@ impl Sock {
                 if head.sacked & sacked::EVER_RETRANS == 0 {
                     seq_rtt = Some(head.mstamp);
                     self.ack_orig_acked = true;
-                } else {
-                    any_retrans = true;
                 }
                 // tcp_clean_rtx_queue treats the acked MSSes of a partially acked TSO skb
                 // (tcp_tso_acked) like whole skbs: a never-retransmitted hole below the
@@ -809,9 +804,7 @@ impl Sock {
             if skb.sacked & sacked::LOST != 0 {
                 self.lost_out = self.lost_out.saturating_sub(p);
             }
-            if skb.sacked & sacked::EVER_RETRANS != 0 {
-                any_retrans = true;
-            } else if skb.sacked & sacked::ACKED == 0 {
+            if skb.sacked & (sacked::EVER_RETRANS | sacked::ACKED) == 0 {
                 seq_rtt = Some(skb.mstamp);
             }
             self.packets_out = self.packets_out.saturating_sub(p);
@@ -837,8 +830,6 @@ impl Sock {
         if let Some(r) = reord.filter(|&r| before(r, prior_fack)) {
             self.note_reordering(env, r);
         }
-        // FLAG_RETRANS_DATA_ACKED: a (once) retransmitted skb was cumulatively acked.
-        self.ack_retrans_acked |= any_retrans;
         if self.packets_out == 0 {
             self.sacked_out = 0;
             self.lost_out = 0;
@@ -861,7 +852,6 @@ impl Sock {
             }
         }
         if let Some(t) = seq_rtt {
-            let _ = any_retrans;
             rtt_us = (now - t).as_micros() as i64;
         }
         if rtt_us >= 0 {

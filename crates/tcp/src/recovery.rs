@@ -449,7 +449,7 @@ impl Sock {
         }
     }
 
-    /// PRR (RFC 6937 §3; Linux `tcp_cwnd_reduction`): set cwnd to what may be in flight
+    /// PRR (RFC 6937 §3 as updated by RFC 9937; Linux `tcp_cwnd_reduction`): set cwnd to what may be in flight
     /// after `newly_acked_sacked` packets were delivered. Below ssthresh, the slow-start
     /// reduction bound sends max(prr_delivered - prr_out, newly delivered), plus one when
     /// snd_una advanced and nothing was newly marked lost, capped by ssthresh - pipe.
@@ -474,10 +474,13 @@ impl Sock {
         } else {
             let mut n =
                 (i64::from(self.prr_delivered) - prr_out).max(i64::from(newly_acked_sacked));
-            // PRR-SSRB only while retransmissions are being acked and none was lost
-            // again (FLAG_RETRANS_DATA_ACKED without FLAG_LOST_RETRANS); otherwise
-            // PRR-CRB (packet conservation).
-            if una_advanced && self.ack_retrans_acked && newly_lost == 0 {
+            // PRR-SSRB (one extra segment) on a "safe" ACK: snd_una advanced and this
+            // ACK marked nothing newly lost (RFC 9937's safeACK), whether or not the
+            // acked data had been retransmitted; otherwise PRR-CRB (packet conservation).
+            // Measured on 6.18: an ECN echo acking one of four segments (CWR, nothing
+            // retransmitted) gives cwnd 3 + 2 = 5; the same echo on a SACK-only dupack
+            // (snd_una still) gives 3 + 1 = 4.
+            if una_advanced && newly_lost == 0 {
                 n += 1;
             }
             delta.min(n)

@@ -992,8 +992,6 @@ pub(crate) struct Sock {
     pub ack_orig_acked: bool,
     /// This ACK carried an ECN echo on an ECN connection (`FLAG_ECE`).
     pub ack_ece: bool,
-    /// This ACK cumulatively acked retransmitted data (`FLAG_RETRANS_DATA_ACKED`).
-    pub ack_retrans_acked: bool,
     /// This ACK SACKed new data (`FLAG_DATA_SACKED`).
     pub ack_data_sacked: bool,
 
@@ -1217,7 +1215,6 @@ impl Sock {
             pending_loss_rexmit: false,
             ack_orig_acked: false,
             ack_ece: false,
-            ack_retrans_acked: false,
             ack_data_sacked: false,
             rtt_log: Vec::new(),
             rtt_log_dropped: 0,
