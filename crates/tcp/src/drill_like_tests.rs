@@ -243,6 +243,53 @@ fn delayed_ack_after_single_segment_in_pingpong() {
     assert_eq!(p.st.counters().value(Mib::DelayedACKs), 1);
 }
 
+/// The ACK of an in-order FIN (Linux 6.18 `tcp_fin`, measured with packetdrill variants of
+/// ioctl/ioctl-siocinq-fin.pkt and close/close-remote-fin-then-close.pkt): the FIN moves the
+/// socket to CLOSE_WAIT in pingpong mode and only schedules an ACK, so a bare FIN (or a
+/// FIN with no more than rcv_mss of data) after earlier data is ACKed by the delayed-ACK
+/// timer ~40 ms later; on a connection that never received data the delayed-ACK timeout
+/// is still zero (tcpi_ato 0, a FIN is not data) and the ACK leaves at once.
+#[test]
+fn fin_ack_is_delayed_once_data_was_received() {
+    // Fresh connection: bare FIN, ACK at once.
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.now += Duration::from_millis(10);
+    p.st.input(p.now, &raw(1, p.isn, ACK | FIN, 257, &[], &[]), None);
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().ato, 0);
+    let o = advance(&mut p, Duration::ZERO);
+    assert_eq!((o.len(), o.first().map(|x| x.ack)), (1, Some(2)));
+
+    // After data was received and read: the FIN's ACK waits for the delack timer.
+    for fin_data in [0usize, 500] {
+        let mut p = Peer::new(false);
+        let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+        p.st.input(
+            p.now,
+            &raw(1, p.isn, ACK | PSH, 257, &[], &[7u8; 1000]),
+            None,
+        );
+        assert_eq!(p.out().len(), 1, "quickack of the first data");
+        let mut buf = [0u8; 1000];
+        assert_eq!(p.st.recv(p.now, s, &mut buf, 0), Ok(1000));
+        let _ = p.out();
+        p.now += Duration::from_millis(70);
+        let payload = vec![8u8; fin_data];
+        p.st.input(
+            p.now,
+            &raw(1001, p.isn, ACK | FIN | PSH, 257, &[], &payload),
+            None,
+        );
+        assert!(
+            advance(&mut p, Duration::from_millis(39)).is_empty(),
+            "{fin_data}"
+        );
+        let o = advance(&mut p, Duration::from_millis(2));
+        assert_eq!(o.len(), 1);
+        assert_eq!(o[0].ack, 1001 + fin_data as u32 + 1);
+    }
+}
+
 /// Out-of-order data is ACKed at once with a SACK block (RFC 2018 §4, RFC 5681 §4.2), and
 /// filling the hole is ACKed at once.
 #[test]

@@ -922,7 +922,11 @@ impl Sock {
                 return;
             }
             self.queue_rcv(env, seq, payload, fin, seg);
-            self.event_data_recv(env, now, seg, payload.len() as u32);
+            // A bare FIN is no data for the delayed-ACK estimator (`tcp_data_queue` calls
+            // tcp_event_data_recv only for a non-empty skb).
+            if !payload.is_empty() {
+                self.event_data_recv(env, now, seg, payload.len() as u32);
+            }
             if !self.ofo_queue.is_empty() {
                 self.ofo_drain(env);
                 if self.ofo_queue.is_empty() {
@@ -1012,7 +1016,12 @@ impl Sock {
             return;
         }
         self.shutdown |= RCV_SHUTDOWN;
-        self.ack.pending |= ackf::NOW | ackf::SCHED;
+        // A FIN only schedules an ACK; on ESTABLISHED it also enters pingpong, so the
+        // ACK goes out by the delayed-ACK rule. Linux 6.18 (`tcp_fin`) ACKs data+FIN,
+        // and a bare FIN after earlier data, ~40 ms late (ato); a bare FIN on a
+        // connection that never received data is ACKed at once only because its ato is
+        // still zero, so the delayed-ACK timer is armed for "now".
+        self.ack.pending |= ackf::SCHED;
         match self.state {
             TcpState::SynRecv | TcpState::Established => {
                 self.state = TcpState::CloseWait;

@@ -576,6 +576,9 @@ pub(crate) struct AckState {
     pub pending: u8,
     pub quick: u8,
     pub pingpong: u8,
+    /// Delayed-ACK timeout. Zero until the first data segment arrives (`tcp_event_data_recv`
+    /// sets TCP_ATO_MIN): Linux 6.18 reports tcpi_ato 0 after the handshake, so an ACK
+    /// delayed before any data (a bare FIN in pingpong) leaves at once.
     pub ato: Duration,
     pub timeout: Instant,
     pub lrcvtime: Instant,
@@ -1277,7 +1280,7 @@ impl Sock {
                 pending: 0,
                 quick: 0,
                 pingpong: 0,
-                ato: TCP_ATO_MIN,
+                ato: Duration::ZERO,
                 timeout: Instant::ZERO,
                 lrcvtime: Instant::ZERO,
                 rcv_mss: TCP_MSS_DEFAULT,
