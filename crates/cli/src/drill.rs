@@ -14,15 +14,21 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::Serialize;
 use shallow_drill::expectations::{corpus_root, Expectation, Expectations, Status};
+use shallow_drill::fuzz::{fuzz_one, Verdict};
 use shallow_drill::judge::{
-    allow_cubic, find_or_build_packetdrill, judge_script, kernel_release, missing_prerequisites,
-    Agreement, Judged, Packetdrill, Variant,
+    allow_cubic, find_or_build_packetdrill, judge_script, kernel_release, missing_for_capture,
+    missing_prerequisites, Agreement, AllowedCcGuard, Judged, Packetdrill, Variant,
 };
+use shallow_drill::record::Recorder;
 use shallow_drill::{run_file, RunConfig};
 
 /// Arguments of `shallow drill`.
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct DrillArgs {
+    /// `record` or `fuzz` (see their `--help`); without one, run the scripts given.
+    #[command(subcommand)]
+    pub cmd: Option<DrillCmd>,
     /// Script files or directories (searched recursively for `*.pkt`).
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
@@ -96,8 +102,261 @@ fn collect(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `shallow drill record` and `shallow drill fuzz`.
+#[derive(Debug, clap::Subcommand)]
+pub enum DrillCmd {
+    /// Run scenarios (scripts of calls and inbound packets at absolute times) on the running
+    /// kernel (root) and write complete scripts whose `>` lines are the kernel's packets.
+    Record(RecordArgs),
+    /// Differential fuzzing: random scenarios recorded on the running kernel (root) and
+    /// replayed on the engine; divergences are shrunk and saved.
+    Fuzz(FuzzArgs),
+}
+
+/// Arguments of `shallow drill fuzz`.
+#[derive(Debug, clap::Args)]
+pub struct FuzzArgs {
+    /// The judge (only `kernel`).
+    #[arg(long, value_parser = ["kernel"], default_value = "kernel")]
+    pub judge: String,
+    /// How many scenarios.
+    #[arg(long, default_value_t = 100)]
+    pub count: u64,
+    /// The first scenario's seed (scenario i has seed + i).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Folder for the shrunk divergences (`fuzz-SEED.pkt`: the kernel's recording with the
+    /// engine's failure in a comment).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Over IPv6.
+    #[arg(long)]
+    pub ipv6: bool,
+    /// Kernel runs the shrinker may spend on one divergence.
+    #[arg(long, default_value_t = 12)]
+    pub shrink: usize,
+    /// The packetdrill binary (default as for `--judge`).
+    #[arg(long)]
+    pub packetdrill: Option<PathBuf>,
+    /// Print one JSON document at the end.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct FuzzSummary {
+    kernel: String,
+    variant: Variant,
+    seeds: String,
+    agree: u64,
+    disagree: u64,
+    rejected: u64,
+    tolerance: &'static str,
+    divergences: Vec<FuzzDivergence>,
+}
+
+#[derive(Serialize)]
+struct FuzzDivergence {
+    seed: u64,
+    actions: usize,
+    failure: String,
+}
+
+fn fuzz(args: &FuzzArgs) -> Result<()> {
+    let (pd, cc) = kernel_side(args.packetdrill.as_ref(), args.json, true)?;
+    let variant = if args.ipv6 {
+        Variant::Ipv6
+    } else {
+        Variant::Ipv4
+    };
+    let rec = Recorder {
+        pd,
+        variant,
+        max_fixes: 50,
+    };
+    let mut sum = FuzzSummary {
+        kernel: kernel_release(),
+        variant,
+        seeds: format!("{}..{}", args.seed, args.seed + args.count),
+        agree: 0,
+        disagree: 0,
+        rejected: 0,
+        tolerance:
+            "the runner's: 4 ms or 12.5% of the interval since the previous event, the larger",
+        divergences: Vec::new(),
+    };
+    for seed in args.seed..args.seed + args.count {
+        match fuzz_one(&rec, seed, args.shrink)? {
+            Verdict::Agree => sum.agree += 1,
+            Verdict::Rejected(why) => {
+                sum.rejected += 1;
+                if !args.json {
+                    println!("REJECTED seed {seed}: {why}");
+                }
+            }
+            Verdict::Disagree {
+                scenario,
+                recorded,
+                failure,
+            } => {
+                sum.disagree += 1;
+                if !args.json {
+                    println!(
+                        "DISAGREE seed {seed} ({} actions): {failure}",
+                        scenario.len()
+                    );
+                }
+                if let Some(dir) = &args.out {
+                    std::fs::create_dir_all(dir)?;
+                    let text = format!(
+                        "// The engine's replay: {}
+{recorded}",
+                        failure.replace('\n', " ")
+                    );
+                    std::fs::write(dir.join(format!("fuzz-{seed}.pkt")), text)?;
+                }
+                sum.divergences.push(FuzzDivergence {
+                    seed,
+                    actions: scenario.len(),
+                    failure,
+                });
+            }
+        }
+    }
+    let judged = sum.agree + sum.disagree;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&sum)?);
+    } else {
+        println!(
+            "kernel {} ({variant}), seeds {}: {} agree, {} disagree, {} rejected; agreement {:.1}% of {judged}",
+            sum.kernel,
+            sum.seeds,
+            sum.agree,
+            sum.disagree,
+            sum.rejected,
+            if judged == 0 { 100.0 } else { 100.0 * sum.agree as f64 / judged as f64 }
+        );
+    }
+    drop(cc);
+    Ok(())
+}
+
+/// Arguments of `shallow drill record`.
+#[derive(Debug, clap::Args)]
+pub struct RecordArgs {
+    /// Scenario files.
+    #[arg(required = true)]
+    pub scenarios: Vec<PathBuf>,
+    /// Folder for the recorded scripts (same file names); default: print to stdout.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Record over IPv6.
+    #[arg(long)]
+    pub ipv6: bool,
+    /// The packetdrill binary (default as for `--judge`).
+    #[arg(long)]
+    pub packetdrill: Option<PathBuf>,
+    /// Also replay each recording on the engine and say whether it agrees.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// The packetdrill tool for kernel runs, its prerequisites checked, and cubic allowed in
+/// new namespaces for as long as the guard lives.
+fn kernel_side(
+    binary: Option<&PathBuf>,
+    quiet: bool,
+    capture: bool,
+) -> Result<(Packetdrill, AllowedCcGuard)> {
+    let binary = match binary {
+        Some(p) => p.clone(),
+        None => find_or_build_packetdrill()?,
+    };
+    let mut missing = missing_prerequisites(&binary);
+    if capture {
+        missing.extend(missing_for_capture());
+    }
+    if !missing.is_empty() {
+        anyhow::bail!("the kernel side needs {}", missing.join(", "));
+    }
+    let cc = allow_cubic()?;
+    if cc.changed() && !quiet {
+        eprintln!("note: added cubic to net.ipv4.tcp_allowed_congestion_control for the run (restored at exit)");
+    }
+    Ok((
+        Packetdrill {
+            binary,
+            timeout: std::time::Duration::from_secs(120),
+        },
+        cc,
+    ))
+}
+
+fn record(args: &RecordArgs) -> Result<()> {
+    let (pd, cc) = kernel_side(args.packetdrill.as_ref(), false, true)?;
+    let variant = if args.ipv6 {
+        Variant::Ipv6
+    } else {
+        Variant::Ipv4
+    };
+    let rec = Recorder {
+        pd,
+        variant,
+        max_fixes: 50,
+    };
+    let mut disagree = 0;
+    for sc in &args.scenarios {
+        let text = std::fs::read_to_string(sc)?;
+        let name = sc
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let r = rec.record(&name, &text)?;
+        for f in &r.fixes {
+            eprintln!("{name}: the kernel's result: {f}");
+        }
+        match &args.out {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)?;
+                std::fs::write(dir.join(&name), &r.script)?;
+                println!("recorded {name}: {} packets from the kernel", r.outbound);
+            }
+            None => print!("{}", r.script),
+        }
+        if args.check {
+            let cfg = RunConfig {
+                ipv6: args.ipv6,
+                verbose: false,
+            };
+            let report = match shallow_drill::parse_script(&name, &r.script) {
+                Ok(s) => shallow_drill::run_script(&s, &cfg),
+                Err(e) => anyhow::bail!("recorded script does not parse: {e}"),
+            };
+            match report.status {
+                Status::Pass => println!("AGREE    {name}"),
+                _ => {
+                    disagree += 1;
+                    println!("DISAGREE {name}: line {}: {}", report.line, report.reason)
+                }
+            }
+        }
+    }
+    drop(cc);
+    if disagree > 0 {
+        use std::io::Write as _;
+        std::io::stdout().flush()?;
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
 /// Runs `shallow drill`.
 pub fn run(args: &DrillArgs) -> Result<()> {
+    match &args.cmd {
+        Some(DrillCmd::Record(r)) => return record(r),
+        Some(DrillCmd::Fuzz(f)) => return fuzz(f),
+        None => {}
+    }
     let mut files = Vec::new();
     for p in &args.paths {
         if !p.exists() {
@@ -203,22 +462,8 @@ fn judge(args: &DrillArgs, files: &[PathBuf]) -> Result<()> {
     } else {
         Variant::Ipv4
     };
-    let binary = match &args.packetdrill {
-        Some(p) => p.clone(),
-        None => find_or_build_packetdrill()?,
-    };
-    let missing = missing_prerequisites(&binary);
-    if !missing.is_empty() {
-        anyhow::bail!("--judge kernel needs {}", missing.join(", "));
-    }
-    let cc = allow_cubic()?;
-    if cc.changed() && !args.json {
-        eprintln!("note: added cubic to net.ipv4.tcp_allowed_congestion_control for the run (restored at exit)");
-    }
-    let pd = Packetdrill {
-        binary,
-        timeout: std::time::Duration::from_secs(args.timeout),
-    };
+    let (mut pd, cc) = kernel_side(args.packetdrill.as_ref(), args.json, false)?;
+    pd.timeout = std::time::Duration::from_secs(args.timeout);
     let mut summary = JudgeSummary {
         kernel: kernel_release(),
         variant,

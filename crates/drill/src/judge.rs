@@ -12,6 +12,7 @@
 //! the arguments of Linux's own runner for each [`Variant`].
 
 use std::io::Read as _;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -365,6 +366,33 @@ impl Packetdrill {
     /// `../common/defaults.sh` by relative path) in a fresh network namespace with its
     /// loopback up: `unshare -n sh -c 'ip link set lo up && exec packetdrill ARGS FILE'`.
     pub fn run(&self, script: &Path, variant: Variant) -> Result<KernelRun, JudgeError> {
+        self.run_in_netns(script, variant, "ip link set lo up && exec \"$@\"", &[])
+    }
+
+    /// As [`Packetdrill::run`], with `tcpdump -i any` capturing every packet of the
+    /// namespace (both directions, whole packets) into `pcap` while the script runs.
+    pub fn run_captured(
+        &self,
+        script: &Path,
+        variant: Variant,
+        pcap: &Path,
+    ) -> Result<KernelRun, JudgeError> {
+        // tcpdump starts before packetdrill creates tun0; `-i any` sees interfaces that
+        // appear later. Its file exists once it is capturing (at most a second's wait).
+        const SHELL: &str = "ip link set lo up || exit 1; cap=$1; shift; \
+            tcpdump -i any -s 0 -U --immediate-mode -Z root -w \"$cap\" >/dev/null 2>&1 & tp=$!; \
+            i=0; while [ ! -s \"$cap\" ] && [ $i -lt 50 ]; do sleep 0.02; i=$((i+1)); done; \
+            \"$@\"; rc=$?; sleep 0.05; kill $tp 2>/dev/null; wait $tp; exit $rc";
+        self.run_in_netns(script, variant, SHELL, &[pcap.as_os_str()])
+    }
+
+    fn run_in_netns(
+        &self,
+        script: &Path,
+        variant: Variant,
+        shell: &str,
+        leading: &[&std::ffi::OsStr],
+    ) -> Result<KernelRun, JudgeError> {
         let dir = script
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
@@ -386,12 +414,14 @@ impl Packetdrill {
             .arg("--")
             .arg("sh")
             .arg("-c")
-            .arg("ip link set lo up && exec \"$@\"")
+            .arg(shell)
             .arg("sh")
+            .args(leading)
             .arg(&self.binary)
             .args(variant.packetdrill_args())
             .arg(&file)
             .current_dir(dir)
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -405,6 +435,11 @@ impl Packetdrill {
                 break Some(s);
             }
             if started.elapsed() > self.timeout {
+                // The whole group: the shell, packetdrill, tcpdump.
+                let _ = Command::new("kill")
+                    .arg("-KILL")
+                    .arg(format!("-{}", child.id()))
+                    .status();
                 let _ = child.kill();
                 let _ = child.wait();
                 break None;
@@ -505,6 +540,15 @@ pub fn missing_prerequisites(binary: &Path) -> Vec<String> {
         missing.push(format!("packetdrill binary at {}", binary.display()));
     }
     missing
+}
+
+/// What [`Packetdrill::run_captured`] needs beyond [`missing_prerequisites`]: `tcpdump`.
+pub fn missing_for_capture() -> Vec<String> {
+    if on_path("tcpdump") {
+        Vec::new()
+    } else {
+        vec!["`tcpdump` on PATH".to_string()]
+    }
 }
 
 fn is_root() -> bool {

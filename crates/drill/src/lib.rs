@@ -19,10 +19,12 @@ pub mod ast;
 pub mod env;
 mod error;
 pub mod expectations;
+pub mod fuzz;
 pub mod judge;
 pub mod outcome;
 mod parser;
 pub mod python;
+pub mod record;
 pub mod run;
 pub mod symbols;
 

@@ -26,7 +26,7 @@
 //!   and `sk_meminfo_*` values from [`Stack::meminfo`] (`SO_MEMINFO`; the snippet language
 //!   has no subscripts, so `sk_meminfo_wmem_queued` stands for `meminfo[SK_MEMINFO_WMEM_QUEUED]`).
 
-mod pkt;
+pub(crate) mod pkt;
 mod sys;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -1385,7 +1385,7 @@ fn describe_spec(t: &TcpSpec) -> String {
 }
 
 /// A live packet in script syntax, sequence numbers relative to the stack's ISN.
-fn describe(l: &Live, isn: u32) -> String {
+pub(crate) fn describe(l: &Live, isn: u32) -> String {
     let seq = l.seq.wrapping_sub(isn);
     let mut s = format!(
         "{} {}:{}({})",

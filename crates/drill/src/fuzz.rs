@@ -1,0 +1,346 @@
+//! The differential fuzzer (`shallow drill fuzz --judge kernel`): random valid scenarios,
+//! each recorded on the running kernel ([`crate::record`]) and replayed on the engine; a
+//! scenario whose replay fails is a divergence, shrunk to a minimal scenario that still
+//! diverges.
+//!
+//! A scenario is one connection, opened passively (an inbound SYN with random MSS, SACK and
+//! window scale) or actively (`connect` on a non-blocking socket), then 3 to 12 actions at
+//! random gaps (1 ms to 250 ms): writes and reads of random sizes, `TCP_NODELAY`,
+//! `TCP_CORK`, `TCP_QUICKACK`, `TCP_NOTSENT_LOWAT`, `SO_RCVBUF`, `SO_SNDBUF`; inbound ACKs of
+//! any part of what was sent with windows from 0 up, SACK blocks, data in order, out of
+//! order, duplicated or overlapping, a FIN, an RST; `shutdown` and `close`. It ends with a
+//! quiet period so that delayed ACKs, retransmission and probe timers fire inside the
+//! recording. Calls' results are left to the kernel (the recorder takes them from it).
+//!
+//! Agreement is the engine's runner passing the recorded script: the same packets (flags,
+//! sequence and ACK numbers, window, options, lengths), each within the runner's timing
+//! tolerance of the kernel's time (4 ms or 12.5% of the interval since the previous event,
+//! the larger), and the same call results.
+
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::expectations::Status;
+use crate::record::{RecordError, Recorder};
+use crate::run::{run_script, RunConfig};
+
+/// A generated scenario: its prologue and handshake, and the actions that the shrinker may
+/// remove.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// The seed it was generated from.
+    pub seed: u64,
+    head: Vec<String>,
+    actions: Vec<(f64, String)>,
+    end: f64,
+}
+
+impl Scenario {
+    /// The scenario as script text.
+    pub fn text(&self) -> String {
+        let mut s = self.head.join("\n");
+        s.push('\n');
+        for (t, a) in &self.actions {
+            s.push_str(&format!("{t:.3} {a}\n"));
+        }
+        // A last call that sends nothing closes the recording after the quiet period.
+        s.push_str(&format!(
+            "{:.3} socket(..., SOCK_STREAM, IPPROTO_TCP) = 5\n",
+            self.end
+        ));
+        s
+    }
+
+    /// How many actions the shrinker can remove.
+    pub fn len(&self) -> usize {
+        self.actions.len()
+    }
+
+    /// Whether there are no actions.
+    pub fn is_empty(&self) -> bool {
+        self.actions.is_empty()
+    }
+
+    fn without(&self, i: usize) -> Scenario {
+        let mut s = self.clone();
+        s.actions.remove(i);
+        s
+    }
+}
+
+struct Gen {
+    rng: ChaCha8Rng,
+}
+
+impl Gen {
+    fn below(&mut self, n: u64) -> u64 {
+        self.rng.next_u64() % n.max(1)
+    }
+    fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
+        &v[self.below(v.len() as u64) as usize]
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// Generates the scenario of `seed` (the same seed gives the same scenario).
+pub fn generate(seed: u64) -> Scenario {
+    let mut g = Gen {
+        rng: ChaCha8Rng::seed_from_u64(seed),
+    };
+    let mss = *g.pick(&[536u32, 1000, 1460]);
+    let sack = g.chance(70);
+    let wscale = *g.pick(&[None, Some(0u8), Some(7), Some(10)]);
+    let peer_win = *g.pick(&[1000u32, 5000, 32792, 65535]);
+    // Options padded to whole words, as a real SYN's are.
+    let mut opts = vec![format!("mss {mss}")];
+    if sack {
+        opts.extend(["nop".into(), "nop".into(), "sackOK".into()]);
+    }
+    if let Some(w) = wscale {
+        opts.push("nop".into());
+        opts.push(format!("wscale {w}"));
+    }
+    let opts = opts.join(",");
+    let mut head = vec!["`../common/defaults.sh`".to_string()];
+    let passive = g.chance(60);
+    let t_open = if passive {
+        head.extend([
+            "0.000 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3".to_string(),
+            "0.000 setsockopt(3, SOL_SOCKET, SO_REUSEADDR, [1], 4) = 0".into(),
+            "0.000 bind(3, ..., ...) = 0".into(),
+            "0.000 listen(3, 1) = 0".into(),
+            format!("0.100 < S 0:0(0) win {peer_win} <{opts}>"),
+            "0.100 > S. 0:0(0) ack 1 <...>".into(),
+            format!("0.110 < . 1:1(0) ack 1 win {}", peer_win.min(65535)),
+            "0.110 accept(3, ..., ...) = 4".into(),
+            "0.110 fcntl(4, F_SETFL, O_RDWR|O_NONBLOCK) = 0".into(),
+        ]);
+        0.110
+    } else {
+        head.extend([
+            "0.000 socket(..., SOCK_STREAM, IPPROTO_TCP) = 4".to_string(),
+            "0.000 fcntl(4, F_SETFL, O_RDWR|O_NONBLOCK) = 0".into(),
+            "0.000 connect(4, ..., ...) = -1 EINPROGRESS (Operation now in progress)".into(),
+            "0.000 > S 0:0(0) <...>".into(),
+            format!("0.010 < S. 0:0(0) ack 1 win {peer_win} <{opts}>"),
+        ]);
+        0.010
+    };
+    let mut t = t_open;
+    // What the engine or kernel has been given to send (upper bound), and the peer's side.
+    let mut written: u64 = 0;
+    let mut acked: u64 = 0;
+    let mut peer_seq: u64 = 1;
+    let mut peer_fin = false;
+    let mut closed = false;
+    let mut actions = Vec::new();
+    let n = 3 + g.below(10);
+    for _ in 0..n {
+        t += *g.pick(&[0.001, 0.005, 0.010, 0.030, 0.100, 0.250]);
+        let win = *g.pick(&[0u32, 1, 10, 257, 1000, 32792]);
+        let choice = g.below(100);
+        let a = match choice {
+            0..=19 if !closed => {
+                let n = *g.pick(&[1u64, 100, 1000, 1460, 3000, 10000, 50000]);
+                written += n;
+                format!("write(4, ..., {n}) = {n}")
+            }
+            20..=29 if !closed => {
+                let n = *g.pick(&[1u64, 100, 1000, 10000]);
+                format!("read(4, ..., {n}) = {n}")
+            }
+            30..=39 if !closed => {
+                let (name, v) = *g.pick(&[
+                    ("TCP_NODELAY", 1u32),
+                    ("TCP_NODELAY", 0),
+                    ("TCP_CORK", 1),
+                    ("TCP_CORK", 0),
+                    ("TCP_QUICKACK", 1),
+                    ("TCP_QUICKACK", 0),
+                    ("TCP_NOTSENT_LOWAT", 1),
+                    ("TCP_NOTSENT_LOWAT", 16384),
+                ]);
+                format!("setsockopt(4, IPPROTO_TCP, {name}, [{v}], 4) = 0")
+            }
+            40..=42 if !closed => {
+                let (name, v) = *g.pick(&[
+                    ("SO_RCVBUF", 4096u32),
+                    ("SO_RCVBUF", 100000),
+                    ("SO_SNDBUF", 10000),
+                ]);
+                format!("setsockopt(4, SOL_SOCKET, {name}, [{v}], 4) = 0")
+            }
+            43..=64 => {
+                // An ACK of some of what was written (cumulative, never backwards).
+                let top = written + 1;
+                let ack = (acked + 1 + g.below(top - acked)).min(top);
+                acked = ack - 1;
+                if sack && written > acked + 1 && g.chance(40) {
+                    let lo = ack + g.below(written - acked);
+                    let hi = (lo + 1 + g.below(written + 1 - lo + 1)).min(written + 1);
+                    format!(
+                        "< . {peer_seq}:{peer_seq}(0) ack {ack} win {win} <nop,nop,sack {lo}:{hi}>"
+                    )
+                } else {
+                    format!("< . {peer_seq}:{peer_seq}(0) ack {ack} win {win}")
+                }
+            }
+            65..=84 if !peer_fin => {
+                let len = *g.pick(&[1u64, 100, 500, u64::from(mss)]);
+                let start = match g.below(10) {
+                    0 => peer_seq + u64::from(mss),           // a hole: out of order
+                    1 => peer_seq.saturating_sub(len).max(1), // old or overlapping
+                    _ => peer_seq,
+                };
+                if start == peer_seq {
+                    peer_seq += len;
+                }
+                let flags = if g.chance(50) { "P." } else { "." };
+                format!(
+                    "< {flags} {start}:{}({len}) ack {} win {win}",
+                    start + len,
+                    acked + 1
+                )
+            }
+            85..=89 if !peer_fin => {
+                peer_fin = true;
+                let s = format!("< F. {peer_seq}:{peer_seq}(0) ack {} win {win}", acked + 1);
+                peer_seq += 1;
+                s
+            }
+            90..=93 if !closed => {
+                closed = true;
+                "shutdown(4, SHUT_WR) = 0".to_string()
+            }
+            94..=96 if !closed => {
+                closed = true;
+                "close(4) = 0".to_string()
+            }
+            97..=99 => {
+                closed = true;
+                peer_fin = true;
+                format!("< R. {peer_seq}:{peer_seq}(0) ack {} win 0", acked + 1)
+            }
+            _ => continue,
+        };
+        actions.push((t, a));
+    }
+    // A quiet second for the timers.
+    let end = t + 1.0;
+    Scenario {
+        seed,
+        head,
+        actions,
+        end,
+    }
+}
+
+/// The outcome of one fuzzed scenario.
+#[derive(Debug, Clone)]
+pub enum Verdict {
+    /// The engine replayed the kernel's recording.
+    Agree,
+    /// The engine did not: the (shrunk) scenario, its recording, and the engine's failure.
+    Disagree {
+        /// The minimal scenario that still diverges.
+        scenario: Scenario,
+        /// The kernel's recording of it.
+        recorded: String,
+        /// Where and why the engine's replay failed.
+        failure: String,
+    },
+    /// The kernel could not run the scenario (not counted).
+    Rejected(String),
+}
+
+/// Replays a recording on the engine: `None` when it passes, else the failure.
+pub fn replay(name: &str, script: &str, ipv6: bool) -> Option<String> {
+    let cfg = RunConfig {
+        ipv6,
+        verbose: false,
+    };
+    match crate::parse_script(name, script) {
+        Ok(s) => {
+            let r = run_script(&s, &cfg);
+            match r.status {
+                Status::Pass => None,
+                _ => Some(format!("line {}: {}", r.line, r.reason)),
+            }
+        }
+        Err(e) => Some(format!("recorded script does not parse: {e}")),
+    }
+}
+
+/// Records and replays the scenario of `seed`; on a divergence, removes actions one at a
+/// time (last first) while the rest still diverges, at most `shrink_budget` kernel runs.
+pub fn fuzz_one(rec: &Recorder, seed: u64, shrink_budget: usize) -> Result<Verdict, RecordError> {
+    let ipv6 = rec.variant == crate::judge::Variant::Ipv6;
+    let name = format!("fuzz-{seed}.pkt");
+    let sc = generate(seed);
+    let diverges = |sc: &Scenario| -> Result<Option<(String, String)>, RecordError> {
+        match rec.record(&name, &sc.text()) {
+            Ok(r) => Ok(replay(&name, &r.script, ipv6).map(|f| (r.script, f))),
+            Err(RecordError::Rejected { line, reason }) => {
+                Err(RecordError::Rejected { line, reason })
+            }
+            Err(e) => Err(e),
+        }
+    };
+    let (mut recorded, mut failure) = match diverges(&sc) {
+        Ok(None) => return Ok(Verdict::Agree),
+        Ok(Some(x)) => x,
+        Err(RecordError::Rejected { line, reason }) => {
+            return Ok(Verdict::Rejected(format!("line {line}: {reason}")))
+        }
+        Err(e) => return Err(e),
+    };
+    let mut best = sc;
+    let mut budget = shrink_budget;
+    let mut i = best.len();
+    while i > 0 && budget > 0 {
+        i -= 1;
+        budget -= 1;
+        let cand = best.without(i);
+        if let Ok(Some((r, f))) = diverges(&cand) {
+            best = cand;
+            recorded = r;
+            failure = f;
+        }
+    }
+    Ok(Verdict::Disagree {
+        scenario: best,
+        recorded,
+        failure,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scenarios_are_deterministic_and_well_formed() {
+        for seed in 0..200 {
+            let a = generate(seed).text();
+            assert_eq!(a, generate(seed).text());
+            // Times never go backwards and the text is a script our parser reads.
+            let times: Vec<f64> = a
+                .lines()
+                .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+                .collect();
+            assert!(times.windows(2).all(|w| w[0] <= w[1]), "{a}");
+            crate::parse_script("fuzz", &a).unwrap_or_else(|e| panic!("{e}\n{a}"));
+        }
+        assert_ne!(generate(1).text(), generate(2).text());
+    }
+
+    #[test]
+    fn shrinking_removes_actions() {
+        let s = generate(7);
+        let n = s.len();
+        assert!(n > 0);
+        assert_eq!(s.without(0).len(), n - 1);
+    }
+}
