@@ -233,6 +233,18 @@ impl Recorder {
         result
     }
 
+    /// Runs a complete script (such as a recording) on the kernel, from a folder laid out as
+    /// the suite's so that `../common/defaults.sh` resolves: the kernel's outcome.
+    pub fn run_on_kernel(&self, script: &str) -> Result<Outcome, RecordError> {
+        let dir = work_dir()?;
+        let path = dir.join("s").join("script.pkt");
+        let res = std::fs::write(&path, script)
+            .map_err(|e| RecordError::from(JudgeError::from(e)))
+            .and_then(|()| Ok(self.pd.run(&path, self.variant)?.outcome));
+        let _ = std::fs::remove_dir_all(&dir);
+        res
+    }
+
     fn record_in(
         &self,
         dir: &Path,

@@ -6,8 +6,11 @@
 //! Needs root, `unshare`, `ip`, `python3` and what `build-packetdrill.sh` needs (gcc, make,
 //! bison, flex). Without them it skips with the reason, unless `SHALLOW_REQUIRE_TUN=1`
 //! (as CI sets), which turns the skip into a failure. A kernel run that disagrees is
-//! repeated (three runs in all, the most frequent outcome counts), as timing on a loaded
-//! machine varies by milliseconds. Takes about three minutes per variant.
+//! repeated (three runs in all, the most frequent outcome counts; a script recorded as
+//! agreeing gets up to three such tries), as timing on a loaded machine varies by
+//! milliseconds. About three minutes for IPv4 and IPv6 (scripts the engine skips for a missing
+//! feature, and so the whole IPv4-mapped-IPv6 variant for now, need no kernel run). Then every
+//! kernel recording in `scripts/kernel/` must still pass on the kernel.
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +19,7 @@ use shallow_drill::judge::{
     agreement, allow_cubic, find_or_build_packetdrill, judge_script, kernel_release,
     missing_prerequisites, Agreement, Packetdrill, Variant,
 };
+use shallow_drill::record::Recorder;
 
 fn expectations_path(v: Variant) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(match v {
@@ -70,7 +74,19 @@ fn the_suite_agrees_with_the_running_kernel() {
                 counts[2] += 1;
                 continue;
             }
-            let j = judge_script(&pd, &root.join(rel), variant, 3).expect("run packetdrill");
+            let mut j = judge_script(&pd, &root.join(rel), variant, 3).expect("run packetdrill");
+            // A loaded machine makes the kernel late, never early: a script recorded as
+            // agreeing gets two more tries of three runs each before it counts as a change.
+            let held = e
+                .kernel
+                .as_ref()
+                .is_some_and(|k| agreement(k, &e.shallow()) == Agreement::Agree);
+            for _ in 0..2 {
+                if !held || j.agreement == Agreement::Agree {
+                    break;
+                }
+                j = judge_script(&pd, &root.join(rel), variant, 3).expect("run packetdrill");
+            }
             counts[match j.agreement {
                 Agreement::Agree => 0,
                 Agreement::Disagree => 1,
@@ -86,7 +102,6 @@ fn the_suite_agrees_with_the_running_kernel() {
                     recorded.map(|k| k.short()).unwrap_or_default()
                 );
             }
-            let held = recorded.is_some_and(|k| agreement(k, &e.shallow()) == Agreement::Agree);
             if held && j.agreement != Agreement::Agree {
                 problems.push(format!(
                     "{rel} ({variant}): recorded as agreeing, now kernel {} ({}) vs engine {} ({})",
@@ -105,5 +120,32 @@ fn the_suite_agrees_with_the_running_kernel() {
             counts[2]
         );
     }
+    // The kernel recordings in the repository still describe this kernel.
+    let rec = Recorder {
+        pd: pd.clone(),
+        variant: Variant::Ipv4,
+        max_fixes: 0,
+    };
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kernel");
+    let recorded = list_scripts(&dir).expect("list recordings");
+    let mut passed = 0;
+    for s in &recorded {
+        let text = std::fs::read_to_string(dir.join(s)).expect("read recording");
+        // Up to three runs: the recordings' times are one run's, within the tolerance.
+        let ok = (0..3).any(|_| {
+            rec.run_on_kernel(&text)
+                .map(|o| o.status == Status::Pass)
+                .unwrap_or(false)
+        });
+        if ok {
+            passed += 1;
+        } else {
+            problems.push(format!("the kernel no longer passes its own recording {s}"));
+        }
+    }
+    println!(
+        "kernel recordings: {passed} of {} pass on the kernel",
+        recorded.len()
+    );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
