@@ -76,6 +76,8 @@ pub struct Pair {
     rng: ChaCha8Rng,
     events: BinaryHeap<Reverse<(Instant, u64, usize)>>,
     slots: Vec<Option<Ev>>,
+    /// Indices of empty `slots`, reused first (O(1) per packet).
+    free: Vec<usize>,
     seqno: u64,
     busy_ab: Instant,
     busy_ba: Instant,
@@ -104,6 +106,7 @@ impl Pair {
             rng: ChaCha8Rng::seed_from_u64(seed),
             events: BinaryHeap::new(),
             slots: Vec::new(),
+            free: Vec::new(),
             seqno: 0,
             busy_ab: Instant::ZERO,
             busy_ba: Instant::ZERO,
@@ -112,9 +115,9 @@ impl Pair {
     }
 
     fn push(&mut self, at: Instant, ev: Ev) {
-        let slot = match self.slots.iter().position(|s| s.is_none()) {
-            Some(i) if self.slots.len() > 1024 => i,
-            _ => {
+        let slot = match self.free.pop() {
+            Some(i) => i,
+            None => {
                 self.slots.push(None);
                 self.slots.len() - 1
             }
@@ -236,6 +239,7 @@ impl Pair {
                 break;
             }
             self.events.pop();
+            self.free.push(slot);
             match self.slots[slot].take() {
                 Some(Ev::Deliver { to_b, data, gso }) => {
                     if to_b {
