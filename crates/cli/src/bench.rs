@@ -653,6 +653,7 @@ mod linux {
             "io_thread_s": r.cpu.io_thread_s,
             "total_s": r.cpu.total_s(),
             "cpu_s_per_gb": r.cpu_s_per_gb(),
+            "cpu_us_per_transaction": r.cpu_us_per_transaction(),
             "measured": "user+sys of this process (/proc/self/stat: both endpoints are its threads) + softirq of all CPUs (/proc/stat); io_thread_s: threads shallow-io-*",
         })
     }
@@ -750,13 +751,14 @@ mod linux {
             m.bytes_per_send_call,
             m.transactions_per_s
         );
+        let per = match (r.cpu_us_per_transaction(), r.cpu_s_per_gb()) {
+            (Some(t), _) => format!("{t:.1} CPU-us/transaction"),
+            (None, Some(g)) => format!("{g:.2} CPU-s/GB"),
+            (None, None) => "- CPU-s/GB".into(),
+        };
         println!(
-            "cpu: user {:.2} s, sys {:.2} s, softirq {:.2} s (all CPUs), Shallow I/O thread {:.2} s; {} CPU-s/GB",
-            r.cpu.user_s,
-            r.cpu.sys_s,
-            r.cpu.softirq_s,
-            r.cpu.io_thread_s,
-            r.cpu_s_per_gb().map_or("-".into(), |v| format!("{v:.2}"))
+            "cpu: user {:.2} s, sys {:.2} s, softirq {:.2} s (all CPUs), Shallow I/O thread {:.2} s; {per}",
+            r.cpu.user_s, r.cpu.sys_s, r.cpu.softirq_s, r.cpu.io_thread_s,
         );
         if r.queue_packets.len() > 1 {
             let q: Vec<String> = r

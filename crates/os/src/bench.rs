@@ -132,7 +132,8 @@ impl Default for BenchConfig {
         BenchConfig {
             workload: Workload::Stream,
             duration: Duration::from_secs(5),
-            msg_size: 64 * 1024,
+            // netperf's TCP_STREAM send size as `shallow bench` takes it by default (--msg-size 16k).
+            msg_size: 16 * 1024,
             recv_size: 128 * 1024,
             req_size: 1,
             resp_size: 1,
@@ -311,9 +312,17 @@ impl BenchResult {
         quantile(&self.latencies_ns, q).map(|v| v as f64 / 1000.0)
     }
 
-    /// CPU seconds per 10^9 bytes moved (read), or None without data.
+    /// CPU seconds per 10^9 bytes moved (read), or None without data or for TCP_RR, whose
+    /// figure is [`BenchResult::cpu_us_per_transaction`].
     pub fn cpu_s_per_gb(&self) -> Option<f64> {
-        (self.bytes_read > 0).then(|| self.cpu.total_s() / (self.bytes_read as f64 / 1e9))
+        (self.bytes_read > 0 && self.workload != Workload::Rr)
+            .then(|| self.cpu.total_s() / (self.bytes_read as f64 / 1e9))
+    }
+
+    /// CPU microseconds per TCP_RR transaction, or None for stream workloads.
+    pub fn cpu_us_per_transaction(&self) -> Option<f64> {
+        (self.transactions > 0 && self.workload == Workload::Rr)
+            .then(|| self.cpu.total_s() * 1e6 / self.transactions as f64)
     }
 }
 
@@ -887,6 +896,46 @@ fn shallow_side(s: &TcpStream, cfg: &BenchConfig, netperf: bool) -> io::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// TCP_RR reports CPU per transaction, stream workloads CPU per GB, never both.
+    #[test]
+    fn cpu_figure_fits_the_workload() {
+        let side = |read, transactions| Side {
+            read,
+            written: read,
+            transactions,
+            ..Side::default()
+        };
+        let cpu = CpuUsage {
+            user_s: 1.0,
+            sys_s: 1.0,
+            softirq_s: 0.0,
+            io_thread_s: 0.5,
+        };
+        let mut cfg = BenchConfig {
+            workload: Workload::Rr,
+            ..BenchConfig::default()
+        };
+        let rr = result_of(
+            Pair::ShallowToLinux,
+            &cfg,
+            side(4000, 2000),
+            side(0, 0),
+            cpu,
+        );
+        assert_eq!(rr.cpu_s_per_gb(), None);
+        assert_eq!(rr.cpu_us_per_transaction(), Some(1000.0));
+        cfg.workload = Workload::Stream;
+        let st = result_of(
+            Pair::ShallowToLinux,
+            &cfg,
+            side(0, 0),
+            side(2_000_000_000, 0),
+            cpu,
+        );
+        assert_eq!(st.cpu_us_per_transaction(), None);
+        assert_eq!(st.cpu_s_per_gb(), Some(1.0));
+    }
 
     #[test]
     fn proc_stat_fields() {
