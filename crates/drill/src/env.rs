@@ -59,6 +59,13 @@ pub enum EnvAction {
     },
     /// `ip tcp_metrics flush all`: forget cached per-destination metrics.
     MetricsFlush,
+    /// `ip link set [dev] DEV mtu N`: the device's MTU.
+    LinkMtu {
+        /// Device name (`tun0`).
+        dev: String,
+        /// New MTU in bytes.
+        mtu: u32,
+    },
     /// `nstat` with its output discarded: nstat prints the counters that changed since
     /// its previous run and remembers the current values, so this sets the baseline for
     /// the next [`EnvAction::CounterCheck`].
@@ -233,6 +240,122 @@ enum Tok {
 
 /// Splits shell text into words and operators (quotes, `\` escapes and line continuations,
 /// `#` comments, redirections). Good enough for the suite's one-liners, not a full shell.
+/// Shell arithmetic expansion `$((EXPR))` starting at `chars[at]` (the `$`): its value and
+/// the index after the closing `))`. EXPR is integers (decimal or `0x` hex) with `+ - * / %
+/// << >> & | ^`, unary minus and parentheses, in C precedence, as POSIX sh evaluates it.
+fn arith_expansion(chars: &[char], at: usize) -> Result<(i64, usize), String> {
+    if chars.get(at + 1) != Some(&'(') || chars.get(at + 2) != Some(&'(') {
+        return Err("command substitution `$(...)` is not supported".to_string());
+    }
+    let mut depth = 0usize;
+    let mut j = at + 3;
+    while j < chars.len() {
+        match chars[j] {
+            '(' => depth += 1,
+            ')' if depth == 0 => {
+                if chars.get(j + 1) != Some(&')') {
+                    return Err("unbalanced `$((`".to_string());
+                }
+                let expr: String = chars[at + 3..j].iter().collect();
+                return Ok((arith(&expr)?, j + 2));
+            }
+            ')' => depth -= 1,
+            _ => {}
+        }
+        j += 1;
+    }
+    Err("unterminated `$((`".to_string())
+}
+
+/// Evaluates a shell arithmetic expression (see [`arith_expansion`]).
+fn arith(expr: &str) -> Result<i64, String> {
+    fn atom(t: &[String], i: &mut usize) -> Result<i64, String> {
+        let tok = t.get(*i).ok_or("arithmetic: missing operand")?.clone();
+        *i += 1;
+        match tok.as_str() {
+            "(" => {
+                let v = binary(t, i, 0)?;
+                if t.get(*i).map(String::as_str) != Some(")") {
+                    return Err("arithmetic: missing `)`".into());
+                }
+                *i += 1;
+                Ok(v)
+            }
+            "-" => Ok(atom(t, i)?.wrapping_neg()),
+            "+" => atom(t, i),
+            n => {
+                let parsed = match n.strip_prefix("0x").or_else(|| n.strip_prefix("0X")) {
+                    Some(h) => i64::from_str_radix(h, 16),
+                    None => n.parse(),
+                };
+                parsed.map_err(|_| format!("arithmetic: bad number `{n}`"))
+            }
+        }
+    }
+    fn prec(op: &str) -> Option<u8> {
+        Some(match op {
+            "|" => 1,
+            "^" => 2,
+            "&" => 3,
+            "<<" | ">>" => 4,
+            "+" | "-" => 5,
+            "*" | "/" | "%" => 6,
+            _ => return None,
+        })
+    }
+    fn binary(t: &[String], i: &mut usize, min: u8) -> Result<i64, String> {
+        let mut lhs = atom(t, i)?;
+        while let Some(p) = t.get(*i).and_then(|op| prec(op)).filter(|&p| p > min) {
+            let op = t[*i].clone();
+            *i += 1;
+            let rhs = binary(t, i, p)?;
+            lhs = match op.as_str() {
+                "|" => lhs | rhs,
+                "^" => lhs ^ rhs,
+                "&" => lhs & rhs,
+                "<<" => lhs.wrapping_shl(rhs as u32),
+                ">>" => lhs.wrapping_shr(rhs as u32),
+                "+" => lhs.wrapping_add(rhs),
+                "-" => lhs.wrapping_sub(rhs),
+                "*" => lhs.wrapping_mul(rhs),
+                "/" | "%" if rhs == 0 => return Err("arithmetic: division by zero".into()),
+                "/" => lhs.wrapping_div(rhs),
+                _ => lhs.wrapping_rem(rhs),
+            };
+        }
+        Ok(lhs)
+    }
+    let mut toks = Vec::new();
+    let cs: Vec<char> = expr.chars().collect();
+    let mut k = 0;
+    while k < cs.len() {
+        let c = cs[k];
+        if c.is_whitespace() {
+            k += 1;
+        } else if c.is_ascii_alphanumeric() {
+            let start = k;
+            while k < cs.len() && cs[k].is_ascii_alphanumeric() {
+                k += 1;
+            }
+            toks.push(cs[start..k].iter().collect());
+        } else if (c == '<' || c == '>') && cs.get(k + 1) == Some(&c) {
+            toks.push(format!("{c}{c}"));
+            k += 2;
+        } else if "+-*/%&|^()".contains(c) {
+            toks.push(c.to_string());
+            k += 1;
+        } else {
+            return Err(format!("arithmetic: unsupported `{c}`"));
+        }
+    }
+    let mut i = 0;
+    let v = binary(&toks, &mut i, 0)?;
+    if i != toks.len() {
+        return Err(format!("arithmetic: unexpected `{}`", toks[i]));
+    }
+    Ok(v)
+}
+
 fn tokenize(text: &str) -> Result<Vec<Tok>, String> {
     let chars: Vec<char> = text.chars().collect();
     let mut toks = Vec::new();
@@ -268,6 +391,12 @@ fn tokenize(text: &str) -> Result<Vec<Tok>, String> {
                 flush!();
                 i += 1;
             }
+            '$' if chars.get(i + 1) == Some(&'(') => {
+                let (v, next) = arith_expansion(&chars, i)?;
+                cur.push_str(&v.to_string());
+                in_word = true;
+                i = next;
+            }
             '\n' | ';' => {
                 flush!();
                 toks.push(Tok::Sep);
@@ -292,6 +421,11 @@ fn tokenize(text: &str) -> Result<Vec<Tok>, String> {
                         Some('\\') if q == '"' && i + 1 < chars.len() => {
                             cur.push(chars[i + 1]);
                             i += 2;
+                        }
+                        Some('$') if q == '"' && chars.get(i + 1) == Some(&'(') => {
+                            let (v, next) = arith_expansion(&chars, i)?;
+                            cur.push_str(&v.to_string());
+                            i = next;
                         }
                         Some(&ch) => {
                             cur.push(ch);
@@ -667,6 +801,15 @@ fn ip_cmd(args: &[&str], toks: &[Tok]) -> Vec<EnvAction> {
     };
     match rest {
         ["tcp_metrics" | "tcpmetrics", "flush", "all"] => vec![EnvAction::MetricsFlush],
+        ["link" | "l", "set", "dev", dev, "mtu", n] | ["link" | "l", "set", dev, "mtu", n] => {
+            match n.parse::<u32>() {
+                Ok(mtu) => vec![EnvAction::LinkMtu {
+                    dev: dev.to_string(),
+                    mtu,
+                }],
+                Err(_) => unsupported("bad MTU", toks),
+            }
+        }
         ["route" | "r" | "ro", "change" | "replace", dst, attrs @ ..] => {
             let mut r = RouteChange {
                 ipv6,
@@ -707,6 +850,44 @@ mod tests {
             name: name.into(),
             value: value.into(),
         }
+    }
+
+    #[test]
+    fn link_mtu_is_a_device_setting() {
+        let want = vec![EnvAction::LinkMtu {
+            dev: "tun0".into(),
+            mtu: 1400,
+        }];
+        assert_eq!(parse_command("ip link set dev tun0 mtu 1400"), want);
+        assert_eq!(parse_command("ip link set tun0 mtu $((1500 - 100))"), want);
+        assert!(matches!(
+            parse_command("ip link set dev tun0 mtu big")[..],
+            [EnvAction::Unsupported(_)]
+        ));
+    }
+
+    #[test]
+    fn shell_arithmetic_expands_in_words_and_double_quotes() {
+        assert_eq!(
+            parse_command("sysctl -q net.ipv4.tcp_rmem=\"4096 540000 $((15*1024*1024))\""),
+            vec![sysctl("net.ipv4.tcp_rmem", "4096 540000 15728640")]
+        );
+        assert_eq!(
+            parse_command("sysctl -q net.ipv4.tcp_notsent_lowat=$(( (1 << 16) + 0x10 - -2 ))"),
+            vec![sysctl("net.ipv4.tcp_notsent_lowat", "65554")]
+        );
+        assert_eq!(arith("2 + 3 * 4 % 5 - 6 / 4"), Ok(3));
+        assert_eq!(arith("7 & 3 | 8 ^ 1"), Ok(11)); // (7 & 3) | (8 ^ 1)
+        assert!(arith("1 / 0").is_err());
+        assert!(arith("1 +").is_err());
+        assert!(matches!(
+            parse_command("sysctl -q a.b=$((1+)")[..],
+            [EnvAction::Unsupported(_)]
+        ));
+        assert!(matches!(
+            parse_command("echo $(date)")[..],
+            [EnvAction::Unsupported(_)]
+        ));
     }
 
     #[test]

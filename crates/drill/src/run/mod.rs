@@ -1164,6 +1164,21 @@ impl<'a> Runner<'a> {
                 }
             }
             EnvAction::SysctlRestore | EnvAction::MetricsFlush => {}
+            EnvAction::LinkMtu { dev, mtu } => {
+                if dev != "tun0" {
+                    return self.skip(format!("no device {dev} (the run has tun0)"));
+                }
+                // The device MTU is what the default routes carry (see Runner::new).
+                self.mtu = *mtu;
+                let attrs = RouteAttrs {
+                    mtu: *mtu,
+                    ..RouteAttrs::default()
+                };
+                self.st
+                    .set_route(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0, attrs);
+                self.st
+                    .set_route(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0, attrs);
+            }
             EnvAction::Qdisc { kind, limit, .. } => match kind {
                 QdiscKind::Pfifo => self.set_qdisc(false, *limit == Some(0)),
                 QdiscKind::Fq => self.set_qdisc(true, *limit == Some(0)),
