@@ -408,6 +408,7 @@ fn every_shell_command_is_classified() {
                         EnvAction::Qdisc { .. } | EnvAction::QdiscDelete { .. } => "qdisc",
                         EnvAction::Offload { .. } => "ethtool",
                         EnvAction::Route(_) => "route",
+                        EnvAction::LinkMtu { .. } => "link-mtu",
                         EnvAction::ModuleParam { .. } => "module-param",
                         EnvAction::MetricsFlush => "metrics-flush",
                         EnvAction::NstatReset | EnvAction::CounterCheck(_) => "nstat",
