@@ -271,16 +271,18 @@ pub(crate) const TCP_TIMEOUT_MIN: Duration = Duration::from_millis(8);
 /// TCP_TIMEOUT_MIN of slack and a jiffy timer fires on a tick, so the delay is a whole
 /// number of ticks less the time since the tick before arming. Measured on 6.18 (HZ=250)
 /// with packetdrill: the timer fires on the n-th tick after arming with
-/// n = ceil((x - 2 ms) / 4 ms) + 2 (RACK, x = 10..50 ms: n = 5, 6, 7, 8, 8, 9, 9, 9, 10,
-/// 11, 12, 15; loss probe, x = 2.2..100 ms: n = 3, 4, 5, 7, 12, 17, 27; shifting the send by
-/// 1 ms steps moved the firing tick by one jiffy every 4 ms). The engine has no tick grid,
-/// so it takes the mean over the phase: n ticks less half a jiffy.
+/// n = ceil((x - 2 ms) / 4 ms) + 2 (CUBIC; RACK with x = 10, 15, 20, 22.5, 25, 26, 30, 40,
+/// 50 ms: n = 5, 6, 7, 8, 8, 9, 10, 12, 15, the same in every run; loss probe with x = 2.2,
+/// 6.2, 10.2, 20.2, 40.3, 60.5, 100.6 ms: n = 3, 4, 5, 7, 12, 17 or 18, 27 or 28; shifting
+/// the send in 1 ms steps moved the firing tick by one jiffy every 4 ms). The engine has no
+/// tick grid, so it takes the mean over the phase: n ticks less half a jiffy.
 pub(crate) fn tick_timer_delay(x: Duration) -> Duration {
     let j = JIFFY.as_nanos() as u64;
     let y = (x.as_nanos() as u64).saturating_sub(2_000_000);
     let n = y.div_ceil(j) + 2;
     Duration::from_nanos(n * j - j / 2)
 }
+
 /// `TCP_ATO_MIN` / `TCP_DELACK_MIN`: 40 ms.
 pub(crate) const TCP_ATO_MIN: Duration = Duration::from_millis(40);
 /// `TCP_DELACK_MAX`: 200 ms.
