@@ -2359,3 +2359,39 @@ fn chrono_counts_whole_jiffies() {
     assert_eq!(busy(&mut p, 151), 48_000);
     assert_eq!(busy(&mut p, 152), 52_000);
 }
+
+/// gro/gro-mss-option.pkt as Linux 6.18 runs it (`tcp_ack`, RFC 5961 §5.2 with the window
+/// reaching back only over the bytes acked so far): the script's data segment carries no
+/// ack number, so it acks the ISS; on a passive connection nothing was acked yet and the
+/// segment is dropped with a challenge ACK. Once 1000 bytes were acked, an ACK 1000 below
+/// snd_una is old but fine and its data is taken.
+#[test]
+fn ack_of_never_sent_bytes_is_challenged() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_sub(1), ACK, 320, &[], &[5u8; 1000]),
+        None,
+    );
+    let o = p.out();
+    assert_eq!((o.len(), o[0].ack), (1, 1));
+    assert_eq!(p.st.counters().value(Mib::TCPChallengeACK), 1);
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().bytes_received, 0);
+
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    assert_eq!(p.st.send(p.now, s, &[0u8; 1000], 0), Ok(1000));
+    let _ = p.out();
+    p.now += Duration::from_millis(10);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(1000), ACK, 320, &[], &[]),
+        None,
+    );
+    p.now += Duration::from_millis(10);
+    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[5u8; 1000]), None);
+    let o = p.out();
+    assert_eq!((o.len(), o[0].ack), (1, 1001));
+    assert_eq!(p.st.counters().value(Mib::TCPChallengeACK), 0);
+}

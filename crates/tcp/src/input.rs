@@ -530,7 +530,16 @@ impl Sock {
             return false;
         }
         if before(ack, prior_snd_una) {
-            if before(ack, prior_snd_una.wrapping_sub(self.max_window)) {
+            // RFC 5961 §5.2: an ACK older than snd_una - max_window is dropped with a
+            // challenge ACK, and the window reaches back no further than the bytes acked
+            // so far, so an ACK of something never sent is "too old". Measured on Linux
+            // 6.18 (gro/gro-mss-option.pkt variants): on a passive connection (tcpi_bytes_acked
+            // 0) a segment acking the ISS gets `ack rcv_nxt` (TcpExtTCPChallengeACK) and
+            // its data is dropped, with or without GSO; once 1000 bytes were acked, ack
+            // snd_una - 1000 is accepted and snd_una - 1001 challenged; an active opener
+            // (its SYN counts, bytes_acked 1) accepts data acking the ISS.
+            let reach = u64::from(self.max_window).min(self.bytes_acked) as u32;
+            if before(ack, prior_snd_una.wrapping_sub(reach)) {
                 self.send_challenge_ack(env, now);
                 return false;
             }
