@@ -778,6 +778,34 @@ mod linux {
         rr: Option<BenchResult>,
     }
 
+    /// The CPUs this process may run on (`Cpus_allowed_list` of /proc/self/status, as
+    /// `taskset -c` sets it), e.g. `1` or `0-1`.
+    fn cpus_allowed() -> Option<String> {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(|v| v.trim().to_string())
+    }
+
+    /// Whether the run is pinned, in words for the report: every thread of the run (both
+    /// endpoints, the kernel peers' sockets, Shallow's I/O threads) inherits this affinity.
+    fn pinning() -> String {
+        // The machine's online CPUs (affinity does not change this list).
+        let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+        let many = |l: &str| l.contains(',') || l.contains('-');
+        match cpus_allowed() {
+            Some(list) if many(&list) => {
+                format!("unpinned (CPUs {list}; cross-CPU wake-ups included)")
+            }
+            Some(list) if many(online.trim()) => {
+                format!("pinned to CPU {list} (no cross-CPU wake-ups)")
+            }
+            Some(list) => format!("one CPU ({list})"),
+            None => "CPU affinity unknown".to_string(),
+        }
+    }
+
     fn side_by_side(args: &BenchArgs) -> anyhow::Result<()> {
         if args.test != Test::Stream {
             usage_error("--side-by-side runs TCP_STREAM and TCP_RR itself: leave --test unset");
@@ -834,6 +862,7 @@ mod linux {
                 "{}",
                 serde_json::to_string(&json!({
                     "config": config_json(args, &st),
+                    "cpus_allowed": cpus_allowed(),
                     "side_by_side": v,
                     "target": {
                         "rule": "shallow->linux throughput >= 0.6 x linux->linux (veth)",
@@ -844,7 +873,7 @@ mod linux {
             return Ok(());
         }
         println!(
-            "side by side, {} TCP_STREAM ({} B writes) and TCP_RR ({}/{} B), {:.1} s each, {}",
+            "side by side, {} TCP_STREAM ({} B writes) and TCP_RR ({}/{} B), {:.1} s each, {}; {}",
             if args.ipv6 { "IPv6" } else { "IPv4" },
             st.msg_size,
             rr.req_size,
@@ -853,7 +882,8 @@ mod linux {
             rows[0]
                 .stream
                 .offload
-                .map_or(String::new(), |o| format!("TUN offloads {o}"))
+                .map_or(String::new(), |o| format!("TUN offloads {o}")),
+            pinning()
         );
         println!(
             "{:<15} | {:>11} | {:>9} | {:>9} | {:>9} | {:>6} | {:>7} | {:>7} | {:>7}",
