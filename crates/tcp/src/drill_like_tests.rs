@@ -2395,3 +2395,95 @@ fn ack_of_never_sent_bytes_is_challenged() {
     assert_eq!((o.len(), o[0].ack), (1, 1001));
     assert_eq!(p.st.counters().value(Mib::TCPChallengeACK), 0);
 }
+
+/// The initial receive window is the whole space, not 64 KiB (`tcp_select_initial_window`,
+/// Linux 6.18): with tcp_rmem[1] 540000 and MSS 1460, tcpi_rcv_wnd is 268640 after a
+/// passive handshake with or without window scaling, rcv_ssthresh is clamped to 65535
+/// without it; an active opener's handshake ACK offers `win 1050` at wscale 8.
+#[test]
+fn initial_receive_window_is_the_whole_space() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    let i = p.st.tcp_info(p.now, s).unwrap();
+    assert_eq!((i.rcv_wnd, i.rcv_ssthresh), (268_640, 268_540));
+    let mut p = Peer::new(false);
+    let s = p.passive_open(
+        &[OutOpt::Mss(1000), OutOpt::SackOk],
+        "mss 1460,nop,nop,sackOK",
+    );
+    let i = p.st.tcp_info(p.now, s).unwrap();
+    assert_eq!((i.rcv_wnd, i.rcv_ssthresh), (268_640, 65_535));
+
+    let mut p = Peer::new(true);
+    let c = p.st.socket(Family::V4).unwrap();
+    p.st.bind(c, LOCAL.parse().unwrap()).unwrap();
+    let _ = p.st.connect(p.now, c, REMOTE.parse().unwrap());
+    let o = p.out();
+    p.isn = o[0].seq.wrapping_add(1);
+    let synack_opts = [
+        OutOpt::Mss(1000),
+        OutOpt::SackOk,
+        OutOpt::Nop,
+        OutOpt::Wscale(7),
+    ];
+    p.now += Duration::from_millis(100);
+    p.st.input(
+        p.now,
+        &raw(0, p.isn, SYN | ACK, 20000, &synack_opts, &[]),
+        None,
+    );
+    let o = p.out();
+    assert_eq!((o[0].ack, o[0].win), (1, 1050));
+}
+
+/// `__tcp_ack_snd_check`'s "more than one full frame" test only ACKs at once when the
+/// window offered now, rounded as the window field is, would not be smaller than the one
+/// offered last. ioctl/ioctl-siocinq-fin.pkt (no window scaling) on Linux 6.18: after 1000
+/// bytes were ACKed and read, 1000 bytes + FIN (1001 > rcv_mss) wait for the delayed-ACK
+/// timer, as rcv_ssthresh (65535) is far below the 267640 offered. inq/server.pkt (wscale
+/// 8): 10000 bytes + FIN after 10000 ACKed and read are ACKed at once, the rounded offer
+/// equalling the last one.
+#[test]
+fn full_frame_ack_needs_a_window_that_would_not_shrink() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(
+        &[OutOpt::Mss(1000), OutOpt::SackOk],
+        "mss 1460,nop,nop,sackOK",
+    );
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, ACK | PSH, 257, &[], &[7u8; 1000]),
+        None,
+    );
+    assert_eq!(p.out().len(), 1, "quickack of the first data");
+    let mut buf = [0u8; 1000];
+    assert_eq!(p.st.recv(p.now, s, &mut buf, 0), Ok(1000));
+    let _ = p.out();
+    p.now += Duration::from_millis(70);
+    p.st.input(
+        p.now,
+        &raw(1001, p.isn, ACK | FIN | PSH, 257, &[], &[8u8; 1000]),
+        None,
+    );
+    assert!(advance(&mut p, Duration::from_millis(39)).is_empty());
+    assert_eq!(advance(&mut p, Duration::from_millis(2))[0].ack, 2002);
+
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, ACK, 514, &[], &[7u8; 10000]),
+        Some(1000),
+    );
+    assert_eq!(p.out().len(), 1);
+    let mut buf = vec![0u8; 10000];
+    assert_eq!(p.st.recv(p.now, s, &mut buf, 0), Ok(10000));
+    let _ = p.out();
+    p.st.input(
+        p.now,
+        &raw(10001, p.isn, ACK | FIN, 514, &[], &[8u8; 10000]),
+        Some(1000),
+    );
+    let o = p.out();
+    assert_eq!((o.len(), o[0].ack), (1, 20002));
+}

@@ -1141,7 +1141,7 @@ impl Sock {
         let lowat_wants = self.rcv_nxt.wrapping_sub(self.copied_seq) < self.opts.rcvlowat;
         let immediate = (unacked > self.ack.rcv_mss
             && (lowat_wants || {
-                let w = self.peek_select_window(env);
+                let (w, _) = self.offer_window(env);
                 w >= self.rcv_wnd
             }))
             || self.in_quickack_mode()
@@ -1189,12 +1189,6 @@ impl Sock {
             TimerKind::CompSack,
             now + Duration::from_nanos(delay_ns + slack),
         );
-    }
-
-    /// `__tcp_select_window` without side effects on rcv_wnd (for the ACK decision).
-    fn peek_select_window(&self, env: &Env) -> u32 {
-        let free = self.tcp_space(env).max(0) as u32;
-        free.min(self.rcv_ssthresh)
     }
 
     /// `tcp_send_delayed_ack`.

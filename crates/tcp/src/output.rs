@@ -300,12 +300,16 @@ impl Sock {
     /// The receive side of connection setup, shared by active and passive opens
     /// (`tcp_connect_init` / `tcp_openreq_init_rwin`): advertised MSS from the route, the
     /// window clamp locked to the buffer when SO_RCVBUF was set (which also caps the window
-    /// scale), then `tcp_select_initial_window` with the MSS less the timestamp option.
-    pub fn init_rcv_window(&mut self, env: &Env) {
+    /// scale), then `tcp_select_initial_window` with the MSS, less the timestamp option on a
+    /// passive open that negotiated timestamps. An active opener does not know yet whether
+    /// timestamps will be used and rounds to the whole MSS: on Linux 6.18 its handshake
+    /// ACK offers `win 1050` (268800 at wscale 8: 268640 = 184 * 1460 rounded up), where
+    /// a passive open with timestamps starts from 269328 = 186 * 1448.
+    pub fn init_rcv_window(&mut self, env: &Env, active: bool) {
         self.advmss = self.route_advmss();
-        let mss_for_win = self
-            .advmss
-            .saturating_sub(if self.tstamp_ok { 12 } else { 0 });
+        let mss_for_win =
+            self.advmss
+                .saturating_sub(if self.tstamp_ok && !active { 12 } else { 0 });
         if self.opts.rcvbuf_lock {
             let full = self.full_space(env).max(0) as u32;
             if self.window_clamp == 0 || self.window_clamp > full {
@@ -325,10 +329,16 @@ impl Sock {
         if space > mss && mss > 0 {
             space = space / mss * mss;
         }
+        // The initial rcv_wnd is the whole space (rounded down to the MSS), not 64 KiB:
+        // Linux 6.18 reports tcpi_rcv_wnd 268640 right after a handshake with tcp_rmem[1]
+        // 540000 and MSS 1460, with or without window scaling (only the SYN's and
+        // SYN-ACK's window field stops at 65535), and an active opener's handshake ACK
+        // offers it (`win 1050` at wscale 8). rcv_ssthresh starts there too and
+        // tcp_init_buffer_space clamps it to window_clamp (65535 without window scaling).
         let mut rcv_wnd = if env.sysint(Sysctl::tcp_workaround_signed_windows) != 0 {
             space.min(32767)
         } else {
-            space.min(65535)
+            space
         };
         if self.route.initrwnd != 0 {
             rcv_wnd = rcv_wnd.min(self.route.initrwnd * mss);
@@ -348,25 +358,42 @@ impl Sock {
 
     /// `__tcp_select_window`: the window we would like to offer now.
     fn raw_select_window(&mut self, env: &mut Env) -> u32 {
-        let mut mss = self.ack.rcv_mss;
-        let mut free_space = self.tcp_space(env).max(0) as u32;
-        let allowed_space = self.full_space(env).max(0) as u32;
-        let full_space = self.window_clamp.min(allowed_space);
-        if mss > full_space {
-            mss = full_space;
-        }
-        if free_space < full_space / 2 {
+        let (window, tight) = self.offer_window(env);
+        if tight {
             self.ack.quick = 0;
             if env.memory_pressure {
                 self.rcv_ssthresh = self.rcv_ssthresh.min(4 * self.advmss);
             }
+        }
+        window
+    }
+
+    /// `__tcp_select_window` without its side effects: the window to offer now, and whether
+    /// free space is below half the full space (then Linux also leaves quickack mode and,
+    /// under memory pressure, clamps rcv_ssthresh to 4 MSS, which this already assumes).
+    /// Used for the window field (`tcp_select_window`) and for `__tcp_ack_snd_check`'s
+    /// "offered window would not shrink" test, so both round alike.
+    pub(crate) fn offer_window(&self, env: &Env) -> (u32, bool) {
+        let mut mss = self.ack.rcv_mss;
+        let mut free_space = self.tcp_space(env).max(0) as u32;
+        let allowed_space = self.full_space(env).max(0) as u32;
+        let full_space = self.window_clamp.min(allowed_space);
+        let mut rcv_ssthresh = self.rcv_ssthresh;
+        if mss > full_space {
+            mss = full_space;
+        }
+        let tight = free_space < full_space / 2;
+        if tight {
+            if env.memory_pressure {
+                rcv_ssthresh = rcv_ssthresh.min(4 * self.advmss);
+            }
             free_space = free_space >> self.rcv_wscale << self.rcv_wscale;
             if free_space < mss {
-                return 0;
+                return (0, true);
             }
         }
-        if free_space > self.rcv_ssthresh {
-            free_space = self.rcv_ssthresh;
+        if free_space > rcv_ssthresh {
+            free_space = rcv_ssthresh;
         }
         let mut window = self.rcv_wnd;
         if self.rcv_wscale != 0 {
@@ -380,7 +407,7 @@ impl Sock {
         } else if mss == full_space && free_space > window + full_space / 2 {
             window = free_space;
         }
-        window
+        (window, tight)
     }
 
     /// `tcp_select_window`: choose the window field for an outgoing segment and record it
