@@ -540,8 +540,11 @@ impl TcpHost {
             if let Sched::Blocked(mask) = th.sched {
                 if mask & w.events != 0 {
                     th.sched = Sched::Runnable;
+                    // The switch is counted with its wake-up (a run that ends before the
+                    // thread gets its CPU still saw both); its cost is paid when it runs.
                     th.pending_cs = true;
                     th.stats.wakeups += 1;
+                    th.stats.context_switches += 1;
                     th.ready_at = at;
                     self.cpus[th.cpu].run.push_back(t);
                 }
@@ -717,7 +720,6 @@ impl TcpHost {
         let mut cost = 0;
         if std::mem::take(&mut self.threads[t].pending_cs) {
             cost += self.costs.context_switch_ns;
-            self.threads[t].stats.context_switches += 1;
         }
         self.cur_lock = None;
         let next = self.step(t, now, &mut cost);
