@@ -298,6 +298,12 @@ impl Stack {
         self.env.sg = on;
     }
 
+    /// How the device sizes received buffers ([`RxTruesize`]; the default is
+    /// [`RxTruesize::Overhead`]). The packetdrill runner stands in for a tun device.
+    pub fn set_rx_truesize(&mut self, model: RxTruesize) {
+        self.env.rx_truesize = model;
+    }
+
     /// The SNMP counters.
     pub fn counters(&self) -> &Counters {
         &self.env.mib
@@ -883,7 +889,7 @@ impl Stack {
             sk.ts_recent = tsval;
             sk.ts_recent_stamp = now;
         }
-        sk.init_rcv_window(env);
+        sk.init_rcv_window(env, false);
         sk.snd_wnd = u32::from(seg.window);
         sk.snd_wl1 = seg.seq;
         sk.max_window = sk.snd_wnd;
@@ -1394,7 +1400,7 @@ impl Stack {
         sk.tstamp_ok = env.sysint(Sysctl::tcp_timestamps) != 0;
         sk.sack_ok = env.sysctl.on(Sysctl::tcp_sack);
         sk.wscale_ok = env.sysctl.on(Sysctl::tcp_window_scaling);
-        sk.init_rcv_window(env);
+        sk.init_rcv_window(env, true);
         sk.state = TcpState::SynSent;
         sk.send_syn(env, now);
         sk.rtx_event = RtxEvent::Rto;
