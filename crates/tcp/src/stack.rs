@@ -626,7 +626,11 @@ impl Stack {
         let Ok((sk, env)) = self.sk_env(id) else {
             return;
         };
-        if let Some(tail) = sk.backlog.back_mut() {
+        if let Some(tail) = sk
+            .backlog
+            .back_mut()
+            .filter(|_| env.rx_truesize.coalesces())
+        {
             if tail.try_coalesce(seg) {
                 sk.backlog_len += seg.payload.len() as u32;
                 env.mib.inc(Mib::TCPBacklogCoalesce);
@@ -639,7 +643,7 @@ impl Stack {
             sk.drops += 1;
             return;
         }
-        sk.backlog_len += seg.payload.len() as u32 + SKB_OVERHEAD;
+        sk.backlog_len += sk.rx_truesize(env, seg, seg.payload.len() as u32);
         sk.backlog.push_back(packet::OwnedSeg::from_seg(seg));
     }
 
