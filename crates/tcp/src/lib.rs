@@ -150,7 +150,7 @@ pub mod stack;
 pub use info::{MemInfo, TcpInfo};
 pub use recv::msgflags;
 pub use socket::{
-    pollbits, Family, RouteAttrs, TcpState, Transmit, TxToken, Wakeup, SKB_OVERHEAD,
+    pollbits, Family, RouteAttrs, RxTruesize, TcpState, Transmit, TxToken, Wakeup, SKB_OVERHEAD,
     SKB_TX_OVERHEAD,
 };
 pub use sockopt::{OptVal, SockOpt};
@@ -169,3 +169,5 @@ mod linger_tests;
 mod mem_tests;
 #[cfg(test)]
 mod prop_tests;
+#[cfg(test)]
+mod rwnd_tests;

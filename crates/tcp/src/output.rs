@@ -300,16 +300,19 @@ impl Sock {
     /// The receive side of connection setup, shared by active and passive opens
     /// (`tcp_connect_init` / `tcp_openreq_init_rwin`): advertised MSS from the route, the
     /// window clamp locked to the buffer when SO_RCVBUF was set (which also caps the window
-    /// scale), then `tcp_select_initial_window` with the MSS, less the timestamp option on a
-    /// passive open that negotiated timestamps. An active opener does not know yet whether
-    /// timestamps will be used and rounds to the whole MSS: on Linux 6.18 its handshake
-    /// ACK offers `win 1050` (268800 at wscale 8: 268640 = 184 * 1460 rounded up), where
-    /// a passive open with timestamps starts from 269328 = 186 * 1448.
+    /// scale), then `tcp_select_initial_window`. The MSS the window is rounded to is the
+    /// advertised MSS; a passive open takes the timestamp option off it when timestamps were
+    /// negotiated, an active open does not (it knows no timestamp yet: measured, a connect
+    /// with `tcp_rmem[1]` 131072 and timestamps on sends a SYN window of 64240 = 44 × 1460,
+    /// not 45 × 1448).
     pub fn init_rcv_window(&mut self, env: &Env, active: bool) {
         self.advmss = self.route_advmss();
-        let mss_for_win =
+        let mss_for_win = if active {
             self.advmss
-                .saturating_sub(if self.tstamp_ok && !active { 12 } else { 0 });
+        } else {
+            self.advmss
+                .saturating_sub(if self.tstamp_ok { 12 } else { 0 })
+        };
         if self.opts.rcvbuf_lock {
             let full = self.full_space(env).max(0) as u32;
             if self.window_clamp == 0 || self.window_clamp > full {
@@ -320,7 +323,14 @@ impl Sock {
         self.select_initial_window(env, mss_for_win, ws);
     }
 
-    /// `tcp_select_initial_window` (Linux 6.x): initial `rcv_wnd`, `window_clamp`, `rcv_wscale`.
+    /// `tcp_select_initial_window` (Linux 6.18): initial `rcv_wnd` (also `rcv_ssthresh`),
+    /// `window_clamp` and `rcv_wscale`. The initial window is the full space (half of
+    /// `rcvbuf`, [`TCP_DEFAULT_SCALING_RATIO`](crate::socket)) within the clamp, rounded down
+    /// to the MSS, and is not held to 64 KiB: only the SYN's and SYN-ACK's own window field
+    /// is (they are never scaled), unless `tcp_workaround_signed_windows` caps it at 32767.
+    /// Measured: `tcp_rmem[1]` 540000 gives a SYN-ACK window of 65535 and then 268640
+    /// (= 184 × 1460, window field 1050 at scale 8) before any data arrives; SO_RCVBUF 100000
+    /// (clamp 100000, scale 1) gives 99280 = 68 × 1460.
     pub fn select_initial_window(&mut self, env: &Env, mss: u32, wscale_ok: bool) {
         if self.window_clamp == 0 {
             self.window_clamp = 65535u32 << 14;

@@ -44,7 +44,10 @@ impl Sock {
         fin: bool,
     ) {
         let end = seq.wrapping_add(payload.len() as u32);
-        let truesize = payload.len() as u32 + SKB_OVERHEAD;
+        let truesize = env.rx_truesize.truesize(
+            payload.len() as u32,
+            self.ip_hdr_len() + self.tcp_header_len,
+        );
         let over = self.rmem_alloc + truesize > self.rcvbuf || self.ofo_queue.len() >= OFO_MAX_SEGS;
         if (over && !(self.prune_ofo(env) && self.rmem_alloc + truesize <= self.rcvbuf))
             || !self.try_rmem_schedule(env, truesize)
@@ -360,12 +363,15 @@ impl Sock {
                 let grow = rcvwin * (u64::from(copied) - space) / space;
                 rcvwin += grow << 1;
                 let rmem2 = env.sysctl.triple(Sysctl::tcp_rmem)[2] as u64;
-                // tcp_space_from_win: the buffer that yields this window (x2 with the default
-                // tcp_adv_win_scale / scaling ratio).
-                let rcvbuf = (rcvwin * 2).min(rmem2).min(u64::from(u32::MAX)) as u32;
+                // tcp_space_from_win: the buffer that yields this window at the socket's
+                // scaling ratio; the clamp follows the buffer (`tcp_win_from_space`).
+                let rcvbuf = self
+                    .space_from_win(rcvwin)
+                    .min(rmem2)
+                    .min(u64::from(u32::MAX)) as u32;
                 if rcvbuf > self.rcvbuf {
                     self.rcvbuf = rcvbuf;
-                    self.window_clamp = Sock::win_from_space(env, i64::from(rcvbuf)).max(0) as u32;
+                    self.window_clamp = self.win_from_space(i64::from(rcvbuf)).max(0) as u32;
                 }
             }
             self.rcvq_space = copied;

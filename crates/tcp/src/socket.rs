@@ -239,6 +239,71 @@ pub(crate) mod sacked {
 /// spec §1.1).
 pub const SKB_OVERHEAD: u32 = 1280;
 
+/// How the substrate's device sizes a received buffer (its `truesize`), which decides
+/// `rmem_alloc`, and through `len / truesize` the socket's scaling ratio
+/// ([`Sock::scaling_ratio`]): the receive window follows from it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RxTruesize {
+    /// `payload + SKB_OVERHEAD`, and a buffer whose data is appended to the receive queue's
+    /// tail only adds its payload (a NIC driver's page-fragment buffers, whose heads TCP can
+    /// steal when it coalesces). The emulator's model.
+    #[default]
+    Overhead,
+    /// A tun device's buffers (`tun_get_user` on an `IFF_TUN` device without a virtio-net
+    /// header, as packetdrill writes them): a packet under a page is copied into one linear
+    /// buffer of `NET_SKB_PAD` (64) + the IP packet, cache-aligned, plus the 320-byte shared
+    /// info, taken from the 576-byte small-head cache when it fits and from the
+    /// power-of-two kmalloc caches otherwise; `truesize` adds the 256-byte `sk_buff`. A
+    /// larger packet is a 576-byte head plus whole pages. Such a head cannot be stolen, so
+    /// queued buffers never coalesce. Measured on Linux 6.18 through `SO_MEMINFO`
+    /// (`rmem_alloc` after each segment): 100 bytes of payload (140-byte packet) charge 832,
+    /// 1000 and 1460 bytes charge 2304 each.
+    TunKmalloc,
+}
+
+impl RxTruesize {
+    /// `truesize` of one received buffer of `payload` bytes behind `headers` bytes of IP and
+    /// TCP header.
+    pub fn truesize(self, payload: u32, headers: u32) -> u32 {
+        match self {
+            RxTruesize::Overhead => payload + SKB_OVERHEAD,
+            RxTruesize::TunKmalloc => {
+                const NET_SKB_PAD: u32 = 64;
+                const SHINFO: u32 = 320;
+                const SKB: u32 = 256;
+                const SMALL_HEAD: u32 = 576;
+                const PAGE: u32 = 4096;
+                let len = payload + headers;
+                if NET_SKB_PAD + len >= PAGE {
+                    return SMALL_HEAD + SKB + len.div_ceil(PAGE) * PAGE;
+                }
+                let want = (NET_SKB_PAD + len).div_ceil(64) * 64 + SHINFO;
+                let obj = if want <= SMALL_HEAD {
+                    SMALL_HEAD
+                } else {
+                    want.next_power_of_two()
+                };
+                obj + SKB
+            }
+        }
+    }
+
+    /// Whether in-order data may be appended to the receive queue's tail buffer
+    /// (`skb_try_coalesce` succeeds only for stealable heads or paged data).
+    pub fn coalesces(self) -> bool {
+        self == RxTruesize::Overhead
+    }
+}
+
+/// `TCP_RMEM_TO_WIN_SCALE`: the scaling ratio is payload per buffer byte in 1/256ths.
+pub(crate) const TCP_RMEM_TO_WIN_SCALE: u32 = 8;
+
+/// The scaling ratio a socket starts with (`TCP_DEFAULT_SCALING_RATIO`): half. Measured on
+/// Linux 6.18: the SYN-ACK offers half of `tcp_rmem[1]` rounded down to the MSS
+/// (65536 → 32120 = 22 × 1460, 87380 → 42340, 131072 → 64240) and the window right after
+/// the handshake is half of it too (540000 → 268640 = 184 × 1460, 1000000 → 499320).
+pub(crate) const TCP_DEFAULT_SCALING_RATIO: u8 = 128;
+
 /// Accounting overhead of one transmit buffer (write and retransmit queues):
 /// `truesize = payload + SKB_TX_OVERHEAD` for `wmem_queued` and `wmem_alloc`. 832 bytes is
 /// what Linux 6.18 on x86-64 charges per TX skb (a 1-byte write leaves `SO_MEMINFO`
@@ -654,6 +719,8 @@ pub(crate) struct Env {
     /// The device takes a packet's payload apart from its headers (scatter-gather,
     /// `NETIF_F_SG`), so data packets share their skb's bytes ([`Transmit::frag`]).
     pub sg: bool,
+    /// How received buffers are sized ([`RxTruesize`]).
+    pub rx_truesize: RxTruesize,
 }
 
 impl Env {
@@ -683,6 +750,7 @@ impl Env {
             rtt_log_cap: 0,
             tso_csum_offload: false,
             sg: false,
+            rx_truesize: RxTruesize::Overhead,
         }
     }
 
@@ -941,6 +1009,11 @@ pub(crate) struct Sock {
     pub copied_seq: u32,
     pub window_clamp: u32,
     pub rcv_ssthresh: u32,
+    /// Bytes of payload per byte of receive buffer, in 1/256ths (`tp->scaling_ratio`): the
+    /// share of `rcvbuf` the window may offer ([`Sock::win_from_space`]). Starts at
+    /// [`TCP_DEFAULT_SCALING_RATIO`] and is learnt from received buffers' `len / truesize`
+    /// (`tcp_measure_rcv_mss`).
+    pub scaling_ratio: u8,
 
     // --- options / MSS ---
     pub mss_cache: u32,
@@ -1192,6 +1265,7 @@ impl Sock {
             copied_seq: 0,
             window_clamp: 0,
             rcv_ssthresh: 0,
+            scaling_ratio: TCP_DEFAULT_SCALING_RATIO,
             mss_cache: TCP_MSS_DEFAULT,
             advmss: TCP_MSS_DEFAULT,
             mss_clamp: TCP_MSS_DEFAULT,
@@ -1499,28 +1573,26 @@ impl Sock {
         w.max(0) as u32
     }
 
-    /// `tcp_win_from_space`: the share of buffer space usable for payload
-    /// (`space - space >> tcp_adv_win_scale`, i.e. half with the default 1).
-    pub fn win_from_space(env: &Env, space: i64) -> i64 {
-        let s = env.sysint(Sysctl::tcp_adv_win_scale);
-        if s <= 0 {
-            space >> (-s).min(31)
-        } else {
-            space - (space >> s.min(31))
-        }
+    /// `tcp_win_from_space` (Linux 6.6+): the share of buffer space usable for payload,
+    /// `space × scaling_ratio / 256`. `tcp_adv_win_scale` no longer plays a part (measured:
+    /// setting it to 2 leaves every window of the 540000-byte scenario unchanged).
+    pub fn win_from_space(&self, space: i64) -> i64 {
+        (space * i64::from(self.scaling_ratio)) >> TCP_RMEM_TO_WIN_SCALE
+    }
+
+    /// `tcp_space_from_win`: the buffer that yields a window of `win` at the current ratio.
+    pub fn space_from_win(&self, win: u64) -> u64 {
+        (win << TCP_RMEM_TO_WIN_SCALE) / u64::from(self.scaling_ratio.max(1))
     }
 
     /// `tcp_space`: window we could offer now.
-    pub fn tcp_space(&self, env: &Env) -> i64 {
-        Self::win_from_space(
-            env,
-            self.rcvbuf as i64 - self.backlog_len as i64 - self.rmem_alloc as i64,
-        )
+    pub fn tcp_space(&self, _env: &Env) -> i64 {
+        self.win_from_space(self.rcvbuf as i64 - self.backlog_len as i64 - self.rmem_alloc as i64)
     }
 
     /// `tcp_full_space`.
-    pub fn full_space(&self, env: &Env) -> i64 {
-        Self::win_from_space(env, self.rcvbuf as i64)
+    pub fn full_space(&self, _env: &Env) -> i64 {
+        self.win_from_space(self.rcvbuf as i64)
     }
 
     /// Random u32 from the stack RNG.

@@ -298,6 +298,12 @@ impl Stack {
         self.env.sg = on;
     }
 
+    /// How the device sizes received buffers ([`RxTruesize`]; the default is
+    /// [`RxTruesize::Overhead`]). The packetdrill runner stands in for a tun device.
+    pub fn set_rx_truesize(&mut self, model: RxTruesize) {
+        self.env.rx_truesize = model;
+    }
+
     /// The SNMP counters.
     pub fn counters(&self) -> &Counters {
         &self.env.mib
@@ -620,7 +626,11 @@ impl Stack {
         let Ok((sk, env)) = self.sk_env(id) else {
             return;
         };
-        if let Some(tail) = sk.backlog.back_mut() {
+        if let Some(tail) = sk
+            .backlog
+            .back_mut()
+            .filter(|_| env.rx_truesize.coalesces())
+        {
             if tail.try_coalesce(seg) {
                 sk.backlog_len += seg.payload.len() as u32;
                 env.mib.inc(Mib::TCPBacklogCoalesce);
@@ -633,7 +643,7 @@ impl Stack {
             sk.drops += 1;
             return;
         }
-        sk.backlog_len += seg.payload.len() as u32 + SKB_OVERHEAD;
+        sk.backlog_len += sk.rx_truesize(env, seg, seg.payload.len() as u32);
         sk.backlog.push_back(packet::OwnedSeg::from_seg(seg));
     }
 

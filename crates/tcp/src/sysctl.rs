@@ -166,7 +166,8 @@ sysctls! {
     tcp_pingpong_thresh = "net.ipv4.tcp_pingpong_thresh", "1", int(1, 255);
     /// Window reserved for the application buffer (1/2^n).
     tcp_app_win = "net.ipv4.tcp_app_win", "31", int(0, 31);
-    /// Overhead share of rcvbuf (win_from_space); obsolete in 6.6+ but still read.
+    /// Overhead share of rcvbuf; obsolete since 6.6 (the window follows each socket's
+    /// scaling ratio, `Sock::win_from_space`): accepted and never read.
     tcp_adv_win_scale = "net.ipv4.tcp_adv_win_scale", "1", int(-31, 31);
     /// Idle time before keepalive probes, seconds.
     tcp_keepalive_time = "net.ipv4.tcp_keepalive_time", "7200", int(1, I32MAX);

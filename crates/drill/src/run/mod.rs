@@ -275,6 +275,9 @@ impl<'a> Runner<'a> {
         // packetdrill's tun device orphans each packet in its xmit routine (skb_orphan), so
         // TSQ and autocorking see the bytes leave during the send itself.
         st.set_tx_orphan(true);
+        // packetdrill writes inbound packets into that tun device: each arrives in a linear
+        // kmalloc'd buffer, which sets its truesize (and so the receive window).
+        st.set_rx_truesize(shallow_tcp::RxTruesize::TunKmalloc);
         let ipv6 = match script.option("ip_version") {
             Some(Some("ipv6")) => true,
             Some(Some(_)) => false,
