@@ -2487,3 +2487,41 @@ fn full_frame_ack_needs_a_window_that_would_not_shrink() {
     let o = p.out();
     assert_eq!((o.len(), o[0].ack), (1, 20002));
 }
+
+/// Data held by TCP_CORK with nothing in flight arms the persist timer (tcp_check_probe_timer);
+/// when the uncork sends it, the first transmission rearms the retransmission timer in its
+/// place (tcp_event_new_data_sent → tcp_rearm_rto), so the data is still retransmitted when
+/// the persist timer's deadline passes with packets in flight. Measured on Linux 6.18
+/// (crates/drill/scripts/kernel/cork-then-uncork.pkt): writes at +1 ms and +2 ms under cork,
+/// uncork at +190 ms sends 600 bytes, the loss probe follows at +328 ms and the RTO +320 ms
+/// later (HZ=250 timer wheel). The engine used to keep the persist timer, which then found
+/// packets in flight and armed nothing: the connection stalled for good.
+#[test]
+fn uncorked_data_is_retransmitted_when_the_persist_timer_was_armed() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.setsockopt(p.now, s, SockOpt::TcpCork, &OptVal::Int(1))
+        .unwrap();
+    p.now += Duration::from_millis(11);
+    assert_eq!(p.st.send(p.now, s, &[7u8; 300], 0), Ok(300));
+    p.now += Duration::from_millis(1);
+    assert_eq!(p.st.send(p.now, s, &[7u8; 300], 0), Ok(300));
+    assert!(p.out().is_empty(), "corked");
+    p.now += Duration::from_millis(188);
+    p.st.setsockopt(p.now, s, SockOpt::TcpCork, &OptVal::Int(0))
+        .unwrap();
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!((p.rel(&o[0]).0, o[0].len), (0, 600));
+    // No ACK ever comes: within two seconds the segment goes out again (loss probe, then RTOs).
+    let mut again = 0;
+    for _ in 0..2000 {
+        p.now += Duration::from_millis(1);
+        p.st.handle_timeout(p.now);
+        for x in p.out() {
+            assert_eq!((p.rel(&x).0, x.len), (0, 600));
+            again += 1;
+        }
+    }
+    assert!(again >= 3, "retransmissions in 2 s: {again}");
+}

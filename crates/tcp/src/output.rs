@@ -953,11 +953,10 @@ impl Sock {
                 self.prr_out += sent_segs;
             }
             self.cwnd_validate(limited);
-            if self.rtx_event != RtxEvent::Probe0
-                || self.timers[TimerKind::Retrans as usize].is_none()
-            {
-                self.schedule_loss_probe_or_rto(env, now, false);
-            }
+            // tcp_schedule_loss_probe after every send: data in flight is watched by the
+            // loss probe or the RTO, never by a persist timer armed while nothing was out
+            // (event_new_data_sent took that timer's place).
+            self.schedule_loss_probe_or_rto(env, now, false);
             return false;
         }
         if limited {
@@ -976,7 +975,10 @@ impl Sock {
         self.snd_nxt = end;
         self.packets_out += pcount;
         env.mib.add(Mib::TCPOrigDataSent, u64::from(pcount));
-        if prior_packets == 0 && self.timers[TimerKind::Retrans as usize].is_none() {
+        // tcp_rearm_rto when nothing was in flight: the retransmission timer takes the
+        // place of whatever the shared timer held, the persist timer included (armed by
+        // tcp_check_probe_timer while data waited under TCP_CORK or Nagle); the caller arms it.
+        if prior_packets == 0 {
             self.rtx_event = RtxEvent::Rto;
         }
         self.chrono_start(now, CHRONO_BUSY);
