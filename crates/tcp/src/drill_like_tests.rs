@@ -167,14 +167,18 @@ fn active_open_syn_options() {
     let o = p.out();
     assert_eq!(o[0].opts, "mss 1460,nop,nop,sackOK,nop,wscale 8");
     assert_eq!(o[0].flags, SYN);
-    // RFC 6298 §5.7 / tcp_syn_retries: SYN retransmitted after 1 s, then 2 s.
+    // RFC 6298 §5.7 / tcp_syn_retries: SYN retransmitted after 1 s, then 2 s, each on the
+    // timer wheel (within 32 ms after 1 s, within 256 ms after 2 s at HZ=250).
     p.now += Duration::from_millis(999);
     p.st.handle_timeout(p.now);
     assert!(p.out().is_empty());
-    p.now += Duration::from_millis(1);
+    p.now += Duration::from_millis(32);
     p.st.handle_timeout(p.now);
     assert_eq!(p.out().len(), 1);
-    p.now += Duration::from_millis(2000);
+    p.now += Duration::from_millis(1999);
+    p.st.handle_timeout(p.now);
+    assert!(p.out().is_empty());
+    p.now += Duration::from_millis(256);
     p.st.handle_timeout(p.now);
     assert_eq!(p.out().len(), 1);
 }
@@ -583,8 +587,10 @@ fn rto_backoff_then_etimedout() {
         }
     }
     assert!(times.len() >= 3);
-    let d1 = times[1] - times[0];
-    let d2 = times[2] - times[1];
+    // Each interval is the backed-off RTO plus the timer wheel's mean lateness.
+    let nominal = |d: Duration| d - crate::socket::wheel_slack(d);
+    let d1 = nominal(times[1] - times[0]);
+    let d2 = nominal(times[2] - times[1]);
     assert_eq!(d2, d1 * 2);
     assert_eq!(p.st.state(s).unwrap(), TcpState::Close);
     let mut b = [0u8; 1];
@@ -2524,4 +2530,21 @@ fn uncorked_data_is_retransmitted_when_the_persist_timer_was_armed() {
         }
     }
     assert!(again >= 3, "retransmissions in 2 s: {again}");
+}
+
+/// The timer wheel's levels at HZ=250: level 0 below 63 jiffies (no slack here: callers'
+/// tick rules), 32 ms buckets from 252 ms, 256 ms buckets from 2.016 s, 2.048 s buckets from
+/// 16.128 s; the mean lateness is half a bucket.
+#[test]
+fn wheel_slack_follows_the_levels() {
+    let ms = Duration::from_millis;
+    let slack = crate::socket::wheel_slack;
+    assert_eq!(slack(ms(200)), ms(0));
+    assert_eq!(slack(ms(248)), ms(0));
+    assert_eq!(slack(ms(252)), ms(16));
+    assert_eq!(slack(ms(600)), ms(16));
+    assert_eq!(slack(ms(2012)), ms(16));
+    assert_eq!(slack(ms(2016)), ms(128));
+    assert_eq!(slack(ms(16_128)), ms(1024));
+    assert_eq!(slack(Duration::from_secs(60)), ms(1024));
 }

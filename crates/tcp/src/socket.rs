@@ -348,6 +348,31 @@ pub(crate) fn tick_timer_delay(x: Duration) -> Duration {
     Duration::from_nanos(n * j - j / 2)
 }
 
+/// How much later than its deadline a Linux timer on the jiffy timer wheel fires, on average
+/// over the tick phase. The wheel keeps a timer armed `d` jiffies ahead in level 0 (one-tick
+/// buckets) when d < 63, and otherwise in the level n whose buckets of 8^n jiffies start at
+/// 63·8^(n-1) jiffies; a timer fires when its bucket does, at the first bucket boundary after
+/// its deadline, so a level-n timer is late by up to 8^n jiffies (32 ms for 252 ms–2 s, 256 ms
+/// for 2–16 s at HZ=250), half that on average. Measured on 6.18: retransmission and
+/// persist timers of 300 and 600 ms fire 8–28 ms late, always on the same 32 ms grid
+/// (crates/drill/scripts/kernel/: rto-retransmit-backoff, zero-window-probe,
+/// cork-then-uncork). Level 0 is left to the callers' own tick rules
+/// ([`tick_timer_delay`]). The engine has no tick grid, so it takes the mean: a timer's
+/// error stays within half a bucket instead of growing with every rearm from a late firing.
+pub(crate) fn wheel_slack(delay: Duration) -> Duration {
+    let j = JIFFY.as_nanos() as u64;
+    let jiffies = (delay.as_nanos() as u64).div_ceil(j);
+    let (mut gran, mut start) = (1u64, 63u64);
+    while jiffies >= start && gran < 1 << 24 {
+        gran *= 8;
+        start *= 8;
+    }
+    if gran == 1 {
+        return Duration::ZERO;
+    }
+    Duration::from_nanos(gran * j / 2)
+}
+
 /// `TCP_ATO_MIN` / `TCP_DELACK_MIN`: 40 ms.
 pub(crate) const TCP_ATO_MIN: Duration = Duration::from_millis(40);
 /// `TCP_DELACK_MAX`: 200 ms.
@@ -1461,8 +1486,16 @@ impl Sock {
         s
     }
 
-    /// Arm (or re-arm) a timer.
+    /// Arm (or re-arm) a timer; a timer-wheel timer fires [`wheel_slack`] after `at`.
     pub fn arm(&mut self, env: &mut Env, kind: TimerKind, at: Instant) {
+        // The retransmit/persist/SYN timer and the keepalive/TIME_WAIT timer live on the
+        // jiffy timer wheel (`sk_reset_timer`); the delayed-ACK timer is within level 0 and
+        // the compressed-SACK timer is an hrtimer.
+        let at = if matches!(kind, TimerKind::Retrans | TimerKind::Keepalive) && at > env.clock {
+            at + wheel_slack(at - env.clock)
+        } else {
+            at
+        };
         if let Some(old) = self.timers[kind as usize].take() {
             env.timers.remove(&(old, self.id.0, self.gen, kind));
         }
