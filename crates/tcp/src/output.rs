@@ -534,13 +534,29 @@ impl Sock {
         let mut opts = Vec::with_capacity(6);
         self.established_opts(now, &mut opts);
         let win = self.select_window(env);
-        let seg = self.seg(env, self.snd_nxt, ACK, win, &opts, &[]);
+        let seg = self.seg(env, self.acceptable_seq(), ACK, win, &opts, &[]);
         env.emit(&seg, None, None, None);
         self.segs_out += 1;
         self.event_ack_sent(env, 1);
     }
 
-    /// Send a RST for this connection (`tcp_send_active_reset`), seq = snd_nxt.
+    /// The sequence number of a segment that carries no data (`tcp_acceptable_seq`):
+    /// snd_nxt while it is inside the peer's window, else the window's right edge, so a
+    /// peer that shrank its window (to zero, or below data already sent) still finds the
+    /// ACK or RST acceptable (RFC 9293 3.10.7.4). With window scaling, snd_nxt stands when it
+    /// is past the edge by less than one unit of our receive scale. Measured on 6.18: after
+    /// 1000 bytes out and `ack 84 win 0`, the kernel's ACKs carry seq 84, not 1001.
+    pub fn acceptable_seq(&self) -> u32 {
+        let end = self.snd_wnd_end();
+        let over = self.snd_nxt.wrapping_sub(end);
+        if !before(end, self.snd_nxt) || (self.wscale_ok && over < 1u32 << self.rcv_wscale) {
+            self.snd_nxt
+        } else {
+            end
+        }
+    }
+
+    /// Send a RST for this connection (`tcp_send_active_reset`), seq = [`Self::acceptable_seq`].
     pub fn send_active_reset(&mut self, env: &mut Env, now: Instant) {
         let mut opts = Vec::new();
         if self.tstamp_ok {
@@ -549,7 +565,7 @@ impl Sock {
             opts.push(OutOpt::Ts(self.tsval(now), self.ts_recent));
         }
         let win = self.select_window(env);
-        let seg = self.seg(env, self.snd_nxt, RST | ACK, win, &opts, &[]);
+        let seg = self.seg(env, self.acceptable_seq(), RST | ACK, win, &opts, &[]);
         env.emit(&seg, None, None, None);
         env.mib.inc(Mib::OutRsts);
     }
