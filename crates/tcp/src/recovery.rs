@@ -333,7 +333,7 @@ impl Sock {
                 self.rack_advanced = false;
                 if let Some(t) = self.rack_detect_loss(now) {
                     self.rtx_event = RtxEvent::ReoTimeout;
-                    self.arm(env, TimerKind::Retrans, now + tick_timer_delay(t));
+                    self.arm(env, TimerKind::Retrans, now + t);
                 }
                 if !self.pending_frto_new && self.lost_out > self.retrans_out {
                     self.pending_loss_rexmit = true;
@@ -443,7 +443,7 @@ impl Sock {
         if let Some(t) = reo_timeout {
             if self.packets_out > 0 {
                 self.rtx_event = RtxEvent::ReoTimeout;
-                self.arm(env, TimerKind::Retrans, now + tick_timer_delay(t));
+                self.arm(env, TimerKind::Retrans, now + t);
             }
         }
     }
@@ -508,7 +508,7 @@ impl Sock {
         if let Some(t) = timeout {
             if self.packets_out > 0 {
                 self.rtx_event = RtxEvent::ReoTimeout;
-                self.arm(env, TimerKind::Retrans, now + tick_timer_delay(t));
+                self.arm(env, TimerKind::Retrans, now + t);
             }
         }
     }
@@ -913,7 +913,7 @@ impl Sock {
                 if self.packets_out == 1 {
                     t + self.rto_min(env)
                 } else {
-                    tick_timer_delay(t)
+                    t
                 }
             } else {
                 TCP_TIMEOUT_INIT

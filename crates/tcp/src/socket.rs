@@ -330,11 +330,13 @@ pub(crate) const JIFFY: Duration = Duration::from_millis(4);
 /// ([`tick_timer_delay`]).
 pub(crate) const TCP_TIMEOUT_MIN: Duration = Duration::from_millis(8);
 
-/// How long after arming a Linux loss-probe (`tcp_schedule_loss_probe`, x = 2*srtt with
-/// more than one packet out) or RACK reordering timer (`tcp_rack_reo_timeout`, x = the
-/// time left in the reordering window) fires. Linux arms them in jiffies with
-/// TCP_TIMEOUT_MIN of slack and a jiffy timer fires on a tick, so the delay is a whole
-/// number of ticks less the time since the tick before arming. Measured on 6.18 (HZ=250)
+/// How long after arming a Linux timer in level 0 of the timer wheel (armed less than 63
+/// jiffies ahead) fires: a jiffy timer fires on a tick, so the delay is a whole number of
+/// ticks less the time since the tick before arming. Measured on the loss-probe
+/// (`tcp_schedule_loss_probe`, x = 2*srtt with more than one packet out) and RACK
+/// reordering timers (`tcp_rack_reo_timeout`, x = the time left in the reordering window);
+/// the delayed-ACK timer follows the same rule (40 ms ACKs 4.7–7.7 ms late in the
+/// differential fuzzer's kernel recordings). Measured on 6.18 (HZ=250)
 /// with packetdrill: the timer fires on the n-th tick after arming with
 /// n = ceil((x - 2 ms) / 4 ms) + 2 (CUBIC; RACK with x = 10, 15, 20, 22.5, 25, 26, 30, 40,
 /// 50 ms: n = 5, 6, 7, 8, 8, 9, 10, 12, 15, the same in every run; loss probe with x = 2.2,
@@ -356,9 +358,21 @@ pub(crate) fn tick_timer_delay(x: Duration) -> Duration {
 /// for 2–16 s at HZ=250), half that on average. Measured on 6.18: retransmission and
 /// persist timers of 300 and 600 ms fire 8–28 ms late, always on the same 32 ms grid
 /// (crates/drill/scripts/kernel/: rto-retransmit-backoff, zero-window-probe,
-/// cork-then-uncork). Level 0 is left to the callers' own tick rules
-/// ([`tick_timer_delay`]). The engine has no tick grid, so it takes the mean: a timer's
+/// cork-then-uncork). Zero in level 0 (see [`tick_timer_delay`]). The engine has no tick
+/// grid, so it takes the mean: a timer's
 /// error stays within half a bucket instead of growing with every rearm from a late firing.
+/// When a Linux timer-wheel timer armed `delay` ahead fires, on average: level 0 by the
+/// measured tick rule ([`tick_timer_delay`]), the levels above half a bucket late
+/// ([`wheel_slack`]). The one place the engine applies the kernel's timer granularity.
+pub(crate) fn wheel_delay(delay: Duration) -> Duration {
+    let slack = wheel_slack(delay);
+    if slack.is_zero() {
+        tick_timer_delay(delay)
+    } else {
+        delay + slack
+    }
+}
+
 pub(crate) fn wheel_slack(delay: Duration) -> Duration {
     let j = JIFFY.as_nanos() as u64;
     let jiffies = (delay.as_nanos() as u64).div_ceil(j);
@@ -1486,13 +1500,18 @@ impl Sock {
         s
     }
 
-    /// Arm (or re-arm) a timer; a timer-wheel timer fires [`wheel_slack`] after `at`.
+    /// Arm (or re-arm) a timer for `at`; a timer-wheel timer fires when [`wheel_delay`] says.
     pub fn arm(&mut self, env: &mut Env, kind: TimerKind, at: Instant) {
-        // The retransmit/persist/SYN timer and the keepalive/TIME_WAIT timer live on the
-        // jiffy timer wheel (`sk_reset_timer`); the delayed-ACK timer is within level 0 and
-        // the compressed-SACK timer is an hrtimer.
-        let at = if matches!(kind, TimerKind::Retrans | TimerKind::Keepalive) && at > env.clock {
-            at + wheel_slack(at - env.clock)
+        // The retransmit (RTO, persist, SYN, loss probe, RACK), delayed-ACK and keepalive
+        // (FIN_WAIT2, TIME_WAIT) timers live on the jiffy timer wheel (`sk_reset_timer`);
+        // the compressed-SACK timer is an hrtimer and fires on time.
+        // A timer due at once is the engine's "at the end of this step" and stays so.
+        let at = if at > env.clock
+            && matches!(
+                kind,
+                TimerKind::Retrans | TimerKind::Keepalive | TimerKind::Delack
+            ) {
+            env.clock + wheel_delay(at - env.clock)
         } else {
             at
         };
