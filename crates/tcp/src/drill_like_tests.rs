@@ -2611,3 +2611,52 @@ fn ack_after_window_shrink_carries_the_window_edge() {
         assert_eq!(p.rel(&a).0, 1000);
     }
 }
+
+/// RTO without SACK, then an ACK that covers the retransmitted segment and part of the next:
+/// F-RTO has no new data to send, so the Loss state retransmits the rest of the lost segment
+/// at once (`tcp_process_loss` falls back to REXMIT_LOST). Measured on 6.18 by the
+/// differential fuzzer: `ack 988` at +250 ms brings `P. 988:1001(13)` within 0.1 ms.
+#[test]
+fn loss_state_retransmits_the_rest_after_a_partial_ack() {
+    let mut p = Peer::new(false);
+    let c = p.st.socket(Family::V4).unwrap();
+    p.st.bind(c, LOCAL.parse().unwrap()).unwrap();
+    assert_eq!(
+        p.st.connect(p.now, c, REMOTE.parse().unwrap()),
+        Err(Errno::EINPROGRESS)
+    );
+    let syn = p.out();
+    let isn = syn[0].seq.wrapping_add(1);
+    p.now += Duration::from_millis(10);
+    p.st.input(
+        p.now,
+        &raw(
+            0,
+            isn,
+            SYN | ACK,
+            1000,
+            &[OutOpt::Mss(1460), OutOpt::Nop, OutOpt::Wscale(7)],
+            &[],
+        ),
+        None,
+    );
+    p.isn = isn;
+    assert_eq!(p.out().len(), 1);
+    p.now += Duration::from_millis(250);
+    assert_eq!(p.st.send(p.now, c, &[5u8; 1000], 0), Ok(1000));
+    let o = p.out();
+    assert_eq!(o.iter().map(|x| x.len).sum::<usize>(), 1000);
+    // The RTO retransmits the head.
+    let o = advance(&mut p, Duration::from_millis(240));
+    assert_eq!(o.len(), 1, "RTO");
+    assert_eq!((p.rel(&o[0]).0, o[0].len), (0, 500));
+    p.now += Duration::from_millis(10);
+    p.st.input(
+        p.now,
+        &raw(1, isn.wrapping_add(987), ACK, 1000, &[], &[]),
+        None,
+    );
+    let o = p.out();
+    assert_eq!(o.len(), 1, "the rest of the lost segment at once");
+    assert_eq!((p.rel(&o[0]).0, o[0].len), (987, 13));
+}

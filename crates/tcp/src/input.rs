@@ -787,7 +787,11 @@ impl Sock {
                     self.lost_out = self.lost_out.saturating_sub(diff);
                 }
                 acked += diff;
-                if head.sacked & sacked::EVER_RETRANS == 0 {
+                // Only whole MSSes acked count (tcp_clean_rtx_queue stops at an skb with no
+                // fully acked segment): a partial ACK of a never-retransmitted segment is
+                // no RTT sample and not FLAG_ORIG_SACK_ACKED, so F-RTO does not call the
+                // RTO spurious on it.
+                if diff > 0 && head.sacked & sacked::EVER_RETRANS == 0 {
                     seq_rtt = Some(head.mstamp);
                     self.ack_orig_acked = true;
                 }
