@@ -698,7 +698,11 @@ impl Sock {
             if !self.write_queue.is_empty() {
                 self.check_probe_timer(env, now);
             }
-        } else if after(ack, prior_snd_una) || self.rtx_event == RtxEvent::Probe0 {
+        } else if acked_pkts > 0 || self.rtx_event == RtxEvent::Probe0 {
+            // FLAG_SET_XMIT_TIMER comes with FLAG_ACKED: a whole segment acked. A partial
+            // ACK of one segment advances snd_una but leaves the timer as it was (measured
+            // on 6.18: `ack 84` of a 100-byte segment 30 ms after it left, and the timer
+            // still fired 214 ms after the send).
             self.schedule_loss_probe_or_rto(env, now, true);
         }
         if self.rtx_event == RtxEvent::Probe0 && self.snd_wnd > 0 {
