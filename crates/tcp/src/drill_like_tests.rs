@@ -2697,3 +2697,31 @@ fn partial_ack_of_one_segment_keeps_the_timer() {
     };
     assert_eq!(first_rexmit(true), first_rexmit(false));
 }
+
+/// A FIN takes a sequence number, so `tcp_snd_wnd_test` holds it while the peer's window is
+/// zero: close() into a zero window sends persist probes (`. 0:0(0)`, seq snd_una - 1) and
+/// the FIN leaves once the window opens (crates/drill/scripts/kernel/fin-into-zero-window.pkt,
+/// recorded from 6.18).
+#[test]
+fn fin_waits_for_a_zero_window_to_open() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.now += Duration::from_millis(10);
+    p.st.input(p.now, &raw(1, p.isn, ACK, 0, &[], &[]), None);
+    p.now += Duration::from_millis(10);
+    p.st.close(p.now, s).unwrap();
+    assert!(p.out().is_empty(), "no FIN into a zero window");
+    let o = advance(&mut p, Duration::from_millis(1000));
+    assert!(!o.is_empty(), "persist probes");
+    for x in &o {
+        assert_eq!(
+            (x.flags & FIN, x.len, p.rel(x).0),
+            (0, 0, u32::MAX),
+            "window probe"
+        );
+    }
+    p.st.input(p.now, &raw(1, p.isn, ACK, 257, &[], &[]), None);
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!((o[0].flags & FIN, p.rel(&o[0]).0), (FIN, 0));
+}

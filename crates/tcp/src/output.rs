@@ -873,9 +873,13 @@ impl Sock {
                 }
                 cwnd_quota = 1;
             }
-            // tcp_snd_wnd_test on the first segment.
-            let first_end = head.seq.wrapping_add(head_len.min(mss_now));
-            if head_len > 0 && after(first_end, self.snd_wnd_end()) {
+            // tcp_snd_wnd_test on the first segment: a FIN takes a sequence number, so a
+            // bare FIN (or one on a segment that ends at the window's edge) waits for the
+            // window to open and the persist timer probes meanwhile (measured on 6.18:
+            // close() into a zero window sends window probes `. 0:0(0)`, no FIN).
+            let fin_seq = u32::from(head_fin && head_len <= mss_now);
+            let first_end = head.seq.wrapping_add(head_len.min(mss_now) + fin_seq);
+            if after(first_end, self.snd_wnd_end()) {
                 self.rwnd_limited_now = true;
                 break;
             }
