@@ -884,10 +884,13 @@ impl Sock {
             return false;
         }
         if !self.transmit_skb(env, now, i, true) {
+            // __tcp_retransmit_skb: a failed attempt is counted, and the skb is still marked
+            // EVER_RETRANS so that no RTT sample is taken from a send that never happened.
             env.mib.add(
                 Mib::TCPRetransFail,
                 u64::from(self.rtx_queue[i].pcount.max(1)),
             );
+            self.rtx_queue[i].sacked |= sacked::EVER_RETRANS;
             return false;
         }
         let s = &mut self.rtx_queue[i];
