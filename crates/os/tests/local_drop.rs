@@ -12,8 +12,8 @@
 //!
 //! After it, `shallow bench --substrate linux --test TCP_STREAM --duration 5s --tso-off` (the
 //! default fq, one flow): 590–614 refusals per 5 s, TcpRetransSegs 0, TcpExtTCPSackRecovery
-//! 0, TcpExtTCPLossProbes 0, 2.04–2.06 Gbit/s on this 2-CPU VM (1.1–1.3 Gbit/s before a loss
-//! probe whose new data was refused stopped falling back to the tail).
+//! 0, TcpExtTCPLossProbes 0, 2.04–2.06 Gbit/s on this 2-CPU VM (before the loss-probe change
+//! of the same branch: 273–327 refusals, 17–20 loss probes, 1.1–1.3 Gbit/s).
 //!
 //! The kernel itself in the same situation (Linux 6.18.44, veth between two namespaces, TSO
 //! and GSO off, htb 200 Mbit with a `pfifo limit 5` leaf on the sender, 8 iperf3 flows for
