@@ -17,13 +17,16 @@
 //!
 //! The kernel itself in the same situation (Linux 6.18.44, veth between two namespaces, TSO
 //! and GSO off, htb 200 Mbit with a `pfifo limit 5` leaf on the sender, 8 iperf3 flows for
-//! 5 s, `nstat` and `tc -s qdisc` before/after): the pfifo dropped 1222–1258 packets while
+//! 5 s, `nstat` and `tc -s qdisc` before/after): the pfifo dropped 1184–1258 (three runs) packets while
 //! TcpRetransSegs stayed 0, TcpExtTCPRetransFail 0, TcpExtTCPSackRecovery 0–1 and the
-//! receiver's TcpExtTCPOFOQueue 0–2. TcpOutSegs exceeded the packets sent (119,799 against
-//! 81,966 sent and 81,936 TCPOrigDataSent): a refused new-data attempt counts in OutSegs,
-//! as `__tcp_transmit_skb` counts before `queue_xmit`. Through a tbf whose queue overflowed
-//! on retransmissions, TcpRetransSegs (2215) exceeded what left the qdisc (1044 packets) and
-//! TcpExtTCPRetransFail was 1606: a refused retransmission counts in both.
+//! receiver's TcpExtTCPOFOQueue 0–2. TcpOutSegs exceeded what was sent (119,799 against
+//! 81,966 packets out of the qdisc and 81,936 TCPOrigDataSent): attempts refused before they
+//! counted as sent still count in OutSegs (`__tcp_transmit_skb` counts before `queue_xmit`),
+//! though the excess (37,833) is far above the pfifo's own drop count — refusals the qdisc did
+//! not count, not explained here. With a `tbf rate 200mbit burst 16k limit 7500` root instead
+//! (a pathological 5 Mbit/s run with real losses too), TcpRetransSegs (2215) exceeded all the
+//! packets that left the qdisc (1044) while TcpExtTCPRetransFail was 1606: a refused
+//! retransmission counts in both.
 //!
 //! Needs root, `/dev/net/tun`, iproute2 and socat; skips with a printed reason otherwise,
 //! unless `SHALLOW_REQUIRE_TUN=1`, which makes a skip a failure.

@@ -13,7 +13,7 @@
 //!
 //! The kernel's figures for the same situation (Linux 6.18, veth between two namespaces,
 //! TSO/GSO off, htb 200 Mbit with a `pfifo limit 5` leaf on the sender, 8 iperf3 flows, 5 s):
-//! 1222–1258 qdisc drops, TcpRetransSegs 0, TcpExtTCPRetransFail 0, TcpExtTCPSackRecovery
+//! 1184–1258 (three runs) qdisc drops, TcpRetransSegs 0, TcpExtTCPRetransFail 0, TcpExtTCPSackRecovery
 //! 0–1, the receiver's TcpExtTCPOFOQueue 0–2 — the refused packets were sent again as new
 //! data, never as retransmissions.
 
