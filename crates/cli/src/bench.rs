@@ -156,6 +156,10 @@ pub struct BenchArgs {
     /// initial_quantum=,maxrate=] | tbf:rate=,burst=,limit= | pfifo[:limit=] | bfifo[:limit=].
     #[arg(long, default_value = "pfifo_fast", value_parser = qdisc_arg)]
     qdisc: QdiscSpec,
+    /// The sending host's device takes no TSO/GSO packets (`ethtool -K dev tso off gso off`:
+    /// the engine sends one segment per packet). With `--substrate linux`: Shallow's engine.
+    #[arg(long)]
+    tso_off: bool,
     /// NIC line rate of both hosts, e.g. 25gbit (default: max(10gbit, link rate)).
     #[arg(long, value_parser = rate_arg)]
     nic_rate: Option<Rate>,
@@ -291,7 +295,11 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             b.set_position((frac * 1000.0) as u64);
         }
     };
-    let result = bench::run(&cfg, capture, &mut progress);
+    let extras = bench::BenchExtras {
+        tx_gso_off: args.tso_off,
+        ..bench::BenchExtras::default()
+    };
+    let result = bench::run_ext(&cfg, &extras, capture, &mut progress);
     if let Some(b) = bar.take() {
         b.finish_and_clear();
     }
@@ -350,7 +358,7 @@ fn json_of(args: &BenchArgs, r: &BenchReport) -> Value {
         .into_iter()
         .map(|(k, v)| (k.to_string(), json!(v)))
         .collect();
-    json!({
+    let mut v = json!({
         "config": {
             "test": r.test,
             "flows": args.flows,
@@ -382,7 +390,14 @@ fn json_of(args: &BenchArgs, r: &BenchReport) -> Value {
         "counters": r.counters,
         "rx_counters": r.rx_counters,
         "verified": r.verified,
-    })
+    });
+    // Only when set, so that the report of a run without it stays as it was.
+    if args.tso_off {
+        if let Some(c) = v.get_mut("config").and_then(Value::as_object_mut) {
+            c.insert("tso_off".into(), json!(true));
+        }
+    }
+    v
 }
 
 fn opt(v: Option<f64>) -> String {
@@ -540,6 +555,7 @@ mod linux {
             seed: args.seed,
             flows: args.flows as usize,
             queues: args.queues as usize,
+            gso: !args.tso_off,
             ..ob::BenchConfig::default()
         }
     }
@@ -683,6 +699,7 @@ mod linux {
             "flows": [serde_json::to_value(&m).unwrap_or(Value::Null)],
             "queue_packets": r.queue_packets.iter().map(|(rx, tx)| json!({"rx": rx, "tx": tx})).collect::<Vec<_>>(),
             "counters": counters,
+            "qdisc_drops": r.qdisc_drops,
         })
     }
 
@@ -711,6 +728,7 @@ mod linux {
             "resp_size_bytes": cfg.resp_size,
             "nodelay": cfg.nodelay,
             "ipv6": cfg.ipv6,
+            "tso_off": !cfg.gso,
             "sysctls": cfg.sysctls.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
         })
     }

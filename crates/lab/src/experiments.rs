@@ -885,6 +885,7 @@ pub fn run(
                 },
                 extras: BenchExtras {
                     rx_route_quickack: true,
+                    ..BenchExtras::default()
                 },
             };
             let (off, off_s) = go(&arm("ack-defer off", "0"), progress)?;

@@ -25,6 +25,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown as StdShutdown, SocketAddr};
+use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant as StdInstant};
 
@@ -125,6 +126,9 @@ pub struct BenchConfig {
     /// TUN queues, each with its own I/O thread (above 1: `IFF_MULTI_QUEUE`). The veth pair
     /// ignores it.
     pub queues: usize,
+    /// The Shallow engine sends TSO/GSO packets (false: [`Stack::set_gso`]`(false)`, the
+    /// `ethtool -K dev tso off gso off` case: one segment per packet). The veth pair ignores it.
+    pub gso: bool,
 }
 
 impl Default for BenchConfig {
@@ -144,6 +148,7 @@ impl Default for BenchConfig {
             seed: 1,
             flows: 1,
             queues: 1,
+            gso: true,
         }
     }
 }
@@ -295,6 +300,9 @@ pub struct BenchResult {
     pub rtt_us: Vec<u32>,
     /// Shallow's MIB counters that changed during the run, with their deltas.
     pub counters: Vec<(String, u64)>,
+    /// Packets Shallow's egress qdiscs dropped or refused at the transmit during the run
+    /// (0 for Linux ↔ Linux).
+    pub qdisc_drops: u64,
     /// Offloads the TUN granted (None for Linux ↔ Linux).
     pub offload: Option<Offload>,
     /// Packets (read, written) on each TUN queue during the run (empty for Linux ↔ Linux).
@@ -632,6 +640,7 @@ fn result_of(
         tcp_info: None,
         rtt_us: Vec::new(),
         counters: Vec::new(),
+        qdisc_drops: 0,
         offload: None,
         queue_packets: Vec::new(),
     }
@@ -720,6 +729,7 @@ fn shallow_world(cfg: &BenchConfig) -> Result<ShallowWorld, BenchError> {
     let mut stack = Stack::new(cfg.seed);
     stack.add_address(IpAddr::V4(LOCAL4));
     stack.add_address(IpAddr::V6(LOCAL6));
+    stack.set_gso(cfg.gso);
     for (k, v) in &cfg.sysctls {
         stack
             .sysctl_set(k, v)
@@ -781,6 +791,7 @@ fn run_shallow(cfg: &BenchConfig, pair: Pair) -> Result<BenchResult, BenchError>
     let (local, kernel) = addrs(cfg.ipv6);
     let flows = cfg.flows.max(1);
     let before = counters_snapshot(&w.host);
+    let drops0 = w.host.stats().qdisc_drops.load(Ordering::Relaxed);
     let q0 = queue_snapshot(&w.host);
     let cpu0 = snap();
     let (netperf, netserver, streams, rtts) = match pair {
@@ -831,6 +842,7 @@ fn run_shallow(cfg: &BenchConfig, pair: Pair) -> Result<BenchResult, BenchError>
         .zip(q0.iter().chain(std::iter::repeat(&(0, 0))))
         .map(|(a, b)| (a.0 - b.0, a.1 - b.1))
         .collect();
+    r.qdisc_drops = w.host.stats().qdisc_drops.load(Ordering::Relaxed) - drops0;
     let after = counters_snapshot(&w.host);
     r.counters = after
         .into_iter()

@@ -178,6 +178,12 @@ pub enum Egress {
         /// Queue limit in packets (`txqueuelen`, Linux default 1000).
         txqueuelen: usize,
     },
+    /// Linux's `pfifo`: one drop-tail FIFO of at most `limit` packets (`tc qdisc replace
+    /// dev D root pfifo limit N`; 0 refuses everything).
+    Pfifo {
+        /// Queue limit in packets.
+        limit: usize,
+    },
     /// No qdisc: packets go to the device as the engine emits them (pacing times ignored).
     Direct,
 }
@@ -328,8 +334,9 @@ pub(crate) struct Inner {
     slots: Vec<Option<Slot>>,
     /// Readiness sets, by poller id.
     pub pollers: Vec<Option<PollerState>>,
-    /// The egress qdisc of each device queue (Linux's `mq` children).
-    pub txq: Vec<TxQueue>,
+    /// The egress qdisc of each device queue (Linux's `mq` children), shared with the
+    /// engine's admission at the transmit ([`iothread::EgressGate`]).
+    pub txq: iothread::SharedTxQueues,
 }
 
 impl Inner {
@@ -814,9 +821,17 @@ impl Host {
             Device::Mem(l) => l.mtu(),
         };
         let fq = matches!(egress, Egress::Fq | Egress::FqWith(_));
-        let txq = (0..n)
-            .map(|_| TxQueue::new(iothread::qdisc_for(egress.clone(), mtu)))
-            .collect();
+        let txq = iothread::TxQueues::new(
+            (0..n)
+                .map(|_| TxQueue::new(iothread::qdisc_for(egress.clone(), mtu)))
+                .collect(),
+        );
+        // The engine learns each qdisc's verdict at the transmit (NET_XMIT_DROP), as Linux's
+        // TCP does from dev_queue_xmit.
+        let mut stack = stack;
+        if iothread::lock_txq(&txq).any_qdisc() {
+            stack.set_tx_gate(Some(Box::new(iothread::EgressGate(txq.clone()))));
+        }
         let wakers = (0..n)
             .map(|_| Waker::new())
             .collect::<io::Result<Vec<_>>>()?;

@@ -11,10 +11,11 @@
 //! that queue's thread.
 
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use shallow_qdisc::{Fq, FqConfig, PfifoFast, Qdisc, QdiscPacket, Tbf};
-use shallow_tcp::{Instant, Stack, TxToken};
+use shallow_qdisc::{Admitted, Fifo, Fq, FqConfig, Offer, PfifoFast, Qdisc, QdiscPacket, Tbf};
+use shallow_tcp::{Instant, Stack, TxGate, TxMeta, TxToken};
 use shallow_wire::segment;
 
 use crate::host::{
@@ -29,11 +30,12 @@ const RX_BATCH: usize = 64;
 /// The egress qdisc of one TX queue.
 pub(crate) type EgressQdisc = Option<Box<dyn Qdisc<TxPkt> + Send>>;
 
-/// One TX queue's egress state, kept with the engine (under its mutex): the qdisc, and
-/// without a qdisc the packets another queue's thread steered here (written in order by this
-/// queue's thread).
+/// One TX queue's egress state: the qdisc, the packets admitted at the transmit and not yet
+/// enqueued, and without a qdisc the packets another queue's thread steered here (written in
+/// order by this queue's thread).
 pub(crate) struct TxQueue {
     qdisc: EgressQdisc,
+    admitted: Admitted,
     direct: Vec<TxPkt>,
 }
 
@@ -41,6 +43,7 @@ impl TxQueue {
     pub fn new(qdisc: EgressQdisc) -> TxQueue {
         TxQueue {
             qdisc,
+            admitted: Admitted::new(),
             direct: Vec::new(),
         }
     }
@@ -48,6 +51,67 @@ impl TxQueue {
     fn backlog_bytes(&self) -> usize {
         self.qdisc.as_ref().map_or(0, |q| q.backlog_bytes())
             + self.direct.iter().map(|p| p.data.len()).sum::<usize>()
+    }
+}
+
+/// The TX queues of a host, shared by its I/O threads (which enqueue and dequeue, always
+/// under the engine mutex too) and the engine's [`EgressGate`] (asked inside engine calls,
+/// under the engine mutex): lock order engine → queues, and the queues' lock is never held
+/// across a call into the engine.
+pub(crate) struct TxQueues {
+    pub queues: Vec<TxQueue>,
+    /// Packets refused at the transmit, not yet added to `HostStats::qdisc_drops`.
+    refused: u64,
+}
+
+/// [`TxQueues`] behind their lock.
+pub(crate) type SharedTxQueues = Arc<Mutex<TxQueues>>;
+
+impl TxQueues {
+    pub fn new(queues: Vec<TxQueue>) -> SharedTxQueues {
+        Arc::new(Mutex::new(TxQueues { queues, refused: 0 }))
+    }
+    /// True when some queue has a qdisc (else nothing can refuse a packet).
+    pub fn any_qdisc(&self) -> bool {
+        self.queues.iter().any(|q| q.qdisc.is_some())
+    }
+}
+
+/// Lock the TX queues (a poisoned lock is taken over: the state is queues and counters).
+pub(crate) fn lock_txq(t: &SharedTxQueues) -> MutexGuard<'_, TxQueues> {
+    t.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The admission rule the host installs in its engine ([`Stack::set_tx_gate`]): the qdisc
+/// of the queue the packet's flow picks decides at the transmit ([`Qdisc::admit`]), as
+/// Linux's `dev_queue_xmit` returns `NET_XMIT_DROP` to `__tcp_transmit_skb`; an admitted
+/// packet keeps its place until [`egress`] enqueues it.
+pub(crate) struct EgressGate(pub SharedTxQueues);
+
+impl TxGate for EgressGate {
+    fn admit(&mut self, m: &TxMeta) -> bool {
+        let mut t = lock_txq(&self.0);
+        let n = t.queues.len();
+        let q = if n > 1 { queue_of(m.flow, n) } else { 0 };
+        let TxQueue {
+            qdisc, admitted, ..
+        } = &mut t.queues[q];
+        let Some(qd) = qdisc.as_mut() else {
+            return true;
+        };
+        let offer = Offer {
+            len: m.len,
+            flow: m.flow,
+            priority: shallow_qdisc::tos_to_priority(m.tos),
+            departure_ns: m.departure_ns,
+            header_len: m.header_len,
+            gso_size: m.gso_size.map(usize::from),
+        };
+        let ok = qd.admit(m.now.as_nanos(), &offer, admitted);
+        if !ok {
+            t.refused += 1;
+        }
+        ok
     }
 }
 
@@ -65,6 +129,7 @@ pub(crate) fn qdisc_for(egress: Egress, mtu: usize) -> EgressQdisc {
         Egress::FqWith(c) => Some(Box::new(Fq::new(c))),
         Egress::Tbf { rate, burst, limit } => Some(Box::new(Tbf::new(rate, burst, limit))),
         Egress::PfifoFast { txqueuelen } => Some(Box::new(PfifoFast::new(txqueuelen))),
+        Egress::Pfifo { limit } => Some(Box::new(Fifo::pfifo(limit))),
         Egress::Direct => None,
     }
 }
@@ -195,7 +260,8 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
                     (a, b) => a.or(b),
                 }
             };
-            let txq = &g.txq[me];
+            let txqs = lock_txq(&g.txq);
+            let txq = &txqs.queues[me];
             if let Some(q) = txq.qdisc.as_ref() {
                 if q.backlog_packets() > 0 {
                     // Held but not by time should not happen (everything due was dequeued);
@@ -383,7 +449,8 @@ fn egress(
     kicks: &mut [bool],
 ) {
     let Inner { stack, txq, .. } = g;
-    let n = txq.len();
+    let txq = txq.clone();
+    let n = lock_txq(&txq).queues.len();
     if let Some(h) = hook.as_deref_mut() {
         if h.held_tx
             .as_ref()
@@ -394,9 +461,12 @@ fn egress(
             }
         }
     }
+    // The queues' lock is taken for each step alone: a call into the engine (a completion)
+    // may transmit, and its admission takes the lock.
     loop {
         let mut any = false;
-        for p in std::mem::take(&mut txq[me].direct) {
+        let direct = std::mem::take(&mut lock_txq(&txq).queues[me].direct);
+        for p in direct {
             any = true;
             tx_hooked(sh, stack, outq, hook.as_deref_mut(), p, now);
         }
@@ -413,30 +483,64 @@ fn egress(
             if q != me {
                 kicks[q] = true;
             }
-            match &mut txq[q].qdisc {
-                None if q == me => tx_hooked(sh, stack, outq, hook.as_deref_mut(), p, now),
-                None => txq[q].direct.push(p),
+            let mut t = lock_txq(&txq);
+            let TxQueue {
+                qdisc,
+                admitted,
+                direct,
+            } = &mut t.queues[q];
+            // What is left to do once the lock is dropped: write the packet (no qdisc on
+            // this thread's queue) or complete a packet the qdisc dropped.
+            let after = match qdisc {
+                None if q == me => Some((true, p)),
+                None => {
+                    direct.push(p);
+                    None
+                }
                 Some(qd) => {
-                    if let Err(p) = qd.enqueue(now.as_nanos(), p) {
-                        bump(&sh.stats.qdisc_drops);
-                        if let Some(t) = p.token {
-                            stack.tx_complete(now, t);
-                        }
+                    // Admitted at the transmit: its place was held, so this cannot fail.
+                    admitted.remove(p.len(), p.flow, p.priority());
+                    qd.enqueue(now.as_nanos(), p).err().map(|p| (false, p))
+                }
+            };
+            drop(t);
+            match after {
+                Some((true, p)) => tx_hooked(sh, stack, outq, hook.as_deref_mut(), p, now),
+                Some((false, p)) => {
+                    bump(&sh.stats.qdisc_drops);
+                    if let Some(t) = p.token {
+                        stack.tx_complete(now, t);
                     }
                 }
+                None => {}
             }
         }
-        let held: usize = txq.iter().map(TxQueue::backlog_bytes).sum();
+        let mut t = lock_txq(&txq);
+        // Refusals at the transmit are the qdisc's drops too.
+        let refused = std::mem::take(&mut t.refused);
+        if refused > 0 {
+            sh.stats.qdisc_drops.fetch_add(refused, Ordering::Relaxed);
+        }
+        let held: usize = t.queues.iter().map(TxQueue::backlog_bytes).sum();
         sh.stats
             .qdisc_backlog_max
             .fetch_max(held as u64, Ordering::Relaxed);
-        if let Some(q) = txq[me].qdisc.as_mut() {
+        let mut released = Vec::new();
+        if let Some(q) = t.queues[me].qdisc.as_mut() {
             while let Some(p) = q.dequeue(now.as_nanos()) {
-                any = true;
-                tx_hooked(sh, stack, outq, hook.as_deref_mut(), p, now);
+                released.push(p);
             }
         }
-        let held: usize = txq.iter().map(TxQueue::backlog_bytes).sum();
+        drop(t);
+        for p in released {
+            any = true;
+            tx_hooked(sh, stack, outq, hook.as_deref_mut(), p, now);
+        }
+        let held: usize = lock_txq(&txq)
+            .queues
+            .iter()
+            .map(TxQueue::backlog_bytes)
+            .sum();
         sh.stats.qdisc_backlog.store(held as u64, Ordering::Relaxed);
         if !any {
             break;

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use crate::{Qdisc, QdiscPacket, QdiscStats};
+use crate::{Admitted, Offer, Qdisc, QdiscPacket, QdiscStats};
 
 /// `pfifo` (limit in packets) or `bfifo` (limit in bytes): one drop-tail FIFO.
 #[derive(Debug)]
@@ -56,6 +56,22 @@ impl<P: QdiscPacket> Qdisc<P> for Fifo<P> {
         self.bytes += pkt.len();
         self.q.push_back(pkt);
         Ok(())
+    }
+    fn admit(&mut self, _now: u64, o: &Offer, admitted: &mut Admitted) -> bool {
+        let ok = if self.in_bytes {
+            self.bytes
+                .saturating_add(admitted.bytes())
+                .saturating_add(o.len)
+                <= self.limit
+        } else {
+            self.q.len() + admitted.packets() < self.limit
+        };
+        if ok {
+            admitted.add(o);
+        } else {
+            self.stats.dropped += 1;
+        }
+        ok
     }
     fn dequeue(&mut self, _now: u64) -> Option<P> {
         let p = self.q.pop_front()?;

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
-use crate::{FlowMap, Qdisc, QdiscPacket, QdiscStats, Rate, NSEC_PER_SEC};
+use crate::{Admitted, FlowMap, Offer, Qdisc, QdiscPacket, QdiscStats, Rate, NSEC_PER_SEC};
 
 /// Parameters of [`Fq`] (Linux `sch_fq` defaults). Times in nanoseconds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -201,6 +201,31 @@ impl<P: QdiscPacket> Qdisc<P> for Fq<P> {
         Ok(())
     }
 
+    fn admit(&mut self, now: u64, o: &Offer, admitted: &mut Admitted) -> bool {
+        // The rules of `enqueue`, in its order, with the admitted packets counted as queued.
+        if self.qlen + admitted.packets() >= self.cfg.limit {
+            self.stats.dropped += 1;
+            return false;
+        }
+        if o.departure_ns
+            .is_some_and(|d| d > now.saturating_add(self.cfg.horizon))
+        {
+            self.stats.dropped += 1;
+            self.stats.horizon_drops += 1;
+            return false;
+        }
+        let queued = self
+            .index
+            .get(&o.flow)
+            .map_or(0, |&i| self.flows[i].q.len());
+        if queued + admitted.flow_packets(o.flow) >= self.cfg.flow_limit {
+            self.stats.dropped += 1;
+            self.stats.flow_limit_drops += 1;
+            return false;
+        }
+        admitted.add(o);
+        true
+    }
     fn dequeue(&mut self, now: u64) -> Option<P> {
         self.unthrottle(now);
         loop {

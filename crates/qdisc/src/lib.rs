@@ -35,11 +35,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod admission;
 mod fifo;
 mod fq;
 mod pfifo_fast;
 mod tbf;
 
+pub use admission::{Admitted, Offer};
 pub use fifo::Fifo;
 pub use fq::{Fq, FqConfig};
 pub use pfifo_fast::{pfifo_fast_band, tos_to_priority, PfifoFast};
@@ -133,6 +135,12 @@ pub trait Qdisc<P: QdiscPacket> {
     fn enqueue(&mut self, now: u64, pkt: P) -> Result<(), P>;
     /// The next packet the device may send at `now`, if any.
     fn dequeue(&mut self, now: u64) -> Option<P>;
+    /// Admission at the transmit (Linux's `NET_XMIT_DROP` returned to the sender, see
+    /// [`Admitted`]): would [`enqueue`](Qdisc::enqueue) at `now` take the packet `offer`
+    /// describes if the packets of `admitted` were queued first? If yes, the offer is added to
+    /// `admitted` (the caller removes it when it enqueues the packet, which then cannot be
+    /// refused); if no, the refusal is counted as the drop it stands for.
+    fn admit(&mut self, now: u64, offer: &Offer, admitted: &mut Admitted) -> bool;
     /// When `dequeue` returned `None` but packets are held: the earliest time one may be
     /// released (arm a timer for then). `None` when nothing is held back by time.
     fn next_wakeup(&self, now: u64) -> Option<u64>;

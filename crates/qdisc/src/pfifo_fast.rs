@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use crate::{Qdisc, QdiscPacket, QdiscStats};
+use crate::{Admitted, Offer, Qdisc, QdiscPacket, QdiscStats};
 
 /// The priority Linux gives an IP packet from its TOS byte (`rt_tos2priority`: the table
 /// `ip_tos2prio` indexed by the four TOS bits `(tos & 0x1e) >> 1`).
@@ -55,6 +55,16 @@ impl<P: QdiscPacket> Qdisc<P> for PfifoFast<P> {
         self.bytes += pkt.len();
         self.bands[b].push_back(pkt);
         Ok(())
+    }
+    fn admit(&mut self, _now: u64, o: &Offer, admitted: &mut Admitted) -> bool {
+        let b = pfifo_fast_band(o.priority);
+        let ok = self.bands[b].len() + admitted.band_packets(b) < self.limit;
+        if ok {
+            admitted.add(o);
+        } else {
+            self.stats.dropped += 1;
+        }
+        ok
     }
     fn dequeue(&mut self, _now: u64) -> Option<P> {
         for b in &mut self.bands {

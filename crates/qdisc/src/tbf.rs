@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use crate::{Qdisc, QdiscPacket, QdiscStats, Rate};
+use crate::{Admitted, Offer, Qdisc, QdiscPacket, QdiscStats, Rate};
 
 /// `tbf`: token bucket filter. Tokens are kept in nanoseconds of transmission time at `rate`
 /// (as Linux's `tbf_dequeue` does): the bucket holds at most `burst` bytes' worth, starts
@@ -93,6 +93,30 @@ impl<P: QdiscPacket> Qdisc<P> for Tbf<P> {
             }
         }
         result
+    }
+    fn admit(&mut self, _now: u64, o: &Offer, admitted: &mut Admitted) -> bool {
+        // A packet within the burst is queued whole; a larger GSO packet is cut into
+        // segments that each carry the headers (tbf_segment), all of which must fit.
+        let need = if o.len as u64 <= self.burst {
+            Some(o.len)
+        } else {
+            match o.gso_segment_len() {
+                Some(l) if l as u64 <= self.burst => Some(o.len + o.header_len * (o.segs() - 1)),
+                _ => None,
+            }
+        };
+        let ok = need.is_some_and(|n| {
+            self.bytes
+                .saturating_add(admitted.bytes())
+                .saturating_add(n)
+                <= self.limit
+        });
+        if ok {
+            admitted.add(o);
+        } else {
+            self.stats.dropped += 1;
+        }
+        ok
     }
     fn dequeue(&mut self, now: u64) -> Option<P> {
         let len = self.q.front()?.len();

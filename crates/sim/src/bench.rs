@@ -367,6 +367,9 @@ pub struct BenchExtras {
     /// The receiving host's route to the sender has `quickack 1` (`ip route ... quickack 1`,
     /// Linux `dst_quick_ack`): it ACKs every segment at once.
     pub rx_route_quickack: bool,
+    /// The sending host's device takes no TSO/GSO packets (`ethtool -K dev tso off gso
+    /// off`, [`Stack::set_gso`](shallow_tcp::Stack::set_gso)`(false)`): one segment per packet.
+    pub tx_gso_off: bool,
 }
 
 /// Run a benchmark. `capture`: pcap of the sending host's egress (as tcpdump on it sees
@@ -436,6 +439,9 @@ fn run_inner(
     };
     let mut left = mk_host(left_ip, "host/left", &cfg.sysctls, fq)?;
     let mut right = mk_host(right_ip, "host/right", &cfg.rx_sysctls, false)?;
+    if extras.tx_gso_off {
+        left.stack.set_gso(false);
+    }
     if extras.rx_route_quickack {
         right.stack.set_route(
             left_ip,

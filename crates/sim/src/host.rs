@@ -1163,6 +1163,13 @@ impl Endpoint for TcpHost {
         }
     }
 
+    /// The engine learns the qdisc's verdict at the transmit (NET_XMIT_DROP), as Linux's
+    /// TCP does from `dev_queue_xmit`.
+    fn attach_egress(&mut self, egress: &crate::qdisc::EgressHandle) {
+        self.stack
+            .set_tx_gate(Some(Box::new(crate::qdisc::EgressGate(egress.clone()))));
+    }
+
     fn tx_complete(&mut self, now: Time, token: u64) {
         let cpu = self
             .token_cpu

@@ -356,6 +356,15 @@ pub trait Endpoint {
     /// The packet that carried `token` has left the host (its last bit is on the wire and the
     /// NIC's completion interrupt ran) or was dropped below the endpoint.
     fn tx_complete(&mut self, now: Time, token: u64);
+    /// The emulator gives the endpoint its host's egress qdisc once, when the topology is
+    /// built, so that it can learn the qdisc's verdict on a packet at the transmit
+    /// ([`EgressGate`](crate::qdisc::EgressGate), Linux's `NET_XMIT_DROP`). An endpoint that
+    /// records an admission in [`Egress::admitted`](crate::qdisc::Egress::admitted) must then
+    /// release that packet through [`Endpoint::poll_transmit`]. The default ignores it: every
+    /// packet is offered to the qdisc only when it is released.
+    fn attach_egress(&mut self, egress: &crate::qdisc::EgressHandle) {
+        let _ = egress;
+    }
     /// The endpoint's next timer deadline.
     fn poll_timeout(&self) -> Option<Time>;
     /// The deadline returned by `poll_timeout` has passed.
@@ -387,6 +396,9 @@ impl<T: Endpoint + ?Sized> Endpoint for Box<T> {
     }
     fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
         (**self).poll_transmit(now)
+    }
+    fn attach_egress(&mut self, egress: &crate::qdisc::EgressHandle) {
+        (**self).attach_egress(egress)
     }
     fn tx_complete(&mut self, now: Time, token: u64) {
         (**self).tx_complete(now, token)

@@ -6,9 +6,11 @@
 //! `qdisc_watchdog`). Times passed to the qdiscs are [`Time`](crate::Time)'s nanoseconds.
 
 pub use shallow_qdisc::{
-    pfifo_fast_band, tos_to_priority, Fifo, Fq, FqConfig, PfifoFast, Qdisc, QdiscPacket,
-    QdiscStats, Rate as QdiscRate, Tbf,
+    pfifo_fast_band, tos_to_priority, Admitted, Fifo, Fq, FqConfig, Offer, PfifoFast, Qdisc,
+    QdiscPacket, QdiscStats, Rate as QdiscRate, Tbf,
 };
+use shallow_tcp::{TxGate, TxMeta};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::packet::{Packet, Skb};
 use crate::segment;
@@ -132,5 +134,80 @@ mod tests {
             }
         }
         assert_eq!(tokens, vec![None, None, None, None, Some(9)]);
+    }
+}
+
+/// A host's egress qdisc, shared by the emulator (which enqueues what the endpoint releases
+/// and lets the NIC dequeue) and the host's engine (which asks it for admission at the
+/// transmit, [`EgressGate`]): the packets admitted but not yet enqueued, and the refusals
+/// not yet counted in the host's [`HostStats`](crate::HostStats).
+pub struct Egress {
+    /// The qdisc.
+    pub qdisc: Box<dyn Qdisc<Skb> + Send>,
+    /// Packets admitted at the transmit and not yet enqueued.
+    pub admitted: Admitted,
+    /// Refusals since the emulator last counted them.
+    pub refused: u64,
+}
+
+/// A shared handle on a host's [`Egress`] (the emulator runs on one thread; the mutex is
+/// only what a [`TxGate`] installed in a `Send` engine needs).
+#[derive(Clone)]
+pub struct EgressHandle(Arc<Mutex<Egress>>);
+
+impl EgressHandle {
+    /// A handle on a new egress around `qdisc`.
+    pub fn new(qdisc: Box<dyn Qdisc<Skb> + Send>) -> EgressHandle {
+        EgressHandle(Arc::new(Mutex::new(Egress {
+            qdisc,
+            admitted: Admitted::new(),
+            refused: 0,
+        })))
+    }
+    /// The egress (a poisoned lock is taken over: the state is plain counters and queues).
+    pub fn lock(&self) -> MutexGuard<'_, Egress> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The qdisc of an [`EgressHandle`], borrowed ([`Sim::qdisc`](crate::Sim::qdisc)).
+pub struct QdiscRef<'a>(pub(crate) MutexGuard<'a, Egress>);
+
+impl std::ops::Deref for QdiscRef<'_> {
+    type Target = dyn Qdisc<Skb> + Send;
+    fn deref(&self) -> &Self::Target {
+        self.0.qdisc.as_ref()
+    }
+}
+
+/// The admission rule a `TcpHost` installs in its engine ([`Stack::set_tx_gate`]): the
+/// host's real qdisc decides at the transmit ([`Qdisc::admit`]), as Linux's `dev_queue_xmit`
+/// returns `NET_XMIT_DROP` to `__tcp_transmit_skb`; an admitted packet is then sure of its
+/// place when the emulator enqueues it (after the CPU time of the send).
+///
+/// [`Stack::set_tx_gate`]: shallow_tcp::Stack::set_tx_gate
+pub struct EgressGate(pub EgressHandle);
+
+impl TxGate for EgressGate {
+    fn admit(&mut self, m: &TxMeta) -> bool {
+        let offer = Offer {
+            len: m.len,
+            flow: m.flow,
+            priority: tos_to_priority(m.tos),
+            departure_ns: m.departure_ns,
+            header_len: m.header_len,
+            gso_size: m.gso_size.map(usize::from),
+        };
+        let mut e = self.0.lock();
+        let Egress {
+            qdisc,
+            admitted,
+            refused,
+        } = &mut *e;
+        let ok = qdisc.admit(m.now.as_nanos(), &offer, admitted);
+        if !ok {
+            *refused += 1;
+        }
+        ok
     }
 }

@@ -24,7 +24,7 @@ use crate::gro::{Gro, GroStats};
 use crate::metrics::{FlowBytes, PacketDelay, Summary};
 use crate::packet::{Endpoint, Packet, Skb, TsoParent, WireSeg};
 use crate::pool::{BufPool, FlowMap};
-use crate::qdisc::Qdisc;
+use crate::qdisc::{EgressHandle, QdiscPacket, QdiscRef};
 use crate::rng::SimRng;
 use crate::segment;
 use crate::spec::{LinkSpec, QdiscSpec, QueueLimit, SpecError};
@@ -328,7 +328,8 @@ struct Host<E> {
     downlink: DelayLine,
     side: Side,
     addrs: Vec<IpAddr>,
-    qdisc: Box<dyn Qdisc<Skb>>,
+    /// The egress qdisc, shared with the endpoint's admission at the transmit.
+    egress: EgressHandle,
     nic: Nic,
     access_delay: Time,
     rx: VecDeque<Packet>,
@@ -454,13 +455,16 @@ impl<E: Endpoint> TopologyBuilder<E> {
             {
                 return Err(TopologyError::BadNic(i));
             }
+            let egress = EgressHandle::new(cfg.qdisc.build(cfg.mtu, cfg.txqueuelen));
+            let mut ep = ep;
+            ep.attach_egress(&egress);
             hosts.push(Host {
                 ep,
                 uplink: DelayLine::default(),
                 downlink: DelayLine::default(),
                 side,
                 addrs,
-                qdisc: cfg.qdisc.build(cfg.mtu, cfg.txqueuelen),
+                egress,
                 nic: Nic {
                     cfg: cfg.nic,
                     mtu: cfg.mtu as usize,
@@ -597,8 +601,8 @@ impl<E: Endpoint> Sim<E> {
         &self.hosts[h.0].metrics
     }
     /// A host's qdisc (stats, backlog).
-    pub fn qdisc(&self, h: HostId) -> &dyn Qdisc<Skb> {
-        self.hosts[h.0].qdisc.as_ref()
+    pub fn qdisc(&self, h: HostId) -> QdiscRef<'_> {
+        QdiscRef(self.hosts[h.0].egress.lock())
     }
     /// Bytes held by a host's NIC ring (sent or not, not yet completed).
     pub fn nic_inflight_bytes(&self, h: HostId) -> usize {
@@ -822,6 +826,8 @@ impl<E: Endpoint> Sim<E> {
             self.hosts[h].nic.orphaned = orphaned;
         }
         let hs = &mut self.hosts[h];
+        // Packets the qdisc refused at the transmit are its drops too.
+        hs.stats.qdisc_drops += std::mem::take(&mut hs.egress.lock().refused);
         let t = hs.ep.poll_timeout();
         hs.timer_at = t;
         if let Some(t) = t {
@@ -851,7 +857,14 @@ impl<E: Endpoint> Sim<E> {
             .or_default()
             .add(now, len as u64);
         let skb = Skb::new(pkt, now);
-        if let Err(skb) = hs.qdisc.enqueue(now.0, skb) {
+        let mut eg = hs.egress.lock();
+        // A packet admitted at the transmit has its place held: it moves from the ledger
+        // into the queue (and cannot be refused there).
+        let prio = skb.priority();
+        eg.admitted.remove(len, flow, prio);
+        let r = eg.qdisc.enqueue(now.0, skb);
+        drop(eg);
+        if let Err(skb) = r {
             hs.stats.qdisc_drops += 1;
             if let Some(f) = hs.metrics.flows.get_mut(&skb.pkt.flow) {
                 f.sub(now, u64::from(skb.acct_len));
@@ -873,7 +886,8 @@ impl<E: Endpoint> Sim<E> {
             if hs.nic.ring_full() {
                 break;
             }
-            match hs.qdisc.dequeue(now.0) {
+            let deq = hs.egress.lock().qdisc.dequeue(now.0);
+            match deq {
                 Some(skb) => {
                     let len = skb.len();
                     if let Some(c) = hs.capture.as_mut() {
@@ -925,7 +939,8 @@ impl<E: Endpoint> Sim<E> {
                     self.record(TraceKind::NicDequeue, h, len, flow);
                 }
                 None => {
-                    if let Some(t) = hs.qdisc.next_wakeup(now.0).map(Time) {
+                    let wake = hs.egress.lock().qdisc.next_wakeup(now.0);
+                    if let Some(t) = wake.map(Time) {
                         if hs.wake_at.is_none_or(|w| t < w) {
                             hs.wake_at = Some(t);
                             self.events.push(t.max(now), Ev::QdiscWake { host: h });

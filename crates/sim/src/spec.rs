@@ -346,7 +346,7 @@ impl QdiscSpec {
     }
 
     /// Build the qdisc for a device with `mtu` and `txqueuelen`.
-    pub fn build(&self, mtu: u32, txqueuelen: usize) -> Box<dyn Qdisc<Skb>> {
+    pub fn build(&self, mtu: u32, txqueuelen: usize) -> Box<dyn Qdisc<Skb> + Send> {
         match self {
             QdiscSpec::PfifoFast => Box::new(PfifoFast::new(txqueuelen)),
             QdiscSpec::Fq {

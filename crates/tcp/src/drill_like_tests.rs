@@ -2126,6 +2126,12 @@ fn failed_retransmission_is_not_counted() {
     let i = p.st.tcp_info(p.now, s).unwrap();
     assert_eq!((i.ca_state, i.retrans), (4, 0));
     assert!(p.st.counters().value(Mib::TCPRetransFail) >= 1);
+    // Linux counts RetransSegs before the transmit, so a refused attempt counts in both (on
+    // 6.18: RetransSegs 2215 with TCPRetransFail 1606 while only 1044 packets left a tbf).
+    assert_eq!(
+        p.st.counters().value(Mib::RetransSegs),
+        p.st.counters().value(Mib::TCPRetransFail)
+    );
     p.st.set_tx_drop(false);
     let o = advance(&mut p, Duration::from_secs(2));
     assert_eq!(p.rel(&o[0]).0, 0, "the next RTO resends the head");
@@ -2287,6 +2293,61 @@ fn tail_loss_probe_prefers_new_data_over_cwnd() {
     );
     assert_eq!(p.st.counters().value(Mib::TCPLossProbes), 1);
     assert_eq!(p.st.tcp_info(p.now, s).unwrap().retrans, 0);
+}
+
+/// Refuses the next `n` packets that carry data (a qdisc that is full for a while).
+struct RefuseNext(std::sync::Arc<std::sync::atomic::AtomicU32>);
+
+impl TxGate for RefuseNext {
+    fn admit(&mut self, m: &TxMeta) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        m.len == m.header_len
+            || self
+                .0
+                .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+                .is_err()
+    }
+}
+
+/// `tcp_send_loss_probe` whose new data the qdisc refuses sends nothing else: it does not
+/// fall back to retransmitting the tail (that would be a retransmission caused by a local
+/// drop); it counts no probe and re-arms the RTO (`goto rearm_timer`). The next ACK sends
+/// the data.
+#[test]
+fn refused_loss_probe_is_no_probe_and_no_retransmission() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
+    assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 10000, "IW10");
+    let refuse = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(1));
+    p.st.set_tx_gate(Some(Box::new(RefuseNext(refuse.clone()))));
+    // cwnd is full: this waits for the loss probe, whose new data the qdisc refuses.
+    assert_eq!(p.st.send(p.now, s, &[0u8; 1000], 0), Ok(1000));
+    assert!(p.out().is_empty());
+    let o = advance(&mut p, Duration::from_millis(250));
+    assert!(o.is_empty(), "nothing sent: {}", o.len());
+    assert_eq!(
+        refuse.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "the probe was refused"
+    );
+    let c = p.st.counters();
+    assert_eq!(c.value(Mib::TCPLossProbes), 0);
+    assert_eq!(c.value(Mib::RetransSegs), 0);
+    assert_eq!(p.st.tcp_info(p.now, s).unwrap().retrans, 0);
+    // An ACK of everything in flight sends the new data.
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(10000), ACK, 320, &[], &[]),
+        None,
+    );
+    let o = p.out();
+    assert_eq!(
+        o.iter().map(|x| (p.rel(x).0, x.len)).collect::<Vec<_>>(),
+        [(10000, 1000)]
+    );
+    assert_eq!(p.st.counters().value(Mib::RetransSegs), 0);
 }
 
 /// A FIN gets no exception from the congestion window (Linux 6.18 `tcp_cwnd_test`, measured

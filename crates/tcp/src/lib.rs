@@ -23,6 +23,8 @@
 //!   rwnd-limited / sndbuf-limited chronographs), `SO_MEMINFO`, `tcp_poll`.
 //! - [`sysctl`]: sysctls by Linux name with 6.18 defaults. [`mib`]: SNMP counters (`nstat`
 //!   table). [`ss`]: an `ss -tmi`-like view of the sockets (`Stack::ss`).
+//! - [`gate`]: the device side's verdict on each outgoing packet ([`TxGate`]): a refusal is
+//!   Linux's `NET_XMIT_DROP` at the transmit, not a loss in the network.
 //! - [`packet`]: the only code that touches bytes (through `shallow_wire`).
 //! - [`time`], [`seq`], [`errno`]: foundations.
 //! - `harness` (feature `test-util`): two stacks over an impaired in-memory link.
@@ -134,6 +136,7 @@ pub use mib::{Counters, Mib};
 pub use sysctl::{SysctlError, Sysctls};
 pub use time::Instant;
 
+pub mod gate;
 pub mod info;
 mod input;
 mod mem;
@@ -147,6 +150,7 @@ pub mod sockopt;
 pub mod ss;
 pub mod stack;
 
+pub use gate::{DropAll, TxGate, TxMeta};
 pub use info::{MemInfo, TcpInfo};
 pub use recv::msgflags;
 pub use socket::{
@@ -163,6 +167,8 @@ pub mod harness;
 mod drill_like_tests;
 #[cfg(test)]
 mod e2e_tests;
+#[cfg(test)]
+mod gate_tests;
 #[cfg(test)]
 mod linger_tests;
 #[cfg(test)]

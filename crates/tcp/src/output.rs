@@ -1,7 +1,8 @@
 //! Output path: MSS and window selection, option building, `tcp_write_xmit`, segment
 //! transmission with TX-completion tokens, pure ACKs, RSTs, SYN/SYN-ACK and FIN.
 
-use crate::packet::{flags::*, OutOpt};
+use crate::gate::TxMeta;
+use crate::packet::{self, flags::*, OutOpt, SegOut};
 use crate::seq::*;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
@@ -1008,20 +1009,11 @@ impl Sock {
 
     /// Transmit `rtx_queue[idx]` (first transmission or retransmission) as one packet,
     /// possibly a TSO super-segment. Charges `wmem_alloc` and issues a TX token. Returns false
-    /// when the qdisc below refused it (`Env::tx_drop`, NET_XMIT_DROP): nothing about the skb
-    /// changes, and `__tcp_transmit_skb` takes the local congestion as a CWR signal.
+    /// when the device side refused it (`crate::gate`, NET_XMIT_DROP): nothing about the skb
+    /// changes, `__tcp_transmit_skb` takes the local congestion as a CWR signal, and the
+    /// attempt is counted as Linux counts it before its `queue_xmit` (OutSegs for new data,
+    /// RetransSegs for a retransmission; the caller adds TCPRetransFail).
     pub fn transmit_skb(&mut self, env: &mut Env, now: Instant, idx: usize, retrans: bool) -> bool {
-        if env.tx_drop {
-            if !matches!(
-                self.ca_state,
-                shallow_cc::CaState::Cwr
-                    | shallow_cc::CaState::Recovery
-                    | shallow_cc::CaState::Loss
-            ) {
-                self.enter_cwr(now);
-            }
-            return false;
-        }
         // ip_queue_xmit: a stale cached route is looked up again for this packet; the MSS
         // follows at the next tcp_current_mss.
         if let Some(r) = self.route_pending.take() {
@@ -1034,6 +1026,62 @@ impl Sock {
         };
         let mut opts = Vec::with_capacity(6);
         self.established_opts(now, &mut opts);
+        let (seq, fl, len, truesize) = {
+            let s = &self.rtx_queue[idx];
+            (s.seq, s.flags, s.len(), s.truesize)
+        };
+        let pcount = len.div_ceil(mss).max(1);
+        let gso = if len > mss {
+            Some(mss.min(65535) as u16)
+        } else {
+            None
+        };
+        let ecn_ok = self.ecn_flags & ecnf::OK != 0;
+        let ect = ecn_ok && len > 0 && !retrans;
+        // The device side's verdict, before anything about the skb changes (the header
+        // length is that of the segment built below: same options, same addresses).
+        let header_len = packet::header_len(&SegOut {
+            local: self.local,
+            remote: self.remote,
+            seq,
+            ack: 0,
+            flags: fl,
+            window: 0,
+            tos: 0,
+            ttl: 0,
+            ident: 0,
+            opts: &opts,
+            payload: &[],
+        });
+        let meta = TxMeta {
+            flow: env.flow_hash(self.local, self.remote),
+            len: header_len + len as usize,
+            header_len,
+            gso_size: gso,
+            tos: if ecn_ok {
+                (self.opts.tos & !0x3) | if ect { 0x2 } else { 0 }
+            } else {
+                self.opts.tos
+            },
+            departure_ns: Some(self.wstamp.max(now).as_nanos()),
+            now,
+        };
+        if !env.admit(&meta) {
+            if !matches!(
+                self.ca_state,
+                shallow_cc::CaState::Cwr
+                    | shallow_cc::CaState::Recovery
+                    | shallow_cc::CaState::Loss
+            ) {
+                self.enter_cwr(now);
+            }
+            if retrans {
+                env.mib.add(Mib::RetransSegs, u64::from(pcount));
+            } else {
+                env.mib.add(Mib::OutSegs, u64::from(pcount));
+            }
+            return false;
+        }
         let win = self.select_window(env);
         let prior_wstamp = self.wstamp;
         if self.wstamp < now {
@@ -1055,16 +1103,6 @@ impl Sock {
                 self.ack.pingpong = self.ack.pingpong.saturating_add(1);
             }
         }
-        let (seq, fl, len, truesize) = {
-            let s = &self.rtx_queue[idx];
-            (s.seq, s.flags, s.len(), s.truesize)
-        };
-        let pcount = len.div_ceil(mss).max(1);
-        let gso = if len > mss {
-            Some(mss.min(65535) as u16)
-        } else {
-            None
-        };
         // An orphaning device (Env::tx_orphan) frees the packet inside the send unless an EDT
         // qdisc holds it for a later departure.
         let orphan = env.tx_orphan && !(env.fq_pacing && departure > now);
@@ -1106,15 +1144,10 @@ impl Sock {
         let mut flags = fl | ACK | if pcount > 1 { PSH } else { 0 };
         // tcp_ecn_send (RFC 3168 §6.1.2, §6.1.5): new data carries ECT(0) (and a queued CWR);
         // retransmissions and pure ACKs are not ECN-capable; ECE is echoed while demanded.
-        let ecn_ok = self.ecn_flags & ecnf::OK != 0;
-        let mut ect = false;
         if ecn_ok {
-            if len > 0 && !retrans {
-                ect = true;
-                if self.ecn_flags & ecnf::QUEUE_CWR != 0 {
-                    self.ecn_flags &= !ecnf::QUEUE_CWR;
-                    flags |= CWR;
-                }
+            if ect && self.ecn_flags & ecnf::QUEUE_CWR != 0 {
+                self.ecn_flags &= !ecnf::QUEUE_CWR;
+                flags |= CWR;
             }
             if self.ecn_flags & ecnf::DEMAND_CWR != 0 {
                 flags |= ECE;
@@ -1128,7 +1161,9 @@ impl Sock {
         if ecn_ok {
             seg.tos = (seg.tos & !0x3) | if ect { 0x2 } else { 0 };
         }
-        let ok = env.emit_frag(&seg, frag, gso, Some(departure), token);
+        let ok = env
+            .emit_frag(&seg, frag, gso, Some(departure), token, true)
+            .sent();
         self.rtx_queue[idx].data = payload;
         // tcp_minshall_update: remember the end of a packet with a short last segment.
         if len < pcount * mss {
@@ -1244,8 +1279,10 @@ impl Sock {
         self.established_opts(now, &mut opts);
         let win = self.select_window(env);
         let seg = self.seg(env, self.snd_una.wrapping_sub(1), ACK, win, &opts, &[]);
-        if !env.emit(&seg, None, None, None) {
-            return env.tx_drop;
+        match env.emit(&seg, None, None, None) {
+            Emitted::Sent => {}
+            Emitted::Refused => return true,
+            Emitted::Unbuilt => return false,
         }
         env.mib.inc(Mib::TCPWinProbe);
         self.segs_out += 1;

@@ -421,7 +421,8 @@ pub(crate) fn build(s: &SegOut<'_>) -> Option<Vec<u8>> {
 /// Build one IP packet (as `build`), with the TCP checksum left to the device when
 /// `csum_partial` (Linux `CHECKSUM_PARTIAL`: the field holds the pseudo-header sum), and only
 /// its headers when `head_only` (the payload travels apart: `Transmit::frag`).
-pub(crate) fn build_with(s: &SegOut<'_>, csum_partial: bool, head_only: bool) -> Option<Vec<u8>> {
+/// The TCP header of a segment, options included.
+fn tcp_repr(s: &SegOut<'_>) -> Option<TcpRepr> {
     let mut options = Vec::with_capacity(s.opts.len());
     for o in s.opts {
         options.push(match *o {
@@ -435,7 +436,7 @@ pub(crate) fn build_with(s: &SegOut<'_>, csum_partial: bool, head_only: bool) ->
             }
         });
     }
-    let tcp = TcpRepr {
+    Some(TcpRepr {
         src_port: s.local.port(),
         dst_port: s.remote.port(),
         seq: s.seq,
@@ -444,7 +445,33 @@ pub(crate) fn build_with(s: &SegOut<'_>, csum_partial: bool, head_only: bool) ->
         window: s.window,
         urgent: 0,
         options,
+    })
+}
+
+/// Bytes of IP and TCP headers [`build_with`] writes in front of the payload of `s` (the
+/// length the device side is told before the packet exists, `crate::gate::TxMeta`).
+pub(crate) fn header_len(s: &SegOut<'_>) -> usize {
+    let ip = match s.local.ip() {
+        IpAddr::V4(_) => 20,
+        IpAddr::V6(_) => 40,
     };
+    let opts: usize = s
+        .opts
+        .iter()
+        .map(|o| match *o {
+            OutOpt::Nop => 1,
+            OutOpt::Mss(_) => 4,
+            OutOpt::Wscale(_) => 3,
+            OutOpt::SackOk => 2,
+            OutOpt::Ts(..) => 10,
+            OutOpt::Sack(_, n) => 2 + 8 * usize::from(n.min(4)),
+        })
+        .sum();
+    ip + 20 + opts.div_ceil(4) * 4
+}
+
+pub(crate) fn build_with(s: &SegOut<'_>, csum_partial: bool, head_only: bool) -> Option<Vec<u8>> {
+    let tcp = tcp_repr(s)?;
     let tcp_len = tcp.header_len() + s.payload.len();
     let ip = match (s.local.ip(), s.remote.ip()) {
         (IpAddr::V4(a), IpAddr::V4(b)) => IpRepr::V4(Ipv4Repr {

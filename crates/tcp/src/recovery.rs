@@ -900,10 +900,13 @@ impl Sock {
             return false;
         }
         if !self.transmit_skb(env, now, i, true) {
+            // __tcp_retransmit_skb: a failed attempt is counted, and the skb is still marked
+            // EVER_RETRANS so that no RTT sample is taken from a send that never happened.
             env.mib.add(
                 Mib::TCPRetransFail,
                 u64::from(self.rtx_queue[i].pcount.max(1)),
             );
+            self.rtx_queue[i].sacked |= sacked::EVER_RETRANS;
             return false;
         }
         let s = &mut self.rtx_queue[i];
@@ -959,41 +962,62 @@ impl Sock {
         }
     }
 
-    /// `tcp_send_loss_probe`: send new data if possible, else retransmit the last skb.
+    /// `tcp_send_loss_probe`: send new data if the window allows the head of the write
+    /// queue, else retransmit the last skb. A probe that could not be sent (the new data or
+    /// the retransmission refused by the qdisc below, or held back by TSQ) is no probe: it is
+    /// not counted, sets no `tlp_high_seq`, and the RTO is re-armed from the head's send time
+    /// (`goto rearm_timer`), so a local drop never turns into a retransmission of the tail.
     pub fn send_loss_probe(&mut self, env: &mut Env, now: Instant) {
         let before_nxt = self.snd_nxt;
-        if !self.write_queue.is_empty() {
-            // tcp_send_loss_probe: new data if the window allows it, even with cwnd full.
+        self.tlp_retrans = false;
+        let mss = self.current_mss();
+        let wnd_end = self.snd_wnd_end();
+        // tcp_snd_wnd_test on the head (its first MSS).
+        let head_fits = self.write_queue.front().is_some_and(|h| {
+            let end = if h.len() > mss {
+                h.seq.wrapping_add(mss)
+            } else {
+                h.end_seq
+            };
+            !after(end, wnd_end)
+        });
+        let sent = if head_fits {
+            // New data, even with cwnd full.
             self.tlp_force_quota = true;
             self.write_xmit(env, now, crate::output::NAGLE_PUSH, true);
             self.tlp_force_quota = false;
-        }
-        if self.snd_nxt == before_nxt {
-            if let Some(last) = self.rtx_queue.len().checked_sub(1) {
-                let mss = self.current_mss();
-                let len = self.rtx_queue[last].len();
-                if len > mss {
-                    // Probe with the last MSS only.
-                    let off = (len - 1) / mss * mss;
-                    if off > 0 {
-                        self.split_rtx(last, off);
-                    }
-                }
-                let last = self.rtx_queue.len() - 1;
-                // tcp_send_loss_probe resends with __tcp_retransmit_skb: the probe is not
-                // counted in retrans_out, so an RTO still deems that segment lost.
-                if self.rtx_queue[last].sacked & sacked::ACKED == 0
-                    && self.resend_skb(env, now, last, 1)
-                {
-                    self.tlp_retrans = true;
+            self.snd_nxt != before_nxt
+        } else if let Some(last) = self.rtx_queue.len().checked_sub(1) {
+            let len = self.rtx_queue[last].len();
+            if len > mss {
+                // Probe with the last MSS only.
+                let off = (len - 1) / mss * mss;
+                if off > 0 {
+                    self.split_rtx(last, off);
                 }
             }
+            let last = self.rtx_queue.len() - 1;
+            // tcp_send_loss_probe resends with __tcp_retransmit_skb: the probe is not
+            // counted in retrans_out, so an RTO still deems that segment lost.
+            if self.rtx_queue[last].sacked & sacked::ACKED != 0 {
+                true
+            } else if self.resend_skb(env, now, last, 1) {
+                self.tlp_retrans = true;
+                true
+            } else {
+                false
+            }
         } else {
-            self.tlp_retrans = false;
+            true
+        };
+        self.rtx_event = RtxEvent::Rto;
+        if !sent {
+            let at = self.rto_deadline(now, false);
+            self.arm(env, TimerKind::Retrans, at);
+            return;
         }
         env.mib.inc(Mib::TCPLossProbes);
         self.tlp_high_seq = Some(self.snd_nxt);
-        self.rtx_event = RtxEvent::Rto;
         let at = self.rto_deadline(now, true);
         self.arm(env, TimerKind::Retrans, at);
     }

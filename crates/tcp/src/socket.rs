@@ -2,6 +2,7 @@
 //! buffer (`Skb`) and the environment a socket acts on (`Env`: sysctls, counters, output
 //! queue, wake-ups, timer set, RNG). Logic lives in the other modules as `impl Sock` blocks.
 
+use crate::gate::{TxGate, TxMeta};
 use crate::mib::{Counters, Mib};
 use crate::packet::{self, OutOpt, SegOut};
 use crate::sysctl::{Sysctl, Sysctls};
@@ -716,6 +717,23 @@ pub(crate) struct AckState {
 }
 
 /// The shared environment of all sockets of one stack.
+/// What became of a segment the engine emitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Emitted {
+    /// Queued for the substrate.
+    Sent,
+    /// Refused by the device side (NET_XMIT_DROP, [`Env::admit`]).
+    Refused,
+    /// Could not be built (mixed address families; a bug guard).
+    Unbuilt,
+}
+
+impl Emitted {
+    pub fn sent(self) -> bool {
+        self == Emitted::Sent
+    }
+}
+
 pub(crate) struct Env {
     pub sysctl: Sysctls,
     pub mib: Counters,
@@ -746,10 +764,11 @@ pub(crate) struct Env {
     /// xmit, as tun, veth and loopback do): `tcp_wfree` runs inside the send, so a packet that
     /// leaves at once never counts in `wmem_alloc` and gets no TX token.
     pub tx_orphan: bool,
-    /// The qdisc below drops every packet (`tc qdisc ... pfifo limit 0`): a transmit fails
-    /// with NET_XMIT_DROP, which TCP sees as a local error (`__tcp_transmit_skb` enters CWR,
-    /// `tcp_write_xmit` keeps the data queued, a retransmission is not counted).
-    pub tx_drop: bool,
+    /// The device side's admission rule (`crate::gate`): a packet it refuses fails with
+    /// NET_XMIT_DROP, which TCP sees as a local error (`__tcp_transmit_skb` enters CWR,
+    /// `tcp_write_xmit` keeps the data queued, a retransmission is not one in flight). `None`
+    /// accepts everything; [`DropAll`](crate::gate::DropAll) is `pfifo limit 0`.
+    pub gate: Option<Box<dyn TxGate>>,
     /// Per-socket bound of the RTT-sample log; 0 = not recording (the default).
     pub rtt_log_cap: usize,
     /// The device computes the TCP checksum of each segment it cuts from a TSO packet, so
@@ -785,7 +804,7 @@ impl Env {
             fq_pacing: false,
             gso: true,
             tx_orphan: false,
-            tx_drop: false,
+            gate: None,
             rtt_log_cap: 0,
             tso_csum_offload: false,
             sg: false,
@@ -834,19 +853,32 @@ impl Env {
         h.finish()
     }
 
-    /// Build and queue a segment; returns false if it could not be built.
+    /// The device side's verdict on a packet about to be transmitted (`crate::gate`): the one
+    /// place where a local drop (NET_XMIT_DROP) is decided.
+    pub fn admit(&mut self, meta: &TxMeta) -> bool {
+        self.gate.as_mut().is_none_or(|g| g.admit(meta))
+    }
+
+    /// The flow hash of a connection (`skb->hash`, fq's key): [`Transmit::flow`].
+    pub fn flow_hash(&self, local: SocketAddr, remote: SocketAddr) -> u32 {
+        (self.hash4(local, remote, 3) & 0xffff_ffff) as u32
+    }
+
+    /// Build and queue a segment, after asking the device side ([`Env::admit`]).
     pub fn emit(
         &mut self,
         seg: &SegOut<'_>,
         gso_size: Option<u16>,
         departure: Option<Instant>,
         token: Option<TxToken>,
-    ) -> bool {
-        self.emit_frag(seg, None, gso_size, departure, token)
+    ) -> Emitted {
+        self.emit_inner(seg, None, gso_size, departure, token, false)
     }
 
     /// [`Env::emit`] for a segment whose payload (`seg.payload`) is `frag`'s bytes: when the
     /// device does scatter-gather, the packet carries a share of them instead of a copy.
+    /// `admitted`: the caller already had the packet admitted ([`Env::admit`], with the
+    /// length [`packet::header_len`] gives), so it is not asked again.
     pub fn emit_frag(
         &mut self,
         seg: &SegOut<'_>,
@@ -854,11 +886,36 @@ impl Env {
         gso_size: Option<u16>,
         departure: Option<Instant>,
         token: Option<TxToken>,
-    ) -> bool {
-        if self.tx_drop {
-            return false;
+        admitted: bool,
+    ) -> Emitted {
+        self.emit_inner(seg, frag, gso_size, departure, token, admitted)
+    }
+
+    fn emit_inner(
+        &mut self,
+        seg: &SegOut<'_>,
+        frag: Option<Bytes>,
+        gso_size: Option<u16>,
+        departure: Option<Instant>,
+        token: Option<TxToken>,
+        admitted: bool,
+    ) -> Emitted {
+        let flow = self.flow_hash(seg.local, seg.remote);
+        if !admitted {
+            let header_len = packet::header_len(seg);
+            let meta = TxMeta {
+                flow,
+                len: header_len + seg.payload.len(),
+                header_len,
+                gso_size,
+                tos: seg.tos,
+                departure_ns: departure.map(|d| d.as_nanos()),
+                now: self.clock,
+            };
+            if !self.admit(&meta) {
+                return Emitted::Refused;
+            }
         }
-        let flow = (self.hash4(seg.local, seg.remote, 3) & 0xffff_ffff) as u32;
         let partial = self.tso_csum_offload
             && gso_size.is_some_and(|g| g > 0 && seg.payload.len() > usize::from(g));
         // `frag` must be the very bytes of `seg.payload` (a share of the same buffer).
@@ -879,9 +936,9 @@ impl Env {
                     token,
                     flow,
                 });
-                true
+                Emitted::Sent
             }
-            None => false,
+            None => Emitted::Unbuilt,
         }
     }
 

@@ -265,11 +265,24 @@ impl Stack {
     }
 
     /// Whether the qdisc below drops every packet (default off), as `tc qdisc add dev D root
-    /// pfifo limit 0` does. On: every transmit fails locally (NET_XMIT_DROP): data stays in
-    /// the write queue, a retransmission is not counted as sent, the flow enters CWR, and a
-    /// persist probe that fails retries every `TCP_RESOURCE_PROBE_INTERVAL` (500 ms).
+    /// pfifo limit 0` does: [`Stack::set_tx_gate`] with [`DropAll`](crate::DropAll) (on) or
+    /// with none (off, which removes any gate). On: every transmit fails locally
+    /// (NET_XMIT_DROP): data stays in the write queue, a retransmission is not counted as
+    /// sent, the flow enters CWR, and a persist probe that fails retries every
+    /// `TCP_RESOURCE_PROBE_INTERVAL` (500 ms).
     pub fn set_tx_drop(&mut self, on: bool) {
-        self.env.tx_drop = on;
+        self.set_tx_gate(on.then(|| Box::new(crate::DropAll) as Box<dyn crate::TxGate>));
+    }
+
+    /// Install the device side's admission rule (`crate::gate`; `None`, the default, accepts
+    /// every packet). The gate is asked once per packet, synchronously, before the packet
+    /// counts as sent; a refusal is Linux's `NET_XMIT_DROP` from `dev_queue_xmit`: the flow
+    /// enters CWR, refused new data stays unsent in the write queue (snd_nxt does not move)
+    /// and is sent later, a refused retransmission counts `TCPRetransFail` and is not a
+    /// retransmission in flight, a refused persist probe retries after 500 ms — a local drop
+    /// is never taken for a loss in the network.
+    pub fn set_tx_gate(&mut self, gate: Option<Box<dyn crate::TxGate>>) {
+        self.env.gate = gate;
     }
 
     /// Whether the output device takes TSO/GSO super-segments (default on). Off (as with
