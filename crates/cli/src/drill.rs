@@ -38,7 +38,8 @@ pub struct DrillArgs {
     /// Run over IPv6 (unless a script sets `--ip_version`).
     #[arg(long)]
     pub ipv6: bool,
-    /// Run over IPv4-mapped IPv6 (AF_INET6 sockets, IPv4 packets); with `--judge` only.
+    /// Run over IPv4-mapped IPv6 (AF_INET6 sockets, IPv4 packets), as packetdrill's
+    /// `--ip_version=ipv4-mapped-ipv6` (unless a script sets `--ip_version`).
     #[arg(long, conflicts_with = "ipv6")]
     pub ipv4_mapped_ipv6: bool,
     /// Print a trace of packets and calls for each script.
@@ -326,6 +327,7 @@ fn record(args: &RecordArgs) -> Result<()> {
         if args.check {
             let cfg = RunConfig {
                 ipv6: args.ipv6,
+                mapped: false,
                 verbose: false,
             };
             let report = match shallow_drill::parse_script(&name, &r.script) {
@@ -368,12 +370,9 @@ pub fn run(args: &DrillArgs) -> Result<()> {
     if args.judge.is_some() {
         return judge(args, &files);
     }
-    if args.ipv4_mapped_ipv6 {
-        eprintln!("error: the engine has no dual-stack sockets yet; --ipv4-mapped-ipv6 needs --judge kernel");
-        std::process::exit(2);
-    }
     let cfg = RunConfig {
         ipv6: args.ipv6,
+        mapped: args.ipv4_mapped_ipv6,
         verbose: args.verbose,
     };
     let mut summary = Summary {

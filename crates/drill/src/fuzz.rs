@@ -259,6 +259,7 @@ pub enum Verdict {
 pub fn replay(name: &str, script: &str, ipv6: bool) -> Option<String> {
     let cfg = RunConfig {
         ipv6,
+        mapped: false,
         verbose: false,
     };
     match crate::parse_script(name, script) {

@@ -23,6 +23,7 @@ fn run_all(ipv6: bool) {
             &dir.join(s),
             &RunConfig {
                 ipv6,
+                mapped: false,
                 verbose: false,
             },
         );

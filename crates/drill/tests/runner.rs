@@ -10,6 +10,7 @@ fn run_with(text: &str, ipv6: bool) -> Report {
         &script,
         &RunConfig {
             ipv6,
+            mapped: false,
             verbose: true,
         },
     )

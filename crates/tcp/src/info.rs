@@ -393,6 +393,17 @@ impl Sock {
             }
             TcpInq => self.opts.inq = on,
             IpTos | Ipv6Tclass => self.opts.tos = (v & 0xff) as u8,
+            // do_ipv6_setsockopt: only an AF_INET6 socket has the option (an AF_INET one
+            // answers ENOPROTOOPT at its IP level), and only before a port is bound.
+            Ipv6V6only => {
+                if self.family != crate::socket::Family::V6 {
+                    return Err(Errno::ENOPROTOOPT);
+                }
+                if self.bound {
+                    return Err(Errno::EINVAL);
+                }
+                self.opts.v6only = on;
+            }
             // do_ip_setsockopt / do_ipv6_setsockopt: IP_PMTUDISC_DONT..IP_PMTUDISC_OMIT.
             IpMtuDiscover | Ipv6MtuDiscover => {
                 if !(0..=5).contains(&v) {
@@ -466,6 +477,12 @@ impl Sock {
             TcpInq => i(u32::from(self.opts.inq)),
             IpTos | Ipv6Tclass => i(u32::from(self.opts.tos)),
             IpMtuDiscover | Ipv6MtuDiscover => i(u32::from(self.opts.pmtudisc)),
+            Ipv6V6only => {
+                if self.family != crate::socket::Family::V6 {
+                    return Err(Errno::EOPNOTSUPP);
+                }
+                i(u32::from(self.opts.v6only))
+            }
             TcpInfo => {
                 env.mib.add(Mib::InSegs, 0);
                 Err(Errno::EOPNOTSUPP)

@@ -134,6 +134,7 @@ pub use mib::{Counters, Mib};
 pub use sysctl::{SysctlError, Sysctls};
 pub use time::Instant;
 
+pub mod dualstack;
 pub mod info;
 mod input;
 mod mem;

@@ -67,7 +67,8 @@ impl TcpState {
 pub enum Family {
     /// AF_INET.
     V4,
-    /// AF_INET6 (accepts IPv4-mapped peers only as IPv6 addresses; no dual-stack mapping).
+    /// AF_INET6: IPv6 peers, and IPv4 peers through IPv4-mapped addresses unless
+    /// `IPV6_V6ONLY` is set (dual stack, see `dualstack.rs`).
     V6,
 }
 
@@ -912,6 +913,9 @@ pub(crate) struct SockOpts {
     pub rcvbuf_lock: bool,
     pub inq: bool,
     pub nonblock: bool,
+    /// IPV6_V6ONLY (`sk_ipv6only`): an AF_INET6 socket that refuses IPv4-mapped peers;
+    /// initialised from `net.ipv6.bindv6only`.
+    pub v6only: bool,
 }
 
 impl Default for SockOpts {
@@ -937,6 +941,7 @@ impl Default for SockOpts {
             rcvbuf_lock: false,
             inq: false,
             nonblock: false,
+            v6only: false,
         }
     }
 }
@@ -1231,7 +1236,10 @@ impl Sock {
             orphan: false,
             listen: None,
             parent: None,
-            opts: SockOpts::default(),
+            opts: SockOpts {
+                v6only: family == Family::V6 && env.sysctl.on(Sysctl::bindv6only),
+                ..SockOpts::default()
+            },
             route: RouteAttrs::default(),
             err: None,
             err_soft: None,
@@ -1600,11 +1608,14 @@ impl Sock {
         env.rng.next_u32()
     }
 
-    /// IPv4/IPv6 header length.
+    /// IPv4/IPv6 header length of the connection's packets: of the wire, not of the
+    /// socket's family (an AF_INET6 socket with an IPv4-mapped peer sends IPv4 packets, as
+    /// Linux's `ipv6_mapped` operations do: `net_header_len` is an IPv4 header's).
     pub fn ip_hdr_len(&self) -> u32 {
-        match self.family {
-            Family::V4 => 20,
-            Family::V6 => 40,
+        if self.local.is_ipv4() {
+            20
+        } else {
+            40
         }
     }
 

@@ -27,6 +27,7 @@
 
 use bytes::{Bytes, BytesMut};
 
+use crate::dualstack::{self, BindScope};
 use crate::errno::{Errno, SocketId};
 use crate::info::{MemInfo, TcpInfo};
 use crate::input::RcvOutcome;
@@ -558,21 +559,34 @@ impl Stack {
             self.rcv_conn(now, id, &seg);
             return;
         }
-        let lkey = self
-            .listeners
-            .get(&seg.dst)
-            .or_else(|| {
-                self.listeners.get(&SocketAddr::new(
-                    Family::of(seg.dst.ip()).unspecified(),
-                    seg.dst.port(),
-                ))
-            })
-            .copied();
-        if let Some(l) = lkey {
+        if let Some(l) = self.listener_for(seg.dst) {
             self.listen_rcv(now, l, &seg);
             return;
         }
         self.send_reset_for(&seg);
+    }
+
+    /// The listener a SYN to `dst` reaches (`__inet_lookup_listener`): one bound to the
+    /// address itself, else one bound to its family's wildcard, else — for an IPv4 `dst` —
+    /// a dual-stack AF_INET6 listener on `::` (not `IPV6_V6ONLY`; see `dualstack`).
+    fn listener_for(&self, dst: SocketAddr) -> Option<SocketId> {
+        if let Some(&l) = self.listeners.get(&dst) {
+            return Some(l);
+        }
+        let any = SocketAddr::new(Family::of(dst.ip()).unspecified(), dst.port());
+        if let Some(&l) = self.listeners.get(&any) {
+            return Some(l);
+        }
+        if dst.is_ipv4() {
+            let any6 = SocketAddr::new(Family::V6.unspecified(), dst.port());
+            if let Some(&l) = self.listeners.get(&any6) {
+                let sk = self.sock(l).ok()?;
+                if BindScope::of(sk.local.ip(), sk.opts.v6only).receives(dst.ip()) {
+                    return Some(l);
+                }
+            }
+        }
+        None
     }
 
     /// An ICMP error for one of our connections (`tcp_v4_err`): path-MTU reduction
@@ -594,7 +608,7 @@ impl Stack {
         }
         match icmp.kind {
             packet::IcmpKind::FragNeeded(mtu) => {
-                let min = if sk.family == Family::V4 { 68 } else { 1280 };
+                let min = if sk.local.is_ipv4() { 68 } else { 1280 };
                 // tcp_v4_mtu_reduced: IP_PMTUDISC_DONT opts out of path-MTU discovery.
                 if mtu < min || mtu >= sk.pmtu() || sk.opts.pmtudisc == 0 {
                     return;
@@ -657,17 +671,7 @@ impl Stack {
                 && !seg.has(RST)
                 && after(seg.seq, sk.rcv_nxt)
             {
-                let lkey = self
-                    .listeners
-                    .get(&seg.dst)
-                    .or_else(|| {
-                        self.listeners.get(&SocketAddr::new(
-                            Family::of(seg.dst.ip()).unspecified(),
-                            seg.dst.port(),
-                        ))
-                    })
-                    .copied();
-                if let Some(l) = lkey {
+                if let Some(l) = self.listener_for(seg.dst) {
                     if sk.orphan {
                         self.free(id);
                     } else {
@@ -844,11 +848,10 @@ impl Stack {
         opts: Option<packet::RxOpts>,
     ) -> Option<SocketId> {
         let route = self.route_lookup(seg.src.ip())?;
-        let (lopts, lgen, lcc, lsnd, lrcv) = {
+        let (lopts, lgen, lcc, lsnd, lrcv, family) = {
             let l = self.sock(lid).ok()?;
-            (l.opts.clone(), l.gen, l.cc.name(), l.sndbuf, l.rcvbuf)
+            (l.opts.clone(), l.gen, l.cc.name(), l.sndbuf, l.rcvbuf, l.family)
         };
-        let family = Family::of(seg.dst.ip());
         let cid = self.alloc(family);
         let ts_off = self.ts_offset(seg.dst, seg.src);
         let cc_params = self.env.cc_params.clone();
@@ -1204,16 +1207,15 @@ impl Stack {
 
     /// `bind()`. Port 0 picks an ephemeral port.
     pub fn bind(&mut self, s: SocketId, addr: SocketAddr) -> Result<(), Errno> {
-        let (bound, family, reuse) = {
+        let (bound, family, reuse, v6only) = {
             let sk = self.sock(s)?;
-            (sk.bound, sk.family, sk.opts.reuseaddr)
+            (sk.bound, sk.family, sk.opts.reuseaddr, sk.opts.v6only)
         };
         if bound {
             return Err(Errno::EINVAL);
         }
-        if Family::of(addr.ip()) != family {
-            return Err(Errno::EAFNOSUPPORT);
-        }
+        let addr = dualstack::to_wire(family, v6only, dualstack::Call::Bind, addr)?;
+        let scope = BindScope::of(addr.ip(), v6only);
         if !addr.ip().is_unspecified() && !self.addrs.is_empty() && !self.addrs.contains(&addr.ip())
         {
             return Err(Errno::EADDRNOTAVAIL);
@@ -1224,10 +1226,7 @@ impl Stack {
             if let Some(v) = self.ports.get(&addr.port()) {
                 for o in v {
                     let Ok(osk) = self.sock(*o) else { continue };
-                    let overlap = osk.local.ip().is_unspecified()
-                        || addr.ip().is_unspecified()
-                        || osk.local.ip() == addr.ip();
-                    if !overlap || Family::of(osk.local.ip()) != family {
+                    if !BindScope::of(osk.local.ip(), osk.opts.v6only).overlaps(scope) {
                         continue;
                     }
                     let ok = reuse && osk.opts.reuseaddr && osk.state != TcpState::Listen
@@ -1293,7 +1292,7 @@ impl Stack {
         };
         let child = self.sock_mut(c)?;
         child.parent = None;
-        Ok((c, child.remote))
+        Ok((c, dualstack::to_api(child.family, child.remote)))
     }
 
     /// Give a closed, previously connected socket a fresh control block (keeps options and
@@ -1356,13 +1355,12 @@ impl Stack {
             }
             _ => return Err(Errno::EISCONN),
         }
-        let (family, bound, local) = {
+        let (family, bound, local, v6only) = {
             let sk = self.sock(s)?;
-            (sk.family, sk.bound, sk.local)
+            (sk.family, sk.bound, sk.local, sk.opts.v6only)
         };
-        if Family::of(remote.ip()) != family {
-            return Err(Errno::EAFNOSUPPORT);
-        }
+        let remote = dualstack::to_wire(family, v6only, dualstack::Call::Connect, remote)?;
+        dualstack::connect_check(bound.then_some(local.ip()), remote.ip())?;
         let route = self.route_lookup(remote.ip()).ok_or(Errno::ENETUNREACH)?;
         let src_ip = if bound && !local.ip().is_unspecified() {
             local.ip()
@@ -1370,7 +1368,7 @@ impl Stack {
             self.addrs
                 .iter()
                 .copied()
-                .find(|a| Family::of(*a) == family)
+                .find(|a| a.is_ipv4() == remote.is_ipv4())
                 .ok_or(Errno::ENETUNREACH)?
         };
         let port = if bound {
@@ -1601,7 +1599,8 @@ impl Stack {
 
     /// Local address (`getsockname`).
     pub fn local_addr(&self, s: SocketId) -> Result<SocketAddr, Errno> {
-        Ok(self.sock(s)?.local)
+        let sk = self.sock(s)?;
+        Ok(dualstack::to_api(sk.family, sk.local))
     }
 
     /// Peer address (`getpeername`), ENOTCONN if none.
@@ -1610,7 +1609,7 @@ impl Stack {
         if sk.remote.port() == 0 || !sk.is_synchronized() && sk.state != TcpState::SynSent {
             return Err(Errno::ENOTCONN);
         }
-        Ok(sk.remote)
+        Ok(dualstack::to_api(sk.family, sk.remote))
     }
 
     /// Set O_NONBLOCK (recorded for substrates; engine calls never block).
@@ -1773,8 +1772,8 @@ impl Stack {
             .flatten()
             .map(|sk| SocketRow {
                 id: sk.id,
-                local: sk.local,
-                remote: sk.remote,
+                local: dualstack::to_api(sk.family, sk.local),
+                remote: dualstack::to_api(sk.family, sk.remote),
                 state: sk.state,
                 tx_queue: sk.write_seq.wrapping_sub(sk.snd_una),
                 rx_queue: sk.inq(),
