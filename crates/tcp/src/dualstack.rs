@@ -169,10 +169,7 @@ mod tests {
         assert_eq!(w, sa("192.0.2.1:80"));
         assert_eq!(to_api(Family::V6, w), m);
         assert_eq!(to_api(Family::V4, w), w);
-        assert_eq!(
-            to_wire(Family::V6, true, Call::Bind, m),
-            Err(Errno::EINVAL)
-        );
+        assert_eq!(to_wire(Family::V6, true, Call::Bind, m), Err(Errno::EINVAL));
         assert_eq!(
             to_wire(Family::V6, true, Call::Connect, m),
             Err(Errno::ENETUNREACH)

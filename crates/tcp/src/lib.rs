@@ -163,6 +163,8 @@ pub mod harness;
 #[cfg(test)]
 mod drill_like_tests;
 #[cfg(test)]
+mod dualstack_tests;
+#[cfg(test)]
 mod e2e_tests;
 #[cfg(test)]
 mod linger_tests;

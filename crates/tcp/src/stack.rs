@@ -850,7 +850,14 @@ impl Stack {
         let route = self.route_lookup(seg.src.ip())?;
         let (lopts, lgen, lcc, lsnd, lrcv, family) = {
             let l = self.sock(lid).ok()?;
-            (l.opts.clone(), l.gen, l.cc.name(), l.sndbuf, l.rcvbuf, l.family)
+            (
+                l.opts.clone(),
+                l.gen,
+                l.cc.name(),
+                l.sndbuf,
+                l.rcvbuf,
+                l.family,
+            )
         };
         let cid = self.alloc(family);
         let ts_off = self.ts_offset(seg.dst, seg.src);

@@ -424,7 +424,8 @@ impl<'a> Runner<'a> {
                 | "remote_ip" | "bind_port" | "connect_port" | "strict_segments" | "define"
                 | "tcp_ts_tick_usecs" | "tcp_ts_ecr_scaled" | "verbose" | "send_omit_free"
                 | "gateway_ip" | "netmask_ip" | "speed" | "init_scripts" => {}
-                "ip_version" if matches!(value.as_deref(), Some("ipv4" | "ipv6" | "ipv4-mapped-ipv6")) => {}
+                "ip_version"
+                    if matches!(value.as_deref(), Some("ipv4" | "ipv6" | "ipv4-mapped-ipv6")) => {}
                 _ => {
                     return self.skip(format!(
                         "unsupported option --{name}{}",
