@@ -266,3 +266,31 @@ fn bind_conflicts_between_ipv4_and_dual_stack_sockets() {
         assert_eq!(st.bind(s2, addr(b)), *want, "case {i}: {a} then {b}");
     }
 }
+
+/// A dual-stack socket bound to `::` that was refused by an IPv4 peer may try an IPv6 one
+/// next: the source address is chosen afresh (only the bound port stays), as getsockname
+/// shows on Linux 6.18 (`[::]:5000` after the refusal, `[::1]:5000` after the new connect).
+/// Known difference: on 6.18 that second handshake never completes (the socket keeps its
+/// IPv4-mapped operations after an asynchronous failure); the engine completes it.
+#[test]
+fn reconnect_after_refusal_chooses_the_source_again() {
+    let mut p = Pair::new(6, LinkConfig::default());
+    p.a.add_address(IpAddr::from([0xfd3d, 0, 0, 0, 0, 0, 0, 1]));
+    let c = p.a.socket(Family::V6).unwrap();
+    p.a.bind(c, sa("[::]:5000")).unwrap();
+    assert_eq!(
+        p.a.connect(p.now, c, sa("[::ffff:10.0.0.2]:80")),
+        Err(Errno::EINPROGRESS)
+    );
+    assert_eq!(p.a.local_addr(c).unwrap(), sa("[::ffff:10.0.0.1]:5000"));
+    p.run_for(Duration::from_millis(100));
+    assert_eq!(
+        p.a.connect(p.now, c, sa("[::ffff:10.0.0.2]:80")),
+        Err(Errno::ECONNREFUSED)
+    );
+    assert_eq!(
+        p.a.connect(p.now, c, sa("[2001:db8::2]:80")),
+        Err(Errno::EINPROGRESS)
+    );
+    assert_eq!(p.a.local_addr(c).unwrap(), sa("[fd3d::1]:5000"));
+}

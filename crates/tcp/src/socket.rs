@@ -961,6 +961,9 @@ pub(crate) struct Sock {
     pub bound: bool,
     /// Port bound explicitly by bind() (vs auto-bound by connect()).
     pub userlocks_port: bool,
+    /// Address bound explicitly by bind() (`SOCK_BINDADDR_LOCK`): kept when a closed
+    /// socket connects again; otherwise the source address is chosen afresh.
+    pub userlocks_addr: bool,
     /// In the 4-tuple demux table.
     pub hashed: bool,
     /// The application has closed its handle (`SOCK_DEAD` / orphan).
@@ -1232,6 +1235,7 @@ impl Sock {
             remote: unspec,
             bound: false,
             userlocks_port: false,
+            userlocks_addr: false,
             hashed: false,
             orphan: false,
             listen: None,

@@ -1221,6 +1221,7 @@ impl Stack {
         if bound {
             return Err(Errno::EINVAL);
         }
+        let addr_lock = !addr.ip().is_unspecified();
         let addr = dualstack::to_wire(family, v6only, dualstack::Call::Bind, addr)?;
         let scope = BindScope::of(addr.ip(), v6only);
         if !addr.ip().is_unspecified() && !self.addrs.is_empty() && !self.addrs.contains(&addr.ip())
@@ -1250,6 +1251,7 @@ impl Stack {
         sk.bound = true;
         // SOCK_BINDPORT_LOCK: an explicitly bound port is never shared by connect().
         sk.userlocks_port = true;
+        sk.userlocks_addr = addr_lock;
         self.ports.entry(port).or_default().push(s);
         Ok(())
     }
@@ -1306,12 +1308,13 @@ impl Stack {
     /// an explicit bind).
     fn reinit_closed(&mut self, s: SocketId) -> Result<(), Errno> {
         let old = self.sock(s)?;
-        let (gen, family, opts, local, locked) = (
+        let (gen, family, opts, local, locked, addr_locked) = (
             old.gen,
             old.family,
             old.opts.clone(),
             old.local,
             old.userlocks_port,
+            old.userlocks_addr,
         );
         let (osnd, orcv) = (old.sndbuf, old.rcvbuf);
         if !locked {
@@ -1322,9 +1325,17 @@ impl Stack {
         let mut fresh = Sock::new(s, gen, family, &self.env);
         fresh.opts = opts;
         if locked {
-            fresh.local = local;
+            // tcp_disconnect keeps the source address only if bind() chose it
+            // (SOCK_BINDADDR_LOCK): a dual-stack socket bound to `::` that reached an IPv4
+            // peer may reach an IPv6 one next.
+            fresh.local = if addr_locked {
+                local
+            } else {
+                SocketAddr::new(family.unspecified(), local.port())
+            };
             fresh.bound = true;
             fresh.userlocks_port = true;
+            fresh.userlocks_addr = addr_locked;
         }
         let sndbuf_lock = fresh.opts.sndbuf_lock;
         let rcvbuf_lock = fresh.opts.rcvbuf_lock;
