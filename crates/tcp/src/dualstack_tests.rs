@@ -294,3 +294,47 @@ fn reconnect_after_refusal_chooses_the_source_again() {
     );
     assert_eq!(p.a.local_addr(c).unwrap(), sa("[fd3d::1]:5000"));
 }
+
+/// IP_TOS and IPV6_TCLASS are two values (Linux 6.18: setting one leaves the other at 0);
+/// a mapped connection's IPv4 packets carry IP_TOS, an IPv6 one's the traffic class. An
+/// AF_INET socket has no IPPROTO_IPV6 options.
+#[test]
+fn a_mapped_connection_sends_ip_tos_not_the_traffic_class() {
+    let mut st = Stack::new(12);
+    st.add_address(IpAddr::from([192, 168, 0, 1]));
+    st.add_address(IpAddr::from([0xfd3d, 0, 0, 0, 0, 0, 0, 1]));
+    let set = |st: &mut Stack, s, o, v| st.setsockopt(Instant::ZERO, s, o, &OptVal::Int(v));
+    let s = st.socket(Family::V6).unwrap();
+    set(&mut st, s, SockOpt::Ipv6Tclass, 0x40).unwrap();
+    assert_eq!(st.getsockopt(s, SockOpt::IpTos), Ok(OptVal::Int(0)));
+    set(&mut st, s, SockOpt::IpTos, 0x20).unwrap();
+    assert_eq!(st.getsockopt(s, SockOpt::Ipv6Tclass), Ok(OptVal::Int(0x40)));
+    st.connect(Instant::ZERO, s, sa("[::ffff:192.0.2.1]:80"))
+        .unwrap_err();
+    let syn = st.poll_transmit(Instant::ZERO).unwrap();
+    assert_eq!((syn.data[0] >> 4, syn.data[1]), (4, 0x20));
+    let s = st.socket(Family::V6).unwrap();
+    set(&mut st, s, SockOpt::Ipv6Tclass, 0x40).unwrap();
+    set(&mut st, s, SockOpt::IpTos, 0x20).unwrap();
+    st.connect(Instant::ZERO, s, sa("[2001:db8::1]:80"))
+        .unwrap_err();
+    let syn = st.poll_transmit(Instant::ZERO).unwrap();
+    let tclass = (u16::from_be_bytes([syn.data[0], syn.data[1]]) >> 4) as u8;
+    assert_eq!((syn.data[0] >> 4, tclass), (6, 0x40));
+    let s4 = st.socket(Family::V4).unwrap();
+    for o in [SockOpt::Ipv6Tclass, SockOpt::Ipv6MtuDiscover] {
+        assert_eq!(set(&mut st, s4, o, 0), Err(Errno::ENOPROTOOPT));
+        assert_eq!(st.getsockopt(s4, o), Err(Errno::EOPNOTSUPP));
+    }
+    assert_eq!(
+        set(&mut st, s4, SockOpt::Ipv6Tclass, -1),
+        Err(Errno::ENOPROTOOPT)
+    );
+    let s = st.socket(Family::V6).unwrap();
+    assert_eq!(
+        set(&mut st, s, SockOpt::Ipv6Tclass, 256),
+        Err(Errno::EINVAL)
+    );
+    set(&mut st, s, SockOpt::Ipv6Tclass, -1).unwrap();
+    assert_eq!(st.getsockopt(s, SockOpt::Ipv6Tclass), Ok(OptVal::Int(0)));
+}

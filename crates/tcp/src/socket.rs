@@ -904,10 +904,17 @@ pub(crate) struct SockOpts {
     pub user_timeout_ms: u32,
     pub syn_retries: Option<u32>,
     pub notsent_lowat: u32,
+    /// IP_TOS (`inet->tos`): the TOS byte of IPv4 packets, those of an AF_INET6 socket
+    /// with an IPv4-mapped peer included.
     pub tos: u8,
-    /// IP_MTU_DISCOVER / IPV6_MTU_DISCOVER (`inet->pmtudisc`): IP_PMTUDISC_DONT (0) … OMIT
-    /// (5); default IP_PMTUDISC_WANT (1).
+    /// IPV6_TCLASS (`np->tclass`): the traffic class of IPv6 packets (IP_TOS does not
+    /// change it, nor IPV6_TCLASS the TOS byte: measured on Linux 6.18).
+    pub tclass: u8,
+    /// IP_MTU_DISCOVER (`inet->pmtudisc`): IP_PMTUDISC_DONT (0) … OMIT (5); default
+    /// IP_PMTUDISC_WANT (1). Governs IPv4 paths.
     pub pmtudisc: u8,
+    /// IPV6_MTU_DISCOVER (`np->pmtudisc`), the same values for IPv6 paths.
+    pub pmtudisc6: u8,
     pub user_mss: u32,
     pub sndbuf_lock: bool,
     pub rcvbuf_lock: bool,
@@ -935,7 +942,9 @@ impl Default for SockOpts {
             syn_retries: None,
             notsent_lowat: 0,
             tos: 0,
+            tclass: 0,
             pmtudisc: 1,
+            pmtudisc6: 1,
             user_mss: 0,
             sndbuf_lock: false,
             rcvbuf_lock: false,
@@ -1644,7 +1653,11 @@ impl Sock {
             },
             flags,
             window,
-            tos: self.opts.tos,
+            tos: if self.local.is_ipv4() {
+                self.opts.tos
+            } else {
+                self.opts.tclass
+            },
             ttl: 64,
             ident: env.next_ident(),
             opts,

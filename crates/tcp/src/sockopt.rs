@@ -121,6 +121,17 @@ impl SockOpt {
     }
 }
 
+impl SockOpt {
+    /// An `IPPROTO_IPV6` option: an AF_INET socket has none (setsockopt ENOPROTOOPT,
+    /// getsockopt EOPNOTSUPP, from `ip_setsockopt`/`ip_getsockopt`; measured on 6.18).
+    pub fn is_ipv6_level(self) -> bool {
+        matches!(
+            self,
+            SockOpt::Ipv6Tclass | SockOpt::Ipv6MtuDiscover | SockOpt::Ipv6V6only
+        )
+    }
+}
+
 /// An option value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OptVal {

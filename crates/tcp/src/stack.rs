@@ -608,9 +608,14 @@ impl Stack {
         }
         match icmp.kind {
             packet::IcmpKind::FragNeeded(mtu) => {
-                let min = if sk.local.is_ipv4() { 68 } else { 1280 };
+                // The wire's family decides (an IPv4-mapped peer is an IPv4 path).
+                let (min, pmtudisc) = if sk.local.is_ipv4() {
+                    (68, sk.opts.pmtudisc)
+                } else {
+                    (1280, sk.opts.pmtudisc6)
+                };
                 // tcp_v4_mtu_reduced: IP_PMTUDISC_DONT opts out of path-MTU discovery.
-                if mtu < min || mtu >= sk.pmtu() || sk.opts.pmtudisc == 0 {
+                if mtu < min || mtu >= sk.pmtu() || pmtudisc == 0 {
                     return;
                 }
                 sk.route.mtu = mtu;
