@@ -21,7 +21,8 @@
 //! | `connect(::ffff:…)` when bound to a non-mapped IPv6 | ENETUNREACH                  |
 //! | `connect(IPv6)` when bound to a mapped address      | EAFNOSUPPORT                 |
 //! | `setsockopt(IPV6_V6ONLY)` once a port is bound      | EINVAL                       |
-//! | `IPV6_V6ONLY` on an AF_INET socket                  | set ENOPROTOOPT, get EOPNOTSUPP |
+//! | any `IPPROTO_IPV6` option on an AF_INET socket      | set ENOPROTOOPT, get EOPNOTSUPP |
+//! | `IP_TOS` / `IPV6_TCLASS` on an AF_INET6 socket      | two values; IPv4 packets carry IP_TOS |
 //! | IPv4 SYN to a `::` listener with `IPV6_V6ONLY`      | RST (ECONNREFUSED)           |
 //!
 //! Bind conflicts ([`BindScope::overlaps`]) were measured for every pair of v4 `0.0.0.0`,
