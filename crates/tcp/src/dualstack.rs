@@ -8,7 +8,7 @@
 //! addresses in `Sock::local`/`Sock::remote`, so its packets carry an IPv4 header and its
 //! MSS follows the IPv4 path (Linux switches such a socket to its `ipv6_mapped` operations,
 //! whose network header is an IPv4 header). Addresses cross the socket API in the socket's
-//! own family: [`to_api`] on the way out (getsockname, getpeername, accept), [`to_wire`] on
+//! own family: [`to_api`] on the way out (getsockname, getpeername, accept), `to_wire` on
 //! the way in (bind, connect).
 //!
 //! The rules below were measured on Linux 6.18 (a python3 script in a network namespace):
@@ -25,7 +25,7 @@
 //! | `IP_TOS` / `IPV6_TCLASS` on an AF_INET6 socket      | two values; IPv4 packets carry IP_TOS |
 //! | IPv4 SYN to a `::` listener with `IPV6_V6ONLY`      | RST (ECONNREFUSED)           |
 //!
-//! Bind conflicts ([`BindScope::overlaps`]) were measured for every pair of v4 `0.0.0.0`,
+//! Bind conflicts (`BindScope::overlaps`) were measured for every pair of v4 `0.0.0.0`,
 //! v4 address, v6 `::` (with and without `IPV6_V6ONLY`), v6 address (with and without),
 //! v6 mapped address and v6 `::ffff:0.0.0.0`, in both orders: two binds conflict exactly
 //! when the sets of destinations they receive for overlap (Linux `inet_rcv_saddr_equal`).
