@@ -7,6 +7,16 @@ use crate::*;
 use core::net::{IpAddr, SocketAddr};
 use core::time::Duration;
 
+/// Two sockets on one port: (first address, its family, second address, its family, the
+/// second's result); a family is None for AF_INET, Some(v6only) for AF_INET6.
+type Case = (
+    &'static str,
+    Option<bool>,
+    &'static str,
+    Option<bool>,
+    Result<(), Errno>,
+);
+
 fn sa(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
@@ -188,14 +198,6 @@ fn v6only_option_and_mapped_errnos() {
 /// One port, two binds: the results Linux 6.18 gave (module docs of `dualstack.rs`).
 #[test]
 fn bind_conflicts_between_ipv4_and_dual_stack_sockets() {
-    // (first, second, second's result): None = AF_INET, Some(v6only) = AF_INET6.
-    type Case = (
-        &'static str,
-        Option<bool>,
-        &'static str,
-        Option<bool>,
-        Result<(), Errno>,
-    );
     let cases: &[Case] = &[
         ("0.0.0.0", None, "::", Some(false), Err(Errno::EADDRINUSE)),
         ("0.0.0.0", None, "::", Some(true), Ok(())),
@@ -337,4 +339,56 @@ fn a_mapped_connection_sends_ip_tos_not_the_traffic_class() {
     );
     set(&mut st, s, SockOpt::Ipv6Tclass, -1).unwrap();
     assert_eq!(st.getsockopt(s, SockOpt::Ipv6Tclass), Ok(OptVal::Int(0)));
+}
+
+/// Binds that SO_REUSEADDR let share a port cannot both listen where their addresses
+/// overlap (Linux 6.18: the second listen() is EADDRINUSE), a dual-stack `::` included.
+#[test]
+fn overlapping_reuseaddr_binds_cannot_both_listen() {
+    let cases: &[Case] = &[
+        ("0.0.0.0", None, "192.168.0.1", None, Err(Errno::EADDRINUSE)),
+        (
+            "::",
+            Some(false),
+            "192.168.0.1",
+            None,
+            Err(Errno::EADDRINUSE),
+        ),
+        ("::", Some(true), "0.0.0.0", None, Ok(())),
+        (
+            "::",
+            Some(false),
+            "fd3d::1",
+            Some(false),
+            Err(Errno::EADDRINUSE),
+        ),
+        (
+            "192.168.0.1",
+            None,
+            "::",
+            Some(false),
+            Err(Errno::EADDRINUSE),
+        ),
+    ];
+    for (i, (a, fa, b, fb, want)) in cases.iter().enumerate() {
+        let mut st = Stack::new(13);
+        st.add_address(IpAddr::from([192, 168, 0, 1]));
+        st.add_address(IpAddr::from([0xfd3d, 0, 0, 0, 0, 0, 0, 1]));
+        let mut mk = |f: Option<bool>, ip: &str| {
+            let s = st
+                .socket(if f.is_some() { Family::V6 } else { Family::V4 })
+                .unwrap();
+            st.setsockopt(Instant::ZERO, s, SockOpt::SoReuseaddr, &OptVal::Int(1))
+                .unwrap();
+            if let Some(only) = f {
+                v6only(&mut st, s, only).unwrap();
+            }
+            st.bind(s, SocketAddr::new(ip.parse().unwrap(), 9000))
+                .unwrap();
+            s
+        };
+        let (s1, s2) = (mk(*fa, a), mk(*fb, b));
+        st.listen(s1, 1).unwrap();
+        assert_eq!(st.listen(s2, 1), *want, "case {i}: {a} then {b}");
+    }
 }

@@ -1280,10 +1280,26 @@ impl Stack {
             return Ok(());
         }
         let local = sk.local;
+        let scope = BindScope::of(local.ip(), sk.opts.v6only);
         if let Some(&other) = self.listeners.get(&local) {
             if other != s {
                 return Err(Errno::EADDRINUSE);
             }
+        }
+        // inet_csk_listen_start checks the port again: binds that SO_REUSEADDR let share it
+        // cannot both listen where their addresses overlap (dual-stack `::` included;
+        // measured on 6.18).
+        let clash = self.ports.get(&local.port()).is_some_and(|v| {
+            v.iter().any(|o| {
+                *o != s
+                    && self.sock(*o).is_ok_and(|osk| {
+                        osk.state == TcpState::Listen
+                            && BindScope::of(osk.local.ip(), osk.opts.v6only).overlaps(scope)
+                    })
+            })
+        });
+        if clash {
+            return Err(Errno::EADDRINUSE);
         }
         let sk = self.sock_mut(s)?;
         sk.state = TcpState::Listen;
