@@ -1,4 +1,4 @@
-//! `shallow drill [--json] [--ipv6] [--verbose] PATH...`: run packetdrill scripts against the
+//! `shallow drill [--json] [--ipv6 | --ipv4-mapped-ipv6] [--verbose] PATH...`: run packetdrill scripts against the
 //! engine in virtual time (the runner is `shallow_drill`; this module only walks paths and
 //! formats results).
 //!
@@ -38,7 +38,8 @@ pub struct DrillArgs {
     /// Run over IPv6 (unless a script sets `--ip_version`).
     #[arg(long)]
     pub ipv6: bool,
-    /// Run over IPv4-mapped IPv6 (AF_INET6 sockets, IPv4 packets); with `--judge` only.
+    /// Run over IPv4-mapped IPv6 (AF_INET6 sockets, IPv4 packets), as packetdrill's
+    /// `--ip_version=ipv4-mapped-ipv6` (unless a script sets `--ip_version`).
     #[arg(long, conflicts_with = "ipv6")]
     pub ipv4_mapped_ipv6: bool,
     /// Print a trace of packets and calls for each script.
@@ -102,6 +103,17 @@ fn collect(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The variant the `--ipv6` / `--ipv4-mapped-ipv6` flags select.
+fn variant_of(ipv6: bool, mapped: bool) -> Variant {
+    if ipv6 {
+        Variant::Ipv6
+    } else if mapped {
+        Variant::Ipv4MappedIpv6
+    } else {
+        Variant::Ipv4
+    }
+}
+
 /// `shallow drill record` and `shallow drill fuzz`.
 #[derive(Debug, clap::Subcommand)]
 pub enum DrillCmd {
@@ -132,6 +144,9 @@ pub struct FuzzArgs {
     /// Over IPv6.
     #[arg(long)]
     pub ipv6: bool,
+    /// Over IPv4-mapped IPv6 (AF_INET6 sockets, IPv4 packets).
+    #[arg(long, conflicts_with = "ipv6")]
+    pub ipv4_mapped_ipv6: bool,
     /// Kernel runs the shrinker may spend on one divergence.
     #[arg(long, default_value_t = 12)]
     pub shrink: usize,
@@ -164,11 +179,7 @@ struct FuzzDivergence {
 
 fn fuzz(args: &FuzzArgs) -> Result<()> {
     let (pd, cc) = kernel_side(args.packetdrill.as_ref(), args.json, true)?;
-    let variant = if args.ipv6 {
-        Variant::Ipv6
-    } else {
-        Variant::Ipv4
-    };
+    let variant = variant_of(args.ipv6, args.ipv4_mapped_ipv6);
     let rec = Recorder {
         pd,
         variant,
@@ -253,6 +264,9 @@ pub struct RecordArgs {
     /// Record over IPv6.
     #[arg(long)]
     pub ipv6: bool,
+    /// Record over IPv4-mapped IPv6 (AF_INET6 sockets, IPv4 packets).
+    #[arg(long, conflicts_with = "ipv6")]
+    pub ipv4_mapped_ipv6: bool,
     /// The packetdrill binary (default as for `--judge`).
     #[arg(long)]
     pub packetdrill: Option<PathBuf>,
@@ -294,11 +308,7 @@ fn kernel_side(
 
 fn record(args: &RecordArgs) -> Result<()> {
     let (pd, cc) = kernel_side(args.packetdrill.as_ref(), false, true)?;
-    let variant = if args.ipv6 {
-        Variant::Ipv6
-    } else {
-        Variant::Ipv4
-    };
+    let variant = variant_of(args.ipv6, args.ipv4_mapped_ipv6);
     let rec = Recorder {
         pd,
         variant,
@@ -324,10 +334,7 @@ fn record(args: &RecordArgs) -> Result<()> {
             None => print!("{}", r.script),
         }
         if args.check {
-            let cfg = RunConfig {
-                ipv6: args.ipv6,
-                verbose: false,
-            };
+            let cfg = variant.run_config().map_err(anyhow::Error::msg)?;
             let report = match shallow_drill::parse_script(&name, &r.script) {
                 Ok(s) => shallow_drill::run_script(&s, &cfg),
                 Err(e) => anyhow::bail!("recorded script does not parse: {e}"),
@@ -368,12 +375,9 @@ pub fn run(args: &DrillArgs) -> Result<()> {
     if args.judge.is_some() {
         return judge(args, &files);
     }
-    if args.ipv4_mapped_ipv6 {
-        eprintln!("error: the engine has no dual-stack sockets yet; --ipv4-mapped-ipv6 needs --judge kernel");
-        std::process::exit(2);
-    }
     let cfg = RunConfig {
         ipv6: args.ipv6,
+        mapped: args.ipv4_mapped_ipv6,
         verbose: args.verbose,
     };
     let mut summary = Summary {
@@ -455,13 +459,7 @@ fn suite_key(path: &Path) -> Option<String> {
 
 /// `--judge kernel`: each script on the engine and on the running kernel.
 fn judge(args: &DrillArgs, files: &[PathBuf]) -> Result<()> {
-    let variant = if args.ipv6 {
-        Variant::Ipv6
-    } else if args.ipv4_mapped_ipv6 {
-        Variant::Ipv4MappedIpv6
-    } else {
-        Variant::Ipv4
-    };
+    let variant = variant_of(args.ipv6, args.ipv4_mapped_ipv6);
     let (mut pd, cc) = kernel_side(args.packetdrill.as_ref(), args.json, false)?;
     pd.timeout = std::time::Duration::from_secs(args.timeout);
     let mut summary = JudgeSummary {

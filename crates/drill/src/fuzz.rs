@@ -22,7 +22,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::expectations::Status;
 use crate::record::{RecordError, Recorder};
-use crate::run::{run_script, RunConfig};
+use crate::run::run_script;
 
 /// A generated scenario: its prologue and handshake, and the actions that the shrinker may
 /// remove.
@@ -255,11 +255,24 @@ pub enum Verdict {
     Rejected(String),
 }
 
-/// Replays a recording on the engine: `None` when it passes, else the failure.
+/// Replays a recording on the engine over IPv4 or IPv6: `None` when it passes, else the
+/// failure.
 pub fn replay(name: &str, script: &str, ipv6: bool) -> Option<String> {
-    let cfg = RunConfig {
-        ipv6,
-        verbose: false,
+    replay_in(
+        name,
+        script,
+        if ipv6 {
+            crate::judge::Variant::Ipv6
+        } else {
+            crate::judge::Variant::Ipv4
+        },
+    )
+}
+
+/// Replays a recording on the engine in `variant`: `None` when it passes, else the failure.
+pub fn replay_in(name: &str, script: &str, variant: crate::judge::Variant) -> Option<String> {
+    let Ok(cfg) = variant.run_config() else {
+        return Some(format!("the engine does not run the {variant} variant"));
     };
     match crate::parse_script(name, script) {
         Ok(s) => {
@@ -276,12 +289,11 @@ pub fn replay(name: &str, script: &str, ipv6: bool) -> Option<String> {
 /// Records and replays the scenario of `seed`; on a divergence, removes actions one at a
 /// time (last first) while the rest still diverges, at most `shrink_budget` kernel runs.
 pub fn fuzz_one(rec: &Recorder, seed: u64, shrink_budget: usize) -> Result<Verdict, RecordError> {
-    let ipv6 = rec.variant == crate::judge::Variant::Ipv6;
     let name = format!("fuzz-{seed}.pkt");
     let sc = generate(seed);
     let diverges = |sc: &Scenario| -> Result<Option<(String, String)>, RecordError> {
         match rec.record(&name, &sc.text()) {
-            Ok(r) => Ok(replay(&name, &r.script, ipv6).map(|f| (r.script, f))),
+            Ok(r) => Ok(replay_in(&name, &r.script, rec.variant).map(|f| (r.script, f))),
             Err(RecordError::Rejected { line, reason }) => {
                 Err(RecordError::Rejected { line, reason })
             }

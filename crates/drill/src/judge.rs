@@ -113,15 +113,19 @@ impl Variant {
         match self {
             Variant::Ipv4 => Ok(RunConfig {
                 ipv6: false,
+                mapped: false,
                 verbose: false,
             }),
             Variant::Ipv6 => Ok(RunConfig {
                 ipv6: true,
+                mapped: false,
                 verbose: false,
             }),
-            Variant::Ipv4MappedIpv6 => {
-                Err("the engine has no dual-stack sockets yet (AF_INET6 with IPv4-mapped peers)")
-            }
+            Variant::Ipv4MappedIpv6 => Ok(RunConfig {
+                ipv6: false,
+                mapped: true,
+                verbose: false,
+            }),
         }
     }
 }

@@ -8,8 +8,8 @@
 //! (as CI sets), which turns the skip into a failure. A kernel run that disagrees is
 //! repeated (three runs in all, the most frequent outcome counts; a script recorded as
 //! agreeing gets up to three such tries), as timing on a loaded machine varies by
-//! milliseconds. About three minutes for IPv4 and IPv6 (scripts the engine skips for a missing
-//! feature, and so the whole IPv4-mapped-IPv6 variant for now, need no kernel run). Then every
+//! milliseconds. About four and a half minutes for the three variants (scripts the engine
+//! skips for a missing feature need no kernel run). Then every
 //! kernel recording in `scripts/kernel/` must still pass on the kernel.
 
 use std::path::{Path, PathBuf};

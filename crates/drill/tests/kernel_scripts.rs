@@ -37,6 +37,7 @@ fn kernel_recordings_replay_on_the_engine() {
             &dir.join(s),
             &RunConfig {
                 ipv6: false,
+                mapped: false,
                 verbose: false,
             },
         );

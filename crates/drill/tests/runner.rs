@@ -10,6 +10,7 @@ fn run_with(text: &str, ipv6: bool) -> Report {
         &script,
         &RunConfig {
             ipv6,
+            mapped: false,
             verbose: true,
         },
     )
@@ -384,4 +385,39 @@ fn inbound_packets_reach_the_stack_just_after_their_time() {
         .expect("the ACK is in the log");
     // Scripted at 0.020 (after the handshake ACK at 0.010): a few µs later, never earlier.
     assert!(at > 0.020 && at < 0.020_01, "ACK processed at {at}");
+}
+
+fn run_mapped(text: &str) -> Report {
+    let script = parse_script("inline.pkt", text).expect("script parses");
+    run_script(
+        &script,
+        &RunConfig {
+            ipv6: false,
+            mapped: true,
+            verbose: true,
+        },
+    )
+}
+
+/// The IPv4-mapped-IPv6 variant: AF_INET6 sockets (IPV6_V6ONLY exists), IPv4 packets on a
+/// 1500-byte MTU (the SYN-ACK's MSS 1460), and a script's own `--ip_version=ipv4` wins over
+/// the run's variant.
+#[test]
+fn mapped_variant_uses_af_inet6_sockets_and_ipv4_packets() {
+    let body = "   +0 getsockopt(4, IPPROTO_IPV6, 26, [0], [4]) = 0
+   +0 write(4, ..., 2920) = 2920
+   +0 > P. 1:2921(2920) ack 1
+";
+    let r = run_mapped(&script(body));
+    assert_pass(&r);
+    assert!(
+        r.log
+            .iter()
+            .any(|l| l.contains("wire: 192.168.0.1:8080 > 192.0.2.1:")),
+        "{:#?}",
+        r.log
+    );
+    // The same script as a plain IPv4 run: an AF_INET socket has no IPV6_V6ONLY.
+    let r = run_mapped(&format!("--ip_version=ipv4\n{}", script(body)));
+    assert_fail(&r, 11, "EOPNOTSUPP");
 }

@@ -1,5 +1,6 @@
-//! Runs Linux's packetdrill suite (`../shared/packetdrill/tcp`) over IPv4 and IPv6 and
-//! compares each script's outcome with `expectations.toml` / `expectations-ipv6.toml`.
+//! Runs Linux's packetdrill suite (`../shared/packetdrill/tcp`) over IPv4, IPv6 and
+//! IPv4-mapped IPv6 (AF_INET6 sockets, IPv4 packets) and compares each script's outcome with
+//! `expectations.toml` / `expectations-ipv6.toml` / `expectations-ipv4-mapped-ipv6.toml`.
 //!
 //! The kernel is the judge: where the file records the running kernel's outcome of a script
 //! (`kernel = ...`, written by `shallow drill --judge kernel --record`) and the engine's
@@ -14,34 +15,30 @@ use std::path::{Path, PathBuf};
 
 use shallow_drill::expectations::{corpus_root, list_scripts, Expectation, Expectations, Status};
 use shallow_drill::judge::{agreement, Agreement, Outcome, Variant};
-use shallow_drill::{run_file, RunConfig};
+use shallow_drill::run_file;
 
-fn expectations_path(ipv6: bool) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(if ipv6 {
-        "expectations-ipv6.toml"
-    } else {
-        "expectations.toml"
+fn expectations_path(variant: Variant) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(match variant {
+        Variant::Ipv4 => "expectations.toml",
+        Variant::Ipv6 => "expectations-ipv6.toml",
+        Variant::Ipv4MappedIpv6 => "expectations-ipv4-mapped-ipv6.toml",
     })
 }
 
-fn run_suite(ipv6: bool) {
+fn run_suite(variant: Variant) {
     let Some(root) = corpus_root() else {
         println!(
             "SKIP: ../shared/packetdrill/tcp not found; the Linux packetdrill suite is not run"
         );
         return;
     };
-    let variant = if ipv6 { Variant::Ipv6 } else { Variant::Ipv4 };
     let scripts: Vec<String> = list_scripts(&root)
         .expect("list scripts")
         .into_iter()
         .filter(|s| variant.applies_to(s))
         .collect();
-    let cfg = RunConfig {
-        ipv6,
-        verbose: false,
-    };
-    let path = expectations_path(ipv6);
+    let cfg = variant.run_config().expect("the engine runs every variant");
+    let path = expectations_path(variant);
     let exp = Expectations::load(&path).expect("load expectations");
     let mut actual = BTreeMap::new();
     let mut outcomes: BTreeMap<String, Outcome> = BTreeMap::new();
@@ -82,7 +79,11 @@ fn run_suite(ipv6: bool) {
             },
         );
     }
-    let fam = if ipv6 { "IPv6" } else { "IPv4" };
+    let fam = match variant {
+        Variant::Ipv4 => "IPv4",
+        Variant::Ipv6 => "IPv6",
+        Variant::Ipv4MappedIpv6 => "IPv4-mapped-IPv6",
+    };
     println!("{fam}: folder pass/fail/skip");
     for (f, c) in &per_folder {
         println!("  {f:<40} {:>3} {:>3} {:>3}", c[0], c[1], c[2]);
@@ -174,10 +175,15 @@ fn run_suite(ipv6: bool) {
 
 #[test]
 fn linux_suite_ipv4_no_regressions() {
-    run_suite(false);
+    run_suite(Variant::Ipv4);
 }
 
 #[test]
 fn linux_suite_ipv6_no_regressions() {
-    run_suite(true);
+    run_suite(Variant::Ipv6);
+}
+
+#[test]
+fn linux_suite_ipv4_mapped_ipv6_no_regressions() {
+    run_suite(Variant::Ipv4MappedIpv6);
 }

@@ -254,6 +254,9 @@ impl Sock {
         opt: SockOpt,
         val: &OptVal,
     ) -> Result<(), Errno> {
+        if opt.is_ipv6_level() && self.family == crate::socket::Family::V4 {
+            return Err(Errno::ENOPROTOOPT);
+        }
         use SockOpt::*;
         match opt {
             TcpCongestion => {
@@ -392,13 +395,31 @@ impl Sock {
                 self.check_space_force(env);
             }
             TcpInq => self.opts.inq = on,
-            IpTos | Ipv6Tclass => self.opts.tos = (v & 0xff) as u8,
+            IpTos => self.opts.tos = (v & 0xff) as u8,
+            // do_ipv6_setsockopt: -1 is the default (0).
+            Ipv6Tclass => {
+                if !(-1..=0xff).contains(&v) {
+                    return Err(Errno::EINVAL);
+                }
+                self.opts.tclass = v.max(0) as u8;
+            }
+            // Only before a port is bound.
+            Ipv6V6only => {
+                if self.bound {
+                    return Err(Errno::EINVAL);
+                }
+                self.opts.v6only = on;
+            }
             // do_ip_setsockopt / do_ipv6_setsockopt: IP_PMTUDISC_DONT..IP_PMTUDISC_OMIT.
             IpMtuDiscover | Ipv6MtuDiscover => {
                 if !(0..=5).contains(&v) {
                     return Err(Errno::EINVAL);
                 }
-                self.opts.pmtudisc = v as u8;
+                if opt == IpMtuDiscover {
+                    self.opts.pmtudisc = v as u8;
+                } else {
+                    self.opts.pmtudisc6 = v as u8;
+                }
             }
             SoError | SoType | TcpInfo => return Err(Errno::ENOPROTOOPT),
             TcpCongestion | SoLinger => unreachable!("handled above"),
@@ -416,6 +437,9 @@ impl Sock {
     pub(crate) fn getsockopt(&mut self, env: &mut Env, opt: SockOpt) -> Result<OptVal, Errno> {
         use SockOpt::*;
         let i = |v: u32| Ok(OptVal::Int(i64::from(v)));
+        if opt.is_ipv6_level() && self.family == crate::socket::Family::V4 {
+            return Err(Errno::EOPNOTSUPP);
+        }
         match opt {
             SoReuseaddr => i(u32::from(self.opts.reuseaddr)),
             SoReuseport => i(u32::from(self.opts.reuseport)),
@@ -464,8 +488,11 @@ impl Sock {
             TcpCongestion => Ok(OptVal::Str(self.cc.name().to_string())),
             TcpNotsentLowat => i(self.opts.notsent_lowat),
             TcpInq => i(u32::from(self.opts.inq)),
-            IpTos | Ipv6Tclass => i(u32::from(self.opts.tos)),
-            IpMtuDiscover | Ipv6MtuDiscover => i(u32::from(self.opts.pmtudisc)),
+            IpTos => i(u32::from(self.opts.tos)),
+            Ipv6Tclass => i(u32::from(self.opts.tclass)),
+            IpMtuDiscover => i(u32::from(self.opts.pmtudisc)),
+            Ipv6MtuDiscover => i(u32::from(self.opts.pmtudisc6)),
+            Ipv6V6only => i(u32::from(self.opts.v6only)),
             TcpInfo => {
                 env.mib.add(Mib::InSegs, 0);
                 Err(Errno::EOPNOTSUPP)

@@ -136,6 +136,7 @@ pub use mib::{Counters, Mib};
 pub use sysctl::{SysctlError, Sysctls};
 pub use time::Instant;
 
+pub mod dualstack;
 pub mod gate;
 pub mod info;
 mod input;
@@ -165,6 +166,8 @@ pub mod harness;
 
 #[cfg(test)]
 mod drill_like_tests;
+#[cfg(test)]
+mod dualstack_tests;
 #[cfg(test)]
 mod e2e_tests;
 #[cfg(test)]

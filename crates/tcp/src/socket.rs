@@ -68,7 +68,8 @@ impl TcpState {
 pub enum Family {
     /// AF_INET.
     V4,
-    /// AF_INET6 (accepts IPv4-mapped peers only as IPv6 addresses; no dual-stack mapping).
+    /// AF_INET6: IPv6 peers, and IPv4 peers through IPv4-mapped addresses unless
+    /// `IPV6_V6ONLY` is set (dual stack, see `dualstack.rs`).
     V6,
 }
 
@@ -999,15 +1000,25 @@ pub(crate) struct SockOpts {
     pub user_timeout_ms: u32,
     pub syn_retries: Option<u32>,
     pub notsent_lowat: u32,
+    /// IP_TOS (`inet->tos`): the TOS byte of IPv4 packets, those of an AF_INET6 socket
+    /// with an IPv4-mapped peer included.
     pub tos: u8,
-    /// IP_MTU_DISCOVER / IPV6_MTU_DISCOVER (`inet->pmtudisc`): IP_PMTUDISC_DONT (0) … OMIT
-    /// (5); default IP_PMTUDISC_WANT (1).
+    /// IPV6_TCLASS (`np->tclass`): the traffic class of IPv6 packets (IP_TOS does not
+    /// change it, nor IPV6_TCLASS the TOS byte: measured on Linux 6.18).
+    pub tclass: u8,
+    /// IP_MTU_DISCOVER (`inet->pmtudisc`): IP_PMTUDISC_DONT (0) … OMIT (5); default
+    /// IP_PMTUDISC_WANT (1). Governs IPv4 paths.
     pub pmtudisc: u8,
+    /// IPV6_MTU_DISCOVER (`np->pmtudisc`), the same values for IPv6 paths.
+    pub pmtudisc6: u8,
     pub user_mss: u32,
     pub sndbuf_lock: bool,
     pub rcvbuf_lock: bool,
     pub inq: bool,
     pub nonblock: bool,
+    /// IPV6_V6ONLY (`sk_ipv6only`): an AF_INET6 socket that refuses IPv4-mapped peers;
+    /// initialised from `net.ipv6.bindv6only`.
+    pub v6only: bool,
 }
 
 impl Default for SockOpts {
@@ -1027,12 +1038,15 @@ impl Default for SockOpts {
             syn_retries: None,
             notsent_lowat: 0,
             tos: 0,
+            tclass: 0,
             pmtudisc: 1,
+            pmtudisc6: 1,
             user_mss: 0,
             sndbuf_lock: false,
             rcvbuf_lock: false,
             inq: false,
             nonblock: false,
+            v6only: false,
         }
     }
 }
@@ -1052,6 +1066,9 @@ pub(crate) struct Sock {
     pub bound: bool,
     /// Port bound explicitly by bind() (vs auto-bound by connect()).
     pub userlocks_port: bool,
+    /// Address bound explicitly by bind() (`SOCK_BINDADDR_LOCK`): kept when a closed
+    /// socket connects again; otherwise the source address is chosen afresh.
+    pub userlocks_addr: bool,
     /// In the 4-tuple demux table.
     pub hashed: bool,
     /// The application has closed its handle (`SOCK_DEAD` / orphan).
@@ -1323,11 +1340,15 @@ impl Sock {
             remote: unspec,
             bound: false,
             userlocks_port: false,
+            userlocks_addr: false,
             hashed: false,
             orphan: false,
             listen: None,
             parent: None,
-            opts: SockOpts::default(),
+            opts: SockOpts {
+                v6only: family == Family::V6 && env.sysctl.on(Sysctl::bindv6only),
+                ..SockOpts::default()
+            },
             route: RouteAttrs::default(),
             err: None,
             err_soft: None,
@@ -1709,11 +1730,14 @@ impl Sock {
         env.rng.next_u32()
     }
 
-    /// IPv4/IPv6 header length.
+    /// IPv4/IPv6 header length of the connection's packets: of the wire, not of the
+    /// socket's family (an AF_INET6 socket with an IPv4-mapped peer sends IPv4 packets, as
+    /// Linux's `ipv6_mapped` operations do: `net_header_len` is an IPv4 header's).
     pub fn ip_hdr_len(&self) -> u32 {
-        match self.family {
-            Family::V4 => 20,
-            Family::V6 => 40,
+        if self.local.is_ipv4() {
+            20
+        } else {
+            40
         }
     }
 
@@ -1738,7 +1762,11 @@ impl Sock {
             },
             flags,
             window,
-            tos: self.opts.tos,
+            tos: if self.local.is_ipv4() {
+                self.opts.tos
+            } else {
+                self.opts.tclass
+            },
             ttl: 64,
             ident: env.next_ident(),
             opts,

@@ -34,6 +34,7 @@ pub enum SockOpt {
     Ipv6Tclass,
     IpMtuDiscover,
     Ipv6MtuDiscover,
+    Ipv6V6only,
 }
 
 /// `SOL_SOCKET`.
@@ -77,6 +78,7 @@ impl SockOpt {
             (SOL_IP, 1) => IpTos,
             (SOL_IP, 10) => IpMtuDiscover,
             (SOL_IPV6, 23) => Ipv6MtuDiscover,
+            (SOL_IPV6, 26) => Ipv6V6only,
             (SOL_IPV6, 67) => Ipv6Tclass,
             _ => return None,
         })
@@ -114,7 +116,19 @@ impl SockOpt {
             Ipv6Tclass => "IPV6_TCLASS",
             IpMtuDiscover => "IP_MTU_DISCOVER",
             Ipv6MtuDiscover => "IPV6_MTU_DISCOVER",
+            Ipv6V6only => "IPV6_V6ONLY",
         }
+    }
+}
+
+impl SockOpt {
+    /// An `IPPROTO_IPV6` option: an AF_INET socket has none (setsockopt ENOPROTOOPT,
+    /// getsockopt EOPNOTSUPP, from `ip_setsockopt`/`ip_getsockopt`; measured on 6.18).
+    pub fn is_ipv6_level(self) -> bool {
+        matches!(
+            self,
+            SockOpt::Ipv6Tclass | SockOpt::Ipv6MtuDiscover | SockOpt::Ipv6V6only
+        )
     }
 }
 

@@ -27,6 +27,7 @@
 
 use bytes::{Bytes, BytesMut};
 
+use crate::dualstack::{self, BindScope};
 use crate::errno::{Errno, SocketId};
 use crate::info::{MemInfo, TcpInfo};
 use crate::input::RcvOutcome;
@@ -571,21 +572,34 @@ impl Stack {
             self.rcv_conn(now, id, &seg);
             return;
         }
-        let lkey = self
-            .listeners
-            .get(&seg.dst)
-            .or_else(|| {
-                self.listeners.get(&SocketAddr::new(
-                    Family::of(seg.dst.ip()).unspecified(),
-                    seg.dst.port(),
-                ))
-            })
-            .copied();
-        if let Some(l) = lkey {
+        if let Some(l) = self.listener_for(seg.dst) {
             self.listen_rcv(now, l, &seg);
             return;
         }
         self.send_reset_for(&seg);
+    }
+
+    /// The listener a SYN to `dst` reaches (`__inet_lookup_listener`): one bound to the
+    /// address itself, else one bound to its family's wildcard, else — for an IPv4 `dst` —
+    /// a dual-stack AF_INET6 listener on `::` (not `IPV6_V6ONLY`; see `dualstack`).
+    fn listener_for(&self, dst: SocketAddr) -> Option<SocketId> {
+        if let Some(&l) = self.listeners.get(&dst) {
+            return Some(l);
+        }
+        let any = SocketAddr::new(Family::of(dst.ip()).unspecified(), dst.port());
+        if let Some(&l) = self.listeners.get(&any) {
+            return Some(l);
+        }
+        if dst.is_ipv4() {
+            let any6 = SocketAddr::new(Family::V6.unspecified(), dst.port());
+            if let Some(&l) = self.listeners.get(&any6) {
+                let sk = self.sock(l).ok()?;
+                if BindScope::of(sk.local.ip(), sk.opts.v6only).receives(dst.ip()) {
+                    return Some(l);
+                }
+            }
+        }
+        None
     }
 
     /// An ICMP error for one of our connections (`tcp_v4_err`): path-MTU reduction
@@ -607,9 +621,14 @@ impl Stack {
         }
         match icmp.kind {
             packet::IcmpKind::FragNeeded(mtu) => {
-                let min = if sk.family == Family::V4 { 68 } else { 1280 };
+                // The wire's family decides (an IPv4-mapped peer is an IPv4 path).
+                let (min, pmtudisc) = if sk.local.is_ipv4() {
+                    (68, sk.opts.pmtudisc)
+                } else {
+                    (1280, sk.opts.pmtudisc6)
+                };
                 // tcp_v4_mtu_reduced: IP_PMTUDISC_DONT opts out of path-MTU discovery.
-                if mtu < min || mtu >= sk.pmtu() || sk.opts.pmtudisc == 0 {
+                if mtu < min || mtu >= sk.pmtu() || pmtudisc == 0 {
                     return;
                 }
                 sk.route.mtu = mtu;
@@ -670,17 +689,7 @@ impl Stack {
                 && !seg.has(RST)
                 && after(seg.seq, sk.rcv_nxt)
             {
-                let lkey = self
-                    .listeners
-                    .get(&seg.dst)
-                    .or_else(|| {
-                        self.listeners.get(&SocketAddr::new(
-                            Family::of(seg.dst.ip()).unspecified(),
-                            seg.dst.port(),
-                        ))
-                    })
-                    .copied();
-                if let Some(l) = lkey {
+                if let Some(l) = self.listener_for(seg.dst) {
                     if sk.orphan {
                         self.free(id);
                     } else {
@@ -857,11 +866,17 @@ impl Stack {
         opts: Option<packet::RxOpts>,
     ) -> Option<SocketId> {
         let route = self.route_lookup(seg.src.ip())?;
-        let (lopts, lgen, lcc, lsnd, lrcv) = {
+        let (lopts, lgen, lcc, lsnd, lrcv, family) = {
             let l = self.sock(lid).ok()?;
-            (l.opts.clone(), l.gen, l.cc.name(), l.sndbuf, l.rcvbuf)
+            (
+                l.opts.clone(),
+                l.gen,
+                l.cc.name(),
+                l.sndbuf,
+                l.rcvbuf,
+                l.family,
+            )
         };
-        let family = Family::of(seg.dst.ip());
         let cid = self.alloc(family);
         let ts_off = self.ts_offset(seg.dst, seg.src);
         let cc_params = self.env.cc_params.clone();
@@ -1217,16 +1232,16 @@ impl Stack {
 
     /// `bind()`. Port 0 picks an ephemeral port.
     pub fn bind(&mut self, s: SocketId, addr: SocketAddr) -> Result<(), Errno> {
-        let (bound, family, reuse) = {
+        let (bound, family, reuse, v6only) = {
             let sk = self.sock(s)?;
-            (sk.bound, sk.family, sk.opts.reuseaddr)
+            (sk.bound, sk.family, sk.opts.reuseaddr, sk.opts.v6only)
         };
         if bound {
             return Err(Errno::EINVAL);
         }
-        if Family::of(addr.ip()) != family {
-            return Err(Errno::EAFNOSUPPORT);
-        }
+        let addr_lock = !addr.ip().is_unspecified();
+        let addr = dualstack::to_wire(family, v6only, dualstack::Call::Bind, addr)?;
+        let scope = BindScope::of(addr.ip(), v6only);
         if !addr.ip().is_unspecified() && !self.addrs.is_empty() && !self.addrs.contains(&addr.ip())
         {
             return Err(Errno::EADDRNOTAVAIL);
@@ -1237,10 +1252,7 @@ impl Stack {
             if let Some(v) = self.ports.get(&addr.port()) {
                 for o in v {
                     let Ok(osk) = self.sock(*o) else { continue };
-                    let overlap = osk.local.ip().is_unspecified()
-                        || addr.ip().is_unspecified()
-                        || osk.local.ip() == addr.ip();
-                    if !overlap || Family::of(osk.local.ip()) != family {
+                    if !BindScope::of(osk.local.ip(), osk.opts.v6only).overlaps(scope) {
                         continue;
                     }
                     let ok = reuse && osk.opts.reuseaddr && osk.state != TcpState::Listen
@@ -1257,6 +1269,7 @@ impl Stack {
         sk.bound = true;
         // SOCK_BINDPORT_LOCK: an explicitly bound port is never shared by connect().
         sk.userlocks_port = true;
+        sk.userlocks_addr = addr_lock;
         self.ports.entry(port).or_default().push(s);
         Ok(())
     }
@@ -1280,10 +1293,26 @@ impl Stack {
             return Ok(());
         }
         let local = sk.local;
+        let scope = BindScope::of(local.ip(), sk.opts.v6only);
         if let Some(&other) = self.listeners.get(&local) {
             if other != s {
                 return Err(Errno::EADDRINUSE);
             }
+        }
+        // inet_csk_listen_start checks the port again: binds that SO_REUSEADDR let share it
+        // cannot both listen where their addresses overlap (dual-stack `::` included;
+        // measured on 6.18).
+        let clash = self.ports.get(&local.port()).is_some_and(|v| {
+            v.iter().any(|o| {
+                *o != s
+                    && self.sock(*o).is_ok_and(|osk| {
+                        osk.state == TcpState::Listen
+                            && BindScope::of(osk.local.ip(), osk.opts.v6only).overlaps(scope)
+                    })
+            })
+        });
+        if clash {
+            return Err(Errno::EADDRINUSE);
         }
         let sk = self.sock_mut(s)?;
         sk.state = TcpState::Listen;
@@ -1306,19 +1335,20 @@ impl Stack {
         };
         let child = self.sock_mut(c)?;
         child.parent = None;
-        Ok((c, child.remote))
+        Ok((c, dualstack::to_api(child.family, child.remote)))
     }
 
     /// Give a closed, previously connected socket a fresh control block (keeps options and
     /// an explicit bind).
     fn reinit_closed(&mut self, s: SocketId) -> Result<(), Errno> {
         let old = self.sock(s)?;
-        let (gen, family, opts, local, locked) = (
+        let (gen, family, opts, local, locked, addr_locked) = (
             old.gen,
             old.family,
             old.opts.clone(),
             old.local,
             old.userlocks_port,
+            old.userlocks_addr,
         );
         let (osnd, orcv) = (old.sndbuf, old.rcvbuf);
         if !locked {
@@ -1329,9 +1359,17 @@ impl Stack {
         let mut fresh = Sock::new(s, gen, family, &self.env);
         fresh.opts = opts;
         if locked {
-            fresh.local = local;
+            // tcp_disconnect keeps the source address only if bind() chose it
+            // (SOCK_BINDADDR_LOCK): a dual-stack socket bound to `::` that reached an IPv4
+            // peer may reach an IPv6 one next.
+            fresh.local = if addr_locked {
+                local
+            } else {
+                SocketAddr::new(family.unspecified(), local.port())
+            };
             fresh.bound = true;
             fresh.userlocks_port = true;
+            fresh.userlocks_addr = addr_locked;
         }
         let sndbuf_lock = fresh.opts.sndbuf_lock;
         let rcvbuf_lock = fresh.opts.rcvbuf_lock;
@@ -1369,13 +1407,12 @@ impl Stack {
             }
             _ => return Err(Errno::EISCONN),
         }
-        let (family, bound, local) = {
+        let (family, bound, local, v6only) = {
             let sk = self.sock(s)?;
-            (sk.family, sk.bound, sk.local)
+            (sk.family, sk.bound, sk.local, sk.opts.v6only)
         };
-        if Family::of(remote.ip()) != family {
-            return Err(Errno::EAFNOSUPPORT);
-        }
+        let remote = dualstack::to_wire(family, v6only, dualstack::Call::Connect, remote)?;
+        dualstack::connect_check(bound.then_some(local.ip()), remote.ip())?;
         let route = self.route_lookup(remote.ip()).ok_or(Errno::ENETUNREACH)?;
         let src_ip = if bound && !local.ip().is_unspecified() {
             local.ip()
@@ -1383,7 +1420,7 @@ impl Stack {
             self.addrs
                 .iter()
                 .copied()
-                .find(|a| Family::of(*a) == family)
+                .find(|a| a.is_ipv4() == remote.is_ipv4())
                 .ok_or(Errno::ENETUNREACH)?
         };
         let port = if bound {
@@ -1614,7 +1651,8 @@ impl Stack {
 
     /// Local address (`getsockname`).
     pub fn local_addr(&self, s: SocketId) -> Result<SocketAddr, Errno> {
-        Ok(self.sock(s)?.local)
+        let sk = self.sock(s)?;
+        Ok(dualstack::to_api(sk.family, sk.local))
     }
 
     /// Peer address (`getpeername`), ENOTCONN if none.
@@ -1623,7 +1661,7 @@ impl Stack {
         if sk.remote.port() == 0 || !sk.is_synchronized() && sk.state != TcpState::SynSent {
             return Err(Errno::ENOTCONN);
         }
-        Ok(sk.remote)
+        Ok(dualstack::to_api(sk.family, sk.remote))
     }
 
     /// Set O_NONBLOCK (recorded for substrates; engine calls never block).
@@ -1786,8 +1824,8 @@ impl Stack {
             .flatten()
             .map(|sk| SocketRow {
                 id: sk.id,
-                local: sk.local,
-                remote: sk.remote,
+                local: dualstack::to_api(sk.family, sk.local),
+                remote: dualstack::to_api(sk.family, sk.remote),
                 state: sk.state,
                 tx_queue: sk.write_seq.wrapping_sub(sk.snd_una),
                 rx_queue: sk.inq(),

@@ -78,6 +78,8 @@ macro_rules! sysctls {
 sysctls! {
     /// Send buffer min / initial sk_sndbuf / max for autotuning (bytes).
     tcp_wmem = "net.ipv4.tcp_wmem", "4096 16384 4194304", Kind::Triple { min: 1 };
+    /// New AF_INET6 sockets start with IPV6_V6ONLY set (no IPv4-mapped peers).
+    bindv6only = "net.ipv6.bindv6only", "0", BOOL;
     /// Receive buffer min / initial sk_rcvbuf / max for autotuning (bytes); `[2]` sets the window scale.
     tcp_rmem = "net.ipv4.tcp_rmem", "4096 131072 33554432", Kind::Triple { min: 1 };
     /// Global TCP memory thresholds in pages (min, pressure, max); default computed for 4 GiB RAM.

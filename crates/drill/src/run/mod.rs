@@ -50,6 +50,12 @@ pub struct RunConfig {
     /// Run over IPv6 (local fd3d:fa7b:d17d::1, remote 2001:db8::1) unless the script sets
     /// `--ip_version`.
     pub ipv6: bool,
+    /// Run over IPv4-mapped IPv6 unless the script sets `--ip_version` (packetdrill's
+    /// `--ip_version=ipv4-mapped-ipv6`): AF_INET6 sockets, IPv4 packets (local 192.168.0.1,
+    /// remote 192.0.2.1, MTU 1500), and the addresses the script's `bind`/`connect` default
+    /// to in their IPv4-mapped form (`::ffff:192.168.0.1`, `::ffff:192.0.2.1`). Takes
+    /// precedence over `ipv6`.
+    pub mapped: bool,
     /// Record a trace of every event, packet and call in [`Report::log`].
     pub verbose: bool,
 }
@@ -225,8 +231,11 @@ pub(crate) struct Runner<'a> {
     st: Stack,
     now: u64,
     line: u32,
+    /// Local and remote addresses on the wire (IPv4 in the IPv4-mapped-IPv6 variant).
     local_ip: IpAddr,
     remote_ip: IpAddr,
+    /// IPv4-mapped-IPv6 variant: sockets are AF_INET6 and their addresses mapped.
+    mapped: bool,
     bind_port: u16,
     connect_port: u16,
     listen_port: u16,
@@ -278,10 +287,14 @@ impl<'a> Runner<'a> {
         // packetdrill writes inbound packets into that tun device: each arrives in a linear
         // kmalloc'd buffer, which sets its truesize (and so the receive window).
         st.set_rx_truesize(shallow_tcp::RxTruesize::TunKmalloc);
-        let ipv6 = match script.option("ip_version") {
-            Some(Some("ipv6")) => true,
-            Some(Some(_)) => false,
-            _ => cfg.ipv6,
+        // The script's --ip_version wins over the run's variant, as packetdrill parses a
+        // script's options after its command line.
+        let (ipv6, mapped) = match script.option("ip_version") {
+            Some(Some("ipv6")) => (true, false),
+            Some(Some("ipv4-mapped-ipv6")) => (false, true),
+            Some(Some(_)) => (false, false),
+            _ if cfg.mapped => (false, true),
+            _ => (cfg.ipv6, false),
         };
         let pick = |name: &str, v4: IpAddr, v6: IpAddr| -> IpAddr {
             match script
@@ -336,6 +349,7 @@ impl<'a> Runner<'a> {
             line: 0,
             local_ip,
             remote_ip,
+            mapped,
             bind_port: num("bind_port").unwrap_or(8080) as u16,
             connect_port: num("connect_port").unwrap_or(8080) as u16,
             listen_port: num("bind_port").unwrap_or(8080) as u16,
@@ -410,7 +424,8 @@ impl<'a> Runner<'a> {
                 | "remote_ip" | "bind_port" | "connect_port" | "strict_segments" | "define"
                 | "tcp_ts_tick_usecs" | "tcp_ts_ecr_scaled" | "verbose" | "send_omit_free"
                 | "gateway_ip" | "netmask_ip" | "speed" | "init_scripts" => {}
-                "ip_version" if matches!(value.as_deref(), Some("ipv4" | "ipv6")) => {}
+                "ip_version"
+                    if matches!(value.as_deref(), Some("ipv4" | "ipv6" | "ipv4-mapped-ipv6")) => {}
                 _ => {
                     return self.skip(format!(
                         "unsupported option --{name}{}",

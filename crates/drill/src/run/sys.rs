@@ -222,15 +222,35 @@ impl Runner<'_> {
     }
 
     fn family(&self) -> Family {
-        if self.local_ip.is_ipv6() {
+        if self.local_ip.is_ipv6() || self.mapped {
             Family::V6
         } else {
             Family::V4
         }
     }
 
+    /// An address as the script's sockets see it: in the IPv4-mapped-IPv6 variant an IPv4
+    /// address becomes `::ffff:a.b.c.d` (what packetdrill passes to bind and connect there).
+    fn api_addr(&self, a: std::net::SocketAddr) -> std::net::SocketAddr {
+        match a.ip() {
+            std::net::IpAddr::V4(v4) if self.mapped => {
+                std::net::SocketAddr::new(std::net::IpAddr::V6(v4.to_ipv6_mapped()), a.port())
+            }
+            _ => a,
+        }
+    }
+
     /// A sockaddr argument: `...` is the default address; a struct names port/address.
     fn sockaddr(
+        &self,
+        e: &Expr,
+        ip: std::net::IpAddr,
+        port: u16,
+    ) -> R<Result<std::net::SocketAddr, i64>> {
+        Ok(self.sockaddr_wire(e, ip, port)?.map(|a| self.api_addr(a)))
+    }
+
+    fn sockaddr_wire(
         &self,
         e: &Expr,
         ip: std::net::IpAddr,
@@ -540,7 +560,10 @@ impl Runner<'_> {
                             Res::Blocked(None)
                         }
                         Ok(shallow_tcp::TcpState::Close) => {
-                            let addr = std::net::SocketAddr::new(self.remote_ip, self.connect_port);
+                            let addr = self.api_addr(std::net::SocketAddr::new(
+                                self.remote_ip,
+                                self.connect_port,
+                            ));
                             match self.st.connect(now, s, addr) {
                                 Ok(()) => Res::Done(Ok(0)),
                                 Err(e) => Res::Done(Err(code(e))),
