@@ -1016,12 +1016,7 @@ impl<'a> Runner<'a> {
         let t = match &p.body {
             PacketBody::Tcp(t) => t,
             PacketBody::Udp { .. } => return self.skip("UDP packets are not supported"),
-            PacketBody::Icmp(i) => {
-                return self.skip(format!(
-                    "inbound ICMP ({}) is not handled by the engine (Stack::input ignores non-TCP packets)",
-                    i.icmp_type
-                ))
-            }
+            PacketBody::Icmp(i) => return self.inject_icmp(i),
         };
         let fi = self.inbound_flow(t)?;
         if self.flows[fi].isn.is_none() {
@@ -1148,6 +1143,72 @@ impl<'a> Runner<'a> {
         // so TCP sees it a little after the scripted time (a syscall reaches TCP sooner).
         self.step_to(self.now + INJECT_LATENCY_NS)?;
         self.st.input(self.inst(), &data, gso);
+        Ok(())
+    }
+
+    /// An inbound ICMP error about the current connection, as packetdrill builds it: it
+    /// quotes an IP header from us to the peer and the first 8 bytes of a TCP header (the
+    /// ports and the script's `[start:...]` as our sequence number, mapped to the live one).
+    fn inject_icmp(&mut self, i: &IcmpSpec) -> R<()> {
+        let Some(fi) = self.cur_flow else {
+            return self.fail(
+                FailKind::Script,
+                "inbound ICMP but no connection exists (no SYN and no connect())",
+            );
+        };
+        let flow = self.flows[fi].clone();
+        let Some(local_port) = flow.local_port else {
+            return self.fail(
+                FailKind::Script,
+                "inbound ICMP before the stack's SYN revealed its port",
+            );
+        };
+        let start = i.echoed.map_or(0, |(s, _, _)| s);
+        let seq = flow.isn.unwrap_or(0).wrapping_add(start);
+        let quoted_tcp = TcpRepr {
+            src_port: local_port,
+            dst_port: flow.remote_port,
+            seq,
+            ack: 0,
+            flags: WireFlags::ACK,
+            window: 0,
+            urgent: 0,
+            options: Vec::new(),
+        };
+        let fields = IpFields {
+            tos: 0,
+            ttl: 64,
+            flowlabel: 0,
+            ident: 0,
+        };
+        let from = SocketAddr::new(self.local_ip, local_port);
+        let to = SocketAddr::new(self.remote_ip, flow.remote_port);
+        let quoted = match pkt::build_tcp(from, to, &quoted_tcp, 0, fields) {
+            Ok(d) => d,
+            Err(e) => return self.fail(FailKind::Script, e),
+        };
+        let ip_hdr = if self.local_ip.is_ipv6() { 40 } else { 20 };
+        let err = pkt::IcmpError {
+            type_name: i.icmp_type.clone(),
+            code: i.code.clone(),
+            mtu: i.mtu,
+        };
+        let data =
+            match pkt::build_icmp_error(self.remote_ip, self.local_ip, &err, &quoted[..ip_hdr + 8])
+            {
+                Ok(d) => d,
+                Err(e) => return self.fail(FailKind::Script, e),
+            };
+        self.trace(|| {
+            format!(
+                "< icmp {} {} mtu {:?} seq {start}",
+                i.icmp_type,
+                i.code.as_deref().unwrap_or(""),
+                i.mtu
+            )
+        });
+        self.step_to(self.now + INJECT_LATENCY_NS)?;
+        self.st.input(self.inst(), &data, None);
         Ok(())
     }
 

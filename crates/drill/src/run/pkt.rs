@@ -316,3 +316,242 @@ mod tests {
         assert_eq!(opt_str(&TcpOptionRepr::Mss(1460)), "mss 1460");
     }
 }
+
+/// An ICMP error as a script's `< icmp TYPE [CODE] [mtu N] [start:end(len)]` line gives it:
+/// type and code by the names packetdrill knows for the run's family (an IPv4 script says
+/// `unreachable frag_needed`, an IPv6 one `packet_too_big`), or `type_N` / `code_N`.
+pub(crate) struct IcmpError {
+    /// The type's name.
+    pub type_name: String,
+    /// The code's name, if any (code 0 otherwise).
+    pub code: Option<String>,
+    /// Next-hop MTU.
+    pub mtu: Option<u32>,
+}
+
+/// Type and code bytes for `e` from a family's tables of (byte, name) (RFC 792 and 1191 for
+/// IPv4, RFC 4443 for IPv6).
+/// A code's wire byte and packetdrill name.
+type IcmpCode = (u8, &'static str);
+/// A type's wire byte, packetdrill name and codes.
+type IcmpType = (u8, &'static str, &'static [IcmpCode]);
+
+fn type_code(e: &IcmpError, types: &[IcmpType]) -> Result<(u8, u8), String> {
+    let numbered =
+        |s: &str, prefix: &str| s.strip_prefix(prefix).and_then(|n| n.parse::<u8>().ok());
+    let (type_, codes): (u8, &[IcmpCode]) = match numbered(&e.type_name, "type_") {
+        Some(t) => (t, &[]),
+        None => types
+            .iter()
+            .find(|(_, n, _)| *n == e.type_name)
+            .map(|(t, _, c)| (*t, *c))
+            .ok_or_else(|| {
+                format!(
+                    "unknown ICMP type `{}` for this address family",
+                    e.type_name
+                )
+            })?,
+    };
+    let code = match e.code.as_deref() {
+        None => 0,
+        Some(c) => numbered(c, "code_")
+            .or_else(|| codes.iter().find(|(_, n)| *n == c).map(|(b, _)| *b))
+            .ok_or_else(|| format!("unknown ICMP code `{c}` for type `{}`", e.type_name))?,
+    };
+    Ok((type_, code))
+}
+
+const ICMPV4_UNREACHABLE: &[IcmpCode] = &[
+    (0, "net_unreachable"),
+    (1, "host_unreachable"),
+    (2, "protocol_unreachable"),
+    (3, "port_unreachable"),
+    (4, "frag_needed"),
+    (5, "source_route_failed"),
+    (6, "net_unknown"),
+    (7, "host_unknown"),
+    (8, "source_host_isolated"),
+    (9, "net_prohibited"),
+    (10, "host_prohibited"),
+    (11, "net_unreachable_for_tos"),
+    (12, "host_unreachable_for_tos"),
+    (13, "packet_filtered"),
+    (14, "precedence_violation"),
+    (15, "precedence_cutoff"),
+];
+const ICMPV4_TYPES: &[IcmpType] = &[
+    (3, "unreachable", ICMPV4_UNREACHABLE),
+    (4, "source_quench", &[]),
+    (5, "redirect", &[]),
+    (11, "time_exceeded", &[]),
+    (12, "parameter_problem", &[]),
+];
+const ICMPV6_TYPES: &[IcmpType] = &[
+    (
+        1,
+        "unreachable",
+        &[
+            (0, "net_unreachable"),
+            (0, "no_route"),
+            (1, "admin_prohibited"),
+            (2, "not_neighbour"),
+            (3, "address_unreachable"),
+            (4, "port_unreachable"),
+        ],
+    ),
+    (2, "packet_too_big", &[]),
+    (
+        3,
+        "time_exceeded",
+        &[(0, "exceeded_hop_limit"), (1, "exceeded_frag_time")],
+    ),
+    (
+        4,
+        "parameter_problem",
+        &[
+            (0, "header_field"),
+            (1, "unknown_next_header"),
+            (2, "unknown_option"),
+        ],
+    ),
+];
+
+/// Builds an ICMP error from `from` to `to` that quotes `invoking` (a packet `to` sent: its
+/// IP header and TCP header), as a router on the path would (RFC 792: the IP header and 8
+/// bytes at least; RFC 4443: as much as fits).
+pub(crate) fn build_icmp_error(
+    from: IpAddr,
+    to: IpAddr,
+    e: &IcmpError,
+    invoking: &[u8],
+) -> Result<Vec<u8>, String> {
+    match (from, to) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let (type_, code) = type_code(e, ICMPV4_TYPES)?;
+            let repr = if type_ == 3 {
+                shallow_wire::Icmpv4Repr::DstUnreachable {
+                    code,
+                    next_hop_mtu: if code == 4 {
+                        e.mtu.unwrap_or(0).min(65535) as u16
+                    } else {
+                        0
+                    },
+                    invoking,
+                }
+            } else {
+                shallow_wire::Icmpv4Repr::Other {
+                    type_,
+                    code,
+                    rest: 0,
+                    data: invoking,
+                }
+            };
+            let mut body = vec![0u8; repr.buffer_len()];
+            repr.emit(&mut body)
+                .map_err(|x| format!("cannot build ICMP: {x}"))?;
+            let ip = IpRepr::V4(Ipv4Repr {
+                src: s,
+                dst: d,
+                protocol: shallow_wire::IPPROTO_ICMP,
+                ttl: 64,
+                tos: 0,
+                df: false,
+                ident: 0,
+                payload_len: body.len(),
+            });
+            let mut buf = vec![0u8; ip.header_len() + body.len()];
+            ip.emit(&mut buf)
+                .map_err(|x| format!("cannot build IP header: {x}"))?;
+            let hl = ip.header_len();
+            buf[hl..].copy_from_slice(&body);
+            Ok(buf)
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let (type_, code) = type_code(e, ICMPV6_TYPES)?;
+            let repr = match type_ {
+                2 => shallow_wire::Icmpv6Repr::PacketTooBig {
+                    mtu: e.mtu.unwrap_or(1280),
+                    invoking,
+                },
+                1 => shallow_wire::Icmpv6Repr::DstUnreachable { code, invoking },
+                _ => shallow_wire::Icmpv6Repr::Other {
+                    type_,
+                    code,
+                    rest: 0,
+                    data: invoking,
+                },
+            };
+            let mut body = vec![0u8; repr.buffer_len()];
+            repr.emit(&mut body, s, d)
+                .map_err(|x| format!("cannot build ICMPv6: {x}"))?;
+            let ip = IpRepr::V6(Ipv6Repr {
+                src: s,
+                dst: d,
+                next_header: shallow_wire::IPPROTO_ICMPV6,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+                payload_len: body.len(),
+            });
+            let mut buf = vec![0u8; ip.header_len() + body.len()];
+            ip.emit(&mut buf)
+                .map_err(|x| format!("cannot build IP header: {x}"))?;
+            let hl = ip.header_len();
+            buf[hl..].copy_from_slice(&body);
+            Ok(buf)
+        }
+        _ => Err("mixed address families".into()),
+    }
+}
+
+#[cfg(test)]
+mod icmp_tests {
+    use super::*;
+
+    fn err(t: &str, c: Option<&str>, mtu: Option<u32>) -> IcmpError {
+        IcmpError {
+            type_name: t.into(),
+            code: c.map(Into::into),
+            mtu,
+        }
+    }
+
+    #[test]
+    fn icmp_errors_by_packetdrill_names_per_family() {
+        let quoted = [0x45u8; 28];
+        let v4 = |e: &IcmpError| {
+            build_icmp_error(
+                "192.0.2.1".parse().unwrap(),
+                "192.168.0.1".parse().unwrap(),
+                e,
+                &quoted,
+            )
+        };
+        let p = v4(&err("unreachable", Some("frag_needed"), Some(1200))).unwrap();
+        // ICMP header after a 20-byte IPv4 header: type 3, code 4, MTU in bytes 6..8.
+        assert_eq!((p[20], p[21]), (3, 4));
+        assert_eq!(u16::from_be_bytes([p[26], p[27]]), 1200);
+        assert_eq!(&p[28..], &quoted);
+        let p = v4(&err("unreachable", Some("host_unreachable"), None)).unwrap();
+        assert_eq!((p[20], p[21]), (3, 1));
+        let p = v4(&err("type_11", Some("code_1"), None)).unwrap();
+        assert_eq!((p[20], p[21]), (11, 1));
+        // packetdrill's tables are per family: no ICMPv4 "packet too big".
+        assert!(v4(&err("packet_too_big", None, Some(1280))).is_err());
+        assert!(v4(&err("unreachable", Some("no_such_code"), None)).is_err());
+        let v6 = |e: &IcmpError| {
+            build_icmp_error(
+                "2001:db8::1".parse().unwrap(),
+                "fd3d:fa7b:d17d::1".parse().unwrap(),
+                e,
+                &quoted,
+            )
+        };
+        let p = v6(&err("packet_too_big", None, Some(1280))).unwrap();
+        assert_eq!((p[40], p[41]), (2, 0));
+        assert_eq!(u32::from_be_bytes([p[44], p[45], p[46], p[47]]), 1280);
+        let p = v6(&err("unreachable", Some("port_unreachable"), None)).unwrap();
+        assert_eq!((p[40], p[41]), (1, 4));
+        assert!(v6(&err("unreachable", Some("frag_needed"), None)).is_err());
+    }
+}
