@@ -2809,3 +2809,40 @@ fn retransmission_is_cut_to_the_peer_window() {
     let x = o.iter().find(|x| x.len > 0).expect("a retransmission");
     assert_eq!((p.rel(x).0, x.len), (300, 128));
 }
+
+/// Data a persist probe sends into a small window (`tcp_write_wakeup`) is watched by the
+/// RTO alone: no loss probe is scheduled, so the copies that follow back off (measured on
+/// 6.18 by the differential fuzzer: 10 bytes into a 10-byte window, then copies at +216 ms
+/// and +436 ms).
+#[test]
+fn data_sent_by_a_persist_probe_is_retransmitted_with_backoff() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(
+        &[OutOpt::Mss(1460), OutOpt::SackOk],
+        "mss 1460,nop,nop,sackOK",
+    );
+    // The peer's window shrinks to 10 bytes (a segment with a newer sequence number).
+    p.now += Duration::from_millis(1);
+    p.st.input(p.now, &raw(1, p.isn, ACK | PSH, 257, &[], &[1u8]), None);
+    p.now += Duration::from_millis(1);
+    p.st.input(p.now, &raw(2, p.isn, ACK, 10, &[], &[]), None);
+    let _ = p.out();
+    p.now += Duration::from_millis(10);
+    assert!(p.st.send(p.now, s, &[6u8; 10000], 0).is_ok());
+    let mut times = Vec::new();
+    for _ in 0..3000 {
+        for x in advance(&mut p, Duration::from_millis(1)) {
+            if x.len > 0 {
+                assert_eq!((p.rel(&x).0, x.len), (0, 10));
+                times.push(p.now);
+            }
+        }
+    }
+    assert!(times.len() >= 3, "{times:?}");
+    let nominal = |d: Duration| d - crate::socket::wheel_slack(d);
+    let d1 = nominal(times[1] - times[0]);
+    let d2 = nominal(times[2] - times[1]);
+    // Within a millisecond (the test's step) of doubling.
+    let diff = d2.abs_diff(d1 * 2);
+    assert!(diff <= Duration::from_millis(2), "{d1:?} then {d2:?}");
+}

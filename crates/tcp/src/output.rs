@@ -1269,8 +1269,11 @@ impl Sock {
                         return true;
                     }
                     self.event_new_data_sent(env, now, idx);
-                    self.rtx_event = RtxEvent::Rto;
-                    self.schedule_loss_probe_or_rto(env, now, false);
+                    // tcp_event_new_data_sent's tcp_rearm_rto, and no loss probe: only
+                    // tcp_write_xmit schedules one (measured on 6.18: after a persist probe
+                    // sent 10 bytes into a 10-byte window, the next copies left at +216 ms
+                    // and +436 ms, RTO and backed-off RTO).
+                    self.rearm_rto(env, now);
                 }
                 return false;
             }

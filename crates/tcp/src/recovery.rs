@@ -956,6 +956,17 @@ impl Sock {
         self.arm(env, TimerKind::Retrans, rto_at);
     }
 
+    /// `tcp_rearm_rto`: the retransmission timer for the head of the retransmit queue
+    /// (nothing when no packet is out).
+    pub(crate) fn rearm_rto(&mut self, env: &mut Env, now: Instant) {
+        if self.packets_out == 0 {
+            return;
+        }
+        self.rtx_event = RtxEvent::Rto;
+        let at = self.rto_deadline(now, false);
+        self.arm(env, TimerKind::Retrans, at);
+    }
+
     /// When the RTO would fire: head skb's send time + rto (`tcp_rearm_rto` with
     /// `tcp_rto_delta_us`), or now + rto.
     fn rto_deadline(&self, now: Instant, advancing: bool) -> Instant {
