@@ -63,17 +63,28 @@ impl Sock {
             .iter()
             .position(|o| after(o.seq, seq))
             .unwrap_or(self.ofo_queue.len());
-        // Fully covered by the previous one? D-SACK it.
+        // Overlaps with queued data are duplicates, reported as D-SACK (RFC 2883): the
+        // segment wholly inside the previous one is dropped; one that overlaps its tail
+        // reports the overlap; one that starts where it starts and covers it replaces it.
+        let mut pos = pos;
         if pos > 0 {
-            let p = &self.ofo_queue[pos - 1];
-            if !after(end, p.end_seq) && !before(seq, p.seq) {
-                if self.dsack_ok {
-                    self.dsack = Some((seq, end));
-                    env.mib.inc(Mib::TCPDSACKOfoSent);
-                }
+            let (p_seq, p_end) = (self.ofo_queue[pos - 1].seq, self.ofo_queue[pos - 1].end_seq);
+            if !after(end, p_end) && !before(seq, p_seq) {
+                self.dsack_ofo_set(env, seq, end);
                 env.mib.inc(Mib::TCPOFOMerge);
                 self.update_sack_blocks(seq, end);
                 return;
+            }
+            if before(seq, p_end) {
+                if after(seq, p_seq) {
+                    self.dsack_ofo_set(env, seq, p_end);
+                } else {
+                    let o = self.ofo_queue.remove(pos - 1);
+                    self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
+                    self.dsack_extend(env, o.seq, o.end_seq);
+                    env.mib.inc(Mib::TCPOFOMerge);
+                    pos -= 1;
+                }
             }
         }
         self.rmem_alloc += truesize;
@@ -87,19 +98,50 @@ impl Sock {
                 truesize,
             },
         );
-        // Drop later segments fully covered by the new one.
-        let mut j = pos + 1;
+        // Later segments: those the new one covers are dropped, the first it only overlaps
+        // ends the walk; each overlap extends the D-SACK block.
+        let j = pos + 1;
         while j < self.ofo_queue.len() {
-            let o = &self.ofo_queue[j];
-            if !after(o.end_seq, end) && !before(o.seq, seq) {
-                let o = self.ofo_queue.remove(j);
-                self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
-                env.mib.inc(Mib::TCPOFOMerge);
-            } else {
-                j += 1;
+            let (o_seq, o_end) = (self.ofo_queue[j].seq, self.ofo_queue[j].end_seq);
+            if !after(end, o_seq) {
+                break;
             }
+            if before(end, o_end) {
+                self.dsack_extend(env, o_seq, end);
+                break;
+            }
+            let o = self.ofo_queue.remove(j);
+            self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
+            self.dsack_extend(env, o_seq, o_end);
+            env.mib.inc(Mib::TCPOFOMerge);
         }
         self.update_sack_blocks(seq, end);
+    }
+
+    /// `tcp_dsack_set` for out-of-order data: the duplicate range goes first in the next
+    /// ACK's SACK option (RFC 2883), when D-SACK is on.
+    fn dsack_ofo_set(&mut self, env: &mut Env, seq: u32, end: u32) {
+        if self.dsack_ok {
+            self.dsack = Some((seq, end));
+            env.mib.inc(if before(seq, self.rcv_nxt) {
+                Mib::TCPDSACKOldSent
+            } else {
+                Mib::TCPDSACKOfoSent
+            });
+        }
+    }
+
+    /// `tcp_dsack_extend`: widen the pending D-SACK block by an adjacent or overlapping
+    /// duplicate range, or start one.
+    fn dsack_extend(&mut self, env: &mut Env, seq: u32, end: u32) {
+        match self.dsack {
+            None => self.dsack_ofo_set(env, seq, end),
+            Some((l, r)) => {
+                if !after(seq, r) && !after(l, end) {
+                    self.dsack = Some((seq_min(l, seq), seq_max(r, end)));
+                }
+            }
+        }
     }
 
     /// Maintain our SACK blocks: the block containing the newest segment goes first
@@ -141,9 +183,20 @@ impl Sock {
 
     /// Move segments that became in-order from the ofo queue (`tcp_ofo_queue`).
     pub fn ofo_drain(&mut self, env: &mut Env) {
+        // Queued data below what the in-order segment brought is a duplicate (D-SACK,
+        // `tcp_ofo_queue`'s dsack_high).
+        let mut dsack_high = self.rcv_nxt;
         while let Some(first) = self.ofo_queue.first() {
             if after(first.seq, self.rcv_nxt) {
                 break;
+            }
+            let (f_seq, f_end) = (first.seq, first.end_seq);
+            if before(f_seq, dsack_high) {
+                let dsack = dsack_high;
+                if before(f_end, dsack_high) {
+                    dsack_high = f_end;
+                }
+                self.dsack_extend(env, f_seq, dsack);
             }
             let o = self.ofo_queue.remove(0);
             self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
