@@ -2873,3 +2873,32 @@ fn dsack_for_overlapping_out_of_order_data() {
     assert_eq!(o.last().unwrap().ack, 1074);
     assert_eq!(blocks(&o), "nop,nop,sack [(537, 539)]");
 }
+
+/// `__tcp_sock_set_cork`: TCP_CORK 0 on a socket that was never corked does nothing, so a
+/// write that Nagle holds stays held, and shutdown() then sends it with the FIN (measured on
+/// 6.18 by the differential fuzzer: `FP. 1461:1561(100)` at the shutdown, not `P.` at the
+/// setsockopt).
+#[test]
+fn uncork_without_cork_keeps_nagle() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.now += Duration::from_millis(10);
+    // 1000 + 500: a small segment is out, so Nagle (Minshall's rule) holds the next one.
+    assert_eq!(p.st.send(p.now, s, &[1u8; 1500], 0), Ok(1500));
+    assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 1500);
+    p.now += Duration::from_millis(5);
+    assert_eq!(p.st.send(p.now, s, &[2u8; 100], 0), Ok(100));
+    assert!(p.out().is_empty(), "Nagle holds the small write");
+    p.now += Duration::from_millis(5);
+    p.st.setsockopt(p.now, s, SockOpt::TcpCork, &OptVal::Int(0))
+        .unwrap();
+    assert!(p.out().is_empty(), "no cork to pull");
+    p.now += Duration::from_millis(1);
+    p.st.shutdown(p.now, s, Shutdown::Write).unwrap();
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!(
+        (p.rel(&o[0]).0, o[0].len, o[0].flags & FIN),
+        (1500, 100, FIN)
+    );
+}

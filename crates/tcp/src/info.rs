@@ -337,9 +337,16 @@ impl Sock {
                 }
             }
             TcpCork => {
+                // __tcp_sock_set_cork: only a socket that was corked pushes on uncork, and
+                // past Nagle only with TCP_NODELAY (measured on 6.18: TCP_CORK 0 on a socket
+                // never corked leaves a Nagle-held write in place).
+                let was = self.opts.cork;
                 self.opts.cork = on;
-                if !on {
-                    let ng = self.nonagle() | crate::output::NAGLE_PUSH;
+                if !on && was {
+                    let mut ng = self.nonagle();
+                    if self.opts.nodelay {
+                        ng |= crate::output::NAGLE_PUSH;
+                    }
                     self.push_pending_frames(env, now, ng);
                 }
             }
