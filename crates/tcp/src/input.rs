@@ -1060,7 +1060,14 @@ impl Sock {
             }
             _ => {}
         }
-        self.ofo_queue.clear();
+        // Data queued beyond the FIN is dropped, and with it the SACK blocks and any pending
+        // D-SACK (`tcp_fin`: skb_rbtree_purge, tcp_sack_reset). Measured on 6.18: the ACK of
+        // a FIN with 1001:1101 queued out of order carries no SACK option.
+        for o in self.ofo_queue.drain(..) {
+            self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
+        }
+        self.sacks.clear();
+        self.dsack = None;
         env.wake(self.id, POLLIN | POLLRDNORM | POLLRDHUP);
     }
 
