@@ -16,44 +16,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::ast::{EventKind, Expr, PacketBody, Script, TcpFlags, TcpOption, TcpOptions};
 use crate::env::{parse_command, EnvAction};
-use crate::judge::Outcome;
-use crate::outcome::FailKind;
-
-/// Outcome of one script.
-#[derive(
-    Default, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    /// The script ran and every check held.
-    Pass,
-    /// The script ran and a check failed (or the runner could not run it yet).
-    Fail,
-    /// The script was not run (it needs something the runner does not support).
-    #[default]
-    Skip,
-}
-
-impl Status {
-    /// The word used in the file.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pass => "pass",
-            Status::Fail => "fail",
-            Status::Skip => "skip",
-        }
-    }
-}
-
-impl std::fmt::Display for Status {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::outcome::Status;
+use crate::outcome::{FailKind, Outcome};
 
 /// The expected outcome of one script: the engine's, and the running kernel's as recorded
 /// by `shallow drill --judge kernel --record` (the truth the engine is held to).

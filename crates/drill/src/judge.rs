@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::expectations::Status;
 use crate::outcome::FailKind;
+pub use crate::outcome::Outcome;
+use crate::outcome::Status;
 use crate::run::{Report, RunConfig};
 
 /// The address families Linux's packetdrill runner (`run_all.py`) runs each script in.
@@ -143,60 +144,6 @@ impl std::str::FromStr for Variant {
             .into_iter()
             .find(|v| v.as_str() == s)
             .ok_or_else(|| format!("unknown variant {s:?} (ipv4, ipv6, ipv4-mapped-ipv6)"))
-    }
-}
-
-/// The outcome of one run of a script, on the engine or on the kernel.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Outcome {
-    /// pass, fail, or skip (not run as written: a missing feature or environment).
-    pub status: Status,
-    /// The script line of the failure (0 when none).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub line: u32,
-    /// The kind of the failed check (`fail` only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<FailKind>,
-    /// The failure or skip message (first line of packetdrill's error, or the runner's).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
-}
-
-impl Outcome {
-    /// A pass.
-    pub fn pass() -> Outcome {
-        Outcome {
-            status: Status::Pass,
-            line: 0,
-            kind: None,
-            reason: String::new(),
-        }
-    }
-
-    /// A script not run as written, with the reason.
-    pub fn skip(reason: impl Into<String>) -> Outcome {
-        Outcome {
-            status: Status::Skip,
-            line: 0,
-            kind: None,
-            reason: reason.into(),
-        }
-    }
-
-    /// `pass`, `fail at line N (kind)` or `skip`: the short form reports print.
-    pub fn short(&self) -> String {
-        match self.status {
-            Status::Pass => "pass".into(),
-            Status::Skip => "skip".into(),
-            Status::Fail => match self.kind {
-                Some(k) => format!("fail:{}:{k}", self.line),
-                None => format!("fail:{}", self.line),
-            },
-        }
     }
 }
 

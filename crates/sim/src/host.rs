@@ -33,9 +33,10 @@ use shallow_tcp::{
 };
 
 use crate::cpu::{CostTable, Cpu, CpuLayout};
+use crate::endpoint::Endpoint;
 use crate::event::EventQueue;
 use crate::hist::Histogram;
-use crate::packet::{Endpoint, Packet};
+use crate::packet::Packet;
 use crate::pool::{BufPool, FlowMap};
 use crate::rng::SimRng;
 use crate::segment;

@@ -19,10 +19,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::capture::{Capture, CaptureOut, CapturePoint};
+use crate::endpoint::Endpoint;
 use crate::event::EventQueue;
 use crate::gro::{Gro, GroStats};
 use crate::metrics::{FlowBytes, PacketDelay, Summary};
-use crate::packet::{Endpoint, Packet, Skb, TsoParent, WireSeg};
+use crate::packet::{Packet, Skb, TsoParent, WireSeg};
 use crate::pool::{BufPool, FlowMap};
 use crate::qdisc::{EgressHandle, QdiscPacket, QdiscRef};
 use crate::rng::SimRng;

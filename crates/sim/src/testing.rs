@@ -3,7 +3,8 @@
 
 use std::net::Ipv4Addr;
 
-use crate::packet::{Endpoint, Packet};
+use crate::endpoint::Endpoint;
+use crate::packet::Packet;
 use crate::segment::{self, build_ipv4_tcp, flags, TcpPacketSpec};
 use crate::time::{Rate, Time};
 
