@@ -652,6 +652,20 @@ impl Sock {
         self.snd_una.wrapping_add(self.snd_wnd)
     }
 
+    /// `tcp_snd_wnd_test`: whether the first segment of `skb` (its first MSS, or the whole
+    /// skb with its FIN, which takes a sequence number) fits in the peer's window. So a bare
+    /// FIN, or one on a segment that ends at the window's edge, waits for the window to open
+    /// while the persist timer probes (measured on 6.18: close() into a zero window sends
+    /// window probes `. 0:0(0)`, no FIN).
+    pub(crate) fn snd_wnd_test(&self, skb: &Skb, mss: u32) -> bool {
+        let end = if skb.len() > mss {
+            skb.seq.wrapping_add(mss)
+        } else {
+            skb.end_seq
+        };
+        !after(end, self.snd_wnd_end())
+    }
+
     /// `tcp_cwnd_test`: how many packets cwnd lets us send now.
     fn cwnd_quota(&self) -> u32 {
         let in_flight = self.packets_in_flight();
@@ -874,13 +888,7 @@ impl Sock {
                 }
                 cwnd_quota = 1;
             }
-            // tcp_snd_wnd_test on the first segment: a FIN takes a sequence number, so a
-            // bare FIN (or one on a segment that ends at the window's edge) waits for the
-            // window to open and the persist timer probes meanwhile (measured on 6.18:
-            // close() into a zero window sends window probes `. 0:0(0)`, no FIN).
-            let fin_seq = u32::from(head_fin && head_len <= mss_now);
-            let first_end = head.seq.wrapping_add(head_len.min(mss_now) + fin_seq);
-            if after(first_end, self.snd_wnd_end()) {
+            if !self.snd_wnd_test(head, mss_now) {
                 self.rwnd_limited_now = true;
                 break;
             }

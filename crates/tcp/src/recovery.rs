@@ -989,16 +989,10 @@ impl Sock {
         let before_nxt = self.snd_nxt;
         self.tlp_retrans = false;
         let mss = self.current_mss();
-        let wnd_end = self.snd_wnd_end();
-        // tcp_snd_wnd_test on the head (its first MSS).
-        let head_fits = self.write_queue.front().is_some_and(|h| {
-            let end = if h.len() > mss {
-                h.seq.wrapping_add(mss)
-            } else {
-                h.end_seq
-            };
-            !after(end, wnd_end)
-        });
+        let head_fits = self
+            .write_queue
+            .front()
+            .is_some_and(|h| self.snd_wnd_test(h, mss));
         let sent = if head_fits {
             // New data, even with cwnd full.
             self.tlp_force_quota = true;
