@@ -29,7 +29,7 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant as StdInstant};
 
-use shallow_tcp::{Stack, TcpInfo};
+use shallow_tcp::{DeviceCaps, Stack, TcpInfo};
 
 use crate::host::{Device, Egress, Host};
 use crate::net::{TcpListener, TcpStream};
@@ -126,7 +126,7 @@ pub struct BenchConfig {
     /// TUN queues, each with its own I/O thread (above 1: `IFF_MULTI_QUEUE`). The veth pair
     /// ignores it.
     pub queues: usize,
-    /// The Shallow engine sends TSO/GSO packets (false: [`Stack::set_gso`]`(false)`, the
+    /// The Shallow engine sends TSO/GSO packets (false: [`DeviceCaps::gso`](shallow_tcp::DeviceCaps::gso) off, the
     /// `ethtool -K dev tso off gso off` case: one segment per packet). The veth pair ignores it.
     pub gso: bool,
 }
@@ -729,7 +729,10 @@ fn shallow_world(cfg: &BenchConfig) -> Result<ShallowWorld, BenchError> {
     let mut stack = Stack::new(cfg.seed);
     stack.add_address(IpAddr::V4(LOCAL4));
     stack.add_address(IpAddr::V6(LOCAL6));
-    stack.set_gso(cfg.gso);
+    stack.set_device(DeviceCaps {
+        gso: cfg.gso,
+        ..stack.device()
+    });
     for (k, v) in &cfg.sysctls {
         stack
             .sysctl_set(k, v)

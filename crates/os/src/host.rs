@@ -74,7 +74,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use shallow_qdisc::{FqConfig, Rate};
-use shallow_tcp::{pollbits, Errno, Instant, SocketId, Stack};
+use shallow_tcp::{pollbits, DeviceCaps, Errno, Instant, SocketId, Stack};
 
 use crate::error::OsError;
 use crate::iothread::{self, HookState, TxQueue};
@@ -856,7 +856,11 @@ impl Host {
             // The engine marks its packets with departure times only when fq is there to
             // honour them (Linux: `sk_pacing_status == SK_PACING_FQ`).
             let mut g = shared.lock();
-            g.stack.set_fq_pacing(fq);
+            let caps = g.stack.device();
+            g.stack.set_device(DeviceCaps {
+                edt_pacing: fq,
+                ..caps
+            });
         }
         let guard = ThreadGuard {
             shared: Arc::clone(&shared),

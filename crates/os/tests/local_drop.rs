@@ -1,5 +1,5 @@
 //! A drop by the host's own egress qdisc is a local drop, not a loss in the network (issue 19
-//! item 1), on the Linux substrate: Shallow's engine on a TUN, TSO off (`Stack::set_gso(false)`,
+//! item 1), on the Linux substrate: Shallow's engine on a TUN, TSO off (`DeviceCaps::gso` off,
 //! the `ethtool -K tso off` case), sending to the kernel's TCP through a qdisc too small for
 //! it. The qdisc refuses packets at the transmit (`EgressGate`, Linux's `NET_XMIT_DROP` from
 //! `dev_queue_xmit`): the host counts them as qdisc drops, the engine keeps them unsent and
@@ -130,7 +130,10 @@ fn run(egress: Egress, len: usize, port: u16) -> Figures {
     peer.configure(&ns).expect("kernel side");
     let mut stack = Stack::new(0x5eed);
     stack.add_address(IpAddr::V4(ME4));
-    stack.set_gso(false);
+    stack.set_device(shallow_tcp::DeviceCaps {
+        gso: false,
+        ..stack.device()
+    });
     let host = Host::start_with(stack, tun, egress).expect("I/O thread");
     let _srv = ChildGuard(
         ns.command("socat")

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
 use serde::Serialize;
-use shallow_tcp::{Instant, SocketId};
+use shallow_tcp::{DeviceCaps, Instant, SocketId};
 
 use crate::capture::{CaptureOut, CapturePoint};
 use crate::cpu::{CostTable, CpuLayout};
@@ -368,7 +368,7 @@ pub struct BenchExtras {
     /// Linux `dst_quick_ack`): it ACKs every segment at once.
     pub rx_route_quickack: bool,
     /// The sending host's device takes no TSO/GSO packets (`ethtool -K dev tso off gso
-    /// off`, [`Stack::set_gso`](shallow_tcp::Stack::set_gso)`(false)`): one segment per packet.
+    /// off`, [`DeviceCaps::gso`](shallow_tcp::DeviceCaps::gso) off): one segment per packet.
     pub tx_gso_off: bool,
 }
 
@@ -440,7 +440,10 @@ fn run_inner(
     let mut left = mk_host(left_ip, "host/left", &cfg.sysctls, fq)?;
     let mut right = mk_host(right_ip, "host/right", &cfg.rx_sysctls, false)?;
     if extras.tx_gso_off {
-        left.stack.set_gso(false);
+        left.stack.set_device(DeviceCaps {
+            gso: false,
+            ..left.stack.device()
+        });
     }
     if extras.rx_route_quickack {
         right.stack.set_route(

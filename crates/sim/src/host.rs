@@ -28,8 +28,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use sha2::{Digest, Sha256};
 use shallow_tcp::{
-    msgflags, pollbits::*, Errno, Family, Instant, OptVal, Shutdown, SockOpt, SocketId, Stack,
-    TcpState, TxToken,
+    msgflags, pollbits::*, DeviceCaps, Errno, Family, Instant, OptVal, RxPacket, Shutdown, SockOpt,
+    SocketId, Stack, TcpState, TxToken,
 };
 
 use crate::cpu::{CostTable, Cpu, CpuLayout};
@@ -259,7 +259,7 @@ pub struct TcpHostConfig {
     pub cpus: CpuLayout,
     /// Sysctls to set (Linux names).
     pub sysctls: Vec<(String, String)>,
-    /// The qdisc paces by EDT (fq): tells the engine (`Stack::set_fq_pacing`).
+    /// The qdisc paces by EDT (fq): tells the engine (`DeviceCaps::edt_pacing`).
     pub fq_pacing: bool,
 }
 
@@ -317,14 +317,17 @@ pub struct SysctlFailure {
 impl TcpHost {
     /// A host with no threads yet.
     pub fn new(cfg: &TcpHostConfig) -> Result<TcpHost, SysctlFailure> {
-        let mut stack = Stack::new(cfg.seed);
+        let caps = DeviceCaps {
+            edt_pacing: cfg.fq_pacing,
+            // The emulated NIC computes every wire segment's checksum as it cuts a TSO packet.
+            tso_csum_offload: true,
+            // Scatter-gather: data packets share the socket's bytes instead of copying them.
+            sg: true,
+            ..DeviceCaps::default()
+        };
+        let mut stack = Stack::with_device(cfg.seed, caps);
         stack.add_address(cfg.addr);
-        stack.set_fq_pacing(cfg.fq_pacing);
         stack.set_rtt_log(RTT_LOG_PER_SOCKET);
-        // The emulated NIC computes every wire segment's checksum as it cuts a TSO packet.
-        stack.set_tso_csum_offload(true);
-        // Scatter-gather: data packets share the socket's bytes instead of copying them.
-        stack.set_sg(true);
         for (k, v) in &cfg.sysctls {
             stack.sysctl_set(k, v).map_err(|e| SysctlFailure {
                 name: k.clone(),
@@ -639,11 +642,13 @@ impl TcpHost {
                     .and_then(|v| self.by_ports.get(&(v.dport, v.sport)).copied())
                     .filter(|s| self.stack.is_owned(*s));
                 let rx_cost = self.costs.rx(payload, segs);
-                if frag.is_empty() {
-                    self.stack.input_offload(inst(now), &data, gso, csum_ok);
+                let rx = if frag.is_empty() {
+                    RxPacket::linear(&data)
                 } else {
-                    self.stack.input_frag(inst(now), &data, &frag, gso, csum_ok);
-                }
+                    RxPacket::paged(&data, &frag)
+                };
+                self.stack
+                    .handle_packet(inst(now), rx.gso(gso).csum_verified(csum_ok));
                 self.pool.put(data);
                 if let Some(s) = owner {
                     self.stats.rx_to_backlog += 1;

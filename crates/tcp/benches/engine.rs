@@ -6,7 +6,7 @@ use core::net::SocketAddr;
 use core::time::Duration;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use shallow_tcp::harness::{LinkConfig, Pair, ADDR_B};
-use shallow_tcp::{Errno, Family, Instant, Stack};
+use shallow_tcp::{DeviceCaps, Errno, Family, Instant, Stack};
 
 fn connected(link: LinkConfig) -> (Pair, shallow_tcp::SocketId, shallow_tcp::SocketId) {
     let mut p = Pair::new(1, link);
@@ -78,7 +78,10 @@ fn bulk(c: &mut Criterion) {
                         gro: tso,
                         ..Default::default()
                     });
-                    p.a.set_gso(tso);
+                    p.a.set_device(DeviceCaps {
+                        gso: tso,
+                        ..p.a.device()
+                    });
                     transfer(&mut p, c, s, WARMUP);
                     (p, c, s)
                 },

@@ -80,7 +80,10 @@ impl Peer {
         st.sysctl_set("net.ipv4.tcp_timestamps", if ts { "1" } else { "0" })
             .unwrap();
         // packetdrill's tun device orphans packets at transmit.
-        st.set_tx_orphan(true);
+        st.set_device(DeviceCaps {
+            orphan_at_xmit: true,
+            ..st.device()
+        });
         Peer {
             st,
             now: Instant::from_secs(1),
@@ -461,7 +464,10 @@ fn backlog_ack_defer_sends_one_ack() {
 fn tsq_limits_bytes_below_tcp() {
     let mut p = Peer::new(false);
     // A device that keeps packets until their TX completion (a NIC ring, not tun).
-    p.st.set_tx_orphan(false);
+    p.st.set_device(DeviceCaps {
+        orphan_at_xmit: false,
+        ..p.st.device()
+    });
     // Below one 2-segment packet's truesize (2920 + SKB_TX_OVERHEAD).
     p.st.sysctl_set("net.ipv4.tcp_limit_output_bytes", "2048")
         .unwrap();
@@ -518,7 +524,10 @@ fn tsq_limits_bytes_below_tcp() {
 fn autocork_holds_small_write_until_completion() {
     let mut p = Peer::new(false);
     // A device that keeps packets until their TX completion (a NIC ring, not tun).
-    p.st.set_tx_orphan(false);
+    p.st.set_device(DeviceCaps {
+        orphan_at_xmit: false,
+        ..p.st.device()
+    });
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
     p.st.setsockopt(p.now, s, SockOpt::TcpNodelay, &OptVal::Int(1))
         .unwrap();
@@ -1358,7 +1367,10 @@ fn data_after_close_resets_from_segment() {
 #[test]
 fn gso_off_sends_mss_packets() {
     let mut p = Peer::new(false);
-    p.st.set_gso(false);
+    p.st.set_device(DeviceCaps {
+        gso: false,
+        ..p.st.device()
+    });
     let c = p.st.socket(Family::V4).unwrap();
     p.st.setsockopt(p.now, c, SockOpt::TcpNodelay, &OptVal::Int(1))
         .unwrap();
@@ -1446,7 +1458,10 @@ fn psh_on_every_gso_packet() {
     // Single-MSS packets cut from the middle of the write carry no PSH: with GSO off the
     // engine emits 1000-byte packets and only the write's tail (not sent yet) has PSH.
     let mut q = Peer::new(false);
-    q.st.set_gso(false);
+    q.st.set_device(DeviceCaps {
+        gso: false,
+        ..q.st.device()
+    });
     let s = q.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
     assert_eq!(q.st.send(q.now, s, &[0u8; 10400], 0), Ok(10400));
     let o = q.out();
@@ -1786,7 +1801,10 @@ fn orphaning_device_releases_wmem_at_send() {
     assert_eq!(n, 5);
 
     let mut p = Peer::new(false);
-    p.st.set_fq_pacing(true);
+    p.st.set_device(DeviceCaps {
+        edt_pacing: true,
+        ..p.st.device()
+    });
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
     assert_eq!(p.st.send(p.now, s, &[0u8; 12000], 0), Ok(12000));
     // Pacing starts after 10 data segments: IW10 leaves at once, unheld.
@@ -1813,7 +1831,10 @@ fn orphaning_device_releases_wmem_at_send() {
 #[test]
 fn edt_credit_halves_the_gap_after_a_late_send() {
     let mut p = Peer::new(false);
-    p.st.set_fq_pacing(true);
+    p.st.set_device(DeviceCaps {
+        edt_pacing: true,
+        ..p.st.device()
+    });
     let opts = [
         OutOpt::Mss(1460),
         OutOpt::SackOk,
@@ -2095,7 +2116,7 @@ fn dropping_qdisc_probes_until_user_timeout() {
         &raw(1, p.isn.wrapping_add(24), ACK, 65530, &[], &[]),
         None,
     );
-    p.st.set_tx_drop(true);
+    p.st.set_tx_gate(Some(Box::new(DropAll)));
     assert_eq!(p.st.send(p.now, s, &[0u8; 24], 0), Ok(24));
     assert!(p.out().is_empty());
     assert_eq!(p.st.ioctl(s, Ioctl::SiocOutqNsd), Ok(24), "still unsent");
@@ -2120,7 +2141,7 @@ fn failed_retransmission_is_not_counted() {
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
     assert_eq!(p.st.send(p.now, s, &[0u8; 4000], 0), Ok(4000));
     p.out();
-    p.st.set_tx_drop(true);
+    p.st.set_tx_gate(Some(Box::new(DropAll)));
     // TLP then RTO, both refused by the qdisc.
     assert!(advance(&mut p, Duration::from_millis(700)).is_empty());
     let i = p.st.tcp_info(p.now, s).unwrap();
@@ -2132,7 +2153,7 @@ fn failed_retransmission_is_not_counted() {
         p.st.counters().value(Mib::RetransSegs),
         p.st.counters().value(Mib::TCPRetransFail)
     );
-    p.st.set_tx_drop(false);
+    p.st.set_tx_gate(None);
     let o = advance(&mut p, Duration::from_secs(2));
     assert_eq!(p.rel(&o[0]).0, 0, "the next RTO resends the head");
 }

@@ -145,7 +145,10 @@ fn tso_checksum_offload_leaves_the_pseudo_header_sum() {
             ..Default::default()
         },
     );
-    p.a.set_tso_csum_offload(true);
+    p.a.set_device(DeviceCaps {
+        tso_csum_offload: true,
+        ..p.a.device()
+    });
     let (c, _l, s) = connect_pair(&mut p);
     p.a.send(p.now, c, &pattern(200_000), 0).unwrap();
     let (mut partial, mut full) = (0, 0);
@@ -177,7 +180,10 @@ fn tso_checksum_offload_leaves_the_pseudo_header_sum() {
     // packet, so a one-segment packet left with a partial checksum would count in
     // InCsumErrors.
     let mut p = Pair::new(5, LinkConfig::default());
-    p.a.set_tso_csum_offload(true);
+    p.a.set_device(DeviceCaps {
+        tso_csum_offload: true,
+        ..p.a.device()
+    });
     let (c, _l, s2) = connect_pair(&mut p);
     let data = pattern(3_000_000);
     let got = transfer(&mut p, c, s2, &data, Duration::from_secs(20));
@@ -525,7 +531,7 @@ fn rcv_mss_starts_at_536_and_learns_the_segment_size() {
     assert!(i.rcv_mss <= i.advmss);
 }
 
-/// `input_frag`: data packets handed over as headers + a shared payload (a device with
+/// `RxBytes::Paged`: data packets handed over as headers + a shared payload (a device with
 /// scatter-gather) arrive whole and in order, through the out-of-order queue too, whether the
 /// checksum was verified by the device or is summed over both parts here; peeking and reads
 /// of odd sizes cross the pieces; a payload shared with the receiver is not copied; corrupt
@@ -567,16 +573,21 @@ fn paged_packets_are_received_whole() {
                 held = Some((head, frag, t.gso_size));
                 continue;
             }
-            p.b.input_frag(p.now, &head, &frag, t.gso_size, k % 2 == 0);
+            p.b.handle_packet(
+                p.now,
+                RxPacket::paged(&head, &frag)
+                    .gso(t.gso_size)
+                    .csum_verified(k % 2 == 0),
+            );
             if let Some((h, f, g)) = held.take() {
-                p.b.input_frag(p.now, &h, &f, g, false);
+                p.b.handle_packet(p.now, RxPacket::paged(&h, &f).gso(g).csum_verified(false));
             }
             // The receive queue holds a share of the last payload, not a copy, unless it
             // was already read.
             shared_seen |= !frag.is_unique();
         }
         if let Some((h, f, g)) = held.take() {
-            p.b.input_frag(p.now, &h, &f, g, true);
+            p.b.handle_packet(p.now, RxPacket::paged(&h, &f).gso(g).csum_verified(true));
         }
         while let Some(t) = p.b.poll_transmit(p.now) {
             p.a.input(p.now, &t.data, t.gso_size);
@@ -623,25 +634,51 @@ fn paged_packets_are_received_whole() {
     let head = t.data[..v.payload_off].to_vec();
     let mut bad = t.data[v.payload_off..].to_vec();
     bad[10] ^= 0x40;
-    p.b.input_frag(p.now, &head, &Bytes::from(bad), None, false);
+    p.b.handle_packet(
+        p.now,
+        RxPacket::paged(&head, &Bytes::from(bad))
+            .gso(None)
+            .csum_verified(false),
+    );
     assert_eq!(p.b.counters().value(Mib::InCsumErrors), 1);
     // Parts that do not add up to the length fields: one byte short, one byte over, the
     // payload left in the head.
     let frag = Bytes::copy_from_slice(&t.data[v.payload_off..]);
-    p.b.input_frag(p.now, &head, &frag.slice(1..), None, true);
+    p.b.handle_packet(
+        p.now,
+        RxPacket::paged(&head, &frag.slice(1..))
+            .gso(None)
+            .csum_verified(true),
+    );
     let mut over = frag.to_vec();
     over.push(0);
-    p.b.input_frag(p.now, &head, &Bytes::from(over), None, true);
-    p.b.input_frag(p.now, &t.data, &Bytes::new(), None, true);
-    p.b.input_frag(p.now, &[], &frag, None, true);
+    p.b.handle_packet(
+        p.now,
+        RxPacket::paged(&head, &Bytes::from(over))
+            .gso(None)
+            .csum_verified(true),
+    );
+    p.b.handle_packet(
+        p.now,
+        RxPacket::paged(&t.data, &Bytes::new())
+            .gso(None)
+            .csum_verified(true),
+    );
+    p.b.handle_packet(
+        p.now,
+        RxPacket::paged(&[], &frag).gso(None).csum_verified(true),
+    );
     assert_eq!(p.b.counters().value(Mib::InErrs), 1 + 4);
     assert_eq!(p.b.recv(p.now, s, &mut buf, 0), Err(Errno::EAGAIN));
     // The good one is taken.
-    p.b.input_frag(p.now, &head, &frag, None, false);
+    p.b.handle_packet(
+        p.now,
+        RxPacket::paged(&head, &frag).gso(None).csum_verified(false),
+    );
     assert_eq!(p.b.recv(p.now, s, &mut buf, 0), Ok(1000));
 }
 
-/// Scatter-gather (`set_sg`): data packets carry their payload as a share of the send buffer
+/// Scatter-gather (`DeviceCaps::sg`): data packets carry their payload as a share of the send buffer
 /// (`Transmit::frag`) behind a header-only `data`; linearized, every packet is byte for byte
 /// the packet the same stack sends without scatter-gather (retransmissions after losses,
 /// split and trimmed skbs included), with a valid checksum; and bytes a packet shares never
@@ -651,7 +688,10 @@ fn scatter_gather_shares_the_send_buffer_read_only() {
     use shallow_wire::segment as seg;
     fn run(sg: bool) -> (Vec<Vec<u8>>, usize) {
         let mut p = Pair::new(8, LinkConfig::default());
-        p.a.set_sg(sg);
+        p.a.set_device(DeviceCaps {
+            sg: sg,
+            ..p.a.device()
+        });
         let (c, _l, s) = connect_pair(&mut p);
         let data = pattern(1_500_000);
         let (mut sent, mut got) = (0, Vec::new());

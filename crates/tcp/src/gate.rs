@@ -11,7 +11,7 @@
 //! counts as sent. A substrate answers from its real qdisc (`shallow_qdisc::Qdisc::admit`)
 //! and then guarantees that the packets it admitted are enqueued.
 //!
-//! [`DropAll`] is `tc qdisc ... pfifo limit 0` ([`Stack::set_tx_drop`](crate::Stack::set_tx_drop)).
+//! [`DropAll`] is `tc qdisc ... pfifo limit 0` (installed with [`Stack::set_tx_gate`](crate::Stack::set_tx_gate)).
 
 /// What the device side is told about a packet the engine is about to transmit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -99,7 +99,10 @@ fn periodic_refusals_cause_no_retransmission() {
         ..LinkConfig::default()
     };
     let mut p = Pair::new(5, link);
-    p.a.set_gso(false);
+    p.a.set_device(DeviceCaps {
+        gso: false,
+        ..p.a.device()
+    });
     let (c, _l, s) = connect_pair(&mut p);
     let log = gate(&mut p.a);
     log.lock().unwrap().every = 7;
@@ -122,7 +125,10 @@ fn periodic_refusals_cause_no_retransmission() {
 fn gate_meta_describes_the_packet() {
     for sg in [false, true] {
         let mut p = Pair::new(9, LinkConfig::default());
-        p.a.set_sg(sg);
+        p.a.set_device(DeviceCaps {
+            sg: sg,
+            ..p.a.device()
+        });
         let (c, _l, _s) = connect_pair(&mut p);
         let log = gate(&mut p.a);
         assert_eq!(p.a.send(p.now, c, &pattern(30_000), 0), Ok(30_000));

@@ -986,7 +986,7 @@ impl Sock {
     fn queue_rcv(&mut self, env: &mut Env, seq: u32, payload: &[u8], fin: bool, seg: &SegIn<'_>) {
         let len = payload.len() as u32;
         if len > 0 {
-            let coalesce = env.rx_truesize.coalesces()
+            let coalesce = env.dev.rx_truesize.coalesces()
                 && self
                     .rx_queue
                     .back()
@@ -1171,7 +1171,7 @@ impl Sock {
     /// sizing, [`crate::RxTruesize`]).
     pub(crate) fn rx_truesize(&self, env: &Env, seg: &SegIn<'_>, len: u32) -> u32 {
         let headers = self.ip_hdr_len() + u32::from(seg.opts.hdr_len).max(20);
-        env.rx_truesize.truesize(len, headers)
+        env.dev.rx_truesize.truesize(len, headers)
     }
 
     /// `tcp_grow_window`: raise `rcv_ssthresh` (the window we are willing to offer) towards

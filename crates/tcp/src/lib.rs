@@ -70,16 +70,18 @@
 //! # Paged packets: no copy between the socket and the device
 //!
 //! A substrate whose device takes a packet in pieces (`writev`, a DMA ring with
-//! scatter-gather) turns on [`Stack::set_sg`]: a data packet then comes as its headers in
-//! [`Transmit::data`] and a share of the socket's send buffer in [`Transmit::frag`] (bytes
-//! that are never written again), so the payload is not copied. On the receive side,
-//! [`Stack::input_frag`] takes a packet as its headers plus a [`Bytes`] payload, which the
-//! receive queue keeps instead of copying; `recv` is then the only copy.
+//! scatter-gather) says so in its [`DeviceCaps`] (`sg`): a data packet then comes as its
+//! headers in [`Transmit::data`] and a share of the socket's send buffer in
+//! [`Transmit::frag`] (bytes that are never written again), so the payload is not copied.
+//! On the receive side, [`Stack::handle_packet`] takes a packet as its headers plus a
+//! [`Bytes`] payload ([`RxPacket::paged`]), which the receive queue keeps instead of
+//! copying; `recv` is then the only copy.
 //!
 //! ```
-//! use shallow_tcp::{Errno, Family, Instant, Stack};
+//! use shallow_tcp::{DeviceCaps, Errno, Family, Instant, RxPacket, Stack};
 //! # use std::net::SocketAddr;
-//! # let (mut a, mut b) = (Stack::new(1), Stack::new(2));
+//! # let mut b = Stack::new(2);
+//! let mut a = Stack::with_device(1, DeviceCaps { sg: true, ..DeviceCaps::default() });
 //! # a.add_address("10.0.0.1".parse().unwrap());
 //! # b.add_address("10.0.0.2".parse().unwrap());
 //! # let now = Instant::from_secs(1);
@@ -87,18 +89,18 @@
 //! # let l = b.socket(Family::V4).unwrap();
 //! # b.bind(l, server).unwrap();
 //! # b.listen(l, 16).unwrap();
-//! a.set_sg(true);
 //! # let c = a.socket(Family::V4).unwrap();
 //! # assert_eq!(a.connect(now, c, server), Err(Errno::EINPROGRESS));
 //! // A device with scatter-gather on both ends: headers and payload travel apart.
 //! let mut pump = |a: &mut Stack, b: &mut Stack| {
 //!     for _ in 0..8 {
 //!         while let Some(t) = a.poll_transmit(now) {
-//!             if t.frag.is_empty() {
-//!                 b.input(now, &t.data, t.gso_size);
+//!             let rx = if t.frag.is_empty() {
+//!                 RxPacket::linear(&t.data)
 //!             } else {
-//!                 b.input_frag(now, &t.data, &t.frag, t.gso_size, false);
-//!             }
+//!                 RxPacket::paged(&t.data, &t.frag)
+//!             };
+//!             b.handle_packet(now, rx.gso(t.gso_size));
 //!             if let Some(tok) = t.token { a.tx_complete(now, tok) }
 //!         }
 //!         while let Some(t) = b.poll_transmit(now) {
@@ -129,13 +131,14 @@ pub mod seq;
 pub mod sysctl;
 pub mod time;
 
-/// Shared byte buffers ([`Stack::input_frag`] takes a packet's payload as one).
+/// Shared byte buffers (a paged [`RxPacket`]'s payload is one).
 pub use bytes::Bytes;
 pub use errno::{Errno, SocketId};
 pub use mib::{Counters, Mib};
 pub use sysctl::{SysctlError, Sysctls};
 pub use time::Instant;
 
+pub mod device;
 pub mod dualstack;
 pub mod gate;
 pub mod info;
@@ -151,11 +154,12 @@ pub mod sockopt;
 pub mod ss;
 pub mod stack;
 
+pub use device::{DeviceCaps, RxBytes, RxChecksum, RxPacket, RxTruesize};
 pub use gate::{DropAll, TxGate, TxMeta};
 pub use info::{MemInfo, TcpInfo};
 pub use recv::msgflags;
 pub use socket::{
-    pollbits, Family, RouteAttrs, RxTruesize, TcpState, Transmit, TxToken, Wakeup, SKB_OVERHEAD,
+    pollbits, Family, RouteAttrs, TcpState, Transmit, TxToken, Wakeup, SKB_OVERHEAD,
     SKB_TX_OVERHEAD,
 };
 pub use sockopt::{OptVal, SockOpt};

@@ -868,7 +868,7 @@ impl Sock {
                 _ => {}
             }
         }
-        let max_segs = if env.gso {
+        let max_segs = if env.dev.gso {
             self.tso_segs(env, mss_now)
         } else {
             1
@@ -1113,7 +1113,7 @@ impl Sock {
         }
         // An orphaning device (Env::tx_orphan) frees the packet inside the send unless an EDT
         // qdisc holds it for a later departure.
-        let orphan = env.tx_orphan && !(env.fq_pacing && departure > now);
+        let orphan = env.dev.orphan_at_xmit && !(env.dev.edt_pacing && departure > now);
         let token = (!orphan).then_some(TxToken {
             idx: self.id.0,
             gen: self.gen,
@@ -1163,7 +1163,7 @@ impl Sock {
         }
         // With scatter-gather the packet shares the skb's bytes (which become read-only);
         // without, they are copied behind the headers.
-        let frag = (env.sg && len > 0).then(|| self.rtx_queue[idx].data.share());
+        let frag = (env.dev.sg && len > 0).then(|| self.rtx_queue[idx].data.share());
         let payload = std::mem::take(&mut self.rtx_queue[idx].data);
         let mut seg = self.seg(env, seq, flags, win, &opts, &payload);
         if ecn_ok {
@@ -1199,7 +1199,7 @@ impl Sock {
         // (tcp_update_skb_after_send), after the first 10 data segments. A send that found
         // the stamp in the past (the flow was late, e.g. ACK-clocked after a gap) takes that
         // lateness as credit against OS jitter, up to half of this packet's time.
-        if env.fq_pacing && self.pacing_rate > 0 && self.data_segs_out >= 10 && len > 0 {
+        if env.dev.edt_pacing && self.pacing_rate > 0 && self.data_segs_out >= 10 && len > 0 {
             let len_ns = u64::from(len) * 1_000_000_000 / self.pacing_rate.max(1);
             let credit = (departure - prior_wstamp).as_nanos() as u64;
             let ns = len_ns - (len_ns / 2).min(credit);

@@ -46,7 +46,7 @@ pub(crate) struct SegIn<'a> {
     pub opts: RxOpts,
     pub payload: &'a [u8],
     /// The buffer `payload` lies in, when the substrate handed the payload over as `Bytes`
-    /// ([`crate::Stack::input_frag`]): queues then keep a share of it instead of a copy.
+    /// ([`crate::Stack::handle_packet`] with [`crate::RxBytes::Paged`]): queues then keep a share of it instead of a copy.
     pub buf: Option<&'a Bytes>,
     /// Number of wire segments this (possibly GRO-aggregated) packet stands for.
     pub gso_segs: u32,

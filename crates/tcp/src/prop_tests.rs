@@ -170,6 +170,7 @@ mod hostile {
     use crate::e2e_tests::connect_pair;
     use crate::harness::*;
     use crate::packet::{self, OutOpt, SegOut};
+    use crate::RxPacket;
     use core::net::SocketAddr;
     use core::time::Duration;
     use proptest::prelude::*;
@@ -223,7 +224,7 @@ mod hostile {
                 let gso = if len > 1000 { Some(1000) } else { None };
                 match (pkt, split % 3) {
                     (Some(pkt), 0) => p.b.input(p.now, &pkt, gso),
-                    // Paged: headers apart from the payload (input_frag), as a device with
+                    // Paged: headers apart from the payload (`RxBytes::Paged`), as a device with
                     // scatter-gather hands it over, or split anywhere.
                     (Some(pkt), k) => {
                         let at = match shallow_wire::segment::parse_tcp(&pkt) {
@@ -231,7 +232,7 @@ mod hostile {
                             _ => usize::from(split) % (pkt.len() + 1),
                         };
                         let frag = crate::Bytes::copy_from_slice(&pkt[at..]);
-                        p.b.input_frag(p.now, &pkt[..at], &frag, gso, split & 4 != 0);
+                        p.b.handle_packet(p.now, RxPacket::paged(&pkt[..at], &frag).gso(gso).csum_verified(split & 4 != 0));
                     }
                     (None, _) => {}
                 }
@@ -244,7 +245,7 @@ mod hostile {
             p.b.input(p.now, &junk, Some(1));
             for at in [0, junk.len() / 2, junk.len()] {
                 let frag = crate::Bytes::copy_from_slice(&junk[at..]);
-                p.b.input_frag(p.now, &junk[..at], &frag, Some(1), at == 0);
+                p.b.handle_packet(p.now, RxPacket::paged(&junk[..at], &frag).gso(Some(1)).csum_verified(at == 0));
             }
             // Queues stay bounded by the buffers.
             let m = p.b.meminfo(s);

@@ -44,7 +44,7 @@ impl Sock {
         fin: bool,
     ) {
         let end = seq.wrapping_add(payload.len() as u32);
-        let truesize = env.rx_truesize.truesize(
+        let truesize = env.dev.rx_truesize.truesize(
             payload.len() as u32,
             self.ip_hdr_len() + self.tcp_header_len,
         );

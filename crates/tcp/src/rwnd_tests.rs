@@ -48,8 +48,14 @@ fn stack(rmem: &str) -> Stack {
     st.sysctl_set("net.ipv4.tcp_rmem", rmem).unwrap();
     st.sysctl_set("net.ipv4.tcp_wmem", "4096 262144 4194304")
         .unwrap();
-    st.set_tx_orphan(true);
-    st.set_rx_truesize(RxTruesize::TunKmalloc);
+    st.set_device(DeviceCaps {
+        orphan_at_xmit: true,
+        ..st.device()
+    });
+    st.set_device(DeviceCaps {
+        rx_truesize: RxTruesize::TunKmalloc,
+        ..st.device()
+    });
     st
 }
 

@@ -2,6 +2,8 @@
 //! buffer (`Skb`) and the environment a socket acts on (`Env`: sysctls, counters, output
 //! queue, wake-ups, timer set, RNG). Logic lives in the other modules as `impl Sock` blocks.
 
+use crate::device::DeviceCaps;
+pub use crate::device::RxTruesize;
 use crate::gate::{TxGate, TxMeta};
 use crate::mib::{Counters, Mib};
 use crate::packet::{self, OutOpt, SegOut};
@@ -111,12 +113,12 @@ impl TxToken {
 #[derive(Debug)]
 pub struct Transmit {
     /// One IP packet; a TSO super-segment may exceed the MTU (its TCP checksum then left to
-    /// the device if [`crate::Stack::set_tso_csum_offload`] is on). When `frag` is not
+    /// the device if `DeviceCaps::tso_csum_offload` is on). When `frag` is not
     /// empty, only the packet's IP and TCP headers.
     pub data: Vec<u8>,
     /// The packet's payload, shared with the socket's send buffer instead of copied behind
     /// `data` (Linux's paged skb data): the packet is `data` followed by `frag`. Only data
-    /// packets of a stack whose device does scatter-gather ([`crate::Stack::set_sg`]) carry
+    /// packets of a stack whose device does scatter-gather ([`crate::DeviceCaps::sg`]) carry
     /// one; otherwise empty. [`Transmit::linearize`] makes a packet contiguous.
     pub frag: Bytes,
     /// Payload bytes per wire segment when `data` is a super-segment (None: one segment).
@@ -240,62 +242,6 @@ pub(crate) mod sacked {
 /// `rmem_alloc` and the backlog (a driver's receive buffer is larger than the payload;
 /// spec §1.1).
 pub const SKB_OVERHEAD: u32 = 1280;
-
-/// How the substrate's device sizes a received buffer (its `truesize`), which decides
-/// `rmem_alloc`, and through `len / truesize` the socket's scaling ratio
-/// ([`Sock::scaling_ratio`]): the receive window follows from it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum RxTruesize {
-    /// `payload + SKB_OVERHEAD`, and a buffer whose data is appended to the receive queue's
-    /// tail only adds its payload (a NIC driver's page-fragment buffers, whose heads TCP can
-    /// steal when it coalesces). The emulator's model.
-    #[default]
-    Overhead,
-    /// A tun device's buffers (`tun_get_user` on an `IFF_TUN` device without a virtio-net
-    /// header, as packetdrill writes them): a packet under a page is copied into one linear
-    /// buffer of `NET_SKB_PAD` (64) + the IP packet, cache-aligned, plus the 320-byte shared
-    /// info, taken from the 576-byte small-head cache when it fits and from the
-    /// power-of-two kmalloc caches otherwise; `truesize` adds the 256-byte `sk_buff`. A
-    /// larger packet is a 576-byte head plus whole pages. Such a head cannot be stolen, so
-    /// queued buffers never coalesce. Measured on Linux 6.18 through `SO_MEMINFO`
-    /// (`rmem_alloc` after each segment): 100 bytes of payload (140-byte packet) charge 832,
-    /// 1000 and 1460 bytes charge 2304 each.
-    TunKmalloc,
-}
-
-impl RxTruesize {
-    /// `truesize` of one received buffer of `payload` bytes behind `headers` bytes of IP and
-    /// TCP header.
-    pub fn truesize(self, payload: u32, headers: u32) -> u32 {
-        match self {
-            RxTruesize::Overhead => payload + SKB_OVERHEAD,
-            RxTruesize::TunKmalloc => {
-                const NET_SKB_PAD: u32 = 64;
-                const SHINFO: u32 = 320;
-                const SKB: u32 = 256;
-                const SMALL_HEAD: u32 = 576;
-                const PAGE: u32 = 4096;
-                let len = payload + headers;
-                if NET_SKB_PAD + len >= PAGE {
-                    return SMALL_HEAD + SKB + len.div_ceil(PAGE) * PAGE;
-                }
-                let want = (NET_SKB_PAD + len).div_ceil(64) * 64 + SHINFO;
-                let obj = if want <= SMALL_HEAD {
-                    SMALL_HEAD
-                } else {
-                    want.next_power_of_two()
-                };
-                obj + SKB
-            }
-        }
-    }
-
-    /// Whether in-order data may be appended to the receive queue's tail buffer
-    /// (`skb_try_coalesce` succeeds only for stealable heads or paged data).
-    pub fn coalesces(self) -> bool {
-        self == RxTruesize::Overhead
-    }
-}
 
 /// `TCP_RMEM_TO_WIN_SCALE`: the scaling ratio is payload per buffer byte in 1/256ths.
 pub(crate) const TCP_RMEM_TO_WIN_SCALE: u32 = 8;
@@ -493,7 +439,7 @@ impl Skb {
 /// An skb's payload. Splitting (`tcp_fragment`), trimming acked bytes (`tcp_trim_head`) and
 /// moving bytes between neighbours (`tcp_grow_skb`) share the buffer instead of copying it.
 /// It is writable (`Open`) while it waits in the write queue; once handed to a device with
-/// scatter-gather (`Stack::set_sg`) it is `Sent`: shared with the packet, read-only, still
+/// scatter-gather (`DeviceCaps::sg`) it is `Sent`: shared with the packet, read-only, still
 /// split and trimmed without a copy (Linux writes no page of a cloned skb either).
 #[derive(Debug)]
 pub(crate) enum SkbData {
@@ -594,7 +540,7 @@ pub(crate) struct RxSkb {
 /// The bytes of one receive-queue buffer, as pieces in order (Linux's linear area and page
 /// fragments of an skb). Bytes copied from a contiguous packet go into an owned piece that
 /// grows as later segments coalesce into the buffer; bytes a substrate handed over as
-/// `Bytes` (a paged packet, [`crate::Stack::input_frag`]) are kept as they came, uncopied.
+/// `Bytes` (a paged packet, [`crate::Stack::handle_packet`] with [`crate::RxBytes::Paged`]) are kept as they came, uncopied.
 #[derive(Debug, Default)]
 pub(crate) struct RxData {
     pieces: VecDeque<RxPiece>,
@@ -769,14 +715,8 @@ pub(crate) struct Env {
     pub sockets_allocated: u32,
     /// The latest time the stack was given (for events noticed without a `now`).
     pub clock: Instant,
-    /// The substrate paces packets by their EDT (fq): advance `tcp_wstamp_ns` per packet.
-    pub fq_pacing: bool,
-    /// The "device" accepts TSO/GSO packets (`ethtool -K ... tso off gso off` clears it).
-    pub gso: bool,
-    /// The device orphans each packet when it is handed over (`skb_orphan` in the driver's
-    /// xmit, as tun, veth and loopback do): `tcp_wfree` runs inside the send, so a packet that
-    /// leaves at once never counts in `wmem_alloc` and gets no TX token.
-    pub tx_orphan: bool,
+    /// What the device below can do (`DeviceCaps`).
+    pub dev: DeviceCaps,
     /// The device side's admission rule (`crate::gate`): a packet it refuses fails with
     /// NET_XMIT_DROP, which TCP sees as a local error (`__tcp_transmit_skb` enters CWR,
     /// `tcp_write_xmit` keeps the data queued, a retransmission is not one in flight). `None`
@@ -784,14 +724,6 @@ pub(crate) struct Env {
     pub gate: Option<Box<dyn TxGate>>,
     /// Per-socket bound of the RTT-sample log; 0 = not recording (the default).
     pub rtt_log_cap: usize,
-    /// The device computes the TCP checksum of each segment it cuts from a TSO packet, so
-    /// such packets leave with the pseudo-header sum only (`CHECKSUM_PARTIAL`).
-    pub tso_csum_offload: bool,
-    /// The device takes a packet's payload apart from its headers (scatter-gather,
-    /// `NETIF_F_SG`), so data packets share their skb's bytes ([`Transmit::frag`]).
-    pub sg: bool,
-    /// How received buffers are sized ([`RxTruesize`]).
-    pub rx_truesize: RxTruesize,
 }
 
 impl Env {
@@ -814,14 +746,9 @@ impl Env {
             memory_pressure_since: Instant::ZERO,
             sockets_allocated: 0,
             clock: Instant::ZERO,
-            fq_pacing: false,
-            gso: true,
-            tx_orphan: false,
+            dev: DeviceCaps::default(),
             gate: None,
             rtt_log_cap: 0,
-            tso_csum_offload: false,
-            sg: false,
-            rx_truesize: RxTruesize::Overhead,
         }
     }
 
@@ -929,11 +856,11 @@ impl Env {
                 return Emitted::Refused;
             }
         }
-        let partial = self.tso_csum_offload
+        let partial = self.dev.tso_csum_offload
             && gso_size.is_some_and(|g| g > 0 && seg.payload.len() > usize::from(g));
         // `frag` must be the very bytes of `seg.payload` (a share of the same buffer).
         let frag = frag.filter(|f| {
-            self.sg
+            self.dev.sg
                 && !f.is_empty()
                 && f.as_ptr() == seg.payload.as_ptr()
                 && f.len() == seg.payload.len()

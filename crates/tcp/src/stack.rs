@@ -25,8 +25,9 @@
 //! * Between [`Stack::lock_sock`] and [`Stack::release_sock`] inbound packets of that
 //!   socket go to its backlog and timers/TX completions defer their work, as in Linux.
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 
+use crate::device::{DeviceCaps, RxBytes, RxChecksum, RxPacket};
 use crate::dualstack::{self, BindScope};
 use crate::errno::{Errno, SocketId};
 use crate::info::{MemInfo, TcpInfo};
@@ -199,9 +200,16 @@ impl core::hash::BuildHasher for TableHasher {
 }
 
 impl Stack {
-    /// A stack with no addresses; `seed` keys ISNs, timestamps offsets and port choice.
+    /// A stack with no addresses over a default device ([`DeviceCaps::default`]: TSO, no
+    /// scatter-gather, no offloads); `seed` keys ISNs, timestamps offsets and port choice.
     pub fn new(seed: u64) -> Stack {
-        let env = Env::new(seed);
+        Stack::with_device(seed, DeviceCaps::default())
+    }
+
+    /// A stack with no addresses over a device that can do what `caps` says.
+    pub fn with_device(seed: u64, caps: DeviceCaps) -> Stack {
+        let mut env = Env::new(seed);
+        env.dev = caps;
         let tables = TableHasher::new(env.key);
         Stack {
             env,
@@ -231,22 +239,6 @@ impl Stack {
         &mut self.env.cc_params
     }
 
-    /// Tell the engine whether the substrate's qdisc paces by EDT (Linux `sk_pacing_status
-    /// == SK_PACING_FQ`). When on, each data packet's `departure` advances by len/pacing_rate.
-    pub fn set_fq_pacing(&mut self, on: bool) {
-        self.env.fq_pacing = on;
-    }
-
-    /// Whether the device below orphans packets at transmit (default off). On, as for Linux's
-    /// tun, veth or loopback (`skb_orphan` in `ndo_start_xmit`): a packet handed over with no
-    /// pacing delay is completed inside the send itself, so it is never charged to
-    /// `wmem_alloc` (TSQ, autocorking) nor held as "in a host queue", and its `Transmit` has no
-    /// token. A packet that an EDT qdisc (fq) must hold until a later departure still gets a
-    /// token and is charged until `tx_complete`.
-    pub fn set_tx_orphan(&mut self, on: bool) {
-        self.env.tx_orphan = on;
-    }
-
     /// Record every RTT sample the estimator takes (`tcp_rtt_estimator`'s input: one per ACK
     /// that gives one, as `tcp_ack_update_rtt` picks it, plus the SYN / SYN-ACK samples), for
     /// substrates that report RTT percentiles. Each socket keeps at most `per_socket` samples
@@ -265,16 +257,6 @@ impl Stack {
         Ok(std::mem::take(&mut sk.rtt_log_dropped))
     }
 
-    /// Whether the qdisc below drops every packet (default off), as `tc qdisc add dev D root
-    /// pfifo limit 0` does: [`Stack::set_tx_gate`] with [`DropAll`](crate::DropAll) (on) or
-    /// with none (off, which removes any gate). On: every transmit fails locally
-    /// (NET_XMIT_DROP): data stays in the write queue, a retransmission is not counted as
-    /// sent, the flow enters CWR, and a persist probe that fails retries every
-    /// `TCP_RESOURCE_PROBE_INTERVAL` (500 ms).
-    pub fn set_tx_drop(&mut self, on: bool) {
-        self.set_tx_gate(on.then(|| Box::new(crate::DropAll) as Box<dyn crate::TxGate>));
-    }
-
     /// Install the device side's admission rule (`crate::gate`; `None`, the default, accepts
     /// every packet). The gate is asked once per packet, synchronously, before the packet
     /// counts as sent; a refusal is Linux's `NET_XMIT_DROP` from `dev_queue_xmit`: the flow
@@ -286,36 +268,15 @@ impl Stack {
         self.env.gate = gate;
     }
 
-    /// Whether the output device takes TSO/GSO super-segments (default on). Off (as with
-    /// `ethtool -K dev tso off gso off`): `size_goal` is one MSS and every packet is one segment.
-    pub fn set_gso(&mut self, on: bool) {
-        self.env.gso = on;
+    /// The device's description (what [`Stack::set_device`] last gave).
+    pub fn device(&self) -> DeviceCaps {
+        self.env.dev
     }
 
-    /// Whether the device completes the TCP checksum of the segments it cuts from a TSO
-    /// packet (default off). On, a [`Transmit`] with `gso_size: Some(g)` carrying more than
-    /// `g` payload bytes leaves its checksum to the device, as Linux's `CHECKSUM_PARTIAL`:
-    /// the field holds the folded pseudo-header sum (`__tcp_v4_send_check`) and the payload
-    /// is not summed; the device must complete each segment's checksum
-    /// (`shallow_wire::segment::write_segment` computes them from scratch, which suits).
-    /// Every other packet still carries a full checksum.
-    pub fn set_tso_csum_offload(&mut self, on: bool) {
-        self.env.tso_csum_offload = on;
-    }
-
-    /// Whether the device takes a packet's payload apart from its headers (scatter-gather,
-    /// Linux `NETIF_F_SG`; default off). On, a data packet's [`Transmit::data`] holds its
-    /// headers only and [`Transmit::frag`] a share of the socket's send buffer, so the
-    /// payload is not copied; the bytes stay read-only while any packet holds them (a later
-    /// write to the socket never changes them). Off, every packet is contiguous.
-    pub fn set_sg(&mut self, on: bool) {
-        self.env.sg = on;
-    }
-
-    /// How the device sizes received buffers ([`RxTruesize`]; the default is
-    /// [`RxTruesize::Overhead`]). The packetdrill runner stands in for a tun device.
-    pub fn set_rx_truesize(&mut self, model: RxTruesize) {
-        self.env.rx_truesize = model;
+    /// Describe the device anew, as `ethtool -K` or `tc qdisc replace` changes it at run
+    /// time; packets already handed over keep what they were built with.
+    pub fn set_device(&mut self, caps: DeviceCaps) {
+        self.env.dev = caps;
     }
 
     /// The SNMP counters.
@@ -499,52 +460,40 @@ impl Stack {
 
     // ------------------------------------------------------------------ network side
 
-    /// Feed one inbound IP packet (a GRO aggregate when `gso_size` is Some). The TCP
-    /// checksum is verified here (a NIC without receive checksum offload, `CHECKSUM_NONE`).
-    pub fn input(&mut self, now: Instant, packet: &[u8], gso_size: Option<u16>) {
-        self.input_offload(now, packet, gso_size, false);
-    }
-
-    /// [`Stack::input`] for a packet whose TCP checksum the NIC has already verified when
-    /// `csum_verified` is true (Linux `CHECKSUM_UNNECESSARY`, which `tcp_checksum_complete`
-    /// trusts): the checksum is not summed again. Every other check still runs, so a hostile
-    /// packet is handled as by `input`; only pass true for packets whose checksum really was
-    /// checked since they last changed.
-    pub fn input_offload(
-        &mut self,
-        now: Instant,
-        packet: &[u8],
-        gso_size: Option<u16>,
-        csum_verified: bool,
-    ) {
+    /// The engine's network input: one received IP packet (see [`RxPacket`]: contiguous or
+    /// in two parts, maybe a GRO aggregate, its checksum verified or not). A TCP segment is
+    /// checked (checksum unless the device verified it, lengths, header) and demultiplexed
+    /// to its connection, its listener, or a reset; an ICMP error quoting one of our
+    /// connections goes to it (`tcp_v4_err`/`tcp_v6_err`); anything else is ignored.
+    /// Malformed packets are counted (`InErrs`, `InCsumErrors`) and dropped.
+    pub fn handle_packet(&mut self, now: Instant, pkt: RxPacket<'_>) {
         self.tick(now);
-        let seg = packet::parse(packet, gso_size, csum_verified);
+        let verified = pkt.checksum == RxChecksum::Unnecessary;
+        let seg = match pkt.bytes {
+            RxBytes::Linear(bytes) => packet::parse(bytes, pkt.gso_size, verified),
+            RxBytes::Paged { head, frag } => packet::parse_frag(head, frag, pkt.gso_size, verified),
+        };
         if let Err(packet::ParseError::NotTcp) = seg {
-            if let Some(icmp) = packet::parse_icmp(packet) {
+            let icmp = match pkt.bytes {
+                RxBytes::Linear(bytes) => packet::parse_icmp(bytes),
+                // Rare (ICMP errors are small): join the parts rather than parse in two.
+                RxBytes::Paged { head, frag } => packet::parse_icmp(&[head, &frag[..]].concat()),
+            };
+            if let Some(icmp) = icmp {
                 self.icmp_err(now, icmp);
             }
         }
         self.input_seg(now, seg);
     }
 
-    /// [`Stack::input_offload`] for a packet in two parts, as a device with scatter-gather
-    /// hands over an skb with paged data: `head` holds exactly its IP and TCP headers, and
-    /// `frag` its whole payload, which the receive queues keep a share of instead of copying
-    /// it (the application's `recv` is then the only copy). A packet whose parts do not add
-    /// up to its length fields counts as `InErrs` and is dropped; a non-TCP packet is ignored.
-    pub fn input_frag(
-        &mut self,
-        now: Instant,
-        head: &[u8],
-        frag: &Bytes,
-        gso_size: Option<u16>,
-        csum_verified: bool,
-    ) {
-        self.tick(now);
-        self.input_seg(now, packet::parse_frag(head, frag, gso_size, csum_verified));
+    /// Shorthand for [`Stack::handle_packet`] with a contiguous packet whose checksum is not
+    /// verified (a NIC without receive checksum offload, `CHECKSUM_NONE`), a GRO aggregate
+    /// when `gso_size` is Some.
+    pub fn input(&mut self, now: Instant, packet: &[u8], gso_size: Option<u16>) {
+        self.handle_packet(now, RxPacket::linear(packet).gso(gso_size));
     }
 
-    /// The common part of the input calls: count, then demultiplex a parsed segment.
+    /// Count, then demultiplex a parsed segment.
     fn input_seg(&mut self, now: Instant, seg: Result<SegIn<'_>, packet::ParseError>) {
         let seg = match seg {
             Ok(s) => s,
@@ -661,7 +610,7 @@ impl Stack {
         if let Some(tail) = sk
             .backlog
             .back_mut()
-            .filter(|_| env.rx_truesize.coalesces())
+            .filter(|_| env.dev.rx_truesize.coalesces())
         {
             if tail.try_coalesce(seg) {
                 sk.backlog_len += seg.payload.len() as u32;
@@ -1894,7 +1843,7 @@ impl Sock {
         // tcp_send_mss → tcp_current_mss: pick up a path MTU change.
         self.refresh_mss(env);
         let mss_now = self.current_mss();
-        let size_goal = if env.gso {
+        let size_goal = if env.dev.gso {
             self.size_goal(mss_now)
         } else {
             mss_now

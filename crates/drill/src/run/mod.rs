@@ -10,7 +10,7 @@
 //!   that drops everything, or fq that holds a packet until its EDT) onto the "wire", where
 //!   it waits for a `>` line. As on packetdrill's tun device, which orphans every packet
 //!   in its xmit routine, a packet that leaves at once is completed inside the engine's
-//!   send ([`Stack::set_tx_orphan`]); one held by fq is completed when it leaves, and
+//!   send (`DeviceCaps::orphan_at_xmit`); one held by fq is completed when it leaves, and
 //!   `shallow_tx_delay` turns the orphaning off and delays completions.
 //! * `>` lines take the next wire packet (advancing time up to the end of the tolerance
 //!   window) and compare it strictly (flags, sequence numbers, window, options, length; see the crate README). A packet still on the wire
@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 
-use shallow_tcp::{Instant, RouteAttrs, SocketId, Stack, Transmit, TxToken};
+use shallow_tcp::{DeviceCaps, DropAll, Instant, RouteAttrs, SocketId, Stack, Transmit, TxToken};
 use shallow_wire::{SackBlocks, TcpFlags as WireFlags, TcpOptionRepr, TcpRepr};
 
 use crate::ast::*;
@@ -280,13 +280,16 @@ const INJECT_LATENCY_NS: u64 = 1_000;
 
 impl<'a> Runner<'a> {
     fn new(script: &'a Script, cfg: &RunConfig) -> Runner<'a> {
-        let mut st = Stack::new(0x5eed_d411);
-        // packetdrill's tun device orphans each packet in its xmit routine (skb_orphan), so
-        // TSQ and autocorking see the bytes leave during the send itself.
-        st.set_tx_orphan(true);
-        // packetdrill writes inbound packets into that tun device: each arrives in a linear
-        // kmalloc'd buffer, which sets its truesize (and so the receive window).
-        st.set_rx_truesize(shallow_tcp::RxTruesize::TunKmalloc);
+        let caps = DeviceCaps {
+            // packetdrill's tun device orphans each packet in its xmit routine (skb_orphan),
+            // so TSQ and autocorking see the bytes leave during the send itself.
+            orphan_at_xmit: true,
+            // packetdrill writes inbound packets into that tun device: each arrives in a
+            // linear kmalloc'd buffer, which sets its truesize (and so the receive window).
+            rx_truesize: shallow_tcp::RxTruesize::TunKmalloc,
+            ..DeviceCaps::default()
+        };
+        let mut st = Stack::with_device(0x5eed_d411, caps);
         // The script's --ip_version wins over the run's variant, as packetdrill parses a
         // script's options after its command line.
         let (ipv6, mapped) = match script.option("ip_version") {
@@ -1350,9 +1353,13 @@ impl<'a> Runner<'a> {
     fn set_qdisc(&mut self, fq: bool, limit0: bool) {
         self.fq = fq;
         self.limit0 = limit0;
-        self.st.set_fq_pacing(fq);
+        self.st.set_device(DeviceCaps {
+            edt_pacing: fq,
+            ..self.st.device()
+        });
         // `pfifo limit 0` refuses every packet inside dev_queue_xmit: TCP sees the error.
-        self.st.set_tx_drop(limit0);
+        self.st
+            .set_tx_gate(limit0.then(|| Box::new(DropAll) as Box<dyn shallow_tcp::TxGate>));
     }
 
     fn nstat_reset(&mut self) {

@@ -1,7 +1,9 @@
 //! System calls: the script's calls mapped onto the stack's socket API, with Linux return
 //! values and errnos, output-argument checks, script fds, poll/epoll and blocking calls.
 
-use shallow_tcp::{Errno, Family, Ioctl, OptVal, Shutdown, SockOpt, SocketId, TcpInfo, TcpState};
+use shallow_tcp::{
+    DeviceCaps, Errno, Family, Ioctl, OptVal, Shutdown, SockOpt, SocketId, TcpInfo, TcpState,
+};
 
 use super::{EpollItem, Fd, Pending, Runner, R};
 use crate::ast::{Expr, SyscallSpec};
@@ -727,7 +729,10 @@ impl Runner<'_> {
                 let us = self.int(call, 0)?;
                 self.tx_delay = (us > 0).then_some(us as u64 * 1000);
                 // A device that holds packets until completion no longer orphans them.
-                self.st.set_tx_orphan(us <= 0);
+                self.st.set_device(DeviceCaps {
+                    orphan_at_xmit: us <= 0,
+                    ..self.st.device()
+                });
                 Ok(Res::Done(Ok(0)))
             }
             "shallow_tx_complete" => {

@@ -358,7 +358,10 @@ impl LossyWorld {
         .configure(&ns)
         .expect("kernel side");
         let mut st = stack(seed);
-        st.set_gso(false);
+        st.set_device(shallow_tcp::DeviceCaps {
+            gso: false,
+            ..st.device()
+        });
         let host = Host::start(st, tun).expect("I/O thread");
         let counts = Arc::new(ImpairCounts::default());
         let c = Arc::clone(&counts);
