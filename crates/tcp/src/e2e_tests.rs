@@ -689,7 +689,7 @@ fn scatter_gather_shares_the_send_buffer_read_only() {
     fn run(sg: bool) -> (Vec<Vec<u8>>, usize) {
         let mut p = Pair::new(8, LinkConfig::default());
         p.a.set_device(DeviceCaps {
-            sg: sg,
+            sg,
             ..p.a.device()
         });
         let (c, _l, s) = connect_pair(&mut p);

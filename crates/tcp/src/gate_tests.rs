@@ -126,7 +126,7 @@ fn gate_meta_describes_the_packet() {
     for sg in [false, true] {
         let mut p = Pair::new(9, LinkConfig::default());
         p.a.set_device(DeviceCaps {
-            sg: sg,
+            sg,
             ..p.a.device()
         });
         let (c, _l, _s) = connect_pair(&mut p);
