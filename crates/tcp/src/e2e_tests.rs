@@ -688,10 +688,7 @@ fn scatter_gather_shares_the_send_buffer_read_only() {
     use shallow_wire::segment as seg;
     fn run(sg: bool) -> (Vec<Vec<u8>>, usize) {
         let mut p = Pair::new(8, LinkConfig::default());
-        p.a.set_device(DeviceCaps {
-            sg,
-            ..p.a.device()
-        });
+        p.a.set_device(DeviceCaps { sg, ..p.a.device() });
         let (c, _l, s) = connect_pair(&mut p);
         let data = pattern(1_500_000);
         let (mut sent, mut got) = (0, Vec::new());

@@ -125,10 +125,7 @@ fn periodic_refusals_cause_no_retransmission() {
 fn gate_meta_describes_the_packet() {
     for sg in [false, true] {
         let mut p = Pair::new(9, LinkConfig::default());
-        p.a.set_device(DeviceCaps {
-            sg,
-            ..p.a.device()
-        });
+        p.a.set_device(DeviceCaps { sg, ..p.a.device() });
         let (c, _l, _s) = connect_pair(&mut p);
         let log = gate(&mut p.a);
         assert_eq!(p.a.send(p.now, c, &pattern(30_000), 0), Ok(30_000));

@@ -149,10 +149,12 @@ pub mod packet;
 mod recovery;
 pub mod recv;
 mod rtt;
+mod send;
 pub mod socket;
 pub mod sockopt;
 pub mod ss;
 pub mod stack;
+mod timer;
 
 pub use device::{DeviceCaps, RxBytes, RxChecksum, RxPacket, RxTruesize};
 pub use gate::{DropAll, TxGate, TxMeta};

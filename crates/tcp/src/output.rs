@@ -1349,3 +1349,71 @@ impl Sock {
         }
     }
 }
+
+impl Sock {
+    /// `tcp_slow_start_after_idle_check` → `tcp_cwnd_restart` (RFC 5681 §4.1): after an idle
+    /// period longer than the RTO, cwnd is halved per RTO idle, down to the initial window.
+    pub(crate) fn slow_start_after_idle_check(&mut self, env: &Env, now: Instant) {
+        if !env.sysctl.on(Sysctl::tcp_slow_start_after_idle) || self.packets_out > 0 {
+            return;
+        }
+        if self.lsndtime == Instant::ZERO
+            || self.state != TcpState::Established && self.state != TcpState::CloseWait
+        {
+            return;
+        }
+        let mut delta = now - self.lsndtime;
+        if delta <= self.rto {
+            return;
+        }
+        let initcwnd = if self.route.initcwnd != 0 {
+            self.route.initcwnd
+        } else {
+            TCP_INIT_CWND
+        };
+        self.sync_cc_state(now);
+        self.cc.cwnd_event(
+            &mut self.cc_st,
+            shallow_cc::CaEvent::CwndRestart,
+            now.as_micros(),
+        );
+        // tcp_current_ssthresh
+        let cur = if matches!(
+            self.ca_state,
+            shallow_cc::CaState::Cwr | shallow_cc::CaState::Recovery
+        ) {
+            self.cc_st.snd_ssthresh
+        } else {
+            self.cc_st
+                .snd_ssthresh
+                .max((self.snd_cwnd() >> 1) + (self.snd_cwnd() >> 2))
+        };
+        self.cc_st.snd_ssthresh = cur;
+        let mut cwnd = self.snd_cwnd();
+        let restart = initcwnd.min(cwnd);
+        while delta > self.rto && cwnd > restart {
+            delta -= self.rto;
+            cwnd >>= 1;
+        }
+        self.cc_st.snd_cwnd = cwnd.max(restart);
+        self.snd_cwnd_stamp = now;
+    }
+
+    /// `tcp_tsq_write` (spec §2.6): after a TX completion, retransmit lost data then push.
+    pub(crate) fn tsq_write(&mut self, env: &mut Env, now: Instant) {
+        if matches!(
+            self.state,
+            TcpState::Established
+                | TcpState::FinWait1
+                | TcpState::Closing
+                | TcpState::CloseWait
+                | TcpState::LastAck
+        ) {
+            if self.lost_out > self.retrans_out && self.snd_cwnd() > self.packets_in_flight() {
+                self.xmit_retransmit_queue(env, now);
+            }
+            let ng = self.nonagle();
+            self.write_xmit(env, now, ng, false);
+        }
+    }
+}

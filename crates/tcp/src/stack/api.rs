@@ -1,0 +1,583 @@
+//! The socket API of [`Stack`] (Linux semantics and errnos): socket, bind, listen, accept,
+//! connect, send, recv, shutdown, close (with SO_LINGER), options, ioctl, poll, and socket
+//! ownership (`lock_sock`/`release_sock`). Each call settles its socket's memory charges and
+//! reaps it when it reached CLOSE (`Stack::call`).
+
+use super::*;
+
+impl Stack {
+    /// `socket(AF_INET|AF_INET6, SOCK_STREAM, 0)`.
+    pub fn socket(&mut self, family: Family) -> Result<SocketId, Errno> {
+        Ok(self.alloc(family))
+    }
+
+    pub(super) fn pick_ephemeral(
+        &mut self,
+        local_ip: IpAddr,
+        remote: Option<SocketAddr>,
+    ) -> Result<u16, Errno> {
+        let r = self.env.sysctl.triple(Sysctl::ip_local_port_range);
+        let (lo, hi) = (r[0] as u32, r[1] as u32);
+        let n = hi - lo + 1;
+        let start = Sock::rand(&mut self.env) % n;
+        for i in 0..n {
+            let port = (lo + (start + i) % n) as u16;
+            let busy = match remote {
+                Some(rem) => {
+                    self.conns
+                        .contains_key(&(SocketAddr::new(local_ip, port), rem))
+                        || self.ports.get(&port).is_some_and(|v| {
+                            v.iter().any(|s| {
+                                self.sock(*s)
+                                    .map(|sk| sk.userlocks_port || sk.state == TcpState::Listen)
+                                    .unwrap_or(false)
+                            })
+                        })
+                }
+                None => self.ports.get(&port).is_some_and(|v| !v.is_empty()),
+            };
+            if !busy {
+                return Ok(port);
+            }
+        }
+        Err(Errno::EADDRNOTAVAIL)
+    }
+
+    /// `bind()`. Port 0 picks an ephemeral port.
+    pub fn bind(&mut self, s: SocketId, addr: SocketAddr) -> Result<(), Errno> {
+        let (bound, family, reuse, v6only) = {
+            let sk = self.sock(s)?;
+            (sk.bound, sk.family, sk.opts.reuseaddr, sk.opts.v6only)
+        };
+        if bound {
+            return Err(Errno::EINVAL);
+        }
+        let addr_lock = !addr.ip().is_unspecified();
+        let addr = dualstack::to_wire(family, v6only, dualstack::Call::Bind, addr)?;
+        let scope = BindScope::of(addr.ip(), v6only);
+        if !addr.ip().is_unspecified() && !self.addrs.is_empty() && !self.addrs.contains(&addr.ip())
+        {
+            return Err(Errno::EADDRNOTAVAIL);
+        }
+        let port = if addr.port() == 0 {
+            self.pick_ephemeral(addr.ip(), None)?
+        } else {
+            if let Some(v) = self.ports.get(&addr.port()) {
+                for o in v {
+                    let Ok(osk) = self.sock(*o) else { continue };
+                    if !BindScope::of(osk.local.ip(), osk.opts.v6only).overlaps(scope) {
+                        continue;
+                    }
+                    let ok = reuse && osk.opts.reuseaddr && osk.state != TcpState::Listen
+                        || (osk.state == TcpState::TimeWait && reuse);
+                    if !ok {
+                        return Err(Errno::EADDRINUSE);
+                    }
+                }
+            }
+            addr.port()
+        };
+        let sk = self.sock_mut(s)?;
+        sk.local = SocketAddr::new(addr.ip(), port);
+        sk.bound = true;
+        // SOCK_BINDPORT_LOCK: an explicitly bound port is never shared by connect().
+        sk.userlocks_port = true;
+        sk.userlocks_addr = addr_lock;
+        self.ports.entry(port).or_default().push(s);
+        Ok(())
+    }
+
+    /// `listen(backlog)`.
+    pub fn listen(&mut self, s: SocketId, backlog: i32) -> Result<(), Errno> {
+        let (state, bound, family) = {
+            let sk = self.sock(s)?;
+            (sk.state, sk.bound, sk.family)
+        };
+        if !matches!(state, TcpState::Close | TcpState::Listen) {
+            return Err(Errno::EINVAL);
+        }
+        if !bound {
+            self.bind(s, SocketAddr::new(family.unspecified(), 0))?;
+        }
+        let backlog = backlog.clamp(0, 4096) as u32;
+        let sk = self.sock_mut(s)?;
+        if let Some(l) = sk.listen.as_mut() {
+            l.backlog = backlog;
+            return Ok(());
+        }
+        let local = sk.local;
+        let scope = BindScope::of(local.ip(), sk.opts.v6only);
+        if let Some(&other) = self.listeners.get(&local) {
+            if other != s {
+                return Err(Errno::EADDRINUSE);
+            }
+        }
+        // inet_csk_listen_start checks the port again: binds that SO_REUSEADDR let share it
+        // cannot both listen where their addresses overlap (dual-stack `::` included;
+        // measured on 6.18).
+        let clash = self.ports.get(&local.port()).is_some_and(|v| {
+            v.iter().any(|o| {
+                *o != s
+                    && self.sock(*o).is_ok_and(|osk| {
+                        osk.state == TcpState::Listen
+                            && BindScope::of(osk.local.ip(), osk.opts.v6only).overlaps(scope)
+                    })
+            })
+        });
+        if clash {
+            return Err(Errno::EADDRINUSE);
+        }
+        let sk = self.sock_mut(s)?;
+        sk.state = TcpState::Listen;
+        sk.listen = Some(Box::new(Listen {
+            backlog,
+            ..Default::default()
+        }));
+        self.listeners.insert(local, s);
+        Ok(())
+    }
+
+    /// `accept()`: the next established child and its peer address, or EAGAIN.
+    pub fn accept(&mut self, s: SocketId) -> Result<(SocketId, SocketAddr), Errno> {
+        let sk = self.sock_mut(s)?;
+        let Some(l) = sk.listen.as_mut() else {
+            return Err(Errno::EINVAL);
+        };
+        let Some(c) = l.accept_queue.pop_front() else {
+            return Err(Errno::EAGAIN);
+        };
+        let child = self.sock_mut(c)?;
+        child.parent = None;
+        Ok((c, dualstack::to_api(child.family, child.remote)))
+    }
+
+    /// Give a closed, previously connected socket a fresh control block (keeps options and
+    /// an explicit bind).
+    pub(super) fn reinit_closed(&mut self, s: SocketId) -> Result<(), Errno> {
+        let old = self.sock(s)?;
+        let (gen, family, opts, local, locked, addr_locked) = (
+            old.gen,
+            old.family,
+            old.opts.clone(),
+            old.local,
+            old.userlocks_port,
+            old.userlocks_addr,
+        );
+        let (osnd, orcv) = (old.sndbuf, old.rcvbuf);
+        if !locked {
+            if let Some(v) = self.ports.get_mut(&local.port()) {
+                v.retain(|x| *x != s);
+            }
+        }
+        let mut fresh = Sock::new(s, gen, family, &self.env);
+        fresh.opts = opts;
+        if locked {
+            // tcp_disconnect keeps the source address only if bind() chose it
+            // (SOCK_BINDADDR_LOCK): a dual-stack socket bound to `::` that reached an IPv4
+            // peer may reach an IPv6 one next.
+            fresh.local = if addr_locked {
+                local
+            } else {
+                SocketAddr::new(family.unspecified(), local.port())
+            };
+            fresh.bound = true;
+            fresh.userlocks_port = true;
+            fresh.userlocks_addr = addr_locked;
+        }
+        let sndbuf_lock = fresh.opts.sndbuf_lock;
+        let rcvbuf_lock = fresh.opts.rcvbuf_lock;
+        if sndbuf_lock {
+            fresh.sndbuf = osnd;
+        }
+        if rcvbuf_lock {
+            fresh.rcvbuf = orcv;
+        }
+        self.socks[s.0 as usize] = Some(Box::new(fresh));
+        Ok(())
+    }
+
+    /// Non-blocking `connect()`: sends the SYN and returns `Err(EINPROGRESS)`; completion is
+    /// reported by POLLOUT (then SO_ERROR). A second call gives EALREADY, then EISCONN.
+    pub fn connect(&mut self, now: Instant, s: SocketId, remote: SocketAddr) -> Result<(), Errno> {
+        self.tick(now);
+        let (state, connecting, had_peer) = {
+            let sk = self.sock(s)?;
+            (sk.state, sk.connecting, sk.remote.port() != 0)
+        };
+        match state {
+            TcpState::SynSent | TcpState::SynRecv => return Err(Errno::EALREADY),
+            TcpState::Listen => return Err(Errno::EINVAL),
+            TcpState::Close => {
+                // inet_stream_connect: a connect that failed (RST, timeout) reports its error
+                // once (or ECONNABORTED) and leaves the socket unconnected.
+                if connecting {
+                    let sk = self.sock_mut(s)?;
+                    sk.connecting = false;
+                    return Err(sk.err.take().unwrap_or(Errno::ECONNABORTED));
+                }
+                if had_peer {
+                    self.reinit_closed(s)?;
+                }
+            }
+            _ => return Err(Errno::EISCONN),
+        }
+        let (family, bound, local, v6only) = {
+            let sk = self.sock(s)?;
+            (sk.family, sk.bound, sk.local, sk.opts.v6only)
+        };
+        let remote = dualstack::to_wire(family, v6only, dualstack::Call::Connect, remote)?;
+        dualstack::connect_check(bound.then_some(local.ip()), remote.ip())?;
+        let route = self.route_lookup(remote.ip()).ok_or(Errno::ENETUNREACH)?;
+        let src_ip = if bound && !local.ip().is_unspecified() {
+            local.ip()
+        } else {
+            self.addrs
+                .iter()
+                .copied()
+                .find(|a| a.is_ipv4() == remote.is_ipv4())
+                .ok_or(Errno::ENETUNREACH)?
+        };
+        let port = if bound {
+            local.port()
+        } else {
+            self.pick_ephemeral(src_ip, Some(remote))?
+        };
+        let local = SocketAddr::new(src_ip, port);
+        if self.conns.contains_key(&(local, remote)) {
+            return Err(Errno::EADDRNOTAVAIL);
+        }
+        let iss = self.isn(now, local, remote);
+        let ts_off = self.ts_offset(local, remote);
+        if !bound {
+            self.ports.entry(port).or_default().push(s);
+        }
+        self.conns.insert((local, remote), s);
+        let (sk, env) = self.sk_env(s)?;
+        sk.connecting = true;
+        sk.bound = true;
+        sk.local = local;
+        sk.remote = remote;
+        sk.route = route;
+        sk.hashed = true;
+        sk.iss = iss;
+        sk.ts_offset = ts_off;
+        sk.snd_una = iss;
+        sk.snd_nxt = iss.wrapping_add(1);
+        sk.write_seq = sk.snd_nxt;
+        sk.pushed_seq = sk.write_seq;
+        sk.tstamp_ok = env.sysint(Sysctl::tcp_timestamps) != 0;
+        sk.sack_ok = env.sysctl.on(Sysctl::tcp_sack);
+        sk.wscale_ok = env.sysctl.on(Sysctl::tcp_window_scaling);
+        sk.init_rcv_window(env, true);
+        sk.state = TcpState::SynSent;
+        sk.send_syn(env, now);
+        sk.rtx_event = RtxEvent::Rto;
+        sk.rto = TCP_TIMEOUT_INIT;
+        sk.retrans_stamp = Some(now);
+        sk.arm(env, TimerKind::Retrans, now + TCP_TIMEOUT_INIT);
+        env.mib.inc(Mib::ActiveOpens);
+        Err(Errno::EINPROGRESS)
+    }
+
+    /// `send()`/`write()` (never blocks): bytes accepted, or EAGAIN/EPIPE/… (spec §1.2, §3.3).
+    /// Flags: MSG_DONTWAIT, MSG_MORE, MSG_EOR, MSG_NOSIGNAL.
+    pub fn send(
+        &mut self,
+        now: Instant,
+        s: SocketId,
+        data: &[u8],
+        flags: u32,
+    ) -> Result<usize, Errno> {
+        self.call(now, s, |sk, env| sk.sendmsg(env, now, data, flags))
+    }
+
+    /// `recv()`/`read()` (never blocks): Ok(0) is end of stream. MSG_PEEK, MSG_TRUNC,
+    /// MSG_WAITALL (returns EAGAIN until the full amount or EOF is there), MSG_DONTWAIT.
+    pub fn recv(
+        &mut self,
+        now: Instant,
+        s: SocketId,
+        buf: &mut [u8],
+        flags: u32,
+    ) -> Result<usize, Errno> {
+        self.call(now, s, |sk, env| sk.recvmsg(env, now, buf, flags))
+    }
+
+    /// `shutdown()`.
+    pub fn shutdown(&mut self, now: Instant, s: SocketId, how: Shutdown) -> Result<(), Errno> {
+        self.call(now, s, |sk, env| {
+            match sk.state {
+                TcpState::Close | TcpState::Listen | TcpState::SynSent => {
+                    if sk.state == TcpState::Listen && how != Shutdown::Write {
+                        return Ok(());
+                    }
+                    if sk.state != TcpState::SynSent {
+                        return Err(Errno::ENOTCONN);
+                    }
+                }
+                _ => {}
+            }
+            if matches!(how, Shutdown::Read | Shutdown::Both) {
+                sk.shutdown |= RCV_SHUTDOWN;
+                env.wake(s, POLLIN | POLLRDNORM | POLLRDHUP);
+            }
+            if matches!(how, Shutdown::Write | Shutdown::Both) && sk.shutdown & SEND_SHUTDOWN == 0 {
+                sk.close_state_and_fin(env, now);
+            }
+            Ok(())
+        })
+    }
+
+    /// `close()`: FIN (or RST when unread data remains / SO_LINGER 0), then the socket is
+    /// orphaned and goes away when the connection finishes. Never waits: SO_LINGER with a
+    /// time is honoured only by [`Stack::close_linger`].
+    pub fn close(&mut self, now: Instant, s: SocketId) -> Result<(), Errno> {
+        self.close_inner(now, s, false).map(|_| ())
+    }
+
+    /// `close()` for a caller that can wait (a blocking application thread; Linux waits even
+    /// on a non-blocking socket): as [`Stack::close`], but with SO_LINGER `l_linger > 0` and
+    /// the FIN not yet acknowledged (FIN_WAIT1, CLOSING, LAST_ACK) the socket is not
+    /// orphaned and a [`LingerWait`] is returned (`sk_stream_wait_close`).
+    pub fn close_linger(&mut self, now: Instant, s: SocketId) -> Result<Option<LingerWait>, Errno> {
+        self.close_inner(now, s, true)
+    }
+
+    /// Whether a lingering close of `s` must still wait at `now`: the FIN is not acked
+    /// (`sk_stream_closing`) and the linger time has not passed. False for unknown sockets.
+    pub fn linger_pending(&self, s: SocketId, now: Instant) -> bool {
+        self.sock(s)
+            .is_ok_and(|sk| sk.linger_until.is_some_and(|d| now < d) && sk.stream_closing())
+    }
+
+    /// End a lingering close (acknowledged FIN or linger time over): the socket becomes an
+    /// orphan that finishes on its own, as after [`Stack::close`] (`tcp_close` after the
+    /// wait: FIN_WAIT2 gets its `tcp_fin_timeout`).
+    pub fn linger_finish(&mut self, now: Instant, s: SocketId) {
+        self.tick(now);
+        let Ok((sk, env)) = self.sk_env(s) else {
+            return;
+        };
+        if sk.linger_until.take().is_none() {
+            return;
+        }
+        sk.orphan = true;
+        if sk.state == TcpState::FinWait2 {
+            let t = sk.fin_timeout(env);
+            sk.arm(env, TimerKind::Keepalive, now + t);
+        }
+        self.reap(s);
+    }
+
+    pub(super) fn close_inner(
+        &mut self,
+        now: Instant,
+        s: SocketId,
+        may_linger: bool,
+    ) -> Result<Option<LingerWait>, Errno> {
+        self.tick(now);
+        let state = self.sock(s)?.state;
+        if state == TcpState::Listen {
+            let (children, local) = {
+                let sk = self.sock_mut(s)?;
+                let l = sk.listen.take().unwrap_or_default();
+                let mut v: Vec<SocketId> = l.syn_queue.clone();
+                v.extend(l.accept_queue.iter().copied());
+                (v, sk.local)
+            };
+            for c in children {
+                if let Ok((ck, env)) = self.sk_env(c) {
+                    if matches!(ck.state, TcpState::Established | TcpState::CloseWait) {
+                        ck.send_active_reset(env, now);
+                    }
+                    ck.set_closed(env);
+                }
+                self.free(c);
+            }
+            self.listeners.remove(&local);
+            self.free(s);
+            return Ok(None);
+        }
+        let mut wait = None;
+        {
+            let (sk, env) = self.sk_env(s)?;
+            sk.orphan = true;
+            sk.shutdown |= RCV_SHUTDOWN;
+            let unread = sk.inq() > 0;
+            let linger0 = sk.opts.linger == Some(0);
+            match sk.state {
+                TcpState::Close | TcpState::SynSent => {
+                    sk.set_closed(env);
+                }
+                _ if unread => {
+                    env.mib.inc(Mib::TCPAbortOnClose);
+                    sk.send_active_reset(env, now);
+                    sk.set_closed(env);
+                }
+                TcpState::TimeWait => {}
+                _ if linger0 => {
+                    env.mib.inc(Mib::TCPAbortOnData);
+                    sk.send_active_reset(env, now);
+                    sk.set_closed(env);
+                }
+                _ => {
+                    if sk.shutdown & SEND_SHUTDOWN == 0 {
+                        sk.close_state_and_fin(env, now);
+                    }
+                    if sk.state == TcpState::FinWait2 {
+                        let t = sk.fin_timeout(env);
+                        sk.arm(env, TimerKind::Keepalive, now + t);
+                    }
+                }
+            }
+            sk.rx_queue.clear();
+            sk.rmem_alloc = 0;
+            // sk_stream_wait_close: wait for the FIN's ACK before orphaning.
+            if let Some(t) = sk.opts.linger.filter(|&t| t > 0 && may_linger) {
+                if sk.stream_closing() {
+                    sk.orphan = false;
+                    let deadline = now + Duration::from_secs(u64::from(t));
+                    sk.linger_until = Some(deadline);
+                    wait = Some(LingerWait {
+                        socket: s,
+                        deadline,
+                    });
+                }
+            }
+        }
+        self.reap(s);
+        Ok(wait)
+    }
+
+    /// Current TCP state.
+    pub fn state(&self, s: SocketId) -> Result<TcpState, Errno> {
+        Ok(self.sock(s)?.state)
+    }
+
+    /// Local address (`getsockname`).
+    pub fn local_addr(&self, s: SocketId) -> Result<SocketAddr, Errno> {
+        let sk = self.sock(s)?;
+        Ok(dualstack::to_api(sk.family, sk.local))
+    }
+
+    /// Peer address (`getpeername`), ENOTCONN if none.
+    pub fn peer_addr(&self, s: SocketId) -> Result<SocketAddr, Errno> {
+        let sk = self.sock(s)?;
+        if sk.remote.port() == 0 || !sk.is_synchronized() && sk.state != TcpState::SynSent {
+            return Err(Errno::ENOTCONN);
+        }
+        Ok(dualstack::to_api(sk.family, sk.remote))
+    }
+
+    /// Set O_NONBLOCK (recorded for substrates; engine calls never block).
+    pub fn set_nonblocking(&mut self, s: SocketId, on: bool) -> Result<(), Errno> {
+        self.sock_mut(s)?.opts.nonblock = on;
+        Ok(())
+    }
+
+    /// Whether O_NONBLOCK is set.
+    pub fn is_nonblocking(&self, s: SocketId) -> Result<bool, Errno> {
+        Ok(self.sock(s)?.opts.nonblock)
+    }
+
+    /// `setsockopt()`.
+    pub fn setsockopt(
+        &mut self,
+        now: Instant,
+        s: SocketId,
+        opt: SockOpt,
+        val: &OptVal,
+    ) -> Result<(), Errno> {
+        self.call(now, s, |sk, env| sk.setsockopt(env, now, opt, val))
+    }
+
+    /// `getsockopt()`.
+    pub fn getsockopt(&mut self, s: SocketId, opt: SockOpt) -> Result<OptVal, Errno> {
+        let (sk, env) = self.sk_env(s)?;
+        sk.getsockopt(env, opt)
+    }
+
+    /// `ioctl()`.
+    pub fn ioctl(&self, s: SocketId, req: Ioctl) -> Result<u32, Errno> {
+        let sk = self.sock(s)?;
+        if sk.state == TcpState::Listen {
+            return Err(Errno::EINVAL);
+        }
+        Ok(match req {
+            Ioctl::SiocInq => sk.inq(),
+            Ioctl::SiocOutq => sk.write_seq.wrapping_sub(sk.snd_una),
+            Ioctl::SiocOutqNsd => sk.notsent_bytes(),
+        })
+    }
+
+    /// `poll()` readiness with `tcp_poll`'s conditions. May arm SOCK_NOSPACE (so a later
+    /// write-space wake-up is produced), as Linux does.
+    pub fn poll(&mut self, s: SocketId) -> Result<u32, Errno> {
+        let (sk, env) = self.sk_env(s)?;
+        Ok(sk.poll(env))
+    }
+
+    /// `TCP_INFO`.
+    pub fn tcp_info(&self, now: Instant, s: SocketId) -> Result<TcpInfo, Errno> {
+        Ok(self.sock(s)?.tcp_info(&self.env, now))
+    }
+
+    /// `SO_MEMINFO` (`sk_get_meminfo` order).
+    pub fn meminfo(&self, s: SocketId) -> Result<MemInfo, Errno> {
+        Ok(self.sock(s)?.meminfo())
+    }
+
+    /// `lock_sock`: the application owns the socket; inbound packets go to its backlog and
+    /// timers/TX completions defer their work.
+    pub fn lock_sock(&mut self, s: SocketId) {
+        if let Ok(sk) = self.sock_mut(s) {
+            sk.owned = true;
+        }
+    }
+
+    /// `release_sock`: process the backlog, run deferred work (`tcp_release_cb`: TSQ write,
+    /// write timer, delack timer, deferred ACK), then drop ownership.
+    pub fn release_sock(&mut self, now: Instant, s: SocketId) {
+        self.tick(now);
+        loop {
+            let batch = match self.sock_mut(s) {
+                Ok(sk) if !sk.backlog.is_empty() => std::mem::take(&mut sk.backlog),
+                _ => break,
+            };
+            for o in batch {
+                let seg = o.as_seg();
+                if self.conns.get(&(seg.dst, seg.src)) == Some(&s) {
+                    self.rcv_conn(now, s, &seg);
+                }
+            }
+        }
+        let Ok((sk, env)) = self.sk_env(s) else {
+            return;
+        };
+        sk.backlog_len = 0;
+        let flags = sk.tsq_flags;
+        sk.tsq_flags &= !(tsq::TSQ_DEFERRED
+            | tsq::WRITE_TIMER_DEFERRED
+            | tsq::DELACK_TIMER_DEFERRED
+            | tsq::ACK_DEFERRED);
+        let mut drop = false;
+        if flags & tsq::TSQ_DEFERRED != 0 {
+            sk.tsq_write(env, now);
+        }
+        if flags & tsq::WRITE_TIMER_DEFERRED != 0 {
+            drop = sk.write_timer(env, now);
+        }
+        if !drop && flags & tsq::DELACK_TIMER_DEFERRED != 0 {
+            sk.delack_timer(env, now);
+        }
+        if !drop && flags & tsq::ACK_DEFERRED != 0 && sk.ack.pending & ackf::SCHED != 0 {
+            sk.send_ack(env, now);
+        }
+        sk.owned = false;
+        if drop {
+            self.free(s);
+        } else {
+            self.reap(s);
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! The engine's outputs and time: transmits, TX completions, timers, wake-ups (the
+//! `poll_*`/`handle_*` half of the driving loop in the module docs of [`super`]).
+
+use super::*;
+
+impl Stack {
+    /// Next packet to send, if any.
+    pub fn poll_transmit(&mut self, _now: Instant) -> Option<Transmit> {
+        self.env.txq.pop_front()
+    }
+
+    /// TX completion of a data packet (`tcp_wfree`): return its bytes to the socket and, if
+    /// TSQ or autocork throttled the socket, push more data (or defer to `release_sock`).
+    pub fn tx_complete(&mut self, now: Instant, token: TxToken) {
+        self.tick(now);
+        let id = SocketId(token.idx);
+        let Ok((sk, env)) = self.sk_env(id) else {
+            return;
+        };
+        if sk.gen != token.gen {
+            return;
+        }
+        sk.wmem_alloc = sk.wmem_alloc.saturating_sub(token.truesize);
+        // The buffer this packet came from (if not yet acked): its copy left the host.
+        let i = sk
+            .rtx_queue
+            .partition_point(|s| !after(s.end_seq, token.seq));
+        if let Some(s) = sk.rtx_queue.get_mut(i) {
+            // A head trimmed by a partial ACK starts after the token's sequence.
+            if !before(token.seq, s.seq) || i == 0 {
+                s.in_host = s.in_host.saturating_sub(1);
+            }
+        }
+        if sk.tsq_flags & tsq::THROTTLED != 0 {
+            sk.tsq_flags &= !tsq::THROTTLED;
+            if sk.owned {
+                sk.tsq_flags |= tsq::TSQ_DEFERRED;
+            } else {
+                sk.tsq_write(env, now);
+            }
+        }
+        self.reap(id);
+    }
+
+    /// Earliest timer deadline.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.env.timers.first().map(|t| t.0)
+    }
+
+    /// Run every timer due at or before `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.tick(now);
+        while let Some(&(at, idx, gen, kind)) = self.env.timers.first() {
+            if at > now {
+                break;
+            }
+            self.env.timers.pop_first();
+            let id = SocketId(idx);
+            let valid = match self.sock_mut(id) {
+                Ok(sk) if sk.gen == gen && sk.timers[kind as usize] == Some(at) => {
+                    sk.timers[kind as usize] = None;
+                    true
+                }
+                _ => false,
+            };
+            if valid {
+                self.fire(now, id, kind);
+                self.reap(id);
+            }
+        }
+    }
+
+    pub(super) fn fire(&mut self, now: Instant, id: SocketId, kind: TimerKind) {
+        let Ok((sk, env)) = self.sk_env(id) else {
+            return;
+        };
+        match kind {
+            TimerKind::Retrans => {
+                if sk.owned {
+                    sk.tsq_flags |= tsq::WRITE_TIMER_DEFERRED;
+                    return;
+                }
+                let drop_child = sk.write_timer(env, now);
+                if drop_child {
+                    self.free(id);
+                }
+            }
+            TimerKind::Delack => {
+                if sk.owned {
+                    env.mib.inc(Mib::DelayedACKLocked);
+                    sk.tsq_flags |= tsq::DELACK_TIMER_DEFERRED;
+                    return;
+                }
+                sk.delack_timer(env, now);
+            }
+            TimerKind::Keepalive => {
+                if sk.keepalive_timer(env, now) {
+                    self.free(id);
+                }
+            }
+            TimerKind::CompSack => {
+                // tcp_compressed_ack_kick
+                if sk.owned {
+                    sk.tsq_flags |= tsq::DELACK_TIMER_DEFERRED;
+                    return;
+                }
+                if sk.compressed_ack > 0 {
+                    sk.compressed_ack -= 1;
+                    sk.send_ack(env, now);
+                }
+            }
+        }
+    }
+
+    /// Next wake-up for application waiters.
+    pub fn poll_wakeup(&mut self) -> Option<Wakeup> {
+        self.env.wakeups.pop_front()
+    }
+}

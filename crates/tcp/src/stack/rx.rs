@@ -1,0 +1,274 @@
+//! The network input of [`Stack`]: parse a received packet, count it, and hand it to its
+//! connection (or its backlog while the application owns the socket), its listener, or a
+//! reset (`tcp_v4_rcv`); ICMP errors for our connections (`tcp_v4_err`).
+
+use super::*;
+
+impl Stack {
+    /// The engine's network input: one received IP packet (see [`RxPacket`]: contiguous or
+    /// in two parts, maybe a GRO aggregate, its checksum verified or not). A TCP segment is
+    /// checked (checksum unless the device verified it, lengths, header) and demultiplexed
+    /// to its connection, its listener, or a reset; an ICMP error quoting one of our
+    /// connections goes to it (`tcp_v4_err`/`tcp_v6_err`); anything else is ignored.
+    /// Malformed packets are counted (`InErrs`, `InCsumErrors`) and dropped.
+    pub fn handle_packet(&mut self, now: Instant, pkt: RxPacket<'_>) {
+        self.tick(now);
+        let verified = pkt.checksum == RxChecksum::Unnecessary;
+        let seg = match pkt.bytes {
+            RxBytes::Linear(bytes) => packet::parse(bytes, pkt.gso_size, verified),
+            RxBytes::Paged { head, frag } => packet::parse_frag(head, frag, pkt.gso_size, verified),
+        };
+        if let Err(packet::ParseError::NotTcp) = seg {
+            let icmp = match pkt.bytes {
+                RxBytes::Linear(bytes) => packet::parse_icmp(bytes),
+                // Rare (ICMP errors are small): join the parts rather than parse in two.
+                RxBytes::Paged { head, frag } => packet::parse_icmp(&[head, &frag[..]].concat()),
+            };
+            if let Some(icmp) = icmp {
+                self.icmp_err(now, icmp);
+            }
+        }
+        self.input_seg(now, seg);
+    }
+
+    /// Shorthand for [`Stack::handle_packet`] with a contiguous packet whose checksum is not
+    /// verified (a NIC without receive checksum offload, `CHECKSUM_NONE`), a GRO aggregate
+    /// when `gso_size` is Some.
+    pub fn input(&mut self, now: Instant, packet: &[u8], gso_size: Option<u16>) {
+        self.handle_packet(now, RxPacket::linear(packet).gso(gso_size));
+    }
+
+    /// Count, then demultiplex a parsed segment.
+    pub(super) fn input_seg(&mut self, now: Instant, seg: Result<SegIn<'_>, packet::ParseError>) {
+        let seg = match seg {
+            Ok(s) => s,
+            Err(packet::ParseError::Checksum) => {
+                self.env.mib.inc(Mib::InCsumErrors);
+                self.env.mib.inc(Mib::InErrs);
+                return;
+            }
+            Err(packet::ParseError::NotTcp) => return,
+            Err(packet::ParseError::Malformed) => {
+                self.env.mib.inc(Mib::InErrs);
+                return;
+            }
+        };
+        self.env.mib.add(Mib::InSegs, u64::from(seg.gso_segs));
+        if !self.addrs.is_empty() && !self.addrs.contains(&seg.dst.ip()) {
+            return;
+        }
+        if let Some(&id) = self.conns.get(&(seg.dst, seg.src)) {
+            let owned = self.sock(id).map(|s| s.owned).unwrap_or(false);
+            if owned {
+                self.add_backlog(id, &seg);
+                return;
+            }
+            self.rcv_conn(now, id, &seg);
+            return;
+        }
+        if let Some(l) = self.listener_for(seg.dst) {
+            self.listen_rcv(now, l, &seg);
+            return;
+        }
+        self.send_reset_for(&seg);
+    }
+
+    /// The listener a SYN to `dst` reaches (`__inet_lookup_listener`): one bound to the
+    /// address itself, else one bound to its family's wildcard, else — for an IPv4 `dst` —
+    /// a dual-stack AF_INET6 listener on `::` (not `IPV6_V6ONLY`; see `dualstack`).
+    pub(super) fn listener_for(&self, dst: SocketAddr) -> Option<SocketId> {
+        if let Some(&l) = self.listeners.get(&dst) {
+            return Some(l);
+        }
+        let any = SocketAddr::new(Family::of(dst.ip()).unspecified(), dst.port());
+        if let Some(&l) = self.listeners.get(&any) {
+            return Some(l);
+        }
+        if dst.is_ipv4() {
+            let any6 = SocketAddr::new(Family::V6.unspecified(), dst.port());
+            if let Some(&l) = self.listeners.get(&any6) {
+                let sk = self.sock(l).ok()?;
+                if BindScope::of(sk.local.ip(), sk.opts.v6only).receives(dst.ip()) {
+                    return Some(l);
+                }
+            }
+        }
+        None
+    }
+
+    /// An ICMP error for one of our connections (`tcp_v4_err`): path-MTU reduction
+    /// (RFC 1191 / RFC 8201) or a destination-unreachable error (hard in SYN states, soft
+    /// otherwise). Errors quoting a sequence outside snd_una..snd_nxt count as
+    /// OutOfWindowIcmps and are ignored (RFC 5927 §4.1).
+    pub(super) fn icmp_err(&mut self, now: Instant, icmp: packet::IcmpIn) {
+        let Some(&id) = self.conns.get(&(icmp.local, icmp.remote)) else {
+            return;
+        };
+        let Ok((sk, env)) = self.sk_env(id) else {
+            return;
+        };
+        if !matches!(sk.state, TcpState::SynSent | TcpState::SynRecv)
+            && !between(icmp.seq, sk.snd_una, sk.snd_nxt)
+        {
+            env.mib.inc(Mib::OutOfWindowIcmps);
+            return;
+        }
+        match icmp.kind {
+            packet::IcmpKind::FragNeeded(mtu) => {
+                // The wire's family decides (an IPv4-mapped peer is an IPv4 path).
+                let (min, pmtudisc) = if sk.local.is_ipv4() {
+                    (68, sk.opts.pmtudisc)
+                } else {
+                    (1280, sk.opts.pmtudisc6)
+                };
+                // tcp_v4_mtu_reduced: IP_PMTUDISC_DONT opts out of path-MTU discovery.
+                if mtu < min || mtu >= sk.pmtu() || pmtudisc == 0 {
+                    return;
+                }
+                sk.route.mtu = mtu;
+                let old = sk.mss_cache;
+                sk.sync_mss(env);
+                if sk.mss_cache < old {
+                    sk.simple_retransmit(env, now);
+                }
+            }
+            packet::IcmpKind::Unreach(e) => {
+                if matches!(sk.state, TcpState::SynSent | TcpState::SynRecv) && !sk.owned {
+                    sk.err = Some(e);
+                    if sk.state == TcpState::SynSent {
+                        env.mib.inc(Mib::AttemptFails);
+                    }
+                    sk.set_closed(env);
+                    self.reap(id);
+                } else {
+                    sk.err_soft = Some(e);
+                }
+            }
+        }
+    }
+
+    /// `tcp_add_backlog`: queue a packet for an owned socket, within 2*rcvbuf + sndbuf/2 + 64K.
+    pub(super) fn add_backlog(&mut self, id: SocketId, seg: &SegIn<'_>) {
+        let Ok((sk, env)) = self.sk_env(id) else {
+            return;
+        };
+        if let Some(tail) = sk
+            .backlog
+            .back_mut()
+            .filter(|_| env.dev.rx_truesize.coalesces())
+        {
+            if tail.try_coalesce(seg) {
+                sk.backlog_len += seg.payload.len() as u32;
+                env.mib.inc(Mib::TCPBacklogCoalesce);
+                return;
+            }
+        }
+        let limit = 2u64 * u64::from(sk.rcvbuf) + u64::from(sk.sndbuf / 2) + 65536;
+        if u64::from(sk.backlog_len) + u64::from(sk.rmem_alloc) > limit {
+            env.mib.inc(Mib::TCPBacklogDrop);
+            sk.drops += 1;
+            return;
+        }
+        sk.backlog_len += sk.rx_truesize(env, seg, seg.payload.len() as u32);
+        sk.backlog.push_back(packet::OwnedSeg::from_seg(seg));
+    }
+
+    pub(super) fn rcv_conn(&mut self, now: Instant, id: SocketId, seg: &SegIn<'_>) {
+        // tcp_timewait_state_process TCP_TW_SYN: a new SYN above the old sequence space
+        // reopens the 4-tuple through the listener.
+        if let Ok(sk) = self.sock(id) {
+            if sk.state == TcpState::TimeWait
+                && seg.has(SYN)
+                && !seg.has(ACK)
+                && !seg.has(RST)
+                && after(seg.seq, sk.rcv_nxt)
+            {
+                if let Some(l) = self.listener_for(seg.dst) {
+                    if sk.orphan {
+                        self.free(id);
+                    } else {
+                        let key = (sk.local, sk.remote);
+                        self.conns.remove(&key);
+                        if let Ok((sk, env)) = self.sk_env(id) {
+                            sk.hashed = false;
+                            sk.disarm_all(env);
+                            sk.state = TcpState::Close;
+                        }
+                    }
+                    self.listen_rcv(now, l, seg);
+                    return;
+                }
+            }
+        }
+        // Accept-queue overflow at the third ACK (tcp_check_req → syn_recv_sock).
+        let parent = {
+            let Ok(sk) = self.sock(id) else { return };
+            if sk.state == TcpState::SynRecv && seg.has(ACK) && !seg.has(RST) && !seg.has(SYN) {
+                sk.parent
+            } else {
+                None
+            }
+        };
+        if let Some((p, gen)) = parent {
+            let full = match self.sock(p) {
+                Ok(ps) if ps.gen == gen => ps
+                    .listen
+                    .as_ref()
+                    // sk_acceptq_is_full: ack_backlog > max_ack_backlog.
+                    .map(|l| l.accept_queue.len() as u32 > l.backlog)
+                    .unwrap_or(true),
+                _ => true,
+            };
+            if full {
+                self.env.mib.inc(Mib::ListenOverflows);
+                self.env.mib.inc(Mib::ListenDrops);
+                if self.env.sysctl.on(Sysctl::tcp_abort_on_overflow) {
+                    self.send_reset_for(seg);
+                    self.free(id);
+                }
+                return;
+            }
+        }
+        let out: RcvOutcome = {
+            let Ok((sk, env)) = self.sk_env(id) else {
+                return;
+            };
+            sk.rcv(env, now, seg)
+        };
+        if out.reset {
+            self.send_reset_for(seg);
+        }
+        if out.child_established {
+            self.child_established(id);
+        }
+        self.reap(id);
+    }
+
+    /// Answer a segment that matched no connection with a RST (`tcp_v4_send_reset`).
+    pub(super) fn send_reset_for(&mut self, seg: &SegIn<'_>) {
+        if seg.has(RST) {
+            return;
+        }
+        let (seq, ack, fl) = if seg.has(ACK) {
+            (seg.ack, 0, RST)
+        } else {
+            (0, seg.end_seq(), RST | ACK)
+        };
+        let ident = self.env.next_ident();
+        let out = SegOut {
+            local: seg.dst,
+            remote: seg.src,
+            seq,
+            ack,
+            flags: fl,
+            window: 0,
+            tos: 0,
+            ttl: 64,
+            ident,
+            opts: &[],
+            payload: &[],
+        };
+        self.env.emit(&out, None, None, None);
+        self.env.mib.inc(Mib::OutRsts);
+    }
+}

@@ -1,0 +1,209 @@
+//! Per-connection timers (Linux `tcp_timer.c`): retransmission (with SYN/SYN-ACK
+//! retransmits), zero-window probe, delayed ACK, keepalive / FIN_WAIT2 / TIME_WAIT. The
+//! engine's timer wheel and its granularity are in `socket.rs` (`Sock::arm`).
+
+use crate::errno::Errno;
+use crate::mib::Mib;
+use crate::packet::{flags::*, OutOpt};
+use crate::socket::*;
+use crate::sysctl::Sysctl;
+use crate::time::Instant;
+use core::time::Duration;
+
+impl Sock {
+    /// Bookkeeping after a SYN or SYN-ACK retransmission (`tcp_retransmit_timer` for the
+    /// handshake states): counters, exponential backoff of the RTO up to `tcp_rto_max_ms`, and
+    /// the retransmit timer re-armed.
+    pub(crate) fn syn_retransmitted(&mut self, env: &mut Env, now: Instant) {
+        self.retransmits += 1;
+        self.total_retrans += 1;
+        env.mib.inc(Mib::TCPSynRetrans);
+        env.mib.inc(Mib::RetransSegs);
+        self.rto = (self.rto * 2).min(self.rto_max(env));
+        let at = now + self.rto;
+        self.arm(env, TimerKind::Retrans, at);
+    }
+
+    /// Retransmit-timer expiry. Returns true if the socket (a SYN_RECV child) must be freed.
+    pub(crate) fn write_timer(&mut self, env: &mut Env, now: Instant) -> bool {
+        match self.state {
+            TcpState::SynSent => {
+                if self.write_timeout(env, now) {
+                    return false;
+                }
+                self.send_syn(env, now);
+                self.backoff += 1;
+                self.syn_retransmitted(env, now);
+                false
+            }
+            TcpState::SynRecv => {
+                let max = env.sysint(Sysctl::tcp_synack_retries) as u32;
+                if self.parent.is_some() && self.synack_retries_done >= max {
+                    return true;
+                }
+                if self.parent.is_none() && self.write_timeout(env, now) {
+                    return false;
+                }
+                self.send_synack(env, now);
+                self.synack_retries_done += 1;
+                self.syn_retransmitted(env, now);
+                false
+            }
+            TcpState::Close | TcpState::Listen | TcpState::TimeWait => false,
+            _ => {
+                match self.rtx_event {
+                    RtxEvent::Rto => {
+                        self.retransmit_timer(env, now);
+                    }
+                    RtxEvent::LossProbe => self.send_loss_probe(env, now),
+                    RtxEvent::ReoTimeout => {
+                        self.rack_reo_timeout(env, now);
+                        if self.timers[TimerKind::Retrans as usize].is_none() {
+                            self.schedule_loss_probe_or_rto(env, now, false);
+                        }
+                    }
+                    RtxEvent::Probe0 => self.probe_timer(env, now),
+                }
+                false
+            }
+        }
+    }
+
+    /// Zero-window / persist probe timer (`tcp_probe_timer`): with TCP_USER_TIMEOUT the run
+    /// of probes ends after that long (counted from the first probe, `icsk_probes_tstamp`),
+    /// otherwise after `tcp_retries2` unanswered probes.
+    pub(crate) fn probe_timer(&mut self, env: &mut Env, now: Instant) {
+        if self.packets_out > 0 || self.write_queue.is_empty() {
+            self.probes_out = 0;
+            self.probes_tstamp = None;
+            return;
+        }
+        let user_timeout = Duration::from_millis(u64::from(self.opts.user_timeout_ms));
+        let timed_out = match self.probes_tstamp {
+            None => {
+                self.probes_tstamp = Some(now);
+                false
+            }
+            Some(t0) => self.opts.user_timeout_ms != 0 && now - t0 >= user_timeout,
+        };
+        let max_probes = env.sysint(Sysctl::tcp_retries2) as u32;
+        if timed_out || self.probes_out >= max_probes {
+            // tcp_write_err
+            self.err = Some(self.err_soft.unwrap_or(Errno::ETIMEDOUT));
+            env.mib.inc(Mib::TCPAbortOnTimeout);
+            self.set_closed(env);
+            return;
+        }
+        // tcp_send_probe0
+        let local_drop = self.send_probe0(env, now);
+        if self.packets_out > 0 || self.write_queue.is_empty() {
+            self.probes_out = 0;
+            self.backoff = 0;
+            self.probes_tstamp = None;
+            return;
+        }
+        self.probes_out += 1;
+        let mut when = if local_drop {
+            // Not sent for local congestion: retry at TCP_RESOURCE_PROBE_INTERVAL, no backoff.
+            Duration::from_millis(500)
+        } else {
+            if self.backoff < max_probes {
+                self.backoff += 1;
+            }
+            self.probe0_when()
+        };
+        // tcp_clamp_probe0_to_user_timeout
+        if let (true, Some(t0)) = (self.opts.user_timeout_ms != 0, self.probes_tstamp) {
+            let remaining = user_timeout.saturating_sub(now - t0).max(TCP_TIMEOUT_MIN);
+            when = when.min(remaining);
+        }
+        self.rtx_event = RtxEvent::Probe0;
+        self.arm(env, TimerKind::Retrans, now + when);
+    }
+
+    /// Delayed-ACK timer (`tcp_delack_timer_handler`).
+    pub(crate) fn delack_timer(&mut self, env: &mut Env, now: Instant) {
+        // tcp_sack_compress_send_ack
+        if self.compressed_ack > 0 {
+            self.compressed_ack -= 1;
+            self.send_ack(env, now);
+            return;
+        }
+        if self.ack.pending & ackf::TIMER == 0 {
+            return;
+        }
+        if self.ack.pending & ackf::SCHED != 0 {
+            if self.ack.pingpong == 0 {
+                self.ack.ato = (self.ack.ato * 2).min(self.rto);
+            } else {
+                self.ack.pingpong = 0;
+                self.ack.ato = TCP_ATO_MIN;
+            }
+            self.send_ack(env, now);
+            env.mib.inc(Mib::DelayedACKs);
+        }
+        self.ack.pending &= !ackf::TIMER;
+    }
+
+    /// Keepalive / FIN_WAIT2 / TIME_WAIT timer. Returns true if the socket must be freed.
+    pub(crate) fn keepalive_timer(&mut self, env: &mut Env, now: Instant) -> bool {
+        match self.state {
+            TcpState::TimeWait => {
+                self.state = TcpState::Close;
+                self.orphan
+            }
+            TcpState::FinWait2 if self.orphan => {
+                self.set_closed(env);
+                true
+            }
+            TcpState::Established | TcpState::CloseWait if self.opts.keepalive => {
+                let idle = Duration::from_secs(u64::from(
+                    self.opts
+                        .keepidle
+                        .unwrap_or(env.sysint(Sysctl::tcp_keepalive_time) as u32),
+                ));
+                let intvl = Duration::from_secs(u64::from(
+                    self.opts
+                        .keepintvl
+                        .unwrap_or(env.sysint(Sysctl::tcp_keepalive_intvl) as u32),
+                ));
+                let cnt = self
+                    .opts
+                    .keepcnt
+                    .unwrap_or(env.sysint(Sysctl::tcp_keepalive_probes) as u32);
+                if self.packets_out > 0 || !self.write_queue.is_empty() {
+                    self.arm(env, TimerKind::Keepalive, now + idle);
+                    return false;
+                }
+                let last = self.rcv_tstamp.max(self.lrcvtime);
+                let elapsed = now - last;
+                if elapsed >= idle {
+                    if self.keepalive_probes_out >= cnt {
+                        self.err = Some(Errno::ETIMEDOUT);
+                        env.mib.inc(Mib::TCPAbortOnTimeout);
+                        self.send_active_reset(env, now);
+                        self.set_closed(env);
+                        return false;
+                    }
+                    self.send_probe_keepalive(env, now);
+                    self.keepalive_probes_out += 1;
+                    self.arm(env, TimerKind::Keepalive, now + intvl);
+                } else {
+                    self.keepalive_probes_out = 0;
+                    self.arm(env, TimerKind::Keepalive, last + idle);
+                }
+                false
+            }
+            _ => false,
+        }
+    }
+
+    pub(crate) fn send_probe_keepalive(&mut self, env: &mut Env, now: Instant) {
+        let mut opts: Vec<OutOpt> = Vec::with_capacity(4);
+        self.established_opts(now, &mut opts);
+        let win = self.select_window(env);
+        let seg = self.seg(env, self.snd_una.wrapping_sub(1), ACK, win, &opts, &[]);
+        env.emit(&seg, None, None, None);
+        env.mib.inc(Mib::TCPKeepAlive);
+    }
+}
