@@ -171,18 +171,4 @@ pub use stack::{Ioctl, LingerWait, ProtoMem, Shutdown, SockStat, SocketRow, Stac
 pub mod harness;
 
 #[cfg(test)]
-mod drill_like_tests;
-#[cfg(test)]
-mod dualstack_tests;
-#[cfg(test)]
-mod e2e_tests;
-#[cfg(test)]
-mod gate_tests;
-#[cfg(test)]
-mod linger_tests;
-#[cfg(test)]
-mod mem_tests;
-#[cfg(test)]
-mod prop_tests;
-#[cfg(test)]
-mod rwnd_tests;
+mod tests;

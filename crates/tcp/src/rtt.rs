@@ -132,7 +132,7 @@ mod tests {
     /// least the path's round trip; the receiver, not enabled, records nothing.
     #[test]
     fn stack_rtt_log_per_ack() {
-        use crate::e2e_tests::{connect_pair, transfer};
+        use crate::tests::e2e::{connect_pair, transfer};
         use crate::harness::{LinkConfig, Pair};
         let link = LinkConfig {
             delay: Duration::from_millis(5),

@@ -733,7 +733,7 @@ fn notsent_lowat_wakeup_hysteresis() {
 fn simultaneous_close() {
     use crate::harness::*;
     let mut pr = Pair::new(9, LinkConfig::default());
-    let (c, _l, s) = crate::e2e_tests::connect_pair(&mut pr);
+    let (c, _l, s) = crate::tests::e2e::connect_pair(&mut pr);
     pr.a.shutdown(pr.now, c, Shutdown::Write).unwrap();
     pr.b.shutdown(pr.now, s, Shutdown::Write).unwrap();
     assert_eq!(pr.a.state(c).unwrap(), TcpState::FinWait1);
@@ -758,7 +758,7 @@ fn simultaneous_open() {
     pr.run_for(Duration::from_millis(50));
     assert_eq!(pr.a.state(a).unwrap(), TcpState::Established);
     assert_eq!(pr.b.state(b).unwrap(), TcpState::Established);
-    let got = crate::e2e_tests::transfer(&mut pr, a, b, b"hello", Duration::from_secs(1));
+    let got = crate::tests::e2e::transfer(&mut pr, a, b, b"hello", Duration::from_secs(1));
     assert_eq!(got, b"hello");
 }
 

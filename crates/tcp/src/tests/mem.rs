@@ -1,6 +1,6 @@
 //! Stack-wide TCP memory (`mem.rs`) driven over the in-memory link with a tiny `tcp_mem`.
 
-use crate::e2e_tests::connect_pair;
+use crate::tests::e2e::connect_pair;
 use crate::harness::*;
 use crate::*;
 use core::time::Duration;

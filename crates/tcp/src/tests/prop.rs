@@ -2,7 +2,7 @@
 //! order; both sides terminate cleanly (no leaked sockets), all `wmem_alloc` is returned and
 //! every page of the stack-wide TCP memory goes back (also with a tiny `tcp_mem`).
 
-use crate::e2e_tests::connect_pair;
+use crate::tests::e2e::connect_pair;
 use crate::harness::*;
 use crate::*;
 use core::time::Duration;
@@ -167,7 +167,7 @@ proptest! {
 /// random options and payload) and random bytes never panic the engine, and its queues stay
 /// bounded.
 mod hostile {
-    use crate::e2e_tests::connect_pair;
+    use crate::tests::e2e::connect_pair;
     use crate::harness::*;
     use crate::packet::{self, OutOpt, SegOut};
     use crate::RxPacket;

@@ -1,7 +1,7 @@
 //! Dual-stack sockets (`dualstack.rs`): AF_INET6 sockets with IPv4-mapped peers, against the
 //! results measured on Linux 6.18 (see the table in `dualstack.rs`).
 
-use crate::e2e_tests::transfer;
+use crate::tests::e2e::transfer;
 use crate::harness::*;
 use crate::*;
 use core::net::{IpAddr, SocketAddr};

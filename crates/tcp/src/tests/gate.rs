@@ -1,7 +1,7 @@
 //! The device side's verdict at the transmit (`gate`): a packet the qdisc refuses is a local
 //! drop (NET_XMIT_DROP), never a loss in the network.
 
-use crate::e2e_tests::{connect_pair, transfer};
+use crate::tests::e2e::{connect_pair, transfer};
 use crate::harness::*;
 use crate::*;
 use core::time::Duration;

@@ -1,0 +1,19 @@
+//! The engine's scenario tests: stacks driven by hand or over `harness`'s impaired link.
+//! Unit tests of one rule stay beside the rule (`#[cfg(test)] mod tests` in its file).
+//!
+//! - `drill_like`: packetdrill-style scenarios (scripted packets in, exact packets out),
+//!   mostly behaviour measured on Linux 6.18.
+//! - `e2e`: two stacks end to end (handshake, transfer, loss, TSO, paged packets).
+//! - `dualstack`, `gate`, `linger`, `mem`, `rwnd`: one mechanism each (IPv4-mapped
+//!   sockets, local drops at the transmit, SO_LINGER, TCP memory accounting, the receive
+//!   window).
+//! - `prop`: property tests (hostile packets, random impairments).
+
+mod drill_like;
+mod dualstack;
+pub(crate) mod e2e;
+mod gate;
+mod linger;
+mod mem;
+mod prop;
+mod rwnd;
