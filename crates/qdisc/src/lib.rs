@@ -182,12 +182,26 @@ impl Rate {
         let bits = u128::from(bytes) * 8 * u128::from(NSEC_PER_SEC);
         u64::try_from(bits.div_ceil(u128::from(self.0))).unwrap_or(u64::MAX)
     }
+    /// Bytes this rate carries in `ns` nanoseconds (rounded down).
+    pub fn bytes_in_ns(self, ns: u64) -> u64 {
+        let b = u128::from(self.0) * u128::from(ns) / 8 / u128::from(NSEC_PER_SEC);
+        u64::try_from(b).unwrap_or(u64::MAX)
+    }
 }
 
-/// A small deterministic hasher for `u32` flow keys (multiply–rotate, in the style of FxHash).
-/// Flow hashes come from the host's own stack, not from the network.
+impl core::fmt::Display for Rate {
+    /// `tc`'s spelling in bits: `1000000bit`.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}bit", self.0)
+    }
+}
+
+/// A small, fast, deterministic hasher for `u32` flow keys (multiply–rotate, in the style of
+/// FxHash), the one flow-keyed hasher of the substrates (fq's flow table, the emulator's
+/// per-flow maps). Flow hashes come from the host's own stack, not from the network, so
+/// HashDoS resistance is not needed here.
 #[derive(Clone, Copy, Debug, Default)]
-struct FlowHasher(u64);
+pub struct FlowHasher(u64);
 
 impl std::hash::Hasher for FlowHasher {
     fn finish(&self) -> u64 {
@@ -206,7 +220,11 @@ impl std::hash::Hasher for FlowHasher {
     }
 }
 
-type FlowMap<V> = std::collections::HashMap<u32, V, std::hash::BuildHasherDefault<FlowHasher>>;
+/// `BuildHasher` for [`FlowHasher`].
+pub type FlowBuildHasher = std::hash::BuildHasherDefault<FlowHasher>;
+
+/// A map keyed by flow hash.
+pub type FlowMap<V> = std::collections::HashMap<u32, V, FlowBuildHasher>;
 
 #[cfg(test)]
 pub(crate) mod testpkt {

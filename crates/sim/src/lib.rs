@@ -75,5 +75,5 @@ pub use sim::{
     TopologyError,
 };
 pub use spec::{GilbertElliott, LinkSpec, QdiscSpec, QueueLimit, SpecError};
-pub use time::{Rate, Time};
+pub use time::{Rate, RateExt, Time};
 pub use workload::{Role, Writer};

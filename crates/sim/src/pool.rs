@@ -32,31 +32,5 @@ impl BufPool {
     }
 }
 
-/// A small, fast, deterministic hasher for `u32` flow keys (multiply–rotate, in the style of
-/// FxHash). Flow hashes come from our own endpoints, not from the network, so HashDoS
-/// resistance is not needed here.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct FlowHasher(u64);
-
-impl std::hash::Hasher for FlowHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(u64::from(*b));
-        }
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(u64::from(v));
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-/// `BuildHasher` for [`FlowHasher`].
-pub type FlowBuildHasher = std::hash::BuildHasherDefault<FlowHasher>;
-
-/// A map keyed by flow hash.
-pub type FlowMap<V> = std::collections::HashMap<u32, V, FlowBuildHasher>;
+/// The flow-keyed hasher and map, shared with the qdiscs (one of each in the workspace).
+pub use shallow_qdisc::{FlowBuildHasher, FlowHasher, FlowMap};

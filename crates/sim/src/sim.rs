@@ -29,7 +29,7 @@ use crate::qdisc::{EgressHandle, QdiscPacket, QdiscRef};
 use crate::rng::SimRng;
 use crate::segment;
 use crate::spec::{LinkSpec, QdiscSpec, QueueLimit, SpecError};
-use crate::time::{Rate, Time};
+use crate::time::{Rate, RateExt, Time};
 
 /// Index of a host in a [`Sim`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use crate::endpoint::Endpoint;
 use crate::packet::Packet;
 use crate::segment::{self, build_ipv4_tcp, flags, TcpPacketSpec};
-use crate::time::{Rate, Time};
+use crate::time::{Rate, RateExt, Time};
 
 /// How a [`Source`] decides when to send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

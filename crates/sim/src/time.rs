@@ -83,48 +83,26 @@ impl fmt::Display for Time {
     }
 }
 
-/// A transmission rate in bits per second.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Rate(pub u64);
+/// A transmission rate in bits per second: the qdiscs' type, the one `Rate` of the
+/// workspace ([`RateExt`] gives it the emulator's time type).
+pub use shallow_qdisc::Rate;
 
-impl Rate {
-    /// `n` bits per second.
-    pub const fn bps(n: u64) -> Rate {
-        Rate(n)
-    }
-    /// `n` megabits per second.
-    pub const fn mbps(n: u64) -> Rate {
-        Rate(n.saturating_mul(1_000_000))
-    }
-    /// `n` gigabits per second.
-    pub const fn gbps(n: u64) -> Rate {
-        Rate(n.saturating_mul(1_000_000_000))
-    }
-    /// Bits per second.
-    pub const fn as_bps(self) -> u64 {
-        self.0
-    }
-    /// Time to serialise `bytes` at this rate, rounded up to whole nanoseconds so a packet never
-    /// leaves earlier than the rate allows. A zero rate means "infinitely slow" and returns
-    /// [`Time::MAX`].
-    pub fn tx_time(self, bytes: u64) -> Time {
-        if self.0 == 0 {
-            return Time::MAX;
-        }
-        let bits = (bytes as u128) * 8 * 1_000_000_000;
-        let ns = bits.div_ceil(self.0 as u128);
-        Time(u64::try_from(ns).unwrap_or(u64::MAX))
-    }
+/// [`Rate`] in the emulator's [`Time`].
+pub trait RateExt {
+    /// Time to serialise `bytes` at this rate, rounded up to whole nanoseconds so a packet
+    /// never leaves earlier than the rate allows. A zero rate means "infinitely slow" and
+    /// returns [`Time::MAX`].
+    fn tx_time(self, bytes: u64) -> Time;
     /// Bytes this rate carries in `t` (rounded down).
-    pub fn bytes_in(self, t: Time) -> u64 {
-        let b = (self.0 as u128) * (t.0 as u128) / 8 / 1_000_000_000;
-        u64::try_from(b).unwrap_or(u64::MAX)
-    }
+    fn bytes_in(self, t: Time) -> u64;
 }
 
-impl fmt::Display for Rate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}bit", self.0)
+impl RateExt for Rate {
+    fn tx_time(self, bytes: u64) -> Time {
+        Time(self.tx_time_ns(bytes))
+    }
+    fn bytes_in(self, t: Time) -> u64 {
+        self.bytes_in_ns(t.0)
     }
 }
 

@@ -3,7 +3,8 @@
 use shallow_sim::capture::{CaptureOut, CapturePoint};
 use shallow_sim::testing::{Sink, Source, SourceConfig, SourceMode, TestEndpoint};
 use shallow_sim::{
-    Dir, HostConfig, HostId, LinkSpec, NicConfig, QdiscSpec, Rate, Sim, Time, TopologyBuilder,
+    Dir, HostConfig, HostId, LinkSpec, NicConfig, QdiscSpec, Rate, RateExt, Sim, Time,
+    TopologyBuilder,
 };
 
 const WIRE_LEN: u64 = 1488; // 20 IP + 20 TCP + 1448 payload

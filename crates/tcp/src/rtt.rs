@@ -132,8 +132,8 @@ mod tests {
     /// least the path's round trip; the receiver, not enabled, records nothing.
     #[test]
     fn stack_rtt_log_per_ack() {
-        use crate::tests::e2e::{connect_pair, transfer};
         use crate::harness::{LinkConfig, Pair};
+        use crate::tests::e2e::{connect_pair, transfer};
         let link = LinkConfig {
             delay: Duration::from_millis(5),
             ..LinkConfig::default()

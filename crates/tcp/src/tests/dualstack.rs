@@ -1,8 +1,8 @@
 //! Dual-stack sockets (`dualstack.rs`): AF_INET6 sockets with IPv4-mapped peers, against the
 //! results measured on Linux 6.18 (see the table in `dualstack.rs`).
 
-use crate::tests::e2e::transfer;
 use crate::harness::*;
+use crate::tests::e2e::transfer;
 use crate::*;
 use core::net::{IpAddr, SocketAddr};
 use core::time::Duration;

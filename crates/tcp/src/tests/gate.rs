@@ -1,8 +1,8 @@
 //! The device side's verdict at the transmit (`gate`): a packet the qdisc refuses is a local
 //! drop (NET_XMIT_DROP), never a loss in the network.
 
-use crate::tests::e2e::{connect_pair, transfer};
 use crate::harness::*;
+use crate::tests::e2e::{connect_pair, transfer};
 use crate::*;
 use core::time::Duration;
 use std::sync::{Arc, Mutex};

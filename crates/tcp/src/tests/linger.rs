@@ -1,8 +1,8 @@
 //! SO_LINGER with `l_linger > 0`: `Stack::close_linger` / `linger_pending` / `linger_finish`
 //! (Linux `sk_stream_wait_close`).
 
-use crate::tests::e2e::connect_pair;
 use crate::harness::*;
+use crate::tests::e2e::connect_pair;
 use crate::*;
 use core::time::Duration;
 

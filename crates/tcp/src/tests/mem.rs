@@ -1,7 +1,7 @@
 //! Stack-wide TCP memory (`mem.rs`) driven over the in-memory link with a tiny `tcp_mem`.
 
-use crate::tests::e2e::connect_pair;
 use crate::harness::*;
+use crate::tests::e2e::connect_pair;
 use crate::*;
 use core::time::Duration;
 

@@ -2,8 +2,8 @@
 //! order; both sides terminate cleanly (no leaked sockets), all `wmem_alloc` is returned and
 //! every page of the stack-wide TCP memory goes back (also with a tiny `tcp_mem`).
 
-use crate::tests::e2e::connect_pair;
 use crate::harness::*;
+use crate::tests::e2e::connect_pair;
 use crate::*;
 use core::time::Duration;
 use proptest::prelude::*;
@@ -167,9 +167,9 @@ proptest! {
 /// random options and payload) and random bytes never panic the engine, and its queues stay
 /// bounded.
 mod hostile {
-    use crate::tests::e2e::connect_pair;
     use crate::harness::*;
     use crate::packet::{self, OutOpt, SegOut};
+    use crate::tests::e2e::connect_pair;
     use crate::RxPacket;
     use core::net::SocketAddr;
     use core::time::Duration;
