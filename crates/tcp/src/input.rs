@@ -24,6 +24,33 @@ pub(crate) struct RcvOutcome {
     pub reset: bool,
 }
 
+/// What one incoming ACK did, gathered while `tcp_ack` processes it and read further down
+/// the same ACK's processing (Linux's `flag` word and `rexmit` of `tcp_ack`): a value of that
+/// one call, passed to what sets or reads it, never kept in the socket.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct AckFlags {
+    /// Data never retransmitted was acked or SACKed (`FLAG_ORIG_SACK_ACKED`).
+    pub orig_sack_acked: bool,
+    /// New data was SACKed (`FLAG_DATA_SACKED`).
+    pub data_sacked: bool,
+    /// An ECN echo on an ECN connection (`FLAG_ECE`).
+    pub ece: bool,
+    /// What `tcp_xmit_recovery` sends once this ACK has updated cwnd.
+    pub rexmit: Rexmit,
+}
+
+/// `tcp_xmit_recovery`'s work after an ACK (Linux's `REXMIT_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Rexmit {
+    /// Nothing (`REXMIT_NONE`).
+    #[default]
+    None,
+    /// Retransmit the segments marked lost (`REXMIT_LOST`, the Loss state).
+    Lost,
+    /// F-RTO step 2.b: send new data instead of retransmitting (`REXMIT_NEW`).
+    New,
+}
+
 impl Sock {
     /// Process one segment for this socket (not a listener).
     pub fn rcv(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) -> RcvOutcome {
@@ -548,20 +575,18 @@ impl Sock {
             // tcp_xmit_recovery), so a reordered ACK below snd_una can release
             // retransmissions; data on the segment is processed.
             if seg.opts.num_sacks > 0 {
-                self.ack_orig_acked = false;
-                self.ack_data_sacked = false;
-                let newly = self.sacktag(env, now, seg);
+                let mut flag = AckFlags::default();
+                let newly = self.sacktag(env, now, seg, &mut flag);
                 self.delivered += newly;
                 env.mib.add(Mib::TCPDelivered, u64::from(newly));
-                self.fastretrans_alert(env, now, prior_snd_una, false, newly);
-                self.frto_xmit_new(env, now);
+                self.fastretrans_alert(env, now, prior_snd_una, false, newly, &mut flag);
+                self.frto_xmit_new(env, now, &flag);
             }
             return true;
         }
         self.rcv_tstamp = now;
         self.rcv_tsecr = seg.opts.ts.map(|t| t.1).unwrap_or(0);
-        self.ack_orig_acked = false;
-        self.ack_data_sacked = false;
+        let mut flag = AckFlags::default();
         let prior_in_flight = self.packets_in_flight();
         let prior_packets = self.packets_out;
         // Window update (tcp_ack_update_window).
@@ -592,7 +617,7 @@ impl Sock {
             prior_snd_una
         };
         let sack_newly = if seg.opts.num_sacks > 0 {
-            self.sacktag(env, now, seg)
+            self.sacktag(env, now, seg, &mut flag)
         } else {
             0
         };
@@ -609,7 +634,7 @@ impl Sock {
             env.mib.inc(Mib::TCPPureAcks);
         }
         self.snd_una = ack;
-        let (acked_pkts, rtt_us) = self.clean_rtx_queue(env, now, prior_fack, seg);
+        let (acked_pkts, rtt_us) = self.clean_rtx_queue(env, now, prior_fack, seg, &mut flag);
         // tcp_clean_rtx_queue: the MTU probe was cumulatively acked.
         if self.mtup_probe_size != 0 && !after(self.mtup_probe_seq.1, self.snd_una) {
             self.mtup_probe_success(env, now);
@@ -665,10 +690,8 @@ impl Sock {
             self.cc.pkts_acked(&mut self.cc_st, &sample, now_us);
         }
         // tcp_ecn_rcv_ecn_echo: ECE on a non-SYN segment of an ECN connection.
-        self.ack_ece =
-            seg.has(ECE) && !seg.has(SYN) && self.ecn_flags & crate::socket::ecnf::OK != 0;
-        self.fastretrans_alert(env, now, prior_snd_una, is_dupack, delivered);
-        self.ack_ece = false;
+        flag.ece = seg.has(ECE) && !seg.has(SYN) && self.ecn_flags & crate::socket::ecnf::OK != 0;
+        self.fastretrans_alert(env, now, prior_snd_una, is_dupack, delivered, &mut flag);
         // tcp_may_raise_cwnd: grow only on cumulative (in-order) delivery (RFC 5681), or on
         // any forward progress (SACKed data too) once reordering was measured above the
         // sysctl's. Open, Disorder and Loss grow cwnd (slow start after an RTO); Recovery/CWR
@@ -689,7 +712,7 @@ impl Sock {
             self.update_pacing_rate(env);
         }
         // F-RTO step 2.b: new data goes out after cwnd was updated (tcp_xmit_recovery).
-        self.frto_xmit_new(env, now);
+        self.frto_xmit_new(env, now, &flag);
         // Timers: restart RTO/TLP, or clear when nothing is outstanding.
         if self.packets_out == 0 {
             if self.rtx_event != RtxEvent::Probe0 {
@@ -750,6 +773,7 @@ impl Sock {
         now: Instant,
         prior_fack: u32,
         seg: &SegIn<'_>,
+        flag: &mut AckFlags,
     ) -> (u32, i64) {
         let ack = self.snd_una;
         let mut acked = 0u32;
@@ -797,7 +821,7 @@ impl Sock {
                 // RTO spurious on it.
                 if diff > 0 && head.sacked & sacked::EVER_RETRANS == 0 {
                     seq_rtt = Some(head.mstamp);
-                    self.ack_orig_acked = true;
+                    flag.orig_sack_acked = true;
                 }
                 // tcp_clean_rtx_queue treats the acked MSSes of a partially acked TSO skb
                 // (tcp_tso_acked) like whole skbs: a never-retransmitted hole below the
@@ -835,7 +859,7 @@ impl Sock {
             if skb.sacked & sacked::ACKED == 0 {
                 self.rate_skb_delivered(&skb);
                 if skb.sacked & sacked::EVER_RETRANS == 0 {
-                    self.ack_orig_acked = true;
+                    flag.orig_sack_acked = true;
                     reord = lower(reord, skb.seq);
                 }
             }

@@ -3,6 +3,7 @@
 //! retransmit queue walk (`tcp_xmit_retransmit_queue`).
 
 use crate::errno::Errno;
+use crate::input::{AckFlags, Rexmit};
 use crate::packet::SegIn;
 use crate::seq::*;
 use crate::socket::*;
@@ -41,7 +42,13 @@ impl Sock {
     }
 
     /// Process SACK blocks (RFC 2018; D-SACK RFC 2883). Returns packets newly SACKed.
-    pub fn sacktag(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) -> u32 {
+    pub fn sacktag(
+        &mut self,
+        env: &mut Env,
+        now: Instant,
+        seg: &SegIn<'_>,
+        flag: &mut AckFlags,
+    ) -> u32 {
         if !self.sack_ok {
             return 0;
         }
@@ -77,14 +84,21 @@ impl Sock {
                 env.mib.inc(Mib::TCPSACKDiscard);
                 continue;
             }
-            newly += self.sack_range(env, now, l, r);
+            newly += self.sack_range(env, now, l, r, flag);
         }
         newly
     }
 
     /// Mark skbs fully inside [l, r) as SACKed, splitting partially covered skbs on MSS
     /// boundaries (`tcp_match_skb_to_sack`).
-    fn sack_range(&mut self, env: &mut Env, now: Instant, l: u32, r: u32) -> u32 {
+    fn sack_range(
+        &mut self,
+        env: &mut Env,
+        now: Instant,
+        l: u32,
+        r: u32,
+        flag: &mut AckFlags,
+    ) -> u32 {
         let mss = self.mss_cache.max(1);
         let mut newly = 0;
         // First buffer that ends after the block's left edge (the queue is in seq order).
@@ -144,7 +158,7 @@ impl Sock {
                     skb.tx_first_tx,
                 );
                 self.rate_delivered_snapshot(snap, m);
-                self.ack_data_sacked = true;
+                flag.data_sacked = true;
                 // tcp_check_sack_reordering: SACK for never-retransmitted data below the
                 // highest SACKed sequence means the network reordered.
                 if !rt && self.sack_seen_any && before(send, self.highest_sack_end) {
@@ -155,7 +169,7 @@ impl Sock {
                     self.sack_seen_any = true;
                 }
                 if !rt {
-                    self.ack_orig_acked = true;
+                    flag.orig_sack_acked = true;
                 }
                 // Reordering: a SACK for something sent before a hole.
                 self.rack_advance(m, e, rt, now);
@@ -322,10 +336,11 @@ impl Sock {
         prior_snd_una: u32,
         is_dupack: bool,
         delivered: u32,
+        flag: &mut AckFlags,
     ) {
         let rack = env.sysint(Sysctl::tcp_recovery) & 1 != 0;
         if self.ca_state == CaState::Loss {
-            self.process_loss(env, now, prior_snd_una, is_dupack);
+            self.process_loss(env, now, prior_snd_una, is_dupack, flag);
             // tcp_identify_packet_loss: RACK also runs in Loss, so a retransmission that is
             // lost again (sent before the newly delivered one, older than an RTT) is resent
             // at once (FLAG_LOST_RETRANS) instead of waiting for the next RTO.
@@ -335,8 +350,8 @@ impl Sock {
                     self.rtx_event = RtxEvent::ReoTimeout;
                     self.arm(env, TimerKind::Retrans, now + t);
                 }
-                if !self.pending_frto_new && self.lost_out > self.retrans_out {
-                    self.pending_loss_rexmit = true;
+                if flag.rexmit != Rexmit::New && self.lost_out > self.retrans_out {
+                    flag.rexmit = Rexmit::Lost;
                 }
             }
             return;
@@ -427,10 +442,10 @@ impl Sock {
                 CaState::Open | CaState::Disorder | CaState::Cwr
             )
         {
-            self.enter_recovery(env, now);
+            self.enter_recovery(env, now, flag.ece);
         }
         // tcp_try_to_open: an ECN echo without loss starts a CWR episode.
-        if self.ack_ece && self.lost_out == 0 {
+        if flag.ece && self.lost_out == 0 {
             self.enter_cwr(now);
         }
         if matches!(self.ca_state, CaState::Recovery | CaState::Cwr) {
@@ -499,7 +514,7 @@ impl Sock {
         let timeout = self.rack_detect_loss(now);
         if prior_inflight != self.packets_in_flight() {
             if self.ca_state != CaState::Recovery {
-                self.enter_recovery(env, now);
+                self.enter_recovery(env, now, false); // a timer: no ACK, no ECE
                 let newly_lost = self.lost_out.saturating_sub(lost_before);
                 self.cwnd_reduction(1, newly_lost, false);
             }
@@ -593,7 +608,14 @@ impl Sock {
 
     /// ACK processing in the Loss state (`tcp_process_loss`) with F-RTO (RFC 5682 §3.1, the
     /// SACK-enhanced variant Linux uses with `tcp_frto` = 2).
-    fn process_loss(&mut self, env: &mut Env, now: Instant, prior_snd_una: u32, is_dupack: bool) {
+    fn process_loss(
+        &mut self,
+        env: &mut Env,
+        now: Instant,
+        prior_snd_una: u32,
+        is_dupack: bool,
+        flag: &mut AckFlags,
+    ) {
         let una_advanced = after(self.snd_una, prior_snd_una);
         let recovered = !before(self.snd_una, self.high_seq);
         if una_advanced && self.may_undo() {
@@ -605,14 +627,14 @@ impl Sock {
         let mut send_new = false;
         if self.frto {
             // Step 3.b: never-retransmitted data was (s)acked → the RTO was spurious.
-            if self.ack_orig_acked {
+            if flag.orig_sack_acked {
                 env.mib.inc(Mib::TCPSpuriousRTOs);
                 env.mib.inc(Mib::TCPLossUndo);
                 self.undo_cwnd_reduction(now);
                 return;
             }
             if after(self.snd_nxt, self.high_seq) {
-                if self.ack_data_sacked || is_dupack {
+                if flag.data_sacked || is_dupack {
                     self.frto = false; // step 3.a: the loss was real
                 }
             } else if una_advanced && !recovered {
@@ -641,24 +663,25 @@ impl Sock {
         }
         if send_new {
             // tcp_xmit_recovery with REXMIT_NEW (after cwnd was updated by this ACK).
-            self.pending_frto_new = true;
+            flag.rexmit = Rexmit::New;
             return;
         }
         // tcp_xmit_recovery with REXMIT_LOST, after this ACK's slow-start growth.
-        self.pending_loss_rexmit = self.lost_out > self.retrans_out;
+        if self.lost_out > self.retrans_out {
+            flag.rexmit = Rexmit::Lost;
+        }
         let _ = env;
     }
 
     /// `tcp_xmit_recovery`, run by an ACK once cwnd is updated: the deferred F-RTO "send new
     /// data" step, or the Loss state's retransmissions.
-    pub fn frto_xmit_new(&mut self, env: &mut Env, now: Instant) {
-        if std::mem::take(&mut self.pending_loss_rexmit) && self.lost_out > self.retrans_out {
+    pub fn frto_xmit_new(&mut self, env: &mut Env, now: Instant, flag: &AckFlags) {
+        if flag.rexmit == Rexmit::Lost && self.lost_out > self.retrans_out {
             self.xmit_retransmit_queue(env, now);
         }
-        if !self.pending_frto_new {
+        if flag.rexmit != Rexmit::New {
             return;
         }
-        self.pending_frto_new = false;
         self.push_pending_frames(env, now, crate::output::NAGLE_OFF);
         if after(self.snd_nxt, self.high_seq) {
             return;
@@ -759,7 +782,7 @@ impl Sock {
     }
 
     /// Enter fast recovery (`tcp_enter_recovery` + `tcp_init_cwnd_reduction`).
-    fn enter_recovery(&mut self, env: &mut Env, now: Instant) {
+    fn enter_recovery(&mut self, env: &mut Env, now: Instant, ece: bool) {
         env.mib.inc(if self.sack_ok {
             Mib::TCPSackRecovery
         } else {
@@ -769,11 +792,7 @@ impl Sock {
         self.init_undo();
         // tcp_enter_recovery: a reduction already under way (CWR after ECE) is kept.
         if self.ca_state != CaState::Cwr {
-            self.prior_ssthresh = if self.ack_ece {
-                0
-            } else {
-                self.cc_st.snd_ssthresh
-            };
+            self.prior_ssthresh = if ece { 0 } else { self.cc_st.snd_ssthresh };
             self.init_cwnd_reduction(now);
         }
         self.set_ca_state(now, CaState::Recovery);
@@ -1049,8 +1068,6 @@ impl Sock {
             CaState::Open | CaState::Disorder | CaState::Cwr
         );
         self.frto = env.sysint(Sysctl::tcp_frto) != 0 && (new_recovery || self.retransmits > 0);
-        self.pending_frto_new = false;
-        self.pending_loss_rexmit = false;
         if !matches!(self.ca_state, CaState::Loss) {
             self.prior_ssthresh = self.cc_st.snd_ssthresh;
             self.prior_cwnd = self.snd_cwnd();

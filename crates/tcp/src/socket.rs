@@ -1136,17 +1136,6 @@ pub(crate) struct Sock {
     pub tlp_retrans: bool,
     /// F-RTO in progress (`tp->frto`).
     pub frto: bool,
-    /// F-RTO step 2.b decided to send new data after this ACK's cwnd update.
-    pub pending_frto_new: bool,
-    /// Loss state: lost segments to retransmit once this ACK has updated cwnd
-    /// (`tcp_xmit_recovery` with REXMIT_LOST runs after `tcp_cong_control`).
-    pub pending_loss_rexmit: bool,
-    /// This ACK (s)acked data never retransmitted (`FLAG_ORIG_SACK_ACKED`).
-    pub ack_orig_acked: bool,
-    /// This ACK carried an ECN echo on an ECN connection (`FLAG_ECE`).
-    pub ack_ece: bool,
-    /// This ACK SACKed new data (`FLAG_DATA_SACKED`).
-    pub ack_data_sacked: bool,
 
     // --- RTT / RTO (RFC 6298) ---
     /// RTT samples (µs) recorded for the substrate and not yet taken
@@ -1369,11 +1358,6 @@ impl Sock {
             tlp_high_seq: None,
             tlp_retrans: false,
             frto: false,
-            pending_frto_new: false,
-            pending_loss_rexmit: false,
-            ack_orig_acked: false,
-            ack_ece: false,
-            ack_data_sacked: false,
             rtt_log: Vec::new(),
             rtt_log_dropped: 0,
             srtt_us: 0,
