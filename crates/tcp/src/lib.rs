@@ -172,3 +172,9 @@ pub mod harness;
 
 #[cfg(test)]
 mod tests;
+
+/// `ARCHITECTURE.md`, compiled as documentation so that its Rust blocks (the engine's
+/// interface) run as doctests and cannot drift from the code.
+#[cfg(doctest)]
+#[doc = include_str!("../../../ARCHITECTURE.md")]
+pub struct ArchitectureDoc;
