@@ -17,6 +17,7 @@ mod drill;
 mod lab;
 mod nc;
 mod netns;
+mod ss;
 
 /// Shallow: a user-space TCP/IP stack with Linux's shallow-queue send path.
 #[derive(Debug, Parser)]

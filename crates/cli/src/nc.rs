@@ -44,6 +44,10 @@ pub struct NcArgs {
     /// IFF_MULTI_QUEUE (`shallow netns up` makes a single-queue one).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub queues: u32,
+    /// When the transfer ends, print Shallow's sockets on stderr as `ss -tmi` shows the
+    /// kernel's (state, queues, `skmem`, `tcp_info`: cwnd, rtt, retransmissions...).
+    #[arg(long)]
+    pub ss: bool,
     /// Give up connecting after this many seconds.
     #[arg(short = 'w', long, default_value_t = 10)]
     pub wait: u64,
@@ -145,12 +149,13 @@ pub fn run(args: &NcArgs) -> Result<()> {
         }
         s
     };
-    copy_both_ways(stream)
+    copy_both_ways(stream, args.ss.then_some(&host))
 }
 
 /// stdin → connection on a helper thread (half-close at EOF), connection → stdout here; returns
-/// when both have ended.
-fn copy_both_ways(stream: TcpStream) -> Result<()> {
+/// when both have ended. With `ss`, prints that host's sockets (`--ss`) once both directions
+/// have ended, before the socket is closed.
+fn copy_both_ways(stream: TcpStream, ss: Option<&Host>) -> Result<()> {
     let writer = stream.try_clone()?;
     let up = std::thread::spawn(move || -> Result<()> {
         let mut stdin = std::io::stdin().lock();
@@ -186,6 +191,9 @@ fn copy_both_ways(stream: TcpStream) -> Result<()> {
     down?;
     up.join()
         .map_err(|_| anyhow!("the stdin thread panicked"))??;
+    if let Some(host) = ss {
+        eprint!("{}", host.with_stack(|st, now| crate::ss::ss(st, now)));
+    }
     linger(&stream);
     Ok(())
 }

@@ -152,8 +152,24 @@ fn nc_client_to_kernel_socat() {
             ))
             .spawn()
             .unwrap();
-        let out = p.nc_client(&[kernel, &port.to_string()], &up_path);
+        let out = p.nc_client(&["--ss", kernel, &port.to_string()], &up_path);
         check(&out, "shallow nc");
+        // --ss: the connection's row as `ss -tmi` prints it, with its memory and tcp_info.
+        let err = String::from_utf8_lossy(&out.stderr);
+        let peer = if kernel.contains(':') {
+            format!("[{kernel}]:{port}")
+        } else {
+            format!("{kernel}:{port}")
+        };
+        let row = err
+            .lines()
+            .position(|l| l.ends_with(&peer))
+            .unwrap_or_else(|| panic!("{kernel}: no ss row for {peer}:\n{err}"));
+        assert!(err.contains("State      Recv-Q Send-Q"), "{err}");
+        let detail = err.lines().nth(row + 1).unwrap_or_default();
+        for field in ["skmem:(r", " cubic", " cwnd:", " bytes_acked:"] {
+            assert!(detail.contains(field), "{kernel}: {field} in {detail}");
+        }
         let server = server.wait_with_output().unwrap();
         check(&server, "kernel socat");
         assert!(

@@ -22,7 +22,7 @@
 //! - [`sockopt`], [`info`]: socket options, `tcp_info` (incl. delivery rate and the busy /
 //!   rwnd-limited / sndbuf-limited chronographs), `SO_MEMINFO`, `tcp_poll`.
 //! - [`sysctl`]: sysctls by Linux name with 6.18 defaults. [`mib`]: SNMP counters (`nstat`
-//!   table). [`ss`]: an `ss -tmi`-like view of the sockets (`Stack::ss`).
+//!   table). [`Stack::sockets`] with `meminfo`/`tcp_info` gives what `ss -tmi` shows.
 //! - [`gate`]: the device side's verdict on each outgoing packet ([`TxGate`]): a refusal is
 //!   Linux's `NET_XMIT_DROP` at the transmit, not a loss in the network.
 //! - [`packet`]: the only code that touches bytes (through `shallow_wire`).
@@ -152,7 +152,6 @@ mod rtt;
 mod send;
 pub mod socket;
 pub mod sockopt;
-pub mod ss;
 pub mod stack;
 mod timer;
 

@@ -105,6 +105,10 @@ pub struct SocketRow {
     pub tx_queue: u32,
     /// Readable bytes.
     pub rx_queue: u32,
+    /// A listener's (accept queue length, backlog): what `ss` shows as its Recv-Q and Send-Q.
+    pub listen_queue: Option<(u32, u32)>,
+    /// The congestion control's name (`TCP_CONGESTION`).
+    pub cc: &'static str,
 }
 
 /// MSS values a SYN cookie can encode (`msstab`).
@@ -517,7 +521,9 @@ impl Stack {
     }
 
     /// Live sockets (like the rows of `/proc/net/tcp`): id, local and remote address, state,
-    /// bytes not yet acknowledged (tx_queue) and bytes readable (rx_queue).
+    /// bytes not yet acknowledged (tx_queue), bytes readable (rx_queue), a listener's queues,
+    /// the congestion control. With [`Stack::meminfo`] and [`Stack::tcp_info`] it is what
+    /// `ss -tmi` shows (`shallow nc --ss` prints it so).
     pub fn sockets(&self) -> Vec<SocketRow> {
         self.socks
             .iter()
@@ -529,6 +535,11 @@ impl Stack {
                 state: sk.state,
                 tx_queue: sk.write_seq.wrapping_sub(sk.snd_una),
                 rx_queue: sk.inq(),
+                listen_queue: sk
+                    .listen
+                    .as_ref()
+                    .map(|l| (l.accept_queue.len() as u32, l.backlog)),
+                cc: sk.cc.name(),
             })
             .collect()
     }

@@ -1,17 +1,43 @@
-//! An `ss -tmi`-like text view of a stack's sockets: one header line, then per socket its
-//! state, queues and addresses, and an indented line with `skmem:(...)` (`SO_MEMINFO`) and the
-//! `tcp_info` fields in the order and units iproute2's `ss` prints them (times in ms with three
-//! decimals, rates in bits per second).
+//! `shallow nc --ss`: an `ss -tmi`-like text view of a Shallow stack's sockets — one header
+//! line, then per socket its state, queues and addresses, and an indented line with
+//! `skmem:(...)` (`SO_MEMINFO`) and the `tcp_info` fields in the order and units iproute2's
+//! `ss` prints them (times in ms with three decimals, rates in bits per second). The engine
+//! gives the figures (`Stack::sockets`, `meminfo`, `tcp_info`); this is only their spelling.
 
-use crate::info::{MemInfo, TcpInfo};
-use crate::socket::TcpState;
-use crate::stack::Stack;
-use crate::time::Instant;
-use crate::SocketId;
-use core::fmt::Write;
+use std::fmt::Write;
+
+use shallow_tcp::{Instant, MemInfo, Stack, TcpInfo, TcpState};
+
+/// `ss -tmi`: every socket (listeners, connections, TIME_WAIT), with `Recv-Q`/`Send-Q` as `ss`
+/// shows them (for a listener: accept queue length and backlog; otherwise bytes readable and
+/// bytes not yet acknowledged), then `skmem` and the `tcp_info` line.
+pub fn ss(stack: &Stack, now: Instant) -> String {
+    let mut out = String::from(
+        "State      Recv-Q Send-Q Local Address:Port                  Peer Address:Port\n",
+    );
+    for row in stack.sockets() {
+        let (recvq, sendq) = row.listen_queue.unwrap_or((row.rx_queue, row.tx_queue));
+        let _ = writeln!(
+            out,
+            "{:<10} {:<6} {:<6} {:<35} {}",
+            state_name(row.state),
+            recvq,
+            sendq,
+            row.local,
+            row.remote
+        );
+        let mem = stack.meminfo(row.id).map(|m| skmem(&m)).unwrap_or_default();
+        let info = match stack.tcp_info(now, row.id) {
+            Ok(i) if row.state != TcpState::Listen => info_line(row.cc, &i),
+            _ => row.cc.to_string(),
+        };
+        let _ = writeln!(out, "\t {mem} {info}");
+    }
+    out
+}
 
 /// `ss`'s name of a TCP state (`sstate_name` in iproute2).
-pub fn state_name(s: TcpState) -> &'static str {
+fn state_name(s: TcpState) -> &'static str {
     match s {
         TcpState::Established => "ESTAB",
         TcpState::SynSent => "SYN-SENT",
@@ -28,7 +54,7 @@ pub fn state_name(s: TcpState) -> &'static str {
 }
 
 /// `skmem:(r..,rb..,t..,tb..,f..,w..,o..,bl..,d..)` as `ss -m` prints `SO_MEMINFO`.
-pub fn skmem(m: &MemInfo) -> String {
+fn skmem(m: &MemInfo) -> String {
     format!(
         "skmem:(r{},rb{},t{},tb{},f{},w{},o{},bl{},d{})",
         m.rmem_alloc,
@@ -67,7 +93,7 @@ fn bps(bits: f64) -> String {
 }
 
 /// The `-i` part of one socket (`tcp_show_info` in iproute2's `ss`).
-pub fn info_line(cc: &str, i: &TcpInfo) -> String {
+fn info_line(cc: &str, i: &TcpInfo) -> String {
     let mut s = String::new();
     let _ = write!(s, "{cc}");
     if i.options & 0x4 != 0 {
@@ -173,51 +199,10 @@ pub fn info_line(cc: &str, i: &TcpInfo) -> String {
     s
 }
 
-impl Stack {
-    /// `ss -tmi`: every socket (listeners, connections, TIME_WAIT), with `Recv-Q`/`Send-Q` as
-    /// `ss` shows them (for a listener: accept queue length and backlog; otherwise bytes
-    /// readable and bytes not yet acknowledged), then `skmem` and the `tcp_info` line.
-    pub fn ss(&self, now: Instant) -> String {
-        let mut out = String::from(
-            "State      Recv-Q Send-Q Local Address:Port                  Peer Address:Port\n",
-        );
-        for row in self.sockets() {
-            let (recvq, sendq) = match row.state {
-                TcpState::Listen => self.listen_queues(row.id),
-                _ => (row.rx_queue, row.tx_queue),
-            };
-            let _ = writeln!(
-                out,
-                "{:<10} {:<6} {:<6} {:<35} {}",
-                state_name(row.state),
-                recvq,
-                sendq,
-                row.local,
-                row.remote
-            );
-            let mem = self.meminfo(row.id).map(|m| skmem(&m)).unwrap_or_default();
-            let cc = self.sock(row.id).map(|sk| sk.cc.name()).unwrap_or("");
-            let info = match self.tcp_info(now, row.id) {
-                Ok(i) if row.state != TcpState::Listen => info_line(cc, &i),
-                _ => cc.to_string(),
-            };
-            let _ = writeln!(out, "\t {mem} {info}");
-        }
-        out
-    }
-
-    /// A listener's (accept queue length, backlog), as `ss` shows them in Recv-Q/Send-Q.
-    fn listen_queues(&self, s: SocketId) -> (u32, u32) {
-        self.sock(s)
-            .ok()
-            .and_then(|sk| sk.listen.as_ref())
-            .map_or((0, 0), |l| (l.accept_queue.len() as u32, l.backlog))
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use crate::{Errno, Family, Instant, Stack};
+    use super::ss;
+    use shallow_tcp::{Errno, Family, Instant, Stack};
     use std::net::SocketAddr;
 
     fn pump(a: &mut Stack, b: &mut Stack, now: Instant) {
@@ -252,7 +237,7 @@ mod tests {
         let c = a.socket(Family::V4).unwrap();
         assert_eq!(a.connect(now, c, server), Err(Errno::EINPROGRESS));
         pump(&mut a, &mut b, now);
-        let before = b.ss(now);
+        let before = ss(&b, now);
         assert!(
             before
                 .lines()
@@ -264,7 +249,7 @@ mod tests {
         pump(&mut a, &mut b, now);
         let mut buf = [0u8; 1000];
         assert_eq!(b.recv(now, s, &mut buf, 0), Ok(1000));
-        let out = b.ss(now);
+        let out = ss(&b, now);
         let lines: Vec<&str> = out.lines().collect();
         assert!(lines[0].starts_with("State"), "{out}");
         let est = lines
@@ -284,7 +269,7 @@ mod tests {
             assert!(detail.contains(field), "{field} in {detail}");
         }
         // Linux counts the active opener's SYN in bytes_acked, not the SYN-ACK.
-        let sender = a.ss(now);
+        let sender = ss(&a, now);
         assert!(sender.contains("bytes_acked:3001"), "{sender}");
         assert!(!out.contains("bytes_acked"), "{out}");
         assert!(
