@@ -1211,7 +1211,7 @@ impl Sock {
     fn grow_window(&mut self, env: &Env, len: u32, truesize: u32) {
         let room =
             i64::from(self.window_clamp).min(self.tcp_space(env)) - i64::from(self.rcv_ssthresh);
-        if room <= 0 || env.memory_pressure {
+        if room <= 0 || env.mem.pressure {
             return;
         }
         let incr = if self.win_from_space(i64::from(truesize)) <= i64::from(len) {

@@ -58,33 +58,33 @@ fn pages(bytes: i64) -> i64 {
 impl Env {
     /// `tcp_enter_memory_pressure`: remember when, count `TcpExtTCPMemoryPressures` once.
     pub(crate) fn enter_memory_pressure(&mut self) {
-        if self.memory_pressure {
+        if self.mem.pressure {
             return;
         }
-        self.memory_pressure = true;
-        self.memory_pressure_since = self.clock;
+        self.mem.pressure = true;
+        self.mem.pressure_since = self.clock;
         self.mib.inc(Mib::TCPMemoryPressures);
     }
 
     /// `tcp_leave_memory_pressure`: add the time spent under pressure (ms) to
     /// `TcpExtTCPMemoryPressuresChrono`.
     pub(crate) fn leave_memory_pressure(&mut self) {
-        if !self.memory_pressure {
+        if !self.mem.pressure {
             return;
         }
-        self.memory_pressure = false;
+        self.mem.pressure = false;
         let d = self
             .clock
-            .saturating_duration_since(self.memory_pressure_since);
+            .saturating_duration_since(self.mem.pressure_since);
         self.mib
             .add(Mib::TCPMemoryPressuresChrono, d.as_millis() as u64);
     }
 
     /// `__sk_mem_reduce_allocated`: give pages back; below `tcp_mem[0]` pressure ends.
     pub(crate) fn memory_reduce(&mut self, amt: i64) {
-        self.memory_allocated -= amt;
-        debug_assert!(self.memory_allocated >= 0, "tcp memory underflow");
-        if self.memory_pressure && self.memory_allocated < self.sysctl.triple(Sysctl::tcp_mem)[0] {
+        self.mem.allocated -= amt;
+        debug_assert!(self.mem.allocated >= 0, "tcp memory underflow");
+        if self.mem.pressure && self.mem.allocated < self.sysctl.triple(Sysctl::tcp_mem)[0] {
             self.leave_memory_pressure();
         }
     }
@@ -104,8 +104,8 @@ impl Sock {
 
     /// `__sk_mem_raise_allocated`: take `amt` more pages for an allocation of `size` bytes.
     fn mem_raise(&mut self, env: &mut Env, size: i64, amt: i64, kind: MemKind) -> bool {
-        env.memory_allocated += amt;
-        let allocated = env.memory_allocated;
+        env.mem.allocated += amt;
+        let allocated = env.mem.allocated;
         let [min, pressure, max] = env.sysctl.triple(Sysctl::tcp_mem);
         if allocated <= min {
             env.leave_memory_pressure();
@@ -125,11 +125,11 @@ impl Sock {
                     i64::from(self.wmem_queued) < env.sysctl.triple(Sysctl::tcp_wmem)[0]
                 }
             };
-            if below_min || !env.memory_pressure {
+            if below_min || !env.mem.pressure {
                 return true;
             }
             // Fairness under pressure: sockets below the average share may still grow.
-            let socks = i64::from(env.sockets_allocated.max(1));
+            let socks = i64::from(env.mem.sockets.max(1));
             if max > socks * (self.mem_pages + amt) {
                 return true;
             }
@@ -140,7 +140,7 @@ impl Sock {
                 return true;
             }
         }
-        env.memory_allocated -= amt;
+        env.mem.allocated -= amt;
         false
     }
 
@@ -191,7 +191,7 @@ impl Sock {
         if fa < 0 {
             let amt = pages(-fa);
             self.mem_pages += amt;
-            env.memory_allocated += amt;
+            env.mem.allocated += amt;
         } else if fa >= PAGE {
             let amt = fa / PAGE;
             self.mem_pages -= amt;
@@ -220,8 +220,8 @@ impl Sock {
         let rmem2 = env.sysctl.triple(Sysctl::tcp_rmem)[2].max(0) as u32;
         if self.rcvbuf < rmem2
             && !self.opts.rcvbuf_lock
-            && !env.memory_pressure
-            && env.memory_allocated < env.sysctl.triple(Sysctl::tcp_mem)[0]
+            && !env.mem.pressure
+            && env.mem.allocated < env.sysctl.triple(Sysctl::tcp_mem)[0]
         {
             self.rcvbuf = self.rmem_alloc.min(rmem2).max(self.rcvbuf);
         }
@@ -241,7 +241,7 @@ impl Sock {
         env.mib.inc(Mib::PruneCalled);
         if self.rmem_alloc >= self.rcvbuf {
             self.clamp_window(env);
-        } else if env.memory_pressure {
+        } else if env.mem.pressure {
             self.adjust_rcv_ssthresh();
         }
         loop {

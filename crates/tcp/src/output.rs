@@ -372,7 +372,7 @@ impl Sock {
         let (window, tight) = self.offer_window(env);
         if tight {
             self.ack.quick = 0;
-            if env.memory_pressure {
+            if env.mem.pressure {
                 self.rcv_ssthresh = self.rcv_ssthresh.min(4 * self.advmss);
             }
         }
@@ -395,7 +395,7 @@ impl Sock {
         }
         let tight = free_space < full_space / 2;
         if tight {
-            if env.memory_pressure {
+            if env.mem.pressure {
                 rcv_ssthresh = rcv_ssthresh.min(4 * self.advmss);
             }
             free_space = free_space >> self.rcv_wscale << self.rcv_wscale;
@@ -1323,10 +1323,10 @@ impl Sock {
 
     /// `tcp_should_expand_sndbuf`.
     fn should_expand_sndbuf(&self, env: &Env) -> bool {
-        if self.opts.sndbuf_lock || env.memory_pressure {
+        if self.opts.sndbuf_lock || env.mem.pressure {
             return false;
         }
-        if env.memory_allocated >= env.sysctl.triple(Sysctl::tcp_mem)[0] {
+        if env.mem.allocated >= env.sysctl.triple(Sysctl::tcp_mem)[0] {
             return false;
         }
         self.packets_in_flight() < self.snd_cwnd()

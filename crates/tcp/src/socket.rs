@@ -693,28 +693,17 @@ impl Emitted {
     }
 }
 
+/// What every socket of one stack shares, grouped by what it is. Sockets get it as `&mut Env`
+/// beside themselves (the split borrow of `Stack::sk_env`).
 pub(crate) struct Env {
+    // --- configuration
+    /// The sysctl table.
     pub sysctl: Sysctls,
-    pub mib: Counters,
-    pub rng: ChaCha8Rng,
-    pub key: (u64, u64),
-    pub txq: VecDeque<Transmit>,
-    pub wakeups: VecDeque<Wakeup>,
-    pub timers: BTreeSet<(Instant, u32, u32, TimerKind)>,
-    pub ip_ident: u16,
-    /// Challenge-ACK rate limiter: (second, count) (RFC 5961 §7).
-    pub challenge: (u64, u32),
+    /// Congestion-control module parameters.
     pub cc_params: shallow_cc::CcParams,
-    /// Global TCP memory in pages (`tcp_memory_allocated`).
-    pub memory_allocated: i64,
-    /// Under TCP memory pressure (`tcp_memory_pressure`).
-    pub memory_pressure: bool,
-    /// When pressure was entered (for `TcpExtTCPMemoryPressuresChrono`).
-    pub memory_pressure_since: Instant,
-    /// Live TCP sockets (`tcp_sockets_allocated`; our TIME_WAIT sockets are full sockets).
-    pub sockets_allocated: u32,
-    /// The latest time the stack was given (for events noticed without a `now`).
-    pub clock: Instant,
+    /// Per-socket bound of the RTT-sample log; 0 = not recording (the default).
+    pub rtt_log_cap: usize,
+    // --- the device side
     /// What the device below can do (`DeviceCaps`).
     pub dev: DeviceCaps,
     /// The device side's admission rule (`crate::gate`): a packet it refuses fails with
@@ -722,8 +711,51 @@ pub(crate) struct Env {
     /// `tcp_write_xmit` keeps the data queued, a retransmission is not one in flight). `None`
     /// accepts everything; [`DropAll`](crate::gate::DropAll) is `pfifo limit 0`.
     pub gate: Option<Box<dyn TxGate>>,
-    /// Per-socket bound of the RTT-sample log; 0 = not recording (the default).
-    pub rtt_log_cap: usize,
+    // --- time
+    /// The latest time the stack was given (for events noticed without a `now`).
+    pub clock: Instant,
+    /// Armed timers: (deadline, socket slot, generation, kind).
+    pub timers: BTreeSet<(Instant, u32, u32, TimerKind)>,
+    // --- outputs and host-wide state
+    /// What waits for the substrate.
+    pub out: Outputs,
+    /// Host-wide TCP memory (`mem.rs`).
+    pub mem: HostMem,
+    /// SNMP counters.
+    pub mib: Counters,
+    /// The IPv4 identification counter.
+    pub ip_ident: u16,
+    /// Challenge-ACK rate limiter: (second, count) (RFC 5961 §7).
+    pub challenge: (u64, u32),
+    // --- keyed randomness (from the stack's seed only)
+    /// The stack's random stream.
+    pub rng: ChaCha8Rng,
+    /// The secret of its keyed hashes (ISNs, timestamp offsets, flow hashes, tables).
+    pub key: (u64, u64),
+}
+
+/// The engine's outputs waiting for the substrate (`Stack::poll_transmit`,
+/// `Stack::poll_wakeup`).
+#[derive(Default)]
+pub(crate) struct Outputs {
+    /// Packets to transmit, in order.
+    pub txq: VecDeque<Transmit>,
+    /// Socket wake-ups, merged per socket (`Env::wake`).
+    pub wakeups: VecDeque<Wakeup>,
+}
+
+/// Host-wide TCP memory accounting (Linux's `tcp_memory_allocated`, `tcp_memory_pressure`,
+/// `tcp_sockets_allocated`), against `net.ipv4.tcp_mem` (`mem.rs`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HostMem {
+    /// Global TCP memory in pages (`tcp_memory_allocated`).
+    pub allocated: i64,
+    /// Under TCP memory pressure (`tcp_memory_pressure`).
+    pub pressure: bool,
+    /// When pressure was entered (for `TcpExtTCPMemoryPressuresChrono`).
+    pub pressure_since: Instant,
+    /// Live TCP sockets (`tcp_sockets_allocated`; our TIME_WAIT sockets are full sockets).
+    pub sockets: u32,
 }
 
 impl Env {
@@ -732,23 +764,24 @@ impl Env {
         let key = (rng.next_u64(), rng.next_u64());
         Env {
             sysctl: Sysctls::default(),
-            mib: Counters::default(),
-            rng,
-            key,
-            txq: VecDeque::new(),
-            wakeups: VecDeque::new(),
-            timers: BTreeSet::new(),
-            ip_ident: 0,
-            challenge: (u64::MAX, 0),
             cc_params: shallow_cc::CcParams::default(),
-            memory_allocated: 0,
-            memory_pressure: false,
-            memory_pressure_since: Instant::ZERO,
-            sockets_allocated: 0,
-            clock: Instant::ZERO,
+            rtt_log_cap: 0,
             dev: DeviceCaps::default(),
             gate: None,
-            rtt_log_cap: 0,
+            clock: Instant::ZERO,
+            timers: BTreeSet::new(),
+            out: Outputs::default(),
+            mem: HostMem {
+                allocated: 0,
+                pressure: false,
+                pressure_since: Instant::ZERO,
+                sockets: 0,
+            },
+            mib: Counters::default(),
+            ip_ident: 0,
+            challenge: (u64::MAX, 0),
+            rng,
+            key,
         }
     }
 
@@ -756,19 +789,19 @@ impl Env {
     /// lets the queue grow past [`MAX_WAKEUPS`], wake-ups merge per socket (level-triggered
     /// waiters lose nothing; edge-triggered ones see fewer edges).
     pub fn wake(&mut self, socket: SocketId, events: u32) {
-        if let Some(last) = self.wakeups.back_mut() {
+        if let Some(last) = self.out.wakeups.back_mut() {
             if last.socket == socket {
                 last.events |= events;
                 return;
             }
         }
-        if self.wakeups.len() >= MAX_WAKEUPS {
-            if let Some(w) = self.wakeups.iter_mut().find(|w| w.socket == socket) {
+        if self.out.wakeups.len() >= MAX_WAKEUPS {
+            if let Some(w) = self.out.wakeups.iter_mut().find(|w| w.socket == socket) {
                 w.events |= events;
                 return;
             }
         }
-        self.wakeups.push_back(Wakeup { socket, events });
+        self.out.wakeups.push_back(Wakeup { socket, events });
     }
 
     pub fn sysint(&self, s: Sysctl) -> i64 {
@@ -868,7 +901,7 @@ impl Env {
         match packet::build_with(seg, partial, frag.is_some()) {
             Some(data) => {
                 self.mib.inc(Mib::OutSegs);
-                self.txq.push_back(Transmit {
+                self.out.txq.push_back(Transmit {
                     data,
                     frag: frag.unwrap_or_default(),
                     gso_size,

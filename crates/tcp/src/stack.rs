@@ -380,7 +380,7 @@ impl Stack {
         let gen = self.next_gen;
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
         self.socks[idx] = Some(Box::new(Sock::new(id, gen, family, &self.env)));
-        self.env.sockets_allocated += 1;
+        self.env.mem.sockets += 1;
         id
     }
 
@@ -397,7 +397,7 @@ impl Stack {
         self.free_slots.push(core::cmp::Reverse(s.0));
         sk.disarm_all(&mut self.env);
         sk.mem_release(&mut self.env);
-        self.env.sockets_allocated = self.env.sockets_allocated.saturating_sub(1);
+        self.env.mem.sockets = self.env.mem.sockets.saturating_sub(1);
         if sk.hashed && self.conns.get(&(sk.local, sk.remote)) == Some(&s) {
             self.conns.remove(&(sk.local, sk.remote));
         }
@@ -505,17 +505,17 @@ impl Stack {
                 }
             }
         }
-        st.mem_pages = self.env.memory_allocated.max(0) as u64;
-        st.pressure = self.env.memory_pressure;
+        st.mem_pages = self.env.mem.allocated.max(0) as u64;
+        st.pressure = self.env.mem.pressure;
         st
     }
 
     /// The TCP row of `/proc/net/protocols` (`sockets`, `memory`, `press`).
     pub fn proto_mem(&self) -> ProtoMem {
         ProtoMem {
-            sockets: self.env.sockets_allocated,
-            memory_pages: self.env.memory_allocated.max(0) as u64,
-            pressure: self.env.memory_pressure,
+            sockets: self.env.mem.sockets,
+            memory_pages: self.env.mem.allocated.max(0) as u64,
+            pressure: self.env.mem.pressure,
             limits: self.env.sysctl.triple(Sysctl::tcp_mem),
         }
     }

@@ -6,7 +6,7 @@ use super::*;
 impl Stack {
     /// Next packet to send, if any.
     pub fn poll_transmit(&mut self, _now: Instant) -> Option<Transmit> {
-        self.env.txq.pop_front()
+        self.env.out.txq.pop_front()
     }
 
     /// TX completion of a data packet (`tcp_wfree`): return its bytes to the socket and, if
@@ -114,6 +114,6 @@ impl Stack {
 
     /// Next wake-up for application waiters.
     pub fn poll_wakeup(&mut self) -> Option<Wakeup> {
-        self.env.wakeups.pop_front()
+        self.env.out.wakeups.pop_front()
     }
 }
