@@ -59,8 +59,7 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
             if !txq.direct.is_empty() {
                 earliest(Some(now));
             }
-            if sh.hooked.load(Ordering::Relaxed) {
-                let h = sh.hook.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(h) = sh.lock_hook() {
                 earliest(h.next_deadline());
             }
             next.map(|t| Duration::from_nanos(t.saturating_sub(now)))
@@ -92,11 +91,7 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
                 0
             };
             let mut g = sh.lock();
-            let mut hook = if sh.hooked.load(Ordering::Relaxed) {
-                Some(sh.hook.lock().unwrap_or_else(|p| p.into_inner()))
-            } else {
-                None
-            };
+            let mut hook = sh.lock_hook();
             let now = sh.now();
             match dev {
                 Device::Tun(_) => {
@@ -417,11 +412,7 @@ fn write_out(sh: &Shared, me: usize, dev: &Device, outq: &mut Vec<Out>, kicks: &
             break;
         }
         let mut g = sh.lock();
-        let mut hook = if sh.hooked.load(Ordering::Relaxed) {
-            Some(sh.hook.lock().unwrap_or_else(|p| p.into_inner()))
-        } else {
-            None
-        };
+        let mut hook = sh.lock_hook();
         let now = sh.now();
         for t in tokens.drain(..) {
             g.stack.tx_complete(now, t);

@@ -164,6 +164,16 @@ impl Source for TcpListener {
     }
 }
 
+impl Reg {
+    fn new(token: usize, interest: Interest, trigger: Trigger) -> Reg {
+        Reg {
+            token,
+            interest: interest.0,
+            edge: trigger == Trigger::Edge,
+        }
+    }
+}
+
 /// An epoll-like readiness set over the sockets of one [`Host`].
 pub struct Poller {
     host: Host,
@@ -223,14 +233,7 @@ impl Poller {
         if ps.regs.contains_key(&s) {
             return Err(io::Error::from_raw_os_error(libc::EEXIST));
         }
-        ps.regs.insert(
-            s,
-            Reg {
-                token,
-                interest: interest.0,
-                edge: trigger == Trigger::Edge,
-            },
-        );
+        ps.regs.insert(s, Reg::new(token, interest, trigger));
         ps.enqueue(s);
         Ok(())
     }
@@ -252,11 +255,7 @@ impl Poller {
             .regs
             .get_mut(&s)
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
-        *r = Reg {
-            token,
-            interest: interest.0,
-            edge: trigger == Trigger::Edge,
-        };
+        *r = Reg::new(token, interest, trigger);
         ps.enqueue(s);
         Ok(())
     }

@@ -265,6 +265,17 @@ impl Shared {
         Instant::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
     }
 
+    /// The packet hook's state, locked, once a hook has been installed (`None` before, so
+    /// that the I/O threads skip the hook's mutex on hosts that never had one). Taken by the
+    /// I/O threads with the engine mutex held.
+    pub fn lock_hook(&self) -> Option<MutexGuard<'_, HookState>> {
+        if self.hooked.load(Ordering::Relaxed) {
+            Some(self.hook.lock().unwrap_or_else(|p| p.into_inner()))
+        } else {
+            None
+        }
+    }
+
     pub fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves the engine in an unknown state; going on with
         // it is still better than poisoning every socket of the host.
