@@ -22,8 +22,9 @@ use std::task::{Context, Poll};
 use shallow_tcp::{msgflags, Errno, TcpInfo, TcpState};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::host::{self, errno, Host};
+use crate::host::Host;
 use crate::net::{family_of, Sock, TcpListener, TcpStream};
+use crate::shared::{errno, netdown};
 
 fn would_block<T>(r: io::Result<T>) -> Poll<io::Result<T>> {
     match r {
@@ -56,7 +57,7 @@ impl AsyncTcpStream {
             let mut o = sh.own(id)?;
             if o.stack().state(id).map_err(errno)? == TcpState::SynSent {
                 if sh.stopped() {
-                    return Poll::Ready(Err(host::netdown()));
+                    return Poll::Ready(Err(netdown()));
                 }
                 o.slot()?.write_waker = Some(cx.waker().clone());
                 return Poll::Pending;
@@ -227,7 +228,7 @@ impl AsyncTcpListener {
             }
             Err(Errno::EAGAIN) => {
                 if sh.stopped() {
-                    return Poll::Ready(Err(host::netdown()));
+                    return Poll::Ready(Err(netdown()));
                 }
                 o.slot()?.read_waker = Some(cx.waker().clone());
                 Poll::Pending

@@ -80,8 +80,14 @@ impl OsError {
 /// Checks an interface or namespace name: 1..=15 bytes (`IFNAMSIZ - 1`) of `[A-Za-z0-9_.-]`,
 /// so that it is valid for the kernel and safe on an `ip` command line.
 pub fn check_name(name: &str) -> Result<(), OsError> {
+    check_name_within(name, libc::IFNAMSIZ - 1)
+}
+
+/// Checks a name of 1..=`max` bytes of `[A-Za-z0-9_.-]`, not starting with `-` (the rule of
+/// [`check_name`], and of namespace names with another length).
+pub(crate) fn check_name_within(name: &str, max: usize) -> Result<(), OsError> {
     let ok = !name.is_empty()
-        && name.len() < libc::IFNAMSIZ
+        && name.len() <= max
         && !name.starts_with('-')
         && name
             .bytes()

@@ -11,233 +11,20 @@
 //! that queue's thread.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use shallow_qdisc::{Admitted, Fifo, Fq, FqConfig, Offer, PfifoFast, Qdisc, QdiscPacket, Tbf};
-use shallow_tcp::{Instant, Stack, TxGate, TxMeta, TxToken};
-use shallow_wire::segment;
+use shallow_qdisc::QdiscPacket;
+use shallow_tcp::{Instant, Stack, TxToken};
 
-use crate::host::{
-    bump, wake_all, Device, Dir, Egress, Inner, PacketHook, Shared, Verdict, HOLD_NS,
-};
+use crate::device::Device;
+use crate::egress::{lock_txq, queue_of, TxPkt, TxQueue};
+use crate::hook::{Dir, Held, HookState, Verdict, HOLD_NS};
+use crate::shared::{bump, wake_all, Inner, Shared};
 use crate::tun::RxBatch;
 use crate::wake::wait_readable;
 
 /// Packets read per batch by the I/O thread.
 const RX_BATCH: usize = 64;
-
-/// The egress qdisc of one TX queue.
-pub(crate) type EgressQdisc = Option<Box<dyn Qdisc<TxPkt> + Send>>;
-
-/// One TX queue's egress state: the qdisc, the packets admitted at the transmit and not yet
-/// enqueued, and without a qdisc the packets another queue's thread steered here (written in
-/// order by this queue's thread).
-pub(crate) struct TxQueue {
-    qdisc: EgressQdisc,
-    admitted: Admitted,
-    direct: Vec<TxPkt>,
-}
-
-impl TxQueue {
-    pub fn new(qdisc: EgressQdisc) -> TxQueue {
-        TxQueue {
-            qdisc,
-            admitted: Admitted::new(),
-            direct: Vec::new(),
-        }
-    }
-
-    fn backlog_bytes(&self) -> usize {
-        self.qdisc.as_ref().map_or(0, |q| q.backlog_bytes())
-            + self.direct.iter().map(|p| p.data.len()).sum::<usize>()
-    }
-}
-
-/// The TX queues of a host, shared by its I/O threads (which enqueue and dequeue, always
-/// under the engine mutex too) and the engine's [`EgressGate`] (asked inside engine calls,
-/// under the engine mutex): lock order engine → queues, and the queues' lock is never held
-/// across a call into the engine.
-pub(crate) struct TxQueues {
-    pub queues: Vec<TxQueue>,
-    /// Packets refused at the transmit, not yet added to `HostStats::qdisc_drops`.
-    refused: u64,
-}
-
-/// [`TxQueues`] behind their lock.
-pub(crate) type SharedTxQueues = Arc<Mutex<TxQueues>>;
-
-impl TxQueues {
-    pub fn new(queues: Vec<TxQueue>) -> SharedTxQueues {
-        Arc::new(Mutex::new(TxQueues { queues, refused: 0 }))
-    }
-    /// True when some queue has a qdisc (else nothing can refuse a packet).
-    pub fn any_qdisc(&self) -> bool {
-        self.queues.iter().any(|q| q.qdisc.is_some())
-    }
-}
-
-/// Lock the TX queues (a poisoned lock is taken over: the state is queues and counters).
-pub(crate) fn lock_txq(t: &SharedTxQueues) -> MutexGuard<'_, TxQueues> {
-    t.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The admission rule the host installs in its engine ([`Stack::set_tx_gate`]): the qdisc
-/// of the queue the packet's flow picks decides at the transmit ([`Qdisc::admit`]), as
-/// Linux's `dev_queue_xmit` returns `NET_XMIT_DROP` to `__tcp_transmit_skb`; an admitted
-/// packet keeps its place until [`egress`] enqueues it.
-pub(crate) struct EgressGate(pub SharedTxQueues);
-
-impl TxGate for EgressGate {
-    fn admit(&mut self, m: &TxMeta) -> bool {
-        let mut t = lock_txq(&self.0);
-        let n = t.queues.len();
-        let q = if n > 1 { queue_of(m.flow, n) } else { 0 };
-        let TxQueue {
-            qdisc, admitted, ..
-        } = &mut t.queues[q];
-        let Some(qd) = qdisc.as_mut() else {
-            return true;
-        };
-        let offer = Offer {
-            len: m.len,
-            flow: m.flow,
-            priority: shallow_qdisc::tos_to_priority(m.tos),
-            departure_ns: m.departure_ns,
-            header_len: m.header_len,
-            gso_size: m.gso_size.map(usize::from),
-        };
-        let ok = qd.admit(m.now.as_nanos(), &offer, admitted);
-        if !ok {
-            t.refused += 1;
-        }
-        ok
-    }
-}
-
-/// The TX queue of a flow among `n` (Linux `skb_tx_hash` → `reciprocal_scale`): stable per
-/// flow, so the kernel's tun flow table (`tun_flow_update` on our write, automq on its
-/// transmit) brings the flow's reverse packets to the same queue.
-pub(crate) fn queue_of(flow: u32, n: usize) -> usize {
-    ((u64::from(flow) * n as u64) >> 32) as usize
-}
-
-/// The qdisc for `egress` on a device of `mtu` bytes (`None`: straight to the device).
-pub(crate) fn qdisc_for(egress: Egress, mtu: usize) -> EgressQdisc {
-    match egress {
-        Egress::Fq => Some(Box::new(Fq::new(FqConfig::new(mtu as u32)))),
-        Egress::FqWith(c) => Some(Box::new(Fq::new(c))),
-        Egress::Tbf { rate, burst, limit } => Some(Box::new(Tbf::new(rate, burst, limit))),
-        Egress::PfifoFast { txqueuelen } => Some(Box::new(PfifoFast::new(txqueuelen))),
-        Egress::Pfifo { limit } => Some(Box::new(Fifo::pfifo(limit))),
-        Egress::Direct => None,
-    }
-}
-
-/// A packet between `poll_transmit` and the device: held by the egress qdisc.
-pub(crate) struct TxPkt {
-    data: Vec<u8>,
-    gso_size: Option<u16>,
-    departure: Option<u64>,
-    token: Option<TxToken>,
-    flow: u32,
-}
-
-impl QdiscPacket for TxPkt {
-    fn len(&self) -> usize {
-        self.data.len()
-    }
-    fn flow_hash(&self) -> u32 {
-        self.flow
-    }
-    fn departure_ns(&self) -> Option<u64> {
-        self.departure
-    }
-    /// The TOS byte's priority (Linux `rt_tos2priority`), for pfifo_fast's bands.
-    fn priority(&self) -> u8 {
-        segment::tos(&self.data).map_or(0, shallow_qdisc::tos_to_priority)
-    }
-    fn gso_segment_len(&self) -> Option<usize> {
-        let gso = self.gso_size.filter(|&g| g > 0)?;
-        let v = segment::parse_tcp(&self.data)?;
-        Some(v.payload_off + usize::from(gso))
-    }
-    /// Software GSO (`skb_gso_segment`, which tbf calls for a packet above its burst): the
-    /// TX-completion token rides on the last piece.
-    fn gso_segment(self) -> Result<Vec<TxPkt>, TxPkt> {
-        let Some(gso) = self.gso_size.filter(|&g| g > 0) else {
-            return Err(self);
-        };
-        let Some(v) = segment::parse_tcp(&self.data) else {
-            return Err(self);
-        };
-        let n = v.payload_len.div_ceil(usize::from(gso)).max(1);
-        let mut outs = Vec::with_capacity(n);
-        for i in 0..n {
-            let mut out = Vec::new();
-            if segment::write_segment_parsed(&self.data, &v, gso, i, &mut out).is_err() {
-                return Err(self);
-            }
-            outs.push(out);
-        }
-        let TxPkt {
-            departure,
-            mut token,
-            flow,
-            ..
-        } = self;
-        let last = outs.len() - 1;
-        Ok(outs
-            .into_iter()
-            .enumerate()
-            .map(|(i, data)| TxPkt {
-                data,
-                gso_size: None,
-                departure,
-                token: if i == last { token.take() } else { None },
-                flow,
-            })
-            .collect())
-    }
-}
-
-struct Held {
-    data: Vec<u8>,
-    gso_size: Option<u16>,
-    token: Option<TxToken>,
-    until: u64,
-}
-
-/// The packet hook and the packets it holds back, one per direction.
-#[derive(Default)]
-pub(crate) struct HookState {
-    hook: Option<PacketHook>,
-    held_rx: Option<Held>,
-    held_tx: Option<Held>,
-}
-
-impl HookState {
-    /// Installs or removes the hook (held packets still go out).
-    pub fn set(&mut self, hook: Option<PacketHook>) {
-        self.hook = hook;
-    }
-
-    fn verdict(&mut self, dir: Dir, data: &[u8], gso: Option<u16>) -> Verdict {
-        match self.hook.as_mut() {
-            Some(h) => h(dir, data, gso),
-            None => Verdict::Pass,
-        }
-    }
-
-    fn next_deadline(&self) -> Option<u64> {
-        let a = self.held_rx.as_ref().map(|h| h.until);
-        let b = self.held_tx.as_ref().map(|h| h.until);
-        match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-}
 
 /// The loop of queue `me`'s I/O thread over `dev`; returns when the host stops or the device
 /// fails (which stops the host: every thread and every blocked call is woken).
@@ -272,8 +59,7 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
             if !txq.direct.is_empty() {
                 earliest(Some(now));
             }
-            if sh.hooked.load(Ordering::Relaxed) {
-                let h = sh.hook.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(h) = sh.lock_hook() {
                 earliest(h.next_deadline());
             }
             next.map(|t| Duration::from_nanos(t.saturating_sub(now)))
@@ -305,11 +91,7 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
                 0
             };
             let mut g = sh.lock();
-            let mut hook = if sh.hooked.load(Ordering::Relaxed) {
-                Some(sh.hook.lock().unwrap_or_else(|p| p.into_inner()))
-            } else {
-                None
-            };
+            let mut hook = sh.lock_hook();
             let now = sh.now();
             match dev {
                 Device::Tun(_) => {
@@ -630,11 +412,7 @@ fn write_out(sh: &Shared, me: usize, dev: &Device, outq: &mut Vec<Out>, kicks: &
             break;
         }
         let mut g = sh.lock();
-        let mut hook = if sh.hooked.load(Ordering::Relaxed) {
-            Some(sh.hook.lock().unwrap_or_else(|p| p.into_inner()))
-        } else {
-            None
-        };
+        let mut hook = sh.lock_hook();
         let now = sh.now();
         for t in tokens.drain(..) {
             g.stack.tx_complete(now, t);

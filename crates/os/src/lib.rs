@@ -55,13 +55,18 @@
 #[cfg(feature = "tokio")]
 pub mod async_io;
 pub mod bench;
+mod device;
+mod egress;
 mod error;
+mod hook;
 pub mod host;
 mod iothread;
 pub mod link;
 pub mod net;
 pub mod netns;
 pub mod poller;
+mod readiness;
+mod shared;
 pub mod skip;
 #[allow(unsafe_code)]
 mod sys;

@@ -16,7 +16,8 @@ use shallow_tcp::{
     msgflags, Errno, Family, MemInfo, OptVal, Shutdown, SockOpt, SocketId, TcpInfo, TcpState,
 };
 
-use crate::host::{self, deadline, errno, netdown, Host, Owned, Shared, WaitEnd, Want, CHUNK};
+use crate::host::Host;
+use crate::shared::{deadline, ebadf, errno, netdown, Owned, Shared, Slot, WaitEnd, Want, CHUNK};
 
 /// Chunks a `send` copies before it processes its backlog once on the way (Linux
 /// `tcp_sendmsg_locked` calls `sk_flush_backlog` every 16 new skbs).
@@ -85,7 +86,7 @@ impl Sock {
         let sh = &self.host.shared;
         let mut g = sh.lock();
         if g.slot(self.id).is_none() {
-            return Err(host::ebadf());
+            return Err(ebadf());
         }
         let now = sh.now();
         let r = f(&mut g.stack, now, self.id).map_err(errno);
@@ -94,9 +95,9 @@ impl Sock {
     }
 
     /// Runs `f` on the socket's slot.
-    pub fn with_slot<R>(&self, f: impl FnOnce(&mut host::Slot) -> R) -> io::Result<R> {
+    pub fn with_slot<R>(&self, f: impl FnOnce(&mut Slot) -> R) -> io::Result<R> {
         let mut g = self.host.shared.lock();
-        let slot = g.slot_mut(self.id).ok_or_else(host::ebadf)?;
+        let slot = g.slot_mut(self.id).ok_or_else(ebadf)?;
         Ok(f(slot))
     }
 
@@ -192,7 +193,7 @@ impl TcpStream {
                     break;
                 }
                 if sh.stopped() {
-                    return Err(host::netdown());
+                    return Err(netdown());
                 }
                 if let WaitEnd::TimedOut = o.wait(Want::Any, dl)? {
                     return Err(errno(Errno::ETIMEDOUT));

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::error::{check_name, OsError};
+use crate::error::{check_name, check_name_within, OsError};
 use crate::sys;
 use crate::tun::{Tun, TunConfig, TunMode, TUN_PATH};
 
@@ -34,19 +34,10 @@ pub struct Netns {
 /// Checks a namespace name: like an interface name (it doubles as a path component and an
 /// `ip` argument) but up to 64 bytes.
 fn check_netns_name(name: &str) -> Result<(), OsError> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name != "."
-        && name != ".."
-        && !name.starts_with('-')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-');
-    if ok {
-        Ok(())
-    } else {
-        Err(OsError::BadName(name.to_string()))
+    if name == "." || name == ".." {
+        return Err(OsError::BadName(name.to_string()));
     }
+    check_name_within(name, 64)
 }
 
 /// Runs `ip ARGS`, returning stdout; a non-zero exit becomes [`OsError::Command`] with stderr.
@@ -266,26 +257,27 @@ impl Default for Peer {
 
 /// Parses `ADDR/PREFIX` for an IPv4 address.
 pub fn parse_cidr4(s: &str) -> Result<(Ipv4Addr, u8), String> {
-    let (a, p) = s
-        .split_once('/')
-        .ok_or_else(|| format!("{s:?}: expected ADDR/PREFIX"))?;
-    let a: Ipv4Addr = a.parse().map_err(|e| format!("{s:?}: {e}"))?;
-    let p: u8 = p.parse().map_err(|e| format!("{s:?}: {e}"))?;
-    if p > 32 {
-        return Err(format!("{s:?}: prefix length above 32"));
-    }
-    Ok((a, p))
+    parse_cidr(s, 32)
 }
 
 /// Parses `ADDR/PREFIX` for an IPv6 address.
 pub fn parse_cidr6(s: &str) -> Result<(Ipv6Addr, u8), String> {
+    parse_cidr(s, 128)
+}
+
+/// Parses `ADDR/PREFIX` with a prefix of at most `max` bits.
+fn parse_cidr<A>(s: &str, max: u8) -> Result<(A, u8), String>
+where
+    A: std::str::FromStr,
+    A::Err: std::fmt::Display,
+{
     let (a, p) = s
         .split_once('/')
         .ok_or_else(|| format!("{s:?}: expected ADDR/PREFIX"))?;
-    let a: Ipv6Addr = a.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    let a: A = a.parse().map_err(|e| format!("{s:?}: {e}"))?;
     let p: u8 = p.parse().map_err(|e| format!("{s:?}: {e}"))?;
-    if p > 128 {
-        return Err(format!("{s:?}: prefix length above 128"));
+    if p > max {
+        return Err(format!("{s:?}: prefix length above {max}"));
     }
     Ok((a, p))
 }

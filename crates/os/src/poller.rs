@@ -16,15 +16,17 @@
 //! [`Poller::stats`] counts the wake-ups a poller received and the times a `wait` slept and
 //! woke, for experiments on wake-up rates.
 
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
-use std::sync::{Arc, Condvar};
+use std::sync::Arc;
 use std::time::Duration;
 
 use shallow_tcp::{pollbits, SocketId};
 
-use crate::host::{self, deadline, Host};
+use crate::host::Host;
 use crate::net::{TcpListener, TcpStream};
+pub use crate::readiness::PollerStats;
+use crate::readiness::{PollerState, Reg, ALWAYS};
+use crate::shared::{deadline, ebadf, netdown};
 
 /// What a registration waits for: a set of poll bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -136,20 +138,6 @@ impl<'a> IntoIterator for &'a Events {
     }
 }
 
-/// Counters of a poller.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PollerStats {
-    /// Engine wake-ups of registered sockets that matched their interest (each one is an
-    /// `ep_poll_callback`).
-    pub wakeups: u64,
-    /// Calls of `wait`.
-    pub waits: u64,
-    /// Times a `wait` went to sleep (no socket was ready).
-    pub sleeps: u64,
-    /// Events reported.
-    pub events: u64,
-}
-
 /// Something that can be registered: a [`TcpStream`] or a [`TcpListener`].
 pub trait Source {
     /// The engine socket.
@@ -176,57 +164,13 @@ impl Source for TcpListener {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Reg {
-    token: usize,
-    interest: u32,
-    edge: bool,
-}
-
-/// A poller's state, kept under the engine mutex.
-pub(crate) struct PollerState {
-    regs: HashMap<SocketId, Reg>,
-    ready: VecDeque<SocketId>,
-    queued: HashSet<SocketId>,
-    cv: Arc<Condvar>,
-    sleeping: bool,
-    notified: bool,
-    stats: PollerStats,
-}
-
-const ALWAYS: u32 = pollbits::POLLERR | pollbits::POLLHUP;
-
-impl PollerState {
-    fn enqueue(&mut self, s: SocketId) {
-        if self.queued.insert(s) {
-            self.ready.push_back(s);
+impl Reg {
+    fn new(token: usize, interest: Interest, trigger: Trigger) -> Reg {
+        Reg {
+            token,
+            interest: interest.0,
+            edge: trigger == Trigger::Edge,
         }
-    }
-
-    /// `ep_poll_callback`: a wake-up of `s` with `events`.
-    pub fn on_wakeup(&mut self, s: SocketId, events: u32) {
-        let Some(r) = self.regs.get(&s) else { return };
-        if events & (r.interest | ALWAYS) == 0 {
-            return;
-        }
-        self.stats.wakeups += 1;
-        self.enqueue(s);
-        if self.sleeping {
-            self.cv.notify_all();
-        }
-    }
-
-    /// The socket was closed: drop its registration.
-    pub fn forget(&mut self, s: SocketId) {
-        self.regs.remove(&s);
-        if self.queued.remove(&s) {
-            self.ready.retain(|x| *x != s);
-        }
-    }
-
-    /// The host stopped: wake a sleeping `wait`.
-    pub fn wake_all(&mut self) {
-        self.cv.notify_all();
     }
 }
 
@@ -246,15 +190,7 @@ impl Poller {
     /// A new, empty poller for `host`'s sockets (`epoll_create`).
     pub fn new(host: &Host) -> Poller {
         let mut g = host.shared.lock();
-        let st = PollerState {
-            regs: HashMap::new(),
-            ready: VecDeque::new(),
-            queued: HashSet::new(),
-            cv: Arc::new(Condvar::new()),
-            sleeping: false,
-            notified: false,
-            stats: PollerStats::default(),
-        };
+        let st = PollerState::new();
         let id = match g.pollers.iter().position(Option::is_none) {
             Some(i) => {
                 g.pollers[i] = Some(st);
@@ -289,7 +225,7 @@ impl Poller {
     ) -> io::Result<()> {
         let s = self.check(src)?;
         let mut g = self.host.shared.lock();
-        let slot = g.slot_mut(s).ok_or_else(host::ebadf)?;
+        let slot = g.slot_mut(s).ok_or_else(ebadf)?;
         if !slot.pollers.contains(&self.id) {
             slot.pollers.push(self.id);
         }
@@ -297,14 +233,7 @@ impl Poller {
         if ps.regs.contains_key(&s) {
             return Err(io::Error::from_raw_os_error(libc::EEXIST));
         }
-        ps.regs.insert(
-            s,
-            Reg {
-                token,
-                interest: interest.0,
-                edge: trigger == Trigger::Edge,
-            },
-        );
+        ps.regs.insert(s, Reg::new(token, interest, trigger));
         ps.enqueue(s);
         Ok(())
     }
@@ -326,11 +255,7 @@ impl Poller {
             .regs
             .get_mut(&s)
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
-        *r = Reg {
-            token,
-            interest: interest.0,
-            edge: trigger == Trigger::Edge,
-        };
+        *r = Reg::new(token, interest, trigger);
         ps.enqueue(s);
         Ok(())
     }
@@ -393,7 +318,7 @@ impl Poller {
                 return Ok(n);
             }
             if sh.stopped() {
-                return Err(host::netdown());
+                return Err(netdown());
             }
             let left = match dl {
                 None => None,
