@@ -6,7 +6,10 @@
 
 use bytes::Bytes;
 
-use crate::socket::SKB_OVERHEAD;
+/// Accounting overhead of one received buffer: `truesize = payload + SKB_OVERHEAD` for
+/// `rmem_alloc` and the backlog (a driver's receive buffer is larger than the payload;
+/// spec §1.1).
+pub const SKB_OVERHEAD: u32 = 1280;
 
 /// What the device (and the egress qdisc in front of it) can do, as far as TCP's output
 /// path cares. [`Stack::with_device`](crate::Stack::with_device) takes it at creation;

@@ -3,7 +3,7 @@
 //! queue, wake-ups, timer set, RNG). Logic lives in the other modules as `impl Sock` blocks.
 
 use crate::device::DeviceCaps;
-pub use crate::device::RxTruesize;
+pub use crate::device::{RxTruesize, SKB_OVERHEAD};
 use crate::gate::{TxGate, TxMeta};
 use crate::mib::{Counters, Mib};
 use crate::packet::{self, OutOpt, SegOut};
@@ -237,11 +237,6 @@ pub(crate) mod sacked {
     pub const LOST: u8 = 4;
     pub const EVER_RETRANS: u8 = 8;
 }
-
-/// Accounting overhead of one received buffer: `truesize = payload + SKB_OVERHEAD` for
-/// `rmem_alloc` and the backlog (a driver's receive buffer is larger than the payload;
-/// spec §1.1).
-pub const SKB_OVERHEAD: u32 = 1280;
 
 /// `TCP_RMEM_TO_WIN_SCALE`: the scaling ratio is payload per buffer byte in 1/256ths.
 pub(crate) const TCP_RMEM_TO_WIN_SCALE: u32 = 8;
