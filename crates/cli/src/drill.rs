@@ -147,6 +147,11 @@ pub struct FuzzArgs {
     /// Over IPv4-mapped IPv6 (AF_INET6 sockets, IPv4 packets).
     #[arg(long, conflicts_with = "ipv6")]
     pub ipv4_mapped_ipv6: bool,
+    /// Times the kernel re-runs its own recording of a divergent scenario: if it fails one
+    /// where the engine failed (same line, same kind), the divergence is the kernel's own
+    /// run-to-run variance and is counted apart (`kernel_varies`), not as a disagreement.
+    #[arg(long, default_value_t = 3)]
+    pub kernel_repeats: usize,
     /// Kernel runs the shrinker may spend on one divergence.
     #[arg(long, default_value_t = 12)]
     pub shrink: usize,
@@ -165,9 +170,13 @@ struct FuzzSummary {
     seeds: String,
     agree: u64,
     disagree: u64,
+    /// Divergences where the kernel also failed its own recording at the engine's line.
+    kernel_varies: u64,
     rejected: u64,
     tolerance: &'static str,
+    kernel_repeats: usize,
     divergences: Vec<FuzzDivergence>,
+    kernel_variance: Vec<FuzzDivergence>,
 }
 
 #[derive(Serialize)]
@@ -191,14 +200,41 @@ fn fuzz(args: &FuzzArgs) -> Result<()> {
         seeds: format!("{}..{}", args.seed, args.seed + args.count),
         agree: 0,
         disagree: 0,
+        kernel_varies: 0,
         rejected: 0,
+        kernel_repeats: args.kernel_repeats,
+        kernel_variance: Vec::new(),
         tolerance:
             "the runner's: 4 ms or 12.5% of the interval since the previous event, the larger",
         divergences: Vec::new(),
     };
     for seed in args.seed..args.seed + args.count {
-        match fuzz_one(&rec, seed, args.shrink)? {
+        match fuzz_one(&rec, seed, args.shrink, args.kernel_repeats)? {
             Verdict::Agree => sum.agree += 1,
+            Verdict::KernelVaries {
+                recorded,
+                failure,
+                kernel,
+            } => {
+                sum.kernel_varies += 1;
+                if !args.json {
+                    println!("KERNEL VARIES seed {seed}: engine {failure}; kernel {kernel}");
+                }
+                if let Some(dir) = &args.out {
+                    std::fs::create_dir_all(dir)?;
+                    let text = format!(
+                        "// The engine's replay: {}\n// The kernel on its own recording: {}\n{recorded}",
+                        failure.replace('\n', " "),
+                        kernel.replace('\n', " ")
+                    );
+                    std::fs::write(dir.join(format!("varies-{seed}.pkt")), text)?;
+                }
+                sum.kernel_variance.push(FuzzDivergence {
+                    seed,
+                    actions: 0,
+                    failure: format!("{failure} | kernel: {kernel}"),
+                });
+            }
             Verdict::Rejected(why) => {
                 sum.rejected += 1;
                 if !args.json {
@@ -239,13 +275,18 @@ fn fuzz(args: &FuzzArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&sum)?);
     } else {
         println!(
-            "kernel {} ({variant}), seeds {}: {} agree, {} disagree, {} rejected; agreement {:.1}% of {judged}",
+            "kernel {} ({variant}), seeds {}: {} agree, {} disagree, {} within the kernel's own variance, {} rejected; agreement {:.1}% of {judged} judged ({:.1}% counting the kernel's variance as disagreement)",
             sum.kernel,
             sum.seeds,
             sum.agree,
             sum.disagree,
+            sum.kernel_varies,
             sum.rejected,
-            if judged == 0 { 100.0 } else { 100.0 * sum.agree as f64 / judged as f64 }
+            if judged == 0 { 100.0 } else { 100.0 * sum.agree as f64 / judged as f64 },
+            {
+                let all = judged + sum.kernel_varies;
+                if all == 0 { 100.0 } else { 100.0 * sum.agree as f64 / all as f64 }
+            }
         );
     }
     drop(cc);

@@ -21,6 +21,8 @@ use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::expectations::Status;
+use crate::judge::{agreement, Agreement};
+use crate::outcome::Outcome;
 use crate::record::{RecordError, Recorder};
 use crate::run::run_script;
 
@@ -251,6 +253,19 @@ pub enum Verdict {
         /// Where and why the engine's replay failed.
         failure: String,
     },
+    /// The engine did not replay the recording, but neither did the kernel itself on one of
+    /// its re-runs, failing at the same line with the same kind of mismatch: the divergence
+    /// lies within the kernel's own run-to-run variance (a timer landing on the other side
+    /// of a tick, a race decided the other way), so it says nothing of the engine's
+    /// fidelity. Counted apart from agreements and disagreements.
+    KernelVaries {
+        /// The kernel's recording.
+        recorded: String,
+        /// Where and why the engine's replay failed.
+        failure: String,
+        /// The kernel's failure on its own recording (`fail:LINE:KIND`) and on which re-run.
+        kernel: String,
+    },
     /// The kernel could not run the scenario (not counted).
     Rejected(String),
 }
@@ -271,24 +286,62 @@ pub fn replay(name: &str, script: &str, ipv6: bool) -> Option<String> {
 
 /// Replays a recording on the engine in `variant`: `None` when it passes, else the failure.
 pub fn replay_in(name: &str, script: &str, variant: crate::judge::Variant) -> Option<String> {
+    let o = replay_outcome(name, script, variant);
+    (o.status != Status::Pass).then(|| format!("line {}: {}", o.line, o.reason))
+}
+
+/// The engine's outcome of a recording in `variant`.
+pub fn replay_outcome(name: &str, script: &str, variant: crate::judge::Variant) -> Outcome {
     let Ok(cfg) = variant.run_config() else {
-        return Some(format!("the engine does not run the {variant} variant"));
+        return Outcome::skip(format!("the engine does not run the {variant} variant"));
     };
     match crate::parse_script(name, script) {
         Ok(s) => {
             let r = run_script(&s, &cfg);
-            match r.status {
-                Status::Pass => None,
-                _ => Some(format!("line {}: {}", r.line, r.reason)),
+            Outcome {
+                status: r.status,
+                line: r.line,
+                kind: r.kind,
+                reason: r.reason,
             }
         }
-        Err(e) => Some(format!("recorded script does not parse: {e}")),
+        Err(e) => Outcome {
+            status: Status::Fail,
+            line: e.line,
+            kind: Some(crate::FailKind::Script),
+            reason: format!("recorded script does not parse: {e}"),
+        },
     }
 }
 
-/// Records and replays the scenario of `seed`; on a divergence, removes actions one at a
-/// time (last first) while the rest still diverges, at most `shrink_budget` kernel runs.
-pub fn fuzz_one(rec: &Recorder, seed: u64, shrink_budget: usize) -> Result<Verdict, RecordError> {
+/// Re-runs the kernel's recording on the kernel up to `repeats` times and returns the first
+/// run that fails where the engine's replay `engine` failed (same line, same kind), with
+/// its number (1-based): the divergence is then inside the kernel's own variance.
+fn kernel_also_fails(
+    rec: &Recorder,
+    recorded: &str,
+    engine: &Outcome,
+    repeats: usize,
+) -> Result<Option<(usize, Outcome)>, RecordError> {
+    for i in 1..=repeats {
+        let k = rec.run_on_kernel(recorded)?;
+        if k.status == Status::Fail && agreement(&k, engine) == Agreement::Agree {
+            return Ok(Some((i, k)));
+        }
+    }
+    Ok(None)
+}
+
+/// Records and replays the scenario of `seed`. On a divergence, first re-runs the recording
+/// on the kernel up to `kernel_repeats` times ([`Verdict::KernelVaries`] if the kernel fails
+/// its own recording where the engine did), then removes actions one at a time (last first)
+/// while the rest still diverges, at most `shrink_budget` kernel runs.
+pub fn fuzz_one(
+    rec: &Recorder,
+    seed: u64,
+    shrink_budget: usize,
+    kernel_repeats: usize,
+) -> Result<Verdict, RecordError> {
     let name = format!("fuzz-{seed}.pkt");
     let sc = generate(seed);
     let diverges = |sc: &Scenario| -> Result<Option<(String, String)>, RecordError> {
@@ -308,6 +361,18 @@ pub fn fuzz_one(rec: &Recorder, seed: u64, shrink_budget: usize) -> Result<Verdi
         }
         Err(e) => return Err(e),
     };
+    let engine = replay_outcome(&name, &recorded, rec.variant);
+    if let Some((run, k)) = kernel_also_fails(rec, &recorded, &engine, kernel_repeats)? {
+        return Ok(Verdict::KernelVaries {
+            recorded,
+            failure,
+            kernel: format!(
+                "{} on re-run {run} of {kernel_repeats}: {}",
+                k.short(),
+                k.reason
+            ),
+        });
+    }
     let mut best = sc;
     let mut budget = shrink_budget;
     let mut i = best.len();
