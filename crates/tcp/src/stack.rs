@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! loop {
-//!     for each inbound IP packet:      stack.input(now, &pkt, gro_segment_size);
+//!     for each inbound IP packet:      stack.handle_packet(now, RxPacket::linear(&pkt).gso(gro));
 //!     for each packet that left host:  stack.tx_complete(now, token);      // exactly once
 //!     if now >= stack.poll_timeout():  stack.handle_timeout(now);
 //!     while let Some(t) = stack.poll_transmit(now) { qdisc.enqueue(t) }  // t.departure = EDT
@@ -204,6 +204,9 @@ impl core::hash::BuildHasher for TableHasher {
     }
 }
 
+/// **Configuration and getters**: the device, sysctls, addresses and routes; counters and
+/// `/proc`-style views. The other classes of methods are in `stack/`: inputs
+/// (`handle_packet`), outputs (`poll_*`, `tx_complete`, `handle_timeout`), socket calls.
 impl Stack {
     /// A stack with no addresses over a default device ([`DeviceCaps::default`]: TSO, no
     /// scatter-gather, no offloads); `seed` keys ISNs, timestamps offsets and port choice.

@@ -5,6 +5,7 @@
 
 use super::*;
 
+/// **Socket calls**: the BSD socket API with Linux semantics and errnos; never blocking.
 impl Stack {
     /// `socket(AF_INET|AF_INET6, SOCK_STREAM, 0)`.
     pub fn socket(&mut self, family: Family) -> Result<SocketId, Errno> {

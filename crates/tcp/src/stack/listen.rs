@@ -4,6 +4,7 @@
 
 use super::*;
 
+/// The passive open (internal): listeners, SYN cookies, ISNs.
 impl Stack {
     pub(super) fn child_established(&mut self, id: SocketId) {
         let Some((p, gen)) = self.sock(id).ok().and_then(|s| s.parent) else {

@@ -3,6 +3,8 @@
 
 use super::*;
 
+/// **Outputs** (`poll_*`) and the other inputs (`tx_complete`, `handle_timeout`): what the
+/// substrate drains after every input, and time.
 impl Stack {
     /// Next packet to send, if any.
     pub fn poll_transmit(&mut self, _now: Instant) -> Option<Transmit> {

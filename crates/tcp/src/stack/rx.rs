@@ -4,6 +4,7 @@
 
 use super::*;
 
+/// **Inputs from the network** (`handle_*`): one received packet at a time.
 impl Stack {
     /// The engine's network input: one received IP packet (see [`RxPacket`]: contiguous or
     /// in two parts, maybe a GRO aggregate, its checksum verified or not). A TCP segment is
