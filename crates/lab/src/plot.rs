@@ -108,11 +108,7 @@ pub fn write_linux_plots(
         source,
     })?;
     let mut svgs: Vec<(String, String)> = Vec::new();
-    let sub = match rep.scale {
-        crate::Scale::Full => "full scale",
-        crate::Scale::Quick => "QUICK scale",
-        crate::Scale::Tiny => "TINY scale",
-    };
+    let sub = rep.scale.short();
     let [kernel, shallow] = rep.as_lab_reports();
     for (half, short, long) in [
         (kernel, "Linux", "Linux kernel (this machine)"),
@@ -244,12 +240,7 @@ struct Who {
 
 /// Scale note shown under each title.
 fn subtitle(rep: &LabReport) -> String {
-    let scale = match rep.scale {
-        crate::Scale::Full => "full scale",
-        crate::Scale::Quick => "QUICK scale",
-        crate::Scale::Tiny => "TINY scale",
-    };
-    format!("{}, seed {}", scale, rep.seed)
+    format!("{}, seed {}", rep.scale.short(), rep.seed)
 }
 
 fn seed_ratio(claim: Claim) -> Option<f64> {
