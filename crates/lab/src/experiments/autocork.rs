@@ -9,6 +9,7 @@ use super::{
     curve, metric, over_time, ratio_over_time, scaled, secs, sender_cpu_s, sysctl, Arm, ChartDef,
     Emulated, MetricDef, NIC_TX_USECS, OFF, ON,
 };
+use crate::linux::{row, ArmResult, LinuxSpec, Workload, Writer};
 use crate::{Claim, Scale};
 
 /// The commit's throughput, Mbit/s (super_netperf 4 -t TCP_STREAM -- -m 128): off, on.
@@ -201,4 +202,52 @@ fn charts() -> Vec<ChartDef> {
             |s: &Series| ratio_over_time(s, |x| x.segments_sent, |x| x.send_calls),
         ),
     ]
+}
+
+/// The Linux table: the commit's command (4 flows of 128-byte writes, Nagle on) behind the
+/// 1 Gbit/s tbf, tcp_autocorking 0 and 1 on both substrates.
+pub(super) fn on_linux(s: Scale) -> LinuxSpec {
+    let cpu_per_gb = |a: &ArmResult| {
+        let gb = a.received as f64 / 1e9;
+        if gb > 0.0 {
+            a.send.cpu_ns as f64 / 1e9 / gb
+        } else {
+            f64::NAN
+        }
+    };
+    LinuxSpec {
+        tbf: super::LINUX_TBF_1G,
+        workload: Workload {
+            flows: 4,
+            msg: 128,
+            nodelay: false,
+            writer: Writer::Blocking,
+            duration: super::linux_duration(s),
+        },
+        kernel_off: Some(vec![("ipv4/tcp_autocorking", "0")]),
+        kernel_on: vec![("ipv4/tcp_autocorking", "1")],
+        shallow_off: vec![("ipv4/tcp_autocorking", "0")],
+        shallow_on: vec![("ipv4/tcp_autocorking", "1")],
+        rows: vec![
+            row("throughput", "Mbit/s", throughput_claim(), |a| {
+                a.throughput_bps() / 1e6
+            }),
+            row("sender_cpu_time", "CPU-s", cpu_claim(), |a| {
+                a.send.cpu_ns as f64 / 1e9
+            }),
+            row("sender_cpu_per_gb", "CPU-s/GB", cpu_per_gb_claim(), cpu_per_gb),
+            row("segments_per_write", "segs", Claim::None, |a| {
+                a.counter("TcpOutSegs") / (a.send.send_calls as f64).max(1.0)
+            }),
+            row("autocorking_events", "count", Claim::None, |a| {
+                a.counter("TcpExtTCPAutoCorking")
+            }),
+        ],
+        notes: vec![
+            "the commit's command (super_netperf 4 -t TCP_STREAM -- -m 128: Nagle on); its 'on' arm reached its 10 Gbit/s line rate; here the line is a 1 Gbit/s tbf".into(),
+            "sender CPU = CPU time of the 4 writer threads (/proc/thread-self/schedstat: process context, including the kernel's send path; softirq on other CPUs is not in it); Shallow adds its I/O thread".into(),
+            "segments per write = TcpOutSegs delta (all segments, ACKs included) / write calls".into(),
+        ],
+        charts: vec![],
+    }
 }

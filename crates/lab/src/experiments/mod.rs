@@ -4,7 +4,10 @@
 //! `autocork.rs`, `ack_defer.rs`) that holds the seed commit's published figures and two
 //! tables built from them: [`Emulated`] (its arms with their sysctls and bench
 //! configuration, the metrics with their unit, claim and how each is computed from an arm's
-//! report, the charts, the setup and the notes) for [`run`].
+//! report, the charts, the setup and the notes) for [`run`], and where Linux runs it a
+//! [`LinuxSpec`] (bottleneck, workload, the kernel's and the engine's sysctls per arm, rows,
+//! charts, notes) for [`crate::linux::run_linux`]. The seed's figures are constants each
+//! file shares between its two tables.
 //!
 //! Every arm also records a time series ([`shallow_sim::bench::run_series`], about 300
 //! samples over the run; the report is the same as without it), from which each experiment
@@ -15,12 +18,14 @@
 //! are the differences of cumulative counters over each sampling interval.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use shallow_sim::bench::{self, BenchConfig, BenchError, BenchExtras, BenchReport};
 use shallow_sim::hist::Histogram;
 use shallow_sim::series::Sample;
 use shallow_sim::{Series, SeriesConfig, Time};
 
+use crate::linux::{LinuxSpec, Tbf};
 use crate::{Chart, Claim, Curve, LabReport, Metric, Scale};
 
 mod ack_defer;
@@ -62,6 +67,17 @@ impl Experiment {
             Experiment::Pollout => "pollout",
             Experiment::Autocork => "autocork",
             Experiment::AckDefer => "ack-defer",
+        }
+    }
+
+    /// The experiment on the Linux substrate at scale `s`, or why it cannot run there.
+    pub(crate) fn on_linux(self, s: Scale) -> Result<LinuxSpec, LabError> {
+        match self {
+            Experiment::Tsq => Ok(tsq::on_linux(s)),
+            Experiment::NotsentLowat => Ok(notsent_lowat::on_linux(s)),
+            Experiment::Pollout => Ok(pollout::on_linux(s)),
+            Experiment::Autocork => Ok(autocork::on_linux(s)),
+            Experiment::AckDefer => Err(ack_defer::on_linux()),
         }
     }
 
@@ -423,3 +439,20 @@ fn scaled<T: Copy>(scale: Scale, full: T, quick: T, tiny: T) -> T {
 fn sysctl(name: &str, v: &str) -> (String, String) {
     (format!("net.ipv4.{name}"), v.into())
 }
+
+/// How long each arm sends on the Linux substrate.
+fn linux_duration(s: Scale) -> Duration {
+    scaled(
+        s,
+        Duration::from_secs(10),
+        Duration::from_secs(3),
+        Duration::from_millis(600),
+    )
+}
+
+/// The Linux substrate's bottleneck for notsent-lowat, pollout and autocork: a 1 Gbit/s tbf.
+const LINUX_TBF_1G: Tbf = Tbf {
+    rate_bps: 1_000_000_000,
+    burst: 64 * 1024,
+    limit: 8 << 20,
+};

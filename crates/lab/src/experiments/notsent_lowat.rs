@@ -6,6 +6,7 @@ use shallow_sim::spec::LinkSpec;
 use shallow_sim::{Rate, Test, Time};
 
 use super::{metric, off_on, over_time, scaled, secs, sysctl, throughput_gbps, Arm, Emulated};
+use crate::linux::{max, mean, row, LinuxSpec, RowDef, SeriesChart, Sysctls, Workload, Writer};
 use crate::{Claim, Scale};
 
 /// The commit's flows.
@@ -118,5 +119,83 @@ pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
             ("on", "net.ipv4.tcp_notsent_lowat = 131072".into()),
         ],
         notes,
+    }
+}
+
+/// Flows on the Linux substrate.
+pub(super) fn linux_flows(s: Scale) -> usize {
+    scaled(s, 50, 20, 4)
+}
+
+/// The Linux table: lowat unset, then 128 KB, in both halves.
+pub(super) fn on_linux(s: Scale) -> LinuxSpec {
+    let flows = linux_flows(s);
+    let first = row("tcp_mem_pages_mean", "pages", pages_claim(flows), |a| {
+        mean(&a.series(|s| s.mem_pages as f64))
+    });
+    let notes = vec![format!(
+        "{flows} flows instead of the commit's 200: seed pages scaled by {flows}/200"
+    )];
+    lowat_on_linux(s, &[], "131072", first, notes)
+}
+
+/// The Linux table notsent-lowat and pollout share: [`linux_flows`] flows written by one
+/// edge-triggered epoll thread behind the 1 Gbit/s tbf; on both substrates the `extra`
+/// sysctls, then tcp_notsent_lowat unset (off) or `lowat` (on). The experiment's own `first`
+/// row and `notes` come before the shared ones.
+pub(super) fn lowat_on_linux(
+    s: Scale,
+    extra: &[(&'static str, &'static str)],
+    lowat: &'static str,
+    first: RowDef,
+    mut notes: Vec<String>,
+) -> LinuxSpec {
+    let with = |v: &'static str| -> Sysctls {
+        let mut x = extra.to_vec();
+        x.push(("ipv4/tcp_notsent_lowat", v));
+        x
+    };
+    notes.push("TCP memory = sum over the sending sockets of wmem_queued + rmem_alloc in pages (ss -tm skmem w + r; Shallow: SO_MEMINFO), sampled every 50 ms".into());
+    notes.push("epoll wake-ups = epoll_wait calls of the sender thread that returned an event (Shallow: its Poller)".into());
+    LinuxSpec {
+        tbf: super::LINUX_TBF_1G,
+        workload: Workload {
+            flows: linux_flows(s),
+            msg: 16384,
+            nodelay: false,
+            writer: Writer::Epoll,
+            duration: super::linux_duration(s),
+        },
+        kernel_off: Some(with("4294967295")),
+        kernel_on: with(lowat),
+        shallow_off: with("4294967295"),
+        shallow_on: with(lowat),
+        rows: vec![
+            first,
+            row("tcp_mem_pages_peak", "pages", Claim::None, |a| {
+                max(&a.series(|s| s.mem_pages as f64))
+            }),
+            row("notsent_mean", "KB", Claim::None, |a| {
+                mean(&a.series(|s| s.notsent as f64)) / 1024.0
+            }),
+            row("epoll_wakeups", "1/s", Claim::None, |a| {
+                a.send.wakeups as f64 / a.duration_s
+            }),
+            row("send_calls_per_mb", "1/MB", Claim::None, |a| {
+                a.send.send_calls as f64 / (a.send.bytes as f64 / 1e6).max(1e-9)
+            }),
+            row("throughput", "Mbit/s", Claim::Unchanged, |a| {
+                a.throughput_bps() / 1e6
+            }),
+        ],
+        notes,
+        charts: vec![SeriesChart {
+            name: "tcp-memory",
+            title: "TCP memory of the sending sockets over time",
+            y_desc: "TCP memory (pages of 4 KB)",
+            off_label: "lowat unset",
+            on_label: "lowat set",
+            value: |s| s.mem_pages as f64,
+        }],
     }
 }

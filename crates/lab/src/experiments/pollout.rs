@@ -5,9 +5,11 @@ use shallow_sim::bench::{BenchConfig, BenchReport};
 use shallow_sim::spec::LinkSpec;
 use shallow_sim::{Rate, Series, Test, Time, Writer};
 
+use super::notsent_lowat::{linux_flows, lowat_on_linux};
 use super::{
     curve, metric, over_time, per_s, scaled, secs, sysctl, throughput_gbps, Arm, Emulated, OFF, ON,
 };
+use crate::linux::{mean, row, LinuxSpec};
 use crate::{Claim, Scale};
 
 /// The commit's flows.
@@ -207,4 +209,18 @@ fn notes(flows: usize) -> Vec<String> {
     }
     notes.push("wake_at_X_vs_X/2 rows: lowat 2 MB in both arms; 'off' wakes writers at notsent < X (shallow.tcp_notsent_lowat_wake_half = 0, the behaviour before the commit), 'on' below X/2".into());
     notes
+}
+
+/// The Linux table: the sender's tcp_wmem as the commit's, lowat unset, then 2 MB (both
+/// halves wake at X/2: Linux 6.x has no switch for the rule).
+pub(super) fn on_linux(s: Scale) -> LinuxSpec {
+    let flows = linux_flows(s) as f64;
+    let first = row("tcp_mem_per_flow_mean", "MB", SEED_MEM_PER_FLOW, move |a| {
+        mean(&a.series(|s| s.mem_pages as f64)) * 4096.0 / flows / 1e6
+    });
+    let notes = vec![
+        "the commit's 2 MB lowat matters with its 100 ms RTT (BDP of MBs per flow); this machine has no netem, the veth RTT is well under 1 ms".into(),
+        "Linux 6.x cannot switch the X/2 wake rule off; both halves wake at notsent < X/2".into(),
+    ];
+    lowat_on_linux(s, &[("ipv4/tcp_wmem", WMEM)], "2097152", first, notes)
 }

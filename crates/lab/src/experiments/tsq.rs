@@ -5,6 +5,9 @@ use shallow_sim::spec::LinkSpec;
 use shallow_sim::{QdiscSpec, Rate, Series, Test, Time};
 
 use super::{delay_cdf, metric, ms, off_on, over_time, scaled, secs, Arm, ChartDef, Emulated};
+use crate::linux::{
+    max, mean, quantile, row, ArmResult, LinuxSpec, SeriesChart, Tbf, Workload, Writer,
+};
 use crate::{Chart, Claim, Scale};
 
 /// The commit's host-queue delay at 100 Mbit/s, ms: 132 without TSQ, under 8 with it.
@@ -145,4 +148,61 @@ fn charts(tag: &str, i: usize) -> [ChartDef; 2] {
         |s| s.gauge(|x| x.hosts[0].bytes_below_tcp as f64 / 1024.0),
     );
     [cdf, below]
+}
+
+/// The Linux table: one flow behind a 200 Mbit/s tbf (spec §12 E1's local setup); the kernel
+/// has no switch, Shallow's off arm sets `shallow.tcp_tsq = 0`.
+pub(super) fn on_linux(s: Scale) -> LinuxSpec {
+    let tbf = Tbf {
+        rate_bps: 200_000_000,
+        burst: 32 * 1024,
+        limit: 8 << 20,
+    };
+    let rate = tbf.rate_bps as f64;
+    let qdelay_ms = move |a: &ArmResult| a.series(|s| s.tbf_bytes as f64 * 8.0 / rate * 1e3);
+    LinuxSpec {
+        tbf,
+        workload: Workload {
+            flows: 1,
+            msg: 65536,
+            nodelay: false,
+            writer: Writer::Blocking,
+            duration: super::linux_duration(s),
+        },
+        kernel_off: None,
+        kernel_on: vec![],
+        shallow_off: vec![("shallow/tcp_tsq", "0")],
+        shallow_on: vec![],
+        rows: vec![
+            row("bottleneck_queue_delay_p50", "ms", DELAY_100M, move |a| {
+                quantile(&qdelay_ms(a), 0.5)
+            }),
+            row("bottleneck_queue_delay_p99", "ms", DELAY_100M, move |a| {
+                quantile(&qdelay_ms(a), 0.99)
+            }),
+            row("tbf_backlog_max", "KB", Claim::None, |a| {
+                max(&a.series(|s| s.tbf_bytes as f64)) / 1024.0
+            }),
+            row("bytes_below_tcp_mean", "KB", Claim::None, |a| {
+                mean(&a.series(|s| s.below_tcp as f64)) / 1024.0
+            }),
+            row("throughput", "Mbit/s", Claim::Unchanged, |a| {
+                a.throughput_bps() / 1e6
+            }),
+        ],
+        notes: vec![
+            "seed delay figures are the commit's 100 Mbit/s pair (132 ms -> < 8 ms); the bottleneck here is a 200 Mbit/s tbf (spec §12 E1's local setup)".into(),
+            "queue delay = tbf backlog (tc -s qdisc, sampled every 50 ms) / tbf rate".into(),
+            "Linux cannot switch TSQ off; Shallow's off arm uses its extension sysctl shallow.tcp_tsq = 0".into(),
+            "queue delay for Shallow = backlog of its own egress tbf (same rate, burst and limit as the kernel's) / rate".into(),
+        ],
+        charts: vec![SeriesChart {
+            name: "tbf-backlog",
+            title: "bottleneck (tbf) backlog over time",
+            y_desc: "tbf backlog (KB)",
+            off_label: "TSQ off",
+            on_label: "TSQ on",
+            value: |s| s.tbf_bytes as f64 / 1024.0,
+        }],
+    }
 }
