@@ -196,6 +196,15 @@ fn seed_cells(claim: Claim) -> (String, String) {
     }
 }
 
+/// The first columns of both tables.
+const LEAD_HEAD: [&str; 4] = ["metric", "unit", "seed off", "seed on"];
+
+/// A row's first cells: name, unit and the seed's pair.
+fn lead_cells(name: &str, unit: &str, claim: Claim) -> Vec<String> {
+    let (so, sn) = seed_cells(claim);
+    vec![name.into(), unit.into(), so, sn]
+}
+
 /// A verdict in a table.
 fn yes_no(v: Option<bool>) -> &'static str {
     match v {
@@ -290,30 +299,22 @@ impl LabReport {
     /// reproduced?, then the setup and notes.
     pub fn table(&self) -> String {
         let head = [
-            "metric",
-            "unit",
-            "seed off",
-            "seed on",
-            "Shallow off",
-            "Shallow on",
-            "on/off",
-            "reproduced?",
-        ];
+            &LEAD_HEAD[..],
+            &["Shallow off", "Shallow on", "on/off", "reproduced?"],
+        ]
+        .concat();
         let rows: Vec<Vec<String>> = self
             .metrics
             .iter()
             .map(|m| {
-                let (so, sn) = seed_cells(m.claim);
-                vec![
-                    m.name.clone(),
-                    m.unit.clone(),
-                    so,
-                    sn,
+                let mut cells = lead_cells(&m.name, &m.unit, m.claim);
+                cells.extend([
                     fmt_num(m.off),
                     fmt_num(m.on),
                     m.ratio().map_or("-".into(), |r| format!("{r:.3}")),
                     yes_no(m.reproduced()).into(),
-                ]
+                ]);
+                cells
             })
             .collect();
         let scale = match self.scale {
@@ -363,16 +364,16 @@ impl LinuxReport {
     /// reproduced? (Linux / Shallow), then setup and notes.
     pub fn table(&self) -> String {
         let head = [
-            "metric",
-            "unit",
-            "seed off",
-            "seed on",
-            "Linux off",
-            "Linux on",
-            "Shallow off",
-            "Shallow on",
-            "reproduced? Linux/Shallow",
-        ];
+            &LEAD_HEAD[..],
+            &[
+                "Linux off",
+                "Linux on",
+                "Shallow off",
+                "Shallow on",
+                "reproduced? Linux/Shallow",
+            ],
+        ]
+        .concat();
         let cell = |v: f64| {
             if v.is_nan() {
                 "n/a".to_string()
@@ -384,12 +385,8 @@ impl LinuxReport {
             .rows
             .iter()
             .map(|r| {
-                let (so, sn) = seed_cells(r.claim);
-                vec![
-                    r.name.clone(),
-                    r.unit.clone(),
-                    so,
-                    sn,
+                let mut cells = lead_cells(&r.name, &r.unit, r.claim);
+                cells.extend([
                     cell(r.kernel_off),
                     cell(r.kernel_on),
                     cell(r.shallow_off),
@@ -399,7 +396,8 @@ impl LinuxReport {
                         yes_no(r.kernel_reproduced()),
                         yes_no(r.shallow_reproduced())
                     ),
-                ]
+                ]);
+                cells
             })
             .collect();
         let title = format!(

@@ -131,6 +131,31 @@ impl Running {
         samples
     }
 
+    /// Ends the arm: what the receiver got so far and how long the senders ran, then
+    /// `now()` (the counters, to subtract `c0` from, and CPU time beyond the senders'
+    /// threads, ns), then the senders stop and the receiver finishes.
+    fn end(
+        self,
+        recv: Receiver,
+        samples: Vec<Sample>,
+        c0: &BTreeMap<String, u64>,
+        now: impl FnOnce() -> (BTreeMap<String, u64>, u64),
+    ) -> ArmResult {
+        let received = recv.bytes.load(Ordering::Relaxed);
+        let duration_s = self.t0.elapsed().as_secs_f64();
+        let (c1, more_cpu_ns) = now();
+        let mut send = self.stop();
+        send.cpu_ns += more_cpu_ns;
+        let _ = recv.handle.join();
+        ArmResult {
+            duration_s,
+            received,
+            send,
+            samples,
+            counters: delta(c0, &c1),
+        }
+    }
+
     /// Stops the senders and sums what they did.
     fn stop(self) -> SendStats {
         self.stop.store(true, Ordering::Relaxed);
@@ -201,18 +226,7 @@ fn kernel_arm(
             notsent: socks.iter().map(|s| s.notsent).sum(),
         }
     });
-    let received = recv.bytes.load(Ordering::Relaxed);
-    let duration_s = run.t0.elapsed().as_secs_f64();
-    let c1 = world.kernel_counters();
-    let send = run.stop();
-    let _ = recv.handle.join();
-    Ok(ArmResult {
-        duration_s,
-        received,
-        send,
-        samples,
-        counters: delta(&c0, &c1),
-    })
+    Ok(run.end(recv, samples, &c0, || (world.kernel_counters(), 0)))
 }
 
 /// The engine's counters now.
@@ -277,23 +291,14 @@ fn shallow_arm(
     let io0 = threads_cpu_ns("shallow-io");
     let run = start_senders(socks.clone(), w, "Poller", |f| ShallowPoller::new(&host, f))?;
     let samples = run.sample(w, label, progress, |t| shallow_sample(t, &host, &socks));
-    let received = recv.bytes.load(Ordering::Relaxed);
-    let duration_s = run.t0.elapsed().as_secs_f64();
-    let c1 = engine_counters(&host);
-    let io_cpu = threads_cpu_ns("shallow-io").saturating_sub(io0);
-    let mut send = run.stop();
-    send.cpu_ns += io_cpu;
-    let _ = recv.handle.join();
+    let result = run.end(recv, samples, &c0, || {
+        let io_cpu = threads_cpu_ns("shallow-io").saturating_sub(io0);
+        (engine_counters(&host), io_cpu)
+    });
     drop(socks);
     host.shutdown();
     world.set_tbf(tbf)?;
-    Ok(ArmResult {
-        duration_s,
-        received,
-        send,
-        samples,
-        counters: delta(&c0, &c1),
-    })
+    Ok(result)
 }
 
 /// Both arms of both halves.

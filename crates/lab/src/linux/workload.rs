@@ -187,6 +187,32 @@ pub(crate) struct SendStats {
     pub(crate) cpu_ns: u64,
 }
 
+/// Runs a sender on a new thread: `body` writes from a buffer of `msg` bytes, counting into
+/// the stats, and returns the tidy-up to do once the thread's CPU time has been taken.
+fn spawn_sender<D: FnOnce()>(
+    msg: usize,
+    body: impl FnOnce(&[u8], &mut SendStats) -> D + Send + 'static,
+) -> std::thread::JoinHandle<SendStats> {
+    std::thread::spawn(move || {
+        let c0 = thread_cpu_ns();
+        let buf = vec![0x5au8; msg];
+        let mut st = SendStats::default();
+        let tidy = body(&buf, &mut st);
+        st.cpu_ns = thread_cpu_ns().saturating_sub(c0);
+        tidy();
+        st
+    })
+}
+
+/// One write of `buf` to `f`, counted when it wrote.
+fn send_once<F: Flow + ?Sized>(f: &F, buf: &[u8], st: &mut SendStats) -> io::Result<()> {
+    let n = f.send(buf)?;
+    st.bytes += n as u64;
+    st.send_calls += 1;
+    Ok(())
+}
+
+/// One thread per flow, blocking writes (with a 50 ms timeout, to see `stop`).
 pub(super) fn blocking_senders<F: Flow + 'static>(
     flows: Vec<Arc<F>>,
     w: &Workload,
@@ -196,18 +222,11 @@ pub(super) fn blocking_senders<F: Flow + 'static>(
         .into_iter()
         .map(|f| {
             let stop = stop.clone();
-            let msg = w.msg;
-            std::thread::spawn(move || {
-                let c0 = thread_cpu_ns();
-                let buf = vec![0x5au8; msg];
-                let mut st = SendStats::default();
+            spawn_sender(w.msg, move |buf, st| {
                 let _ = f.set_write_timeout(Some(Duration::from_millis(50)));
                 while !stop.load(Ordering::Relaxed) {
-                    match f.send(&buf) {
-                        Ok(n) => {
-                            st.bytes += n as u64;
-                            st.send_calls += 1;
-                        }
+                    match send_once(&*f, buf, st) {
+                        Ok(()) => {}
                         Err(e)
                             if e.kind() == io::ErrorKind::WouldBlock
                                 || e.kind() == io::ErrorKind::TimedOut
@@ -218,14 +237,16 @@ pub(super) fn blocking_senders<F: Flow + 'static>(
                         Err(_) => break,
                     }
                 }
-                st.cpu_ns = thread_cpu_ns().saturating_sub(c0);
-                let _ = f.shutdown_write();
-                st
+                move || {
+                    let _ = f.shutdown_write();
+                }
             })
         })
         .collect()
 }
 
+/// One thread for all flows: non-blocking writes until EAGAIN, then again on each
+/// edge-triggered readiness `poller` reports.
 pub(super) fn epoll_sender<F: Flow + 'static, P: WritePoller + Send + 'static>(
     flows: Vec<Arc<F>>,
     mut poller: P,
@@ -233,18 +254,11 @@ pub(super) fn epoll_sender<F: Flow + 'static, P: WritePoller + Send + 'static>(
     stop: &Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<SendStats> {
     let stop = stop.clone();
-    let msg = w.msg;
-    std::thread::spawn(move || {
-        let c0 = thread_cpu_ns();
-        let buf = vec![0x5au8; msg];
-        let mut st = SendStats::default();
+    spawn_sender(w.msg, move |buf, st| {
         let mut dead = vec![false; flows.len()];
         let fill = |i: usize, st: &mut SendStats, dead: &mut Vec<bool>| loop {
-            match flows[i].send(&buf) {
-                Ok(n) => {
-                    st.bytes += n as u64;
-                    st.send_calls += 1;
-                }
+            match send_once(&*flows[i], buf, st) {
+                Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     st.send_calls += 1;
                     return;
@@ -258,7 +272,7 @@ pub(super) fn epoll_sender<F: Flow + 'static, P: WritePoller + Send + 'static>(
         };
         for (i, f) in flows.iter().enumerate() {
             let _ = f.set_nonblocking(true);
-            fill(i, &mut st, &mut dead);
+            fill(i, st, &mut dead);
         }
         let mut ready = Vec::new();
         while !stop.load(Ordering::Relaxed) && dead.iter().any(|d| !d) {
@@ -271,16 +285,16 @@ pub(super) fn epoll_sender<F: Flow + 'static, P: WritePoller + Send + 'static>(
             }
             for &i in &ready {
                 if i < flows.len() && !dead[i] {
-                    fill(i, &mut st, &mut dead);
+                    fill(i, st, &mut dead);
                 }
             }
         }
-        st.cpu_ns = thread_cpu_ns().saturating_sub(c0);
-        for f in &flows {
-            let _ = f.set_nonblocking(false);
-            let _ = f.shutdown_write();
+        move || {
+            for f in &flows {
+                let _ = f.set_nonblocking(false);
+                let _ = f.shutdown_write();
+            }
         }
-        st
     })
 }
 
