@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -601,47 +602,39 @@ fn chart_svg(experiment: &str, subtitle: &str, c: &Chart) -> Result<String, Plot
             let mut chart = b
                 .build_cartesian_2d((x0..x1).log_scale(), y0..y1)
                 .map_err(draw_err("axes"))?;
-            chart
-                .configure_mesh()
-                .x_desc(c.x_desc.as_str())
-                .y_desc(c.y_desc.as_str())
-                .x_label_formatter(&|x| crate::fmt_num(*x))
-                .y_label_formatter(&|y| crate::fmt_num(*y))
-                .label_style(("sans-serif", 14))
-                .axis_desc_style(("sans-serif", 15))
-                .draw()
-                .map_err(draw_err("mesh"))?;
-            draw_curves(&mut chart, c)?;
+            draw_curves(&mut chart, c, &|x| crate::fmt_num(*x))?;
         } else {
             let tick = |v: &f64| format!("{}", (v * 1000.0).round() / 1000.0);
             let mut chart = b
                 .build_cartesian_2d(x0..x1, y0..y1)
                 .map_err(draw_err("axes"))?;
-            chart
-                .configure_mesh()
-                .x_desc(c.x_desc.as_str())
-                .y_desc(c.y_desc.as_str())
-                .x_label_formatter(&tick)
-                .y_label_formatter(&|y| crate::fmt_num(*y))
-                .label_style(("sans-serif", 14))
-                .axis_desc_style(("sans-serif", 15))
-                .draw()
-                .map_err(draw_err("mesh"))?;
-            draw_curves(&mut chart, c)?;
+            draw_curves(&mut chart, c, &tick)?;
         }
         root.present().map_err(draw_err("present"))?;
     }
     Ok(svg)
 }
 
+/// The axes (x ticks by `x_tick`), the curves and the legend of a recorded chart.
 fn draw_curves<'a, X, Y>(
     chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
     c: &Chart,
+    x_tick: &dyn Fn(&f64) -> String,
 ) -> Result<(), PlotError>
 where
-    X: Ranged<ValueType = f64>,
-    Y: Ranged<ValueType = f64>,
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
 {
+    chart
+        .configure_mesh()
+        .x_desc(c.x_desc.as_str())
+        .y_desc(c.y_desc.as_str())
+        .x_label_formatter(x_tick)
+        .y_label_formatter(&|y| crate::fmt_num(*y))
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 15))
+        .draw()
+        .map_err(draw_err("mesh"))?;
     for k in &c.curves {
         let colour = ARM_COLOURS[k.group % ARM_COLOURS.len()];
         let pts: Vec<(f64, f64)> = k

@@ -3,24 +3,17 @@
 
 use shallow_sim::bench::{BenchConfig, BenchExtras, BenchReport};
 use shallow_sim::spec::LinkSpec;
-use shallow_sim::{CpuLayout, Rate, Series, Test, Time};
+use shallow_sim::{CpuLayout, Rate, Series, Time};
 
-use super::{metric, off_on, over_time, per_s, scaled, secs, sysctl, Arm, Emulated, MetricDef};
+use super::{
+    metric, off_on, over_time, per_s, scaled_ms, secs, stream, sysctl, Arm, Emulated, MetricDef,
+};
 use crate::{Claim, LabError, Scale};
 
 /// The emulator's table: the receiver's deferral off, then on.
 pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
-    let duration = scaled(
-        s,
-        Time::from_secs(2),
-        Time::from_millis(400),
-        Time::from_millis(60),
-    );
+    let duration = scaled_ms(s, 2000, 400, 60);
     let cfg = BenchConfig {
-        test: Test::Stream,
-        flows: 1,
-        duration: Some(duration),
-        msg_size: 65536,
         recv_size: 131072,
         cpus: CpuLayout::Split,
         nic_rate: Some(Rate::gbps(200)),
@@ -29,7 +22,7 @@ pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
             delay: Time::from_micros(10),
             ..LinkSpec::default()
         },
-        ..base.clone()
+        ..stream(base, 1, 65536, duration)
     };
     let arm = |label: &str, v: &str| Arm {
         label: label.into(),

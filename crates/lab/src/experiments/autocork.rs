@@ -3,11 +3,11 @@
 
 use shallow_sim::bench::{BenchConfig, BenchReport};
 use shallow_sim::spec::LinkSpec;
-use shallow_sim::{CpuLayout, Rate, Series, Test, Time};
+use shallow_sim::{CpuLayout, Rate, Series, Time};
 
 use super::{
-    curve, metric, over_time, ratio_over_time, scaled, secs, sender_cpu_s, sysctl, Arm, ChartDef,
-    Emulated, MetricDef, NIC_TX_USECS, OFF, ON,
+    curve, metric, over_time, ratio_over_time, scaled_ms, secs, sender_cpu_s, stream, sysctl, Arm,
+    ChartDef, Emulated, MetricDef, NIC_TX_USECS, OFF, ON,
 };
 use crate::linux::{row, ArmResult, LinuxSpec, Workload, Writer};
 use crate::{Claim, Scale};
@@ -45,17 +45,8 @@ pub(super) fn cpu_per_gb_claim() -> Claim {
 
 /// The emulator's table: off and on with Nagle (the commit's command), then with TCP_NODELAY.
 pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
-    let duration = scaled(
-        s,
-        Time::from_secs(1),
-        Time::from_millis(250),
-        Time::from_millis(40),
-    );
+    let duration = scaled_ms(s, 1000, 250, 40);
     let cfg = BenchConfig {
-        test: Test::Stream,
-        flows: 4,
-        duration: Some(duration),
-        msg_size: 128,
         // The commit's "Tested:" line is `super_netperf 4 -t TCP_STREAM -- -m 128`: no -D,
         // so Nagle is on. The spec's E4 adds TCP_NODELAY; shown apart below.
         nodelay: false,
@@ -67,7 +58,7 @@ pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
             delay: Time::from_micros(25),
             ..LinkSpec::default()
         },
-        ..base.clone()
+        ..stream(base, 4, 128, duration)
     };
     let arm = |label: &str, v: &str, nodelay: bool| {
         let cfg = BenchConfig {

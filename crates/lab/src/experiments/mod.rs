@@ -436,6 +436,22 @@ fn scaled<T: Copy>(scale: Scale, full: T, quick: T, tiny: T) -> T {
     }
 }
 
+/// The scale's duration: `full`, `quick` or `tiny` milliseconds.
+fn scaled_ms(scale: Scale, full: u64, quick: u64, tiny: u64) -> Time {
+    Time::from_millis(scaled(scale, full, quick, tiny))
+}
+
+/// `base` as a TCP_STREAM run of `flows` flows writing `msg_size` bytes for `duration`.
+fn stream(base: &BenchConfig, flows: usize, msg_size: usize, duration: Time) -> BenchConfig {
+    BenchConfig {
+        test: shallow_sim::Test::Stream,
+        flows,
+        msg_size,
+        duration: Some(duration),
+        ..base.clone()
+    }
+}
+
 fn sysctl(name: &str, v: &str) -> (String, String) {
     (format!("net.ipv4.{name}"), v.into())
 }

@@ -3,9 +3,12 @@
 
 use shallow_sim::bench::{BenchConfig, BenchReport};
 use shallow_sim::spec::LinkSpec;
-use shallow_sim::{Rate, Test, Time};
+use shallow_sim::{Rate, Time};
 
-use super::{metric, off_on, over_time, scaled, secs, sysctl, throughput_gbps, Arm, Emulated};
+use super::{
+    metric, off_on, over_time, scaled, scaled_ms, secs, stream, sysctl, throughput_gbps, Arm,
+    Emulated,
+};
 use crate::linux::{max, mean, row, LinuxSpec, RowDef, SeriesChart, Sysctls, Workload, Writer};
 use crate::{Claim, Scale};
 
@@ -26,23 +29,14 @@ fn pages_claim(flows: usize) -> Claim {
 /// The emulator's table: lowat unset, then 128 KB.
 pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
     let flows = scaled(s, SEED_FLOWS, 40, 8);
-    let duration = scaled(
-        s,
-        Time::from_secs(5),
-        Time::from_secs(1),
-        Time::from_millis(300),
-    );
+    let duration = scaled_ms(s, 5000, 1000, 300);
     let cfg = BenchConfig {
-        test: Test::Stream,
-        flows,
-        duration: Some(duration),
-        msg_size: 16384,
         link: LinkSpec {
             rate: Some(Rate::gbps(10)),
             delay: Time::from_micros(250),
             ..LinkSpec::default()
         },
-        ..base.clone()
+        ..stream(base, flows, 16384, duration)
     };
     let arm = |label: &str, v: &str| {
         let cfg = BenchConfig {

@@ -3,11 +3,12 @@
 
 use shallow_sim::bench::{BenchConfig, BenchReport};
 use shallow_sim::spec::LinkSpec;
-use shallow_sim::{Rate, Series, Test, Time, Writer};
+use shallow_sim::{Rate, Series, Time, Writer};
 
 use super::notsent_lowat::{linux_flows, lowat_on_linux};
 use super::{
-    curve, metric, over_time, per_s, scaled, secs, sysctl, throughput_gbps, Arm, Emulated, OFF, ON,
+    curve, metric, over_time, per_s, scaled, scaled_ms, secs, stream, sysctl, throughput_gbps, Arm,
+    Emulated, OFF, ON,
 };
 use crate::linux::{mean, row, LinuxSpec};
 use crate::{Claim, Scale};
@@ -29,17 +30,8 @@ const AT_X: usize = 2;
 /// The emulator's table: lowat unset, 2 MB (wake at X/2), and 2 MB waking at X.
 pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
     let flows = scaled(s, SEED_FLOWS, 20, 4);
-    let duration = scaled(
-        s,
-        Time::from_secs(10),
-        Time::from_secs(3),
-        Time::from_millis(600),
-    );
+    let duration = scaled_ms(s, 10_000, 3000, 600);
     let cfg = BenchConfig {
-        test: Test::Stream,
-        flows,
-        duration: Some(duration),
-        msg_size: 16384,
         writer: Writer::Blocking,
         link: LinkSpec {
             rate: Some(Rate::gbps(10)),
@@ -47,7 +39,7 @@ pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
             ..LinkSpec::default()
         },
         sample_interval: Time::from_millis(50),
-        ..base.clone()
+        ..stream(base, flows, 16384, duration)
     };
     // The seed's sender held 1,364,904 pages (5.2 GiB) of TCP memory, so its tcp_mem was far
     // above the 4 GiB machine of the engine's default; give the emulated sender a large

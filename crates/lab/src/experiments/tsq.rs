@@ -2,9 +2,11 @@
 
 use shallow_sim::bench::BenchConfig;
 use shallow_sim::spec::LinkSpec;
-use shallow_sim::{QdiscSpec, Rate, Series, Test, Time};
+use shallow_sim::{QdiscSpec, Rate, Series, Time};
 
-use super::{delay_cdf, metric, ms, off_on, over_time, scaled, secs, Arm, ChartDef, Emulated};
+use super::{
+    delay_cdf, metric, ms, off_on, over_time, scaled_ms, secs, stream, Arm, ChartDef, Emulated,
+};
 use crate::linux::{
     max, mean, quantile, row, ArmResult, LinuxSpec, SeriesChart, Tbf, Workload, Writer,
 };
@@ -25,12 +27,7 @@ const BELOW_TCP_1G: Claim = Claim::Figures {
 
 /// The emulator's table: at each NIC rate (1 Gbit/s, 100 Mbit/s) an off and an on arm.
 pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
-    let duration = scaled(
-        s,
-        Time::from_secs(10),
-        Time::from_secs(2),
-        Time::from_millis(300),
-    );
+    let duration = scaled_ms(s, 10_000, 2000, 300);
     let mut e = Emulated {
         switch: None,
         arms: Vec::new(),
@@ -53,10 +50,6 @@ pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
         (Rate::mbps(100), "100M", DELAY_100M, Claim::None),
     ] {
         let cfg = BenchConfig {
-            test: Test::Stream,
-            flows: 1,
-            msg_size: 65536,
-            duration: Some(duration),
             qdisc: QdiscSpec::PfifoFast,
             nic_rate: Some(rate),
             link: LinkSpec {
@@ -64,7 +57,7 @@ pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
                 delay: Time::from_micros(50),
                 ..LinkSpec::default()
             },
-            ..base.clone()
+            ..stream(base, 1, 65536, duration)
         };
         let off_cfg = BenchConfig {
             sysctls: vec![("shallow.tcp_tsq".into(), "0".into())],
