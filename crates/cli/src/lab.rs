@@ -46,25 +46,112 @@ pub enum Substrate {
     Linux,
 }
 
-pub fn run(args: &LabArgs) -> anyhow::Result<()> {
-    let exps: Vec<Experiment> = if args.experiment == "all" {
-        Experiment::ALL.to_vec()
-    } else {
-        match args.experiment.parse::<Experiment>() {
-            Ok(e) => vec![e],
-            Err(e) => {
-                use clap::CommandFactory;
-                let mut cmd = crate::Cli::command();
-                let sub = cmd
-                    .find_subcommand_mut("lab")
-                    .cloned()
-                    .unwrap_or_else(|| cmd.clone());
-                sub.bin_name("shallow lab")
-                    .error(clap::error::ErrorKind::ValueValidation, e)
-                    .exit()
-            }
+/// The experiments `args` names (`all`: every one); a bad name exits with clap's error.
+fn experiments(args: &LabArgs) -> Vec<Experiment> {
+    if args.experiment == "all" {
+        return Experiment::ALL.to_vec();
+    }
+    match args.experiment.parse::<Experiment>() {
+        Ok(e) => vec![e],
+        Err(e) => {
+            use clap::CommandFactory;
+            let mut cmd = crate::Cli::command();
+            let sub = cmd
+                .find_subcommand_mut("lab")
+                .cloned()
+                .unwrap_or_else(|| cmd.clone());
+            sub.bin_name("shallow lab")
+                .error(clap::error::ErrorKind::ValueValidation, e)
+                .exit()
         }
+    }
+}
+
+/// The progress bar on stderr: the arm running and how far its virtual time has got.
+fn progress_bar() -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(1000),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {msg:>24} {wide_bar} {percent}% virtual time",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// Says on stderr what `--plots` wrote.
+fn plots_written(
+    bar: &indicatif::ProgressBar,
+    experiment: &str,
+    out: &shallow_lab::PlotOutput,
+    dir: &std::path::Path,
+) {
+    bar.suspend(|| {
+        for w in &out.warnings {
+            eprintln!("warning: {w}");
+        }
+        eprintln!(
+            "{experiment}: {} chart files in {}",
+            out.files.len(),
+            dir.display()
+        );
+    });
+}
+
+/// Runs `e` on the Linux substrate and writes its plots: its JSON and table, or `Err` with
+/// the skip's JSON when this machine cannot run it (the reason is on stderr).
+fn run_on_linux(
+    e: Experiment,
+    args: &LabArgs,
+    opts: &LabOptions,
+    bar: &indicatif::ProgressBar,
+    progress: &mut dyn FnMut(&str, f64),
+) -> anyhow::Result<Result<(serde_json::Value, String), serde_json::Value>> {
+    let lopts = shallow_lab::LinuxOptions {
+        scale: opts.scale,
+        seed: args.seed,
+        kernel_only: args.kernel_only,
     };
+    match shallow_lab::run_linux(e, &lopts, progress) {
+        Ok(rep) => {
+            if let Some(dir) = &args.plots {
+                let out = shallow_lab::write_linux_plots(&rep, dir, !args.no_png)?;
+                plots_written(bar, &rep.experiment, &out, dir);
+            }
+            Ok(Ok((rep.to_json(), rep.table())))
+        }
+        Err(err @ (shallow_lab::LabError::NotRoot(_) | shallow_lab::LabError::Unsupported(_))) => {
+            bar.suspend(|| eprintln!("{}: {err}", e.name()));
+            Ok(Err(serde_json::json!({
+                "experiment": e.name(),
+                "substrate": "linux",
+                "skipped": err.to_string(),
+            })))
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Runs `e` on the emulator and writes its plots: its JSON and table.
+fn run_on_emulator(
+    e: Experiment,
+    args: &LabArgs,
+    opts: &LabOptions,
+    bar: &indicatif::ProgressBar,
+    progress: &mut dyn FnMut(&str, f64),
+) -> anyhow::Result<(serde_json::Value, String)> {
+    let rep = shallow_lab::run(e, opts, progress)?;
+    if let Some(dir) = &args.plots {
+        let out = shallow_lab::write_plots(&rep, dir, !args.no_png)?;
+        plots_written(bar, &rep.experiment, &out, dir);
+    }
+    Ok((rep.to_json(), rep.table()))
+}
+
+pub fn run(args: &LabArgs) -> anyhow::Result<()> {
+    let exps = experiments(args);
     let opts = LabOptions {
         seed: args.seed,
         scale: if args.quick {
@@ -78,15 +165,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
             "QUICK scale: fewer flows and shorter runs than the seeds (see each table's notes)\n"
         );
     }
-    let bar = indicatif::ProgressBar::with_draw_target(
-        Some(1000),
-        indicatif::ProgressDrawTarget::stderr(),
-    );
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{spinner} [{elapsed_precise}] {msg:>24} {wide_bar} {percent}% virtual time",
-    ) {
-        bar.set_style(style);
-    }
+    let bar = progress_bar();
     let mut last = String::new();
     let mut progress = |arm: &str, frac: f64| {
         if arm != last {
@@ -96,82 +175,17 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
         bar.set_position((frac * 1000.0) as u64);
     };
     let mut json = Vec::new();
-    if args.substrate == Substrate::Linux {
-        let lopts = shallow_lab::LinuxOptions {
-            scale: opts.scale,
-            seed: args.seed,
-            kernel_only: args.kernel_only,
-        };
-        for e in exps {
-            match shallow_lab::run_linux(e, &lopts, &mut progress) {
-                Ok(rep) => {
-                    if let Some(dir) = &args.plots {
-                        let out = shallow_lab::write_linux_plots(&rep, dir, !args.no_png)?;
-                        bar.suspend(|| {
-                            for w in &out.warnings {
-                                eprintln!("warning: {w}");
-                            }
-                            eprintln!(
-                                "{}: {} chart files in {}",
-                                rep.experiment,
-                                out.files.len(),
-                                dir.display()
-                            );
-                        });
-                    }
-                    if args.json {
-                        json.push(rep.to_json());
-                    } else {
-                        bar.suspend(|| println!("{}", rep.table()));
-                    }
-                }
-                Err(
-                    err @ (shallow_lab::LabError::NotRoot(_)
-                    | shallow_lab::LabError::Unsupported(_)),
-                ) => {
-                    bar.suspend(|| eprintln!("{}: {err}", e.name()));
-                    if args.json {
-                        json.push(serde_json::json!({
-                            "experiment": e.name(),
-                            "substrate": "linux",
-                            "skipped": err.to_string(),
-                        }));
-                    }
-                }
-                Err(err) => return Err(err.into()),
-            }
-        }
-        bar.finish_and_clear();
-        if args.json {
-            let out = if json.len() == 1 {
-                json.remove(0)
-            } else {
-                serde_json::Value::Array(json)
-            };
-            println!("{}", serde_json::to_string(&out)?);
-        }
-        return Ok(());
-    }
     for e in exps {
-        let rep = shallow_lab::run(e, &opts, &mut progress)?;
-        if let Some(dir) = &args.plots {
-            let out = shallow_lab::write_plots(&rep, dir, !args.no_png)?;
-            bar.suspend(|| {
-                for w in &out.warnings {
-                    eprintln!("warning: {w}");
-                }
-                eprintln!(
-                    "{}: {} chart files in {}",
-                    rep.experiment,
-                    out.files.len(),
-                    dir.display()
-                );
-            });
-        }
-        if args.json {
-            json.push(rep.to_json());
+        let ran = if args.substrate == Substrate::Linux {
+            run_on_linux(e, args, &opts, &bar, &mut progress)?
         } else {
-            bar.suspend(|| println!("{}", rep.table()));
+            Ok(run_on_emulator(e, args, &opts, &bar, &mut progress)?)
+        };
+        match ran {
+            Ok((j, _)) if args.json => json.push(j),
+            Ok((_, table)) => bar.suspend(|| println!("{table}")),
+            Err(skipped) if args.json => json.push(skipped),
+            Err(_) => {}
         }
     }
     bar.finish_and_clear();

@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -108,11 +109,7 @@ pub fn write_linux_plots(
         source,
     })?;
     let mut svgs: Vec<(String, String)> = Vec::new();
-    let sub = match rep.scale {
-        crate::Scale::Full => "full scale",
-        crate::Scale::Quick => "QUICK scale",
-        crate::Scale::Tiny => "TINY scale",
-    };
+    let sub = rep.scale.short();
     let [kernel, shallow] = rep.as_lab_reports();
     for (half, short, long) in [
         (kernel, "Linux", "Linux kernel (this machine)"),
@@ -244,12 +241,7 @@ struct Who {
 
 /// Scale note shown under each title.
 fn subtitle(rep: &LabReport) -> String {
-    let scale = match rep.scale {
-        crate::Scale::Full => "full scale",
-        crate::Scale::Quick => "QUICK scale",
-        crate::Scale::Tiny => "TINY scale",
-    };
-    format!("{}, seed {}", scale, rep.seed)
+    format!("{}, seed {}", rep.scale.short(), rep.seed)
 }
 
 fn seed_ratio(claim: Claim) -> Option<f64> {
@@ -260,12 +252,12 @@ fn seed_ratio(claim: Claim) -> Option<f64> {
     }
 }
 
-/// Horizontal bars of on/off per metric, log scale, seed beside Shallow.
-fn ratio_svg(rep: &LabReport, who: &Who) -> Result<String, PlotError> {
-    // (name, seed ratio, Shallow ratio, verdict)
-    type Row<'a> = (&'a str, Option<f64>, Option<f64>, Option<bool>);
-    let rows: Vec<Row<'_>> = rep
-        .metrics
+/// A metric in the ratio chart: name, seed ratio, Shallow's ratio, verdict.
+type RatioRow<'a> = (&'a str, Option<f64>, Option<f64>, Option<bool>);
+
+/// The ratio chart's rows.
+fn ratio_rows<'a>(rep: &'a LabReport, who: &Who) -> Vec<RatioRow<'a>> {
+    rep.metrics
         .iter()
         .map(|m| {
             (
@@ -279,7 +271,12 @@ fn ratio_svg(rep: &LabReport, who: &Who) -> Result<String, PlotError> {
                 },
             )
         })
-        .collect();
+        .collect()
+}
+
+/// Horizontal bars of on/off per metric, log scale, seed beside Shallow.
+fn ratio_svg(rep: &LabReport, who: &Who) -> Result<String, PlotError> {
+    let rows = ratio_rows(rep, who);
     let n = rows.len().max(1);
     let vals = rows.iter().flat_map(|r| [r.1, r.2]).flatten();
     let (mut lo, mut hi) = (1.0f64, 1.0f64);
@@ -366,60 +363,66 @@ fn ratio_svg(rep: &LabReport, who: &Who) -> Result<String, PlotError> {
             .map_err(draw_err("unity line"))?;
         // Values and verdict in a column right of the plot, one line per metric; the legend
         // below the axis title (neither may hide a bar).
-        let font = TextStyle::from(("sans-serif", 14).into_font()).pos(
-            plotters::style::text_anchor::Pos::new(
-                plotters::style::text_anchor::HPos::Left,
-                plotters::style::text_anchor::VPos::Center,
-            ),
-        );
         let right = chart.backend_coord(&(hi, 0.0)).0 + 14;
-        for (i, r) in rows.iter().enumerate() {
-            let verdict = match r.3 {
-                Some(true) => "reproduced",
-                Some(false) => "NOT reproduced",
-                None if who.nan_is_missing && r.2.is_none() => "no off/on pair",
-                None => "no published figure",
-            };
-            let ours = r.2.map_or("n/a".to_string(), fmt_ratio);
-            let seed = r.1.map_or("-".to_string(), fmt_ratio);
-            let y = chart.backend_coord(&(hi, y_of(i))).1;
-            root.draw(&Text::new(
-                format!("seed {seed}",),
-                (right, y - 16),
-                font.clone(),
-            ))
-            .map_err(draw_err("labels"))?;
-            root.draw(&Text::new(
-                format!("{} {ours}", who.short),
-                (right, y),
-                font.clone(),
-            ))
-            .map_err(draw_err("labels"))?;
-            root.draw(&Text::new(
-                verdict.to_string(),
-                (right, y + 16),
-                font.clone(),
-            ))
-            .map_err(draw_err("labels"))?;
-        }
-        let lx = chart.backend_coord(&(lo, 0.0)).0;
-        let ly = h as i32 - 20;
-        for (k, (c, t)) in [
-            (SEED_ON, "seed commit (Linux, published)"),
-            (OURS_ON, who.long),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let x = lx + 330 * k as i32;
-            root.draw(&Rectangle::new([(x, ly - 7), (x + 20, ly + 7)], c.filled()))
-                .map_err(draw_err("legend"))?;
-            root.draw(&Text::new(t, (x + 28, ly), font.clone()))
-                .map_err(draw_err("legend"))?;
-        }
+        let ys: Vec<i32> = (0..rows.len())
+            .map(|i| chart.backend_coord(&(hi, y_of(i))).1)
+            .collect();
+        let legend_at = (chart.backend_coord(&(lo, 0.0)).0, h as i32 - 20);
+        ratio_labels(&root, &rows, who, right, &ys, legend_at)?;
         root.present().map_err(draw_err("present"))?;
     }
     Ok(svg)
+}
+
+/// The ratio chart's value and verdict column (at x `right`, a metric at each of `ys`) and
+/// its legend (starting at `legend_at`).
+fn ratio_labels(
+    root: &DrawingArea<SVGBackend<'_>, Shift>,
+    rows: &[RatioRow<'_>],
+    who: &Who,
+    right: i32,
+    ys: &[i32],
+    legend_at: (i32, i32),
+) -> Result<(), PlotError> {
+    let font = TextStyle::from(("sans-serif", 14).into_font()).pos(
+        plotters::style::text_anchor::Pos::new(
+            plotters::style::text_anchor::HPos::Left,
+            plotters::style::text_anchor::VPos::Center,
+        ),
+    );
+    for (r, &y) in rows.iter().zip(ys) {
+        let verdict = match r.3 {
+            Some(true) => "reproduced",
+            Some(false) => "NOT reproduced",
+            None if who.nan_is_missing && r.2.is_none() => "no off/on pair",
+            None => "no published figure",
+        };
+        let ours = r.2.map_or("n/a".to_string(), fmt_ratio);
+        let seed = r.1.map_or("-".to_string(), fmt_ratio);
+        for (text, dy) in [
+            (format!("seed {seed}"), -16),
+            (format!("{} {ours}", who.short), 0),
+            (verdict.to_string(), 16),
+        ] {
+            root.draw(&Text::new(text, (right, y + dy), font.clone()))
+                .map_err(draw_err("labels"))?;
+        }
+    }
+    let (lx, ly) = legend_at;
+    for (k, (c, t)) in [
+        (SEED_ON, "seed commit (Linux, published)"),
+        (OURS_ON, who.long),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let x = lx + 330 * k as i32;
+        root.draw(&Rectangle::new([(x, ly - 7), (x + 20, ly + 7)], c.filled()))
+            .map_err(draw_err("legend"))?;
+        root.draw(&Text::new(t, (x + 28, ly), font.clone()))
+            .map_err(draw_err("legend"))?;
+    }
+    Ok(())
 }
 
 fn fmt_ratio(x: f64) -> String {
@@ -599,47 +602,39 @@ fn chart_svg(experiment: &str, subtitle: &str, c: &Chart) -> Result<String, Plot
             let mut chart = b
                 .build_cartesian_2d((x0..x1).log_scale(), y0..y1)
                 .map_err(draw_err("axes"))?;
-            chart
-                .configure_mesh()
-                .x_desc(c.x_desc.as_str())
-                .y_desc(c.y_desc.as_str())
-                .x_label_formatter(&|x| crate::fmt_num(*x))
-                .y_label_formatter(&|y| crate::fmt_num(*y))
-                .label_style(("sans-serif", 14))
-                .axis_desc_style(("sans-serif", 15))
-                .draw()
-                .map_err(draw_err("mesh"))?;
-            draw_curves(&mut chart, c)?;
+            draw_curves(&mut chart, c, &|x| crate::fmt_num(*x))?;
         } else {
             let tick = |v: &f64| format!("{}", (v * 1000.0).round() / 1000.0);
             let mut chart = b
                 .build_cartesian_2d(x0..x1, y0..y1)
                 .map_err(draw_err("axes"))?;
-            chart
-                .configure_mesh()
-                .x_desc(c.x_desc.as_str())
-                .y_desc(c.y_desc.as_str())
-                .x_label_formatter(&tick)
-                .y_label_formatter(&|y| crate::fmt_num(*y))
-                .label_style(("sans-serif", 14))
-                .axis_desc_style(("sans-serif", 15))
-                .draw()
-                .map_err(draw_err("mesh"))?;
-            draw_curves(&mut chart, c)?;
+            draw_curves(&mut chart, c, &tick)?;
         }
         root.present().map_err(draw_err("present"))?;
     }
     Ok(svg)
 }
 
+/// The axes (x ticks by `x_tick`), the curves and the legend of a recorded chart.
 fn draw_curves<'a, X, Y>(
     chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
     c: &Chart,
+    x_tick: &dyn Fn(&f64) -> String,
 ) -> Result<(), PlotError>
 where
-    X: Ranged<ValueType = f64>,
-    Y: Ranged<ValueType = f64>,
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
 {
+    chart
+        .configure_mesh()
+        .x_desc(c.x_desc.as_str())
+        .y_desc(c.y_desc.as_str())
+        .x_label_formatter(x_tick)
+        .y_label_formatter(&|y| crate::fmt_num(*y))
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 15))
+        .draw()
+        .map_err(draw_err("mesh"))?;
     for k in &c.curves {
         let colour = ARM_COLOURS[k.group % ARM_COLOURS.len()];
         let pts: Vec<(f64, f64)> = k

@@ -253,26 +253,32 @@ fn reproduced_needs_same_direction_and_half_the_effect() {
     );
 }
 
+/// A reproduced metric with figures (acks 1000 -> 100 against 240000 -> 40000), one that
+/// moves though "unchanged" was claimed (tput 1 -> 0.5), then `third`.
+fn two_metrics_and(third: Metric) -> Vec<Metric> {
+    vec![
+        Metric::new(
+            "acks",
+            "1/s",
+            Claim::Figures {
+                off: 240_000.0,
+                on: 40_000.0,
+            },
+            1000.0,
+            100.0,
+        ),
+        Metric::new("tput", "Gbit/s", Claim::Unchanged, 1.0, 0.5),
+        third,
+    ]
+}
+
 #[test]
 fn json_shape() {
     let rep = LabReport {
         experiment: "x".into(),
         scale: Scale::Quick,
         seed: 3,
-        metrics: vec![
-            Metric::new(
-                "acks",
-                "1/s",
-                Claim::Figures {
-                    off: 240_000.0,
-                    on: 40_000.0,
-                },
-                1000.0,
-                100.0,
-            ),
-            Metric::new("tput", "Gbit/s", Claim::Unchanged, 1.0, 0.5),
-            Metric::new("ctx", "1/s", Claim::None, 0.0, 3.0),
-        ],
+        metrics: two_metrics_and(Metric::new("ctx", "1/s", Claim::None, 0.0, 3.0)),
         config: [("off".to_string(), "sysctl 0".to_string())].into(),
         notes: vec!["n".into()],
         charts: Vec::new(),
@@ -319,20 +325,7 @@ fn plots_are_written() {
         experiment: "demo".into(),
         scale: Scale::Tiny,
         seed: 1,
-        metrics: vec![
-            Metric::new(
-                "acks",
-                "1/s",
-                Claim::Figures {
-                    off: 240_000.0,
-                    on: 40_000.0,
-                },
-                1000.0,
-                100.0,
-            ),
-            Metric::new("tput", "Gbit/s", Claim::Unchanged, 1.0, 0.5),
-            Metric::new("drops", "1/s", Claim::None, 0.0, 0.0),
-        ],
+        metrics: two_metrics_and(Metric::new("drops", "1/s", Claim::None, 0.0, 0.0)),
         config: Default::default(),
         notes: Vec::new(),
         charts: vec![shallow_lab::Chart {

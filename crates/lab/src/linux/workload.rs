@@ -1,0 +1,343 @@
+//! The workloads, written once over both kinds of socket: blocking senders (one thread per
+//! flow, as netperf), an edge-triggered epoll sender (one thread for all flows) over the
+//! kernel's epoll or Shallow's Poller, and the kernel receiver.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use shallow_os::Netns;
+
+use super::parse::thread_cpu_ns;
+use super::world::{io_err, os_err, RX_ADDR};
+use crate::LabError;
+
+/// A sending socket of either substrate.
+pub(super) trait Flow: Send + Sync {
+    fn send(&self, buf: &[u8]) -> io::Result<usize>;
+    fn set_nonblocking(&self, on: bool) -> io::Result<()>;
+    fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()>;
+    fn shutdown_write(&self) -> io::Result<()>;
+}
+
+impl Flow for std::net::TcpStream {
+    fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        (&*self).write(buf)
+    }
+    fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        std::net::TcpStream::set_nonblocking(self, on)
+    }
+    fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        std::net::TcpStream::set_write_timeout(self, t)
+    }
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(std::net::Shutdown::Write)
+    }
+}
+
+impl Flow for shallow_os::TcpStream {
+    fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        (&*self).write(buf)
+    }
+    fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        shallow_os::TcpStream::set_nonblocking(self, on)
+    }
+    fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        shallow_os::TcpStream::set_write_timeout(self, t)
+    }
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(std::net::Shutdown::Write)
+    }
+}
+
+/// Edge-triggered readiness for writing over a set of flows (epoll or Shallow's Poller).
+pub(super) trait WritePoller {
+    /// Waits up to `timeout`; pushes the indexes of flows that became writable.
+    fn wait(&mut self, ready: &mut Vec<usize>, timeout: Duration) -> io::Result<()>;
+}
+
+pub(super) struct KernelEpoll {
+    ep: std::os::fd::OwnedFd,
+    cap: usize,
+}
+
+impl KernelEpoll {
+    pub(super) fn new(flows: &[Arc<std::net::TcpStream>]) -> io::Result<KernelEpoll> {
+        use rustix::event::epoll;
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        for (i, f) in flows.iter().enumerate() {
+            epoll::add(
+                &ep,
+                f.as_fd(),
+                epoll::EventData::new_u64(i as u64),
+                epoll::EventFlags::OUT | epoll::EventFlags::ET,
+            )?;
+        }
+        Ok(KernelEpoll {
+            ep,
+            cap: flows.len().max(1),
+        })
+    }
+}
+
+impl WritePoller for KernelEpoll {
+    fn wait(&mut self, ready: &mut Vec<usize>, timeout: Duration) -> io::Result<()> {
+        use rustix::event::epoll;
+        let ts = rustix::event::Timespec {
+            tv_sec: timeout.as_secs() as i64,
+            tv_nsec: i64::from(timeout.subsec_nanos()),
+        };
+        // Made per call: epoll's event type holds a raw pointer, so it cannot be kept in a
+        // value that moves to the sender thread.
+        let mut buf: Vec<epoll::Event> = Vec::with_capacity(self.cap);
+        match epoll::wait(
+            &self.ep,
+            rustix::buffer::spare_capacity(&mut buf),
+            Some(&ts),
+        ) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        for e in buf.iter().copied() {
+            let (flags, data) = (e.flags, e.data);
+            if flags.intersects(epoll::EventFlags::OUT | epoll::EventFlags::ERR) {
+                ready.push(data.u64() as usize);
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(super) struct ShallowPoller {
+    poller: shallow_os::Poller,
+    events: shallow_os::Events,
+}
+
+impl ShallowPoller {
+    pub(super) fn new(
+        host: &shallow_os::Host,
+        flows: &[Arc<shallow_os::TcpStream>],
+    ) -> io::Result<ShallowPoller> {
+        let poller = shallow_os::Poller::new(host);
+        for (i, f) in flows.iter().enumerate() {
+            poller.register(
+                &**f,
+                i,
+                shallow_os::poller::Interest::WRITABLE,
+                shallow_os::Trigger::Edge,
+            )?;
+        }
+        Ok(ShallowPoller {
+            poller,
+            events: shallow_os::Events::with_capacity(flows.len().max(1)),
+        })
+    }
+}
+
+impl WritePoller for ShallowPoller {
+    fn wait(&mut self, ready: &mut Vec<usize>, timeout: Duration) -> io::Result<()> {
+        self.poller.wait(&mut self.events, Some(timeout))?;
+        for e in self.events.iter() {
+            if e.is_writable() {
+                ready.push(e.token);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How the senders write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Writer {
+    /// One thread per flow, blocking `write()` of `msg` bytes (netperf).
+    Blocking,
+    /// One thread for all flows, non-blocking, writing until EAGAIN on every edge-triggered
+    /// EPOLLOUT (spec §12 E3).
+    Epoll,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Workload {
+    /// Connections.
+    pub(crate) flows: usize,
+    /// Bytes per write.
+    pub(crate) msg: usize,
+    /// TCP_NODELAY (Nagle off).
+    pub(crate) nodelay: bool,
+    /// How the senders write.
+    pub(crate) writer: Writer,
+    /// How long each arm sends.
+    pub(crate) duration: Duration,
+}
+
+/// What the senders did.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SendStats {
+    /// Bytes written.
+    pub(crate) bytes: u64,
+    /// Write calls, including those that wrote nothing.
+    pub(crate) send_calls: u64,
+    /// epoll_wait calls that returned at least one event (a wake-up of the sender thread).
+    pub(crate) wakeups: u64,
+    /// CPU time of the sender threads, ns.
+    pub(crate) cpu_ns: u64,
+}
+
+/// Runs a sender on a new thread: `body` writes from a buffer of `msg` bytes, counting into
+/// the stats, and returns the tidy-up to do once the thread's CPU time has been taken.
+fn spawn_sender<D: FnOnce()>(
+    msg: usize,
+    body: impl FnOnce(&[u8], &mut SendStats) -> D + Send + 'static,
+) -> std::thread::JoinHandle<SendStats> {
+    std::thread::spawn(move || {
+        let c0 = thread_cpu_ns();
+        let buf = vec![0x5au8; msg];
+        let mut st = SendStats::default();
+        let tidy = body(&buf, &mut st);
+        st.cpu_ns = thread_cpu_ns().saturating_sub(c0);
+        tidy();
+        st
+    })
+}
+
+/// One write of `buf` to `f`, counted when it wrote.
+fn send_once<F: Flow + ?Sized>(f: &F, buf: &[u8], st: &mut SendStats) -> io::Result<()> {
+    let n = f.send(buf)?;
+    st.bytes += n as u64;
+    st.send_calls += 1;
+    Ok(())
+}
+
+/// One thread per flow, blocking writes (with a 50 ms timeout, to see `stop`).
+pub(super) fn blocking_senders<F: Flow + 'static>(
+    flows: Vec<Arc<F>>,
+    w: &Workload,
+    stop: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<SendStats>> {
+    flows
+        .into_iter()
+        .map(|f| {
+            let stop = stop.clone();
+            spawn_sender(w.msg, move |buf, st| {
+                let _ = f.set_write_timeout(Some(Duration::from_millis(50)));
+                while !stop.load(Ordering::Relaxed) {
+                    match send_once(&*f, buf, st) {
+                        Ok(()) => {}
+                        Err(e)
+                            if e.kind() == io::ErrorKind::WouldBlock
+                                || e.kind() == io::ErrorKind::TimedOut
+                                || e.kind() == io::ErrorKind::Interrupted =>
+                        {
+                            st.send_calls += 1;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                move || {
+                    let _ = f.shutdown_write();
+                }
+            })
+        })
+        .collect()
+}
+
+/// One thread for all flows: non-blocking writes until EAGAIN, then again on each
+/// edge-triggered readiness `poller` reports.
+pub(super) fn epoll_sender<F: Flow + 'static, P: WritePoller + Send + 'static>(
+    flows: Vec<Arc<F>>,
+    mut poller: P,
+    w: &Workload,
+    stop: &Arc<AtomicBool>,
+) -> std::thread::JoinHandle<SendStats> {
+    let stop = stop.clone();
+    spawn_sender(w.msg, move |buf, st| {
+        let mut dead = vec![false; flows.len()];
+        let fill = |i: usize, st: &mut SendStats, dead: &mut Vec<bool>| loop {
+            match send_once(&*flows[i], buf, st) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    st.send_calls += 1;
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    dead[i] = true;
+                    return;
+                }
+            }
+        };
+        for (i, f) in flows.iter().enumerate() {
+            let _ = f.set_nonblocking(true);
+            fill(i, st, &mut dead);
+        }
+        let mut ready = Vec::new();
+        while !stop.load(Ordering::Relaxed) && dead.iter().any(|d| !d) {
+            ready.clear();
+            if poller.wait(&mut ready, Duration::from_millis(20)).is_err() {
+                break;
+            }
+            if !ready.is_empty() {
+                st.wakeups += 1;
+            }
+            for &i in &ready {
+                if i < flows.len() && !dead[i] {
+                    fill(i, st, &mut dead);
+                }
+            }
+        }
+        move || {
+            for f in &flows {
+                let _ = f.set_nonblocking(false);
+                let _ = f.shutdown_write();
+            }
+        }
+    })
+}
+
+/// The kernel receiver in the receiving namespace: accepts `n` connections on `port` and
+/// reads each to EOF with 128 KB reads (netserver's default), counting bytes.
+pub(super) struct Receiver {
+    /// Bytes read so far.
+    pub(super) bytes: Arc<AtomicU64>,
+    /// The accepting thread (joins its readers).
+    pub(super) handle: std::thread::JoinHandle<()>,
+}
+
+impl Receiver {
+    pub(super) fn start(rx: &Netns, port: u16, n: usize) -> Result<Receiver, LabError> {
+        let addr = SocketAddr::new(IpAddr::V4(RX_ADDR), port);
+        let listener = rx
+            .run(move || std::net::TcpListener::bind(addr))
+            .map_err(os_err("enter receiver namespace"))?
+            .map_err(io_err("bind the receiver"))?;
+        let bytes = Arc::new(AtomicU64::new(0));
+        let b = bytes.clone();
+        let handle = std::thread::spawn(move || {
+            let mut readers = Vec::new();
+            for _ in 0..n {
+                let Ok((mut s, _)) = listener.accept() else {
+                    break;
+                };
+                let b = b.clone();
+                readers.push(std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 131072];
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+                    while let Ok(k) = s.read(&mut buf) {
+                        if k == 0 {
+                            break;
+                        }
+                        b.fetch_add(k as u64, Ordering::Relaxed);
+                    }
+                }));
+            }
+            for r in readers {
+                let _ = r.join();
+            }
+        });
+        Ok(Receiver { bytes, handle })
+    }
+}
