@@ -33,7 +33,7 @@ use crate::info::{MemInfo, TcpInfo};
 use crate::input::RcvOutcome;
 use crate::mib::{Counters, Mib};
 use crate::output::{NAGLE_CORK, NAGLE_PUSH};
-use crate::packet::{self, flags::*, OutOpt, SegIn, SegOut};
+use crate::packet::{self, OutOpt, SegIn, SegOut};
 use crate::recv::msgflags::*;
 use crate::seq::*;
 use crate::socket::pollbits::*;
@@ -43,6 +43,7 @@ use crate::sysctl::{Sysctl, SysctlError};
 use crate::time::Instant;
 use core::net::{IpAddr, SocketAddr};
 use core::time::Duration;
+use shallow_wire::TcpFlags;
 use std::collections::HashMap;
 
 /// `/proc/net/sockstat` TCP line.
@@ -684,9 +685,9 @@ impl Stack {
         // reopens the 4-tuple through the listener.
         if let Ok(sk) = self.sock(id) {
             if sk.state == TcpState::TimeWait
-                && seg.has(SYN)
-                && !seg.has(ACK)
-                && !seg.has(RST)
+                && seg.has(TcpFlags::SYN)
+                && !seg.has(TcpFlags::ACK)
+                && !seg.has(TcpFlags::RST)
                 && after(seg.seq, sk.rcv_nxt)
             {
                 if let Some(l) = self.listener_for(seg.dst) {
@@ -709,7 +710,11 @@ impl Stack {
         // Accept-queue overflow at the third ACK (tcp_check_req → syn_recv_sock).
         let parent = {
             let Ok(sk) = self.sock(id) else { return };
-            if sk.state == TcpState::SynRecv && seg.has(ACK) && !seg.has(RST) && !seg.has(SYN) {
+            if sk.state == TcpState::SynRecv
+                && seg.has(TcpFlags::ACK)
+                && !seg.has(TcpFlags::RST)
+                && !seg.has(TcpFlags::SYN)
+            {
                 sk.parent
             } else {
                 None
@@ -768,13 +773,13 @@ impl Stack {
 
     /// Answer a segment that matched no connection with a RST (`tcp_v4_send_reset`).
     fn send_reset_for(&mut self, seg: &SegIn<'_>) {
-        if seg.has(RST) {
+        if seg.has(TcpFlags::RST) {
             return;
         }
-        let (seq, ack, fl) = if seg.has(ACK) {
-            (seg.ack, 0, RST)
+        let (seq, ack, fl) = if seg.has(TcpFlags::ACK) {
+            (seg.ack, 0, TcpFlags::RST)
         } else {
-            (0, seg.end_seq(), RST | ACK)
+            (0, seg.end_seq(), TcpFlags::RST | TcpFlags::ACK)
         };
         let ident = self.env.next_ident();
         let out = SegOut {
@@ -796,11 +801,11 @@ impl Stack {
 
     /// A segment for a listener (`tcp_v4_conn_request`; SYN cookies per `cookie_v4_check`).
     fn listen_rcv(&mut self, now: Instant, lid: SocketId, seg: &SegIn<'_>) {
-        if seg.has(RST) {
+        if seg.has(TcpFlags::RST) {
             return;
         }
         let cookies = self.env.sysint(Sysctl::tcp_syncookies);
-        if seg.has(ACK) && !seg.has(SYN) {
+        if seg.has(TcpFlags::ACK) && !seg.has(TcpFlags::SYN) {
             if cookies != 0 {
                 if let Some(opts) = self.cookie_check(now, seg) {
                     self.cookie_accept(now, lid, seg, opts);
@@ -810,8 +815,8 @@ impl Stack {
             self.send_reset_for(seg);
             return;
         }
-        if !seg.has(SYN) || seg.has(ACK) {
-            if seg.has(ACK) {
+        if !seg.has(TcpFlags::SYN) || seg.has(TcpFlags::ACK) {
+            if seg.has(TcpFlags::ACK) {
                 self.send_reset_for(seg);
             }
             return;
@@ -910,8 +915,7 @@ impl Stack {
         // tcp_ecn_create_request (RFC 3168 §6.1.1): a not-ECT SYN with ECE|CWR asks for ECN;
         // any tcp_ecn other than 0 accepts.
         sk.ecn_flags = 0;
-        if seg.flags & (packet::flags::ECE | packet::flags::CWR)
-            == packet::flags::ECE | packet::flags::CWR
+        if seg.flags & (TcpFlags::ECE | TcpFlags::CWR) == TcpFlags::ECE | TcpFlags::CWR
             && seg.tos & 0x3 == 0
             && env.sysint(crate::sysctl::Sysctl::tcp_ecn) != 0
         {
@@ -1046,7 +1050,7 @@ impl Stack {
         }
         let syn = SegIn {
             seq: seg.seq.wrapping_sub(1),
-            flags: SYN,
+            flags: TcpFlags::SYN,
             payload: &[],
             ..*seg
         };
@@ -1905,7 +1909,7 @@ impl Sock {
             let can_append = self
                 .write_queue
                 .back()
-                .map(|t| !t.eor && t.flags & FIN == 0 && t.len() < size_goal)
+                .map(|t| !t.eor && !t.flags.intersects(TcpFlags::FIN) && t.len() < size_goal)
                 .unwrap_or(false);
             if !can_append {
                 if !self.sk_stream_memory_free(env, 0) {
@@ -1920,7 +1924,7 @@ impl Sock {
                     break;
                 }
                 self.slow_start_after_idle_check(env, now);
-                let mut skb = Skb::new(self.write_seq, 0);
+                let mut skb = Skb::new(self.write_seq, TcpFlags::empty());
                 skb.data = SkbData::Open(self.carve_skb_buffer(size_goal as usize));
                 self.wmem_queued += skb.truesize;
                 self.write_queue.push_back(skb);
@@ -1944,7 +1948,7 @@ impl Sock {
             }
             let tail = self.write_queue.back_mut().expect("tail exists");
             if copied == 0 {
-                tail.flags &= !PSH;
+                tail.flags &= !TcpFlags::PSH;
             }
             tail.data.extend_from_slice(&data[copied..copied + n]);
             tail.truesize += n as u32;
@@ -2062,7 +2066,7 @@ impl Sock {
 
     fn mark_push(&mut self) {
         if let Some(t) = self.write_queue.back_mut() {
-            t.flags |= PSH;
+            t.flags |= TcpFlags::PSH;
         }
         self.pushed_seq = self.write_seq;
     }
@@ -2319,7 +2323,14 @@ impl Sock {
         let mut opts: Vec<OutOpt> = Vec::with_capacity(4);
         self.established_opts(now, &mut opts);
         let win = self.select_window(env);
-        let seg = self.seg(env, self.snd_una.wrapping_sub(1), ACK, win, &opts, &[]);
+        let seg = self.seg(
+            env,
+            self.snd_una.wrapping_sub(1),
+            TcpFlags::ACK,
+            win,
+            &opts,
+            &[],
+        );
         env.emit(&seg, None, None, None);
         env.mib.inc(Mib::TCPKeepAlive);
     }
