@@ -30,7 +30,7 @@ use std::sync::Arc;
 use crate::packet::{Packet, TsoParent};
 use crate::pool::BufPool;
 use crate::segment::{self, TcpView};
-use shallow_wire::TcpFlags;
+use shallow_wire::{tcp_field, TcpFlags};
 
 /// Most flows held open at once (Linux `MAX_GRO_SKBS`).
 pub const MAX_GRO_FLOWS: usize = 8;
@@ -295,7 +295,9 @@ impl Gro {
             return false;
         }
         // Identical TCP options (timestamps included).
-        if hd[hv.tcp_off + 20..hv.tcp_off + hv.tcp_len] != d[v.tcp_off + 20..v.tcp_off + v.tcp_len]
+        let opts = tcp_field::OPTIONS;
+        if hd[hv.tcp_off + opts..hv.tcp_off + hv.tcp_len]
+            != d[v.tcp_off + opts..v.tcp_off + v.tcp_len]
         {
             return false;
         }

@@ -82,28 +82,28 @@ pub fn verify(partials: &[u32]) -> bool {
 pub fn pseudo_header(src: IpAddr, dst: IpAddr, proto: u8, len: u32) -> u32 {
     match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let mut acc = u64::from(sum(&s.octets())) + u64::from(sum(&d.octets()));
-            acc += u64::from(proto);
-            // The IPv4 pseudo-header holds a 16-bit length; larger values only occur with
-            // GSO super-segments whose checksum is finished per segment, so fold them in whole.
-            acc += u64::from(len >> 16) + u64::from(len & 0xffff);
-            u32::from(fold(acc))
+            pseudo_header_octets(&s.octets(), &d.octets(), proto, len)
         }
         _ => {
-            let s = match src {
+            let v6 = |a: IpAddr| match a {
                 IpAddr::V4(a) => a.to_ipv6_mapped(),
                 IpAddr::V6(a) => a,
             };
-            let d = match dst {
-                IpAddr::V4(a) => a.to_ipv6_mapped(),
-                IpAddr::V6(a) => a,
-            };
-            let mut acc = u64::from(sum(&s.octets())) + u64::from(sum(&d.octets()));
-            acc += u64::from(len >> 16) + u64::from(len & 0xffff);
-            acc += u64::from(proto);
-            u32::from(fold(acc))
+            pseudo_header_octets(&v6(src).octets(), &v6(dst).octets(), proto, len)
         }
     }
+}
+
+/// [`pseudo_header`] for addresses given as they sit in the IP header: `src` and `dst` both
+/// 4 bytes (IPv4, RFC 9293 §3.1) or both 16 (IPv6, RFC 8200 §8.1). Both layouts sum to the
+/// addresses plus the protocol plus the length, so one rule serves both. The IPv4
+/// pseudo-header holds a 16-bit length; larger values only occur with GSO super-segments
+/// whose checksum is finished per segment, so they are folded in whole.
+pub fn pseudo_header_octets(src: &[u8], dst: &[u8], proto: u8, len: u32) -> u32 {
+    let mut acc = u64::from(sum(src)) + u64::from(sum(dst));
+    acc += u64::from(len >> 16) + u64::from(len & 0xffff);
+    acc += u64::from(proto);
+    u32::from(fold(acc))
 }
 
 #[cfg(test)]

@@ -18,8 +18,6 @@
 //!   checksum recomputed; IPv6 payload length is rewritten;
 //! * the TCP checksum is recomputed over each segment (RFC 9293 §3.1 pseudo-header).
 
-use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-
 use thiserror::Error;
 
 use crate::checksum;
@@ -228,40 +226,21 @@ pub fn csum_fold(sum: u64) -> u16 {
     !checksum::fold(sum)
 }
 
-/// The IP source and destination addresses of a parsed packet (unspecified ones where the
-/// buffer is too short to hold them).
-fn addrs(data: &[u8], v: &TcpView) -> (IpAddr, IpAddr) {
-    if v.ip_version == 4 {
-        match data.get(12..20) {
-            Some(&[s0, s1, s2, s3, d0, d1, d2, d3]) => (
-                Ipv4Addr::new(s0, s1, s2, s3).into(),
-                Ipv4Addr::new(d0, d1, d2, d3).into(),
-            ),
-            _ => (Ipv4Addr::UNSPECIFIED.into(), Ipv4Addr::UNSPECIFIED.into()),
-        }
-    } else {
-        let addr = |r: core::ops::Range<usize>| {
-            let octets = data.get(r).and_then(|b| <[u8; 16]>::try_from(b).ok());
-            IpAddr::from(Ipv6Addr::from(octets.unwrap_or_default()))
-        };
-        if data.len() >= 40 {
-            (addr(8..24), addr(24..40))
-        } else {
-            (Ipv6Addr::UNSPECIFIED.into(), Ipv6Addr::UNSPECIFIED.into())
-        }
-    }
-}
-
 /// The partial sum ([`checksum`]'s form, folded) of the TCP pseudo-header
-/// ([`checksum::pseudo_header`]: RFC 9293 §3.1; RFC 8200 §8.1 for IPv6) of a parsed packet
-/// whose TCP header plus payload is `tcp_total` bytes.
+/// ([`checksum::pseudo_header_octets`]: RFC 9293 §3.1; RFC 8200 §8.1 for IPv6) of a parsed
+/// packet whose TCP header plus payload is `tcp_total` bytes.
 fn pseudo(data: &[u8], v: &TcpView, tcp_total: usize) -> u32 {
-    let (src, dst) = addrs(data, v);
+    let (src, dst) = if v.ip_version == 4 {
+        (12..16, 16..20)
+    } else {
+        (8..24, 24..40)
+    };
+    let (src, dst) = (data.get(src).unwrap_or(&[]), data.get(dst).unwrap_or(&[]));
     let len = u32::try_from(tcp_total).unwrap_or(u32::MAX);
-    checksum::pseudo_header(src, dst, IPPROTO_TCP, len)
+    checksum::pseudo_header_octets(src, dst, IPPROTO_TCP, len)
 }
 
-/// [`checksum::pseudo_header`] of a parsed packet whose TCP header plus payload is
+/// [`checksum::pseudo_header_octets`] of a parsed packet whose TCP header plus payload is
 /// `tcp_total` bytes, as a running sum for [`csum_add`].
 pub fn pseudo_sum(data: &[u8], v: &TcpView, tcp_total: usize) -> u64 {
     u64::from(pseudo(data, v, tcp_total))
