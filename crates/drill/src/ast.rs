@@ -173,36 +173,9 @@ pub enum PacketBody {
     Icmp(IcmpSpec),
 }
 
-/// TCP header flags as written (the bit values of the TCP header's flag field;
-/// AE is the former NS bit, RFC 3540 / AccECN).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct TcpFlags(pub u16);
-
-impl TcpFlags {
-    /// FIN (`F`).
-    pub const FIN: u16 = 0x001;
-    /// SYN (`S`).
-    pub const SYN: u16 = 0x002;
-    /// RST (`R`).
-    pub const RST: u16 = 0x004;
-    /// PSH (`P`).
-    pub const PSH: u16 = 0x008;
-    /// ACK (`.`).
-    pub const ACK: u16 = 0x010;
-    /// URG (`U`).
-    pub const URG: u16 = 0x020;
-    /// ECE (`E`).
-    pub const ECE: u16 = 0x040;
-    /// CWR (`W`).
-    pub const CWR: u16 = 0x080;
-    /// AE (`A`, accurate ECN).
-    pub const AE: u16 = 0x100;
-
-    /// Whether every bit of `mask` is set.
-    pub fn has(self, mask: u16) -> bool {
-        self.0 & mask == mask
-    }
-}
+/// TCP header flags as written: the wire model's control bits (script letters `F S R P . U E
+/// W A`, AE being the former NS bit, RFC 3540 / AccECN).
+pub use shallow_wire::TcpFlags;
 
 /// A TCP segment line: `flags start:end(len) [ack N] [win N] [urg N] [<options>]`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -347,7 +347,7 @@ pub fn unsupported_features(script: &Script) -> Vec<&'static str> {
             }
             EventKind::Packet(p) => {
                 if let PacketBody::Tcp(t) = &p.body {
-                    if t.flags.has(TcpFlags::AE) {
+                    if t.flags.contains(TcpFlags::AE) {
                         feats.insert("AccECN");
                     }
                     if let TcpOptions::List(opts) = &t.options {

@@ -598,7 +598,7 @@ impl<'a> Parser<'a> {
 
     fn tcp(&mut self) -> PResult<TcpSpec> {
         let flags_pos = self.pos;
-        let mut flags = 0u16;
+        let mut flags = TcpFlags::empty();
         let mut none = false;
         let mut count = 0;
         while let Some(b) = self.peek() {
@@ -614,11 +614,11 @@ impl<'a> Parser<'a> {
                 b'A' => TcpFlags::AE,
                 b'-' => {
                     none = true;
-                    0
+                    TcpFlags::empty()
                 }
                 _ => break,
             };
-            if bit != 0 && flags & bit != 0 {
+            if flags.intersects(bit) {
                 return self.err(format!("TCP flag `{}` written twice", b as char));
             }
             flags |= bit;
@@ -650,7 +650,7 @@ impl<'a> Parser<'a> {
             );
         }
         let mut spec = TcpSpec {
-            flags: TcpFlags(flags),
+            flags,
             seq_start,
             seq_end,
             len,
@@ -1267,7 +1267,7 @@ mod tests {
         assert_eq!(p.direction, Direction::Inbound);
         assert_eq!(p.ip.ecn, Some(Ecn::Ce));
         assert_eq!(
-            t.flags.0,
+            t.flags,
             TcpFlags::SYN | TcpFlags::ECE | TcpFlags::CWR | TcpFlags::AE
         );
         assert_eq!((t.ack, t.win, t.urg), (Some(9), Some(100), Some(3)));
@@ -1283,7 +1283,10 @@ mod tests {
             (p.ip.tos, p.ip.ttl, p.ip.flowlabel),
             (Some(0x10), Some(64), Some(0x12345))
         );
-        assert_eq!((t.flags.0, t.options), (0, TcpOptions::Unchecked));
+        assert_eq!(
+            (t.flags, t.options),
+            (TcpFlags::empty(), TcpOptions::Unchecked)
+        );
         let (_, t) = tcp("0 > S 0:0(0) <FO 0011aabb,FOEXP,nop,md5 00ff,254 f989,FO TFO_COOKIE>");
         let TcpOptions::List(o) = t.options else {
             panic!()

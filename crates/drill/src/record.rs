@@ -364,7 +364,7 @@ impl Recorder {
                 _ => {}
             }
             if isn.is_none() {
-                if l.flags & shallow_wire::TcpFlags::SYN.bits() == 0 {
+                if !l.flags.contains(shallow_wire::TcpFlags::SYN) {
                     return Err(RecordError::Capture(
                         "the kernel's first packet is not a SYN or SYN-ACK".into(),
                     ));

@@ -82,7 +82,7 @@ fn synack_option_list_in_order() {
         .find_map(|e| match &e.kind {
             EventKind::Packet(p)
                 if p.direction == Direction::Outbound
-                    && matches!(&p.body, PacketBody::Tcp(t) if t.flags == TcpFlags(TcpFlags::SYN | TcpFlags::ACK)) =>
+                    && matches!(&p.body, PacketBody::Tcp(t) if t.flags == TcpFlags::SYN | TcpFlags::ACK) =>
             {
                 Some((e, p))
             }

@@ -15,7 +15,7 @@
 use core::net::IpAddr;
 
 use shallow_wire::checksum;
-use shallow_wire::{IpPacket, TcpFlags, TcpPacket, VirtioNetHdr, IPPROTO_TCP};
+use shallow_wire::{tcp_field, IpPacket, TcpFlags, TcpPacket, VirtioNetHdr, IPPROTO_TCP};
 
 /// Why a packet read from the TUN device was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -149,7 +149,9 @@ pub fn tx_prepare(packet: &[u8], gso_size: Option<u16>) -> Result<TxPrep, TxErro
     prep.head[..hdr_len].copy_from_slice(&packet[..hdr_len]);
     let l4_len = u32::try_from(l4.len()).map_err(|_| TxError::NotTcp)?;
     let pseudo = checksum::pseudo_header(src, dst, IPPROTO_TCP, l4_len) as u16;
-    prep.head[csum_start + 16..csum_start + 18].copy_from_slice(&pseudo.to_be_bytes());
+    let field = tcp_field::CHECKSUM;
+    prep.head[csum_start + field.start..csum_start + field.end]
+        .copy_from_slice(&pseudo.to_be_bytes());
     prep.head_len = hdr_len;
     prep.hdr = VirtioNetHdr {
         flags: VirtioNetHdr::F_NEEDS_CSUM,
@@ -157,7 +159,7 @@ pub fn tx_prepare(packet: &[u8], gso_size: Option<u16>) -> Result<TxPrep, TxErro
         hdr_len: hdr_len as u16,
         gso_size: gso,
         csum_start: csum_start as u16,
-        csum_offset: 16,
+        csum_offset: tcp_field::CHECKSUM.start as u16,
         num_buffers: None,
     };
     Ok(prep)

@@ -29,7 +29,8 @@ use std::sync::Arc;
 
 use crate::packet::{Packet, TsoParent};
 use crate::pool::BufPool;
-use crate::segment::{self, flags, TcpView};
+use crate::segment::{self, TcpView};
+use shallow_wire::{tcp_field, TcpFlags};
 
 /// Most flows held open at once (Linux `MAX_GRO_SKBS`).
 pub const MAX_GRO_FLOWS: usize = 8;
@@ -88,7 +89,11 @@ impl Held {
         v.seq != self.next_seq
             || v.ack != hv.ack
             || v.window != hv.window
-            || (v.flags ^ hv.flags) & !(flags::PSH | flags::FIN) != 0
+            // The flags other than PSH and FIN match (the eight of byte 13: AE and the
+            // reserved bits are not compared).
+            || !((v.flags ^ hv.flags)
+                & !(TcpFlags::PSH | TcpFlags::FIN | TcpFlags::AE | TcpFlags::RESERVED))
+                .is_empty()
             || v.tcp_len != hv.tcp_len
             || v.payload_len > self.mss
             || self.len() + v.payload_len > GRO_MAX_SIZE
@@ -202,7 +207,9 @@ impl Gro {
             return;
         }
         let mergeable_kind = v.payload_len > 0
-            && v.flags & (flags::SYN | flags::RST | flags::URG | flags::CWR) == 0
+            && !v
+                .flags
+                .intersects(TcpFlags::SYN | TcpFlags::RST | TcpFlags::URG | TcpFlags::CWR)
             && p.data.len() == v.payload_off + v.payload_len
             && (if v.ip_version == 4 {
                 v.tcp_off == 20
@@ -235,11 +242,12 @@ impl Gro {
                     h.last_id = ip_id(&p.data);
                 }
                 // PSH/FIN of the closing segment go on the aggregate.
-                let fl_at = h.view.tcp_off + 13;
-                h.pkt.data[fl_at] |= v.flags & (flags::PSH | flags::FIN);
+                h.view.flags |= v.flags & (TcpFlags::PSH | TcpFlags::FIN);
+                segment::set_tcp_flags(&mut h.pkt.data, &h.view, h.view.flags);
                 h.view.payload_len += v.payload_len;
                 self.stats.merged += 1;
-                let closes = v.payload_len < h.mss || v.flags & (flags::PSH | flags::FIN) != 0;
+                let closes =
+                    v.payload_len < h.mss || v.flags.intersects(TcpFlags::PSH | TcpFlags::FIN);
                 pool.put(p.data);
                 if closes {
                     self.flush_at(i, out, pool);
@@ -248,7 +256,7 @@ impl Gro {
             }
             self.flush_at(i, out, pool);
         }
-        if v.flags & (flags::PSH | flags::FIN) != 0 {
+        if v.flags.intersects(TcpFlags::PSH | TcpFlags::FIN) {
             self.pass(p, out, true);
             return;
         }
@@ -287,7 +295,9 @@ impl Gro {
             return false;
         }
         // Identical TCP options (timestamps included).
-        if hd[hv.tcp_off + 20..hv.tcp_off + hv.tcp_len] != d[v.tcp_off + 20..v.tcp_off + v.tcp_len]
+        let opts = tcp_field::OPTIONS;
+        if hd[hv.tcp_off + opts..hv.tcp_off + hv.tcp_len]
+            != d[v.tcp_off + opts..v.tcp_off + v.tcp_len]
         {
             return false;
         }
@@ -340,7 +350,11 @@ impl Gro {
         };
         // Segments of a TSO packet are checksummed right by the NIC; what is not mergeable
         // (CWR, SYN, RST, URG, IP options) takes the byte path, which handles it.
-        if pv.flags & (flags::SYN | flags::RST | flags::URG | flags::CWR) != 0 || !plain_ip {
+        if pv
+            .flags
+            .intersects(TcpFlags::SYN | TcpFlags::RST | TcpFlags::URG | TcpFlags::CWR)
+            || !plain_ip
+        {
             return Some(p);
         }
         let v = parent.seg_view(index);
@@ -364,7 +378,8 @@ impl Gro {
                 h.last_id = h.last_id.wrapping_add(1);
                 h.view.payload_len += v.payload_len;
                 self.stats.merged += 1;
-                let closes = v.payload_len < h.mss || v.flags & (flags::PSH | flags::FIN) != 0;
+                let closes =
+                    v.payload_len < h.mss || v.flags.intersects(TcpFlags::PSH | TcpFlags::FIN);
                 if closes {
                     self.flush_at(i, out, pool);
                 }
@@ -376,7 +391,7 @@ impl Gro {
             }
             self.flush_at(i, out, pool);
         }
-        if v.flags & (flags::PSH | flags::FIN) != 0 {
+        if v.flags.intersects(TcpFlags::PSH | TcpFlags::FIN) {
             // Passed up alone, as a run of one: its headers and a share of the payload.
             let (head, frag) = parent.take_run(index, index, pool);
             let p = Packet {
@@ -465,7 +480,7 @@ mod tests {
     use super::*;
     use crate::segment::{build_ipv4_tcp, segment, tcp_checksum_ok, TcpPacketSpec};
 
-    fn original(len: usize, fl: u8) -> Vec<u8> {
+    fn original(len: usize, fl: TcpFlags) -> Vec<u8> {
         let payload: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         let spec = TcpPacketSpec {
             seq: 1000,
@@ -502,7 +517,7 @@ mod tests {
 
     #[test]
     fn gro_coalesces_back_to_the_original() {
-        let orig = original(10 * 1448 + 100, flags::ACK | flags::PSH);
+        let orig = original(10 * 1448 + 100, TcpFlags::ACK | TcpFlags::PSH);
         let segs = segment(&orig, 1448).unwrap();
         assert_eq!(segs.len(), 11);
         let (out, st) = run(segs);
@@ -517,7 +532,7 @@ mod tests {
     /// aggregate checksum.
     #[test]
     fn odd_mss_aggregate_checksum() {
-        let orig = original(5 * 999 + 3, flags::ACK);
+        let orig = original(5 * 999 + 3, TcpFlags::ACK);
         let segs = segment(&orig, 999).unwrap();
         let (out, _) = run(segs);
         assert_eq!(out.len(), 1);
@@ -527,7 +542,7 @@ mod tests {
 
     #[test]
     fn gap_and_timestamp_change_stop_merging() {
-        let orig = original(4 * 1000, flags::ACK);
+        let orig = original(4 * 1000, TcpFlags::ACK);
         let mut segs = segment(&orig, 1000).unwrap();
         // Drop segment 1: 0 | 2,3 → two aggregates (0 alone is not marked gso).
         segs.remove(1);
@@ -549,7 +564,7 @@ mod tests {
 
     #[test]
     fn corrupted_segment_is_not_merged_and_order_kept() {
-        let orig = original(3 * 1000, flags::ACK);
+        let orig = original(3 * 1000, TcpFlags::ACK);
         let mut segs = segment(&orig, 1000).unwrap();
         segs[1][60] ^= 0x10;
         let (out, st) = run(segs);
@@ -562,7 +577,7 @@ mod tests {
 
     #[test]
     fn only_packets_with_a_good_checksum_are_marked_verified() {
-        let orig = original(4 * 1000, flags::ACK);
+        let orig = original(4 * 1000, TcpFlags::ACK);
         let mut segs = segment(&orig, 1000).unwrap();
         segs[2][60] ^= 0x10;
         let mut batch: Vec<Packet> = segs.into_iter().map(Packet::new).collect();
@@ -584,7 +599,7 @@ mod tests {
         }
         // The next batch starts afresh.
         let mut ok2 = Vec::new();
-        let more = segment(&original(1000, flags::ACK), 1000).unwrap();
+        let more = segment(&original(1000, TcpFlags::ACK), 1000).unwrap();
         g.receive_batch_verified(
             more.into_iter().map(Packet::new),
             &mut out,
@@ -596,7 +611,7 @@ mod tests {
 
     #[test]
     fn interleaved_flows_and_pure_acks() {
-        let a = segment(&original(3000, flags::ACK), 1000).unwrap();
+        let a = segment(&original(3000, TcpFlags::ACK), 1000).unwrap();
         let mut spec = TcpPacketSpec {
             sport: 40001,
             ..TcpPacketSpec::default()
@@ -646,7 +661,7 @@ mod tests {
 
     #[test]
     fn garbage_never_panics() {
-        let orig = original(3000, flags::ACK);
+        let orig = original(3000, TcpFlags::ACK);
         let mut batch = Vec::new();
         for cut in 0..orig.len().min(120) {
             batch.push(orig[..cut].to_vec());

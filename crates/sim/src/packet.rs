@@ -5,7 +5,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::pool::BufPool;
-use crate::segment::{self, flags, TcpView};
+use crate::segment::{self, TcpView};
 use crate::time::Time;
 
 /// One IP packet leaving or reaching an endpoint.
@@ -171,8 +171,8 @@ impl TsoParent {
             let (a, _) = self.payload_range(first + 1);
             let (b, blen) = self.payload_range(last);
             out.extend_from_slice(&self.payload[a..b + blen]);
-            let fl = self.seg_view(last).flags & (flags::PSH | flags::FIN);
-            out[self.view.tcp_off + 13] |= fl;
+            let fl = segment::run_flags(self.view.flags, first, last, self.segs);
+            segment::set_tcp_flags(out, &self.view, fl);
         }
     }
     /// The aggregate GRO passes up for segments `first..=last`, as a head (written into a
@@ -232,13 +232,7 @@ impl TsoParent {
     /// The header fields of segment `index` as [`segment::write_segment_parsed`] sets them.
     pub fn seg_view(&self, index: usize) -> TcpView {
         let (start, len) = self.payload_range(index);
-        let mut fl = self.view.flags;
-        if index + 1 != self.segs {
-            fl &= !(flags::FIN | flags::PSH);
-        }
-        if index > 0 {
-            fl &= !flags::CWR;
-        }
+        let fl = segment::run_flags(self.view.flags, index, index, self.segs);
         TcpView {
             payload_len: len,
             seq: self.view.seq.wrapping_add(start as u32),

@@ -5,8 +5,9 @@ use std::net::Ipv4Addr;
 
 use crate::endpoint::Endpoint;
 use crate::packet::Packet;
-use crate::segment::{self, build_ipv4_tcp, flags, TcpPacketSpec};
+use crate::segment::{self, build_ipv4_tcp, TcpPacketSpec};
 use crate::time::{Rate, RateExt, Time};
+use shallow_wire::TcpFlags;
 
 /// How a [`Source`] decides when to send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,7 +114,7 @@ impl Source {
             dport: self.cfg.dport,
             seq: self.seq,
             ack: 1,
-            flags: flags::ACK,
+            flags: TcpFlags::ACK,
             window: 65535,
             ip_id: (self.sent as u16).wrapping_mul(self.cfg.segs.max(1)),
             tos: self.cfg.tos,

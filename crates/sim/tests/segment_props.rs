@@ -8,9 +8,10 @@ use proptest::prelude::*;
 use shallow_sim::gro::Gro;
 use shallow_sim::packet::{Packet, TsoParent, WireSeg};
 use shallow_sim::pool::BufPool;
-use shallow_sim::segment::{self, build_ipv4_tcp, flags, TcpPacketSpec};
+use shallow_sim::segment::{self, build_ipv4_tcp, TcpPacketSpec};
+use shallow_wire::TcpFlags;
 
-fn ipv6_tcp(payload: &[u8], seq: u32, fl: u8, opts: &[u8]) -> Vec<u8> {
+fn ipv6_tcp(payload: &[u8], seq: u32, fl: TcpFlags, opts: &[u8]) -> Vec<u8> {
     let tcp_len = 20 + opts.len();
     let mut p = vec![0x60, 0, 0, 0];
     p.extend_from_slice(&((tcp_len + payload.len()) as u16).to_be_bytes());
@@ -19,20 +20,9 @@ fn ipv6_tcp(payload: &[u8], seq: u32, fl: u8, opts: &[u8]) -> Vec<u8> {
     p.extend_from_slice(&[0xfe; 16]);
     p.extend_from_slice(&[0x9c, 0x40, 0x13, 0x89]);
     p.extend_from_slice(&seq.to_be_bytes());
-    p.extend_from_slice(&[
-        0,
-        0,
-        0,
-        1,
-        ((tcp_len / 4) as u8) << 4,
-        fl,
-        0xff,
-        0xff,
-        0,
-        0,
-        0,
-        0,
-    ]);
+    p.extend_from_slice(&[0, 0, 0, 1]);
+    p.extend_from_slice(&((((tcp_len / 4) as u16) << 12) | fl.bits()).to_be_bytes());
+    p.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
     p.extend_from_slice(opts);
     p.extend_from_slice(payload);
     let v = segment::parse_tcp(&p).unwrap();
@@ -56,7 +46,9 @@ proptest! {
         seed in any::<u8>(),
     ) {
         let payload: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(seed | 1)).collect();
-        let fl = flags::ACK | if psh { flags::PSH } else { 0 } | if fin { flags::FIN } else { 0 };
+        let mut fl = TcpFlags::ACK;
+        fl.set(TcpFlags::PSH, psh);
+        fl.set(TcpFlags::FIN, fin);
         let opts: Vec<u8> = if ts { vec![1, 1, 8, 10, 1, 2, 3, 4, 5, 6, 7, 8] } else { vec![] };
         let orig = if v6 {
             ipv6_tcp(&payload, seq, fl, &opts)
@@ -76,7 +68,7 @@ proptest! {
             prop_assert_eq!(v.seq, next);
             next = next.wrapping_add(v.payload_len as u32);
             let last = i + 1 == segs.len();
-            prop_assert_eq!(v.flags & (flags::PSH | flags::FIN) != 0, last && (psh || fin));
+            prop_assert_eq!(v.flags.intersects(TcpFlags::PSH | TcpFlags::FIN), last && (psh || fin));
             prop_assert!(v.payload_len <= usize::from(mss));
         }
         let mut g = Gro::new();
@@ -168,12 +160,12 @@ proptest! {
         let (mut s, mut id) = (seq, ip_id);
         for (k, &len) in lens.iter().enumerate() {
             let payload: Vec<u8> = (0..len).map(|i| (i as u8) ^ (k as u8).wrapping_mul(31)).collect();
-            let mut fl = flags::ACK;
+            let mut fl = TcpFlags::ACK;
             if cwr && k == 0 {
-                fl |= flags::CWR;
+                fl |= TcpFlags::CWR;
             }
             if psh_last && k + 1 == lens.len() {
-                fl |= flags::PSH;
+                fl |= TcpFlags::PSH;
             }
             let opts = vec![1, 1, 8, 10, 1, 2, 3, 4, 5, 6, 7, 8];
             let data = if v6 {

@@ -326,7 +326,7 @@ pub fn segment(pkt: &[u8], gso_size: u16) -> Vec<Vec<u8>> {
         let mut r = repr.clone();
         r.seq = seq;
         if i + 1 < n {
-            r.flags = TcpFlags(r.flags.bits() & !(TcpFlags::PSH.bits() | TcpFlags::FIN.bits()));
+            r.flags &= !(TcpFlags::PSH | TcpFlags::FIN);
         }
         seq = seq.wrapping_add(c.len() as u32);
         let tl = r.header_len() + c.len();

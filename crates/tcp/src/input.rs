@@ -3,7 +3,7 @@
 //! `__tcp_ack_snd_check`).
 
 use crate::errno::Errno;
-use crate::packet::{flags::*, SegIn};
+use crate::packet::SegIn;
 use crate::seq::*;
 use crate::socket::pollbits::*;
 use crate::socket::*;
@@ -12,6 +12,7 @@ use crate::time::Instant;
 use crate::Mib;
 use core::time::Duration;
 use shallow_cc::{AckSample, CaState};
+use shallow_wire::TcpFlags;
 
 /// What the stack must do after a socket processed a segment.
 #[derive(Debug, Default, Clone, Copy)]
@@ -58,7 +59,7 @@ impl Sock {
         self.segs_in += seg.gso_segs;
         match self.state {
             TcpState::Close | TcpState::Listen => {
-                out.reset = !seg.has(RST);
+                out.reset = !seg.has(TcpFlags::RST);
                 return out;
             }
             TcpState::SynSent => {
@@ -74,7 +75,7 @@ impl Sock {
         // PAWS (RFC 7323 §5).
         if let (true, Some((tsval, _))) = (self.tstamp_ok, seg.opts.ts) {
             if before(tsval, self.ts_recent)
-                && !seg.has(RST)
+                && !seg.has(TcpFlags::RST)
                 && now - self.ts_recent_stamp < Duration::from_secs(24 * 86400)
             {
                 env.mib.inc(Mib::PAWSEstab);
@@ -87,13 +88,13 @@ impl Sock {
         let win_end = self.rcv_nxt.wrapping_add(self.receive_window());
         let acceptable = !before(end, self.rcv_wup) && !after(seg.seq, win_end);
         if !acceptable {
-            if seg.has(RST) {
+            if seg.has(TcpFlags::RST) {
                 return out;
             }
             if after(seg.seq, win_end) {
                 env.mib.inc(Mib::BeyondWindow);
             }
-            if self.state == TcpState::SynRecv && seg.has(SYN) {
+            if self.state == TcpState::SynRecv && seg.has(TcpFlags::SYN) {
                 // retransmitted SYN: re-send SYN-ACK (handled by rcv_synrecv_syn)
                 self.send_synack(env, now);
                 return out;
@@ -102,7 +103,7 @@ impl Sock {
             return out;
         }
         // RST (RFC 5961 §3.2).
-        if seg.has(RST) {
+        if seg.has(TcpFlags::RST) {
             if seg.seq == self.rcv_nxt || (self.state == TcpState::SynRecv) {
                 self.reset_received(env, now);
                 out.closed = true;
@@ -114,11 +115,11 @@ impl Sock {
         // SYN in a synchronized state (RFC 5961 §4).
         // Simultaneous open: a SYN-ACK acking our SYN completes SYN_RECV (tcp_validate_incoming).
         let simopen_synack = self.state == TcpState::SynRecv
-            && seg.has(SYN)
-            && seg.has(ACK)
+            && seg.has(TcpFlags::SYN)
+            && seg.has(TcpFlags::ACK)
             && seg.seq.wrapping_add(1) == self.rcv_nxt
             && seg.ack == self.snd_nxt;
-        if seg.has(SYN) && !simopen_synack {
+        if seg.has(TcpFlags::SYN) && !simopen_synack {
             if self.state == TcpState::SynRecv && seg.seq == self.irs {
                 self.send_synack(env, now);
                 return out;
@@ -127,7 +128,7 @@ impl Sock {
             self.send_challenge_ack(env, now);
             return out;
         }
-        if !seg.has(ACK) {
+        if !seg.has(TcpFlags::ACK) {
             return out;
         }
         // ACK processing.
@@ -210,7 +211,7 @@ impl Sock {
             return out;
         }
         // Data and FIN.
-        if !seg.payload.is_empty() || seg.has(FIN) {
+        if !seg.payload.is_empty() || seg.has(TcpFlags::FIN) {
             match self.state {
                 TcpState::Established | TcpState::FinWait1 | TcpState::FinWait2 => {
                     self.data_queue(env, now, seg);
@@ -295,13 +296,13 @@ impl Sock {
         _out: &mut RcvOutcome,
     ) {
         // tcp_timewait_state_process: retransmitted FIN → re-ACK and restart the timer.
-        if seg.has(RST) {
+        if seg.has(TcpFlags::RST) {
             return;
         }
-        if seg.has(FIN) && seg.end_seq() == self.rcv_nxt {
+        if seg.has(TcpFlags::FIN) && seg.end_seq() == self.rcv_nxt {
             self.arm(env, TimerKind::Keepalive, now + TCP_TIMEWAIT_LEN);
         }
-        if seg.has(SYN) && !seg.has(ACK) {
+        if seg.has(TcpFlags::SYN) && !seg.has(TcpFlags::ACK) {
             return; // no TW recycling: ignore new SYNs while in TIME_WAIT
         }
         self.send_ack(env, now);
@@ -369,21 +370,21 @@ impl Sock {
 
     /// SYN_SENT processing (`tcp_rcv_synsent_state_process`, RFC 9293 §3.10.7.3).
     fn rcv_synsent(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>, out: &mut RcvOutcome) {
-        if seg.has(ACK) && (!after(seg.ack, self.iss) || after(seg.ack, self.snd_nxt)) {
-            if !seg.has(RST) {
+        if seg.has(TcpFlags::ACK) && (!after(seg.ack, self.iss) || after(seg.ack, self.snd_nxt)) {
+            if !seg.has(TcpFlags::RST) {
                 out.reset = true;
             }
             return;
         }
-        if seg.has(RST) {
-            if seg.has(ACK) {
+        if seg.has(TcpFlags::RST) {
+            if seg.has(TcpFlags::ACK) {
                 self.reset_received(env, now);
                 env.mib.inc(Mib::AttemptFails);
                 out.closed = true;
             }
             return;
         }
-        if !seg.has(SYN) {
+        if !seg.has(TcpFlags::SYN) {
             return;
         }
         self.irs = seg.seq;
@@ -393,7 +394,7 @@ impl Sock {
         self.apply_syn_options(env, seg, true);
         // tcp_ecn_rcv_synack (RFC 3168 §6.1.1): ECN is on only if the SYN-ACK has ECE
         // without CWR.
-        if seg.has(ACK) && (!seg.has(ECE) || seg.has(CWR)) {
+        if seg.has(TcpFlags::ACK) && (!seg.has(TcpFlags::ECE) || seg.has(TcpFlags::CWR)) {
             self.ecn_flags &= !crate::socket::ecnf::OK;
         }
         if let Some((tsval, _)) = seg.opts.ts {
@@ -402,7 +403,7 @@ impl Sock {
                 self.ts_recent_stamp = now;
             }
         }
-        if seg.has(ACK) {
+        if seg.has(TcpFlags::ACK) {
             // tcp_ack → tcp_snd_una_update: the acked SYN counts in tcpi_bytes_acked.
             self.bytes_acked += u64::from(seg.ack.wrapping_sub(self.snd_una));
             self.snd_una = seg.ack;
@@ -433,10 +434,10 @@ impl Sock {
             self.connecting = false;
             self.send_ack(env, now);
             // Data or FIN on the SYN-ACK.
-            if !seg.payload.is_empty() || seg.has(FIN) {
+            if !seg.payload.is_empty() || seg.has(TcpFlags::FIN) {
                 let s2 = SegIn {
                     seq: seg.seq.wrapping_add(1),
-                    flags: seg.flags & !SYN,
+                    flags: seg.flags & !TcpFlags::SYN,
                     ..*seg
                 };
                 self.data_queue(env, now, &s2);
@@ -623,7 +624,7 @@ impl Sock {
         };
         let is_dupack = ack == prior_snd_una
             && seg.payload.is_empty()
-            && !seg.has(FIN)
+            && !seg.has(TcpFlags::FIN)
             && nwin == self.snd_wnd
             && prior_packets > 0;
         if after(ack, prior_snd_una) {
@@ -690,7 +691,9 @@ impl Sock {
             self.cc.pkts_acked(&mut self.cc_st, &sample, now_us);
         }
         // tcp_ecn_rcv_ecn_echo: ECE on a non-SYN segment of an ECN connection.
-        flag.ece = seg.has(ECE) && !seg.has(SYN) && self.ecn_flags & crate::socket::ecnf::OK != 0;
+        flag.ece = seg.has(TcpFlags::ECE)
+            && !seg.has(TcpFlags::SYN)
+            && self.ecn_flags & crate::socket::ecnf::OK != 0;
         self.fastretrans_alert(env, now, prior_snd_una, is_dupack, delivered, &mut flag);
         // tcp_may_raise_cwnd: grow only on cumulative (in-order) delivery (RFC 5681), or on
         // any forward progress (SACKed data too) once reordering was measured above the
@@ -908,7 +911,7 @@ impl Sock {
     pub fn data_queue(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) {
         let mut seq = seg.seq;
         let mut payload = seg.payload;
-        let fin = seg.has(FIN);
+        let fin = seg.has(TcpFlags::FIN);
         if self.shutdown & RCV_SHUTDOWN != 0 && !payload.is_empty() && !self.orphan {
             // SHUT_RD: Linux still queues; keep queueing (data is discarded on read).
         }
@@ -1130,7 +1133,7 @@ impl Sock {
                 }
             }
             self.ack.rcv_mss = seg_size.min(self.advmss);
-            if seg.has(PSH) {
+            if seg.has(TcpFlags::PSH) {
                 self.ack.pending |= ackf::PUSHED;
             }
             return;
@@ -1138,7 +1141,9 @@ impl Sock {
         // Invariant length with the TCP header, free of SACK-block jitter.
         let hdr = u32::from(seg.opts.hdr_len).max(20);
         let with_hdr = seg_size + hdr;
-        let remnant = seg.flags & (FIN | URG | SYN | PSH) != 0;
+        let remnant = seg
+            .flags
+            .intersects(TcpFlags::FIN | TcpFlags::URG | TcpFlags::SYN | TcpFlags::PSH);
         if with_hdr >= TCP_MSS_DEFAULT + 20 || (with_hdr >= TCP_MIN_MSS + 20 && !remnant) {
             let tcp_header_len = 20 + if self.tstamp_ok { 12 } else { 0 };
             let l = with_hdr.saturating_sub(tcp_header_len);

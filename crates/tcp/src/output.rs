@@ -2,13 +2,14 @@
 //! transmission with TX-completion tokens, pure ACKs, RSTs, SYN/SYN-ACK and FIN.
 
 use crate::gate::TxMeta;
-use crate::packet::{self, flags::*, OutOpt, SegOut};
+use crate::packet::{self, OutOpt, SegOut};
 use crate::seq::*;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
 use crate::Mib;
 use core::time::Duration;
+use shallow_wire::TcpFlags;
 
 fn len_of(s: &Skb) -> u32 {
     s.len()
@@ -193,7 +194,7 @@ impl Sock {
                 break;
             }
             covered += s.len();
-            if covered < probe && (s.eor || s.flags & FIN != 0) {
+            if covered < probe && (s.eor || s.flags.intersects(TcpFlags::FIN)) {
                 return -1;
             }
         }
@@ -535,7 +536,7 @@ impl Sock {
         let mut opts = Vec::with_capacity(6);
         self.established_opts(now, &mut opts);
         let win = self.select_window(env);
-        let seg = self.seg(env, self.acceptable_seq(), ACK, win, &opts, &[]);
+        let seg = self.seg(env, self.acceptable_seq(), TcpFlags::ACK, win, &opts, &[]);
         env.emit(&seg, None, None, None);
         self.segs_out += 1;
         self.event_ack_sent(env, 1);
@@ -566,7 +567,14 @@ impl Sock {
             opts.push(OutOpt::Ts(self.tsval(now), self.ts_recent));
         }
         let win = self.select_window(env);
-        let seg = self.seg(env, self.acceptable_seq(), RST | ACK, win, &opts, &[]);
+        let seg = self.seg(
+            env,
+            self.acceptable_seq(),
+            TcpFlags::RST | TcpFlags::ACK,
+            win,
+            &opts,
+            &[],
+        );
         env.emit(&seg, None, None, None);
         env.mib.inc(Mib::OutRsts);
     }
@@ -578,12 +586,12 @@ impl Sock {
         let win = self.rcv_wnd.min(65535) as u16;
         // tcp_ecn_send_syn (RFC 3168 §6.1.1): with tcp_ecn=1 the SYN asks for ECN with
         // ECE|CWR; a retransmitted SYN drops them (tcp_ecn_clear_syn, tcp_ecn_fallback=1).
-        let mut fl = SYN;
+        let mut fl = TcpFlags::SYN;
         if self.retransmits == 0 {
             self.ecn_flags = 0;
             if env.sysint(Sysctl::tcp_ecn) == 1 {
                 self.ecn_flags = ecnf::OK;
-                fl |= ECE | CWR;
+                fl |= TcpFlags::ECE | TcpFlags::CWR;
             }
         }
         let seg = self.seg(env, self.iss, fl, win, &opts, &[]);
@@ -600,9 +608,9 @@ impl Sock {
         let win = self.rcv_wnd.min(65535) as u16;
         // tcp_ecn_make_synack: ECE on the SYN-ACK when the request was ECN-capable.
         let fl = if self.ecn_flags & ecnf::OK != 0 {
-            SYN | ACK | ECE
+            TcpFlags::SYN | TcpFlags::ACK | TcpFlags::ECE
         } else {
-            SYN | ACK
+            TcpFlags::SYN | TcpFlags::ACK
         };
         let seg = self.seg(env, self.iss, fl, win, &opts, &[]);
         env.emit(&seg, None, None, None);
@@ -718,9 +726,9 @@ impl Sock {
         }
         let tail = skb.data.split_off(len as usize);
         let nlen = tail.len() as u32;
-        let mut rest = Skb::new(skb.seq.wrapping_add(len), 0);
-        rest.flags = skb.flags & (FIN | PSH);
-        skb.flags &= !(FIN | PSH);
+        let mut rest = Skb::new(skb.seq.wrapping_add(len), TcpFlags::empty());
+        rest.flags = skb.flags & (TcpFlags::FIN | TcpFlags::PSH);
+        skb.flags &= !(TcpFlags::FIN | TcpFlags::PSH);
         rest.end_seq = skb.end_seq;
         skb.end_seq = skb.seq.wrapping_add(len);
         rest.data = tail;
@@ -740,7 +748,7 @@ impl Sock {
             return;
         }
         let (head_eor, next_len) = (self.write_queue[0].eor, self.write_queue[1].len());
-        if head_eor || self.write_queue[0].flags & FIN != 0 {
+        if head_eor || self.write_queue[0].flags.intersects(TcpFlags::FIN) {
             return;
         }
         let nlen = amount.min(next_len);
@@ -783,7 +791,12 @@ impl Sock {
         let Some(head) = self.write_queue.front() else {
             return false;
         };
-        let (seq, len, fin, eor) = (head.seq, head.len(), head.flags & FIN != 0, head.eor);
+        let (seq, len, fin, eor) = (
+            head.seq,
+            head.len(),
+            head.flags.intersects(TcpFlags::FIN),
+            head.eor,
+        );
         let in_flight = self.packets_in_flight();
         let cwnd = self.snd_cwnd();
         let mss = self.mss_cache;
@@ -875,7 +888,7 @@ impl Sock {
         };
         while let Some(head) = self.write_queue.front() {
             let head_len = head.len();
-            let head_fin = head.flags & FIN != 0;
+            let head_fin = head.flags.intersects(TcpFlags::FIN);
             let mut cwnd_quota = self.cwnd_quota();
             if cwnd_quota == 0 {
                 // tcp_cwnd_test: a loss probe's new segment (push_one = 2) may go out when
@@ -1149,16 +1162,22 @@ impl Sock {
         // __tcp_transmit_skb: every GSO packet (pcount > 1) carries PSH, to expedite the GRO
         // flush at the receiver; single-MSS packets keep the skb's own flags. Only the
         // transmitted copy is marked, not the queued skb.
-        let mut flags = fl | ACK | if pcount > 1 { PSH } else { 0 };
+        let mut flags = fl
+            | TcpFlags::ACK
+            | if pcount > 1 {
+                TcpFlags::PSH
+            } else {
+                TcpFlags::empty()
+            };
         // tcp_ecn_send (RFC 3168 §6.1.2, §6.1.5): new data carries ECT(0) (and a queued CWR);
         // retransmissions and pure ACKs are not ECN-capable; ECE is echoed while demanded.
         if ecn_ok {
             if ect && self.ecn_flags & ecnf::QUEUE_CWR != 0 {
                 self.ecn_flags &= !ecnf::QUEUE_CWR;
-                flags |= CWR;
+                flags |= TcpFlags::CWR;
             }
             if self.ecn_flags & ecnf::DEMAND_CWR != 0 {
-                flags |= ECE;
+                flags |= TcpFlags::ECE;
             }
         }
         // With scatter-gather the packet shares the skb's bytes (which become read-only);
@@ -1211,10 +1230,10 @@ impl Sock {
     /// `tcp_send_fin`: append FIN to the tail skb, or queue a FIN-only skb, and push.
     pub fn send_fin(&mut self, env: &mut Env, now: Instant) {
         if let Some(tail) = self.write_queue.back_mut() {
-            tail.flags |= FIN;
+            tail.flags |= TcpFlags::FIN;
             tail.end_seq = tail.end_seq.wrapping_add(1);
         } else {
-            let mut skb = Skb::new(self.write_seq, FIN);
+            let mut skb = Skb::new(self.write_seq, TcpFlags::FIN);
             skb.truesize = SKB_TX_OVERHEAD;
             self.wmem_queued += skb.truesize;
             self.write_queue.push_back(skb);
@@ -1267,7 +1286,7 @@ impl Sock {
                 }
                 if let Some(skb) = self.write_queue.pop_front() {
                     let mut skb = skb;
-                    skb.flags |= PSH;
+                    skb.flags |= TcpFlags::PSH;
                     self.rtx_queue.push_back(skb);
                     let idx = self.rtx_queue.len() - 1;
                     if !self.transmit_skb(env, now, idx, false) {
@@ -1289,7 +1308,14 @@ impl Sock {
         let mut opts = Vec::with_capacity(4);
         self.established_opts(now, &mut opts);
         let win = self.select_window(env);
-        let seg = self.seg(env, self.snd_una.wrapping_sub(1), ACK, win, &opts, &[]);
+        let seg = self.seg(
+            env,
+            self.snd_una.wrapping_sub(1),
+            TcpFlags::ACK,
+            win,
+            &opts,
+            &[],
+        );
         match env.emit(&seg, None, None, None) {
             Emitted::Sent => {}
             Emitted::Refused => return true,

@@ -1,25 +1,15 @@
 //! Glue to `shallow_wire`: parse an inbound IP packet into a `SegIn` and build outbound
-//! segments. This is the only module that touches packet bytes.
+//! segments. This is the only module that touches packet bytes. The engine's segments carry
+//! `shallow_wire`'s [`TcpFlags`] (the one definition of the control bits); `SegIn` and
+//! `SegOut` are the engine's own views because they hold what the wire model does not
+//! (socket addresses, GRO shape, a shared payload buffer, Linux's parsed-option record).
 
 use bytes::Bytes;
 use core::net::{IpAddr, SocketAddr};
-use flags::*;
 use shallow_wire::{
-    checksum, IpPacket, IpRepr, Ipv4Repr, Ipv6Repr, SackBlocks, TcpFlags, TcpOption, TcpOptionRepr,
-    TcpPacket, TcpRepr, IPPROTO_TCP,
+    checksum, tcp_field, IpPacket, IpRepr, Ipv4Repr, Ipv6Repr, SackBlocks, TcpFlags, TcpOption,
+    TcpOptionRepr, TcpPacket, TcpRepr, IPPROTO_TCP,
 };
-
-/// TCP flag bits as they sit in the header (RFC 9293 §3.1).
-pub(crate) mod flags {
-    pub const URG: u16 = 0x20;
-    pub const ECE: u16 = 0x40;
-    pub const CWR: u16 = 0x80;
-    pub const FIN: u16 = 0x01;
-    pub const SYN: u16 = 0x02;
-    pub const RST: u16 = 0x04;
-    pub const PSH: u16 = 0x08;
-    pub const ACK: u16 = 0x10;
-}
 
 /// Options of an inbound segment (Linux `tcp_parse_options` → `struct tcp_options_received`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -41,7 +31,7 @@ pub(crate) struct SegIn<'a> {
     pub dst: SocketAddr,
     pub seq: u32,
     pub ack: u32,
-    pub flags: u16,
+    pub flags: TcpFlags,
     pub window: u16,
     pub opts: RxOpts,
     pub payload: &'a [u8],
@@ -61,16 +51,17 @@ impl SegIn<'_> {
     /// seq + payload + SYN + FIN (`TCP_SKB_CB(skb)->end_seq`).
     pub fn end_seq(&self) -> u32 {
         let mut l = self.payload.len() as u32;
-        if self.flags & flags::SYN != 0 {
+        if self.flags.contains(TcpFlags::SYN) {
             l += 1;
         }
-        if self.flags & flags::FIN != 0 {
+        if self.flags.contains(TcpFlags::FIN) {
             l += 1;
         }
         self.seq.wrapping_add(l)
     }
-    pub fn has(&self, f: u16) -> bool {
-        self.flags & f != 0
+    /// True when any bit of `f` is set.
+    pub fn has(&self, f: TcpFlags) -> bool {
+        self.flags.intersects(f)
     }
     /// `part` (a piece of `payload`) as a share of the buffer it lies in, when the payload
     /// came as `Bytes`; `None` means the caller must copy it.
@@ -89,7 +80,7 @@ pub(crate) struct OwnedSeg {
     pub dst: SocketAddr,
     pub seq: u32,
     pub ack: u32,
-    pub flags: u16,
+    pub flags: TcpFlags,
     pub window: u16,
     pub opts: RxOpts,
     pub payload: Vec<u8>,
@@ -154,11 +145,11 @@ impl OwnedSeg {
         let frags = payload_frags(s.payload.len());
         if end != s.seq
             || self.frags + frags > MAX_SKB_FRAGS
-            || self.flags & FIN != 0
+            || self.flags.contains(TcpFlags::FIN)
             || self.tos != s.tos
-            || (self.flags | s.flags) & (SYN | RST | URG) != 0
-            || (self.flags & s.flags) & ACK == 0
-            || (self.flags ^ s.flags) & (ECE | CWR) != 0
+            || (self.flags | s.flags).intersects(TcpFlags::SYN | TcpFlags::RST | TcpFlags::URG)
+            || !(self.flags & s.flags).contains(TcpFlags::ACK)
+            || (self.flags ^ s.flags).intersects(TcpFlags::ECE | TcpFlags::CWR)
             || self.opts != s.opts
         {
             return false;
@@ -169,7 +160,7 @@ impl OwnedSeg {
             self.ack = s.ack;
             self.window = s.window;
         }
-        self.flags |= s.flags & (PSH | FIN);
+        self.flags |= s.flags & (TcpFlags::PSH | TcpFlags::FIN);
         let g = s.gso_size.unwrap_or(s.payload.len().min(65535) as u16);
         let mine = self
             .gso_size
@@ -250,12 +241,14 @@ pub(crate) fn parse_icmp(packet: &[u8]) -> Option<IcmpIn> {
         return None;
     }
     let t = inner.payload();
-    if t.len() < 8 {
+    if t.len() < tcp_field::ACK.start {
         return None;
     }
-    let sport = u16::from_be_bytes([t[0], t[1]]);
-    let dport = u16::from_be_bytes([t[2], t[3]]);
-    let seq = u32::from_be_bytes([t[4], t[5], t[6], t[7]]);
+    // An ICMPv4 error may quote only the first 8 bytes of the TCP header: read the fields,
+    // not a whole header view.
+    let sport = u16::from_be_bytes(t[tcp_field::SRC_PORT].try_into().ok()?);
+    let dport = u16::from_be_bytes(t[tcp_field::DST_PORT].try_into().ok()?);
+    let seq = u32::from_be_bytes(t[tcp_field::SEQ].try_into().ok()?);
     Some(IcmpIn {
         local: SocketAddr::new(inner.src(), sport),
         remote: SocketAddr::new(inner.dst(), dport),
@@ -374,7 +367,8 @@ fn seg_in<'a>(
         dst: SocketAddr::new(dst, tcp.dst_port()),
         seq: tcp.seq(),
         ack: tcp.ack(),
-        flags: tcp.flags().bits() & 0xff,
+        // The eight bits FIN..CWR: AE and the reserved bits are not TCP's business here.
+        flags: tcp.flags() & !(TcpFlags::AE | TcpFlags::RESERVED),
         window: tcp.window(),
         opts,
         payload,
@@ -402,7 +396,7 @@ pub(crate) struct SegOut<'a> {
     pub remote: SocketAddr,
     pub seq: u32,
     pub ack: u32,
-    pub flags: u16,
+    pub flags: TcpFlags,
     pub window: u16,
     pub tos: u8,
     pub ttl: u8,
@@ -441,7 +435,7 @@ fn tcp_repr(s: &SegOut<'_>) -> Option<TcpRepr> {
         dst_port: s.remote.port(),
         seq: s.seq,
         ack: s.ack,
-        flags: TcpFlags(s.flags),
+        flags: s.flags,
         window: s.window,
         urgent: 0,
         options,
@@ -518,7 +512,7 @@ mod tests {
             dst: "10.0.0.1:1234".parse().unwrap(),
             seq,
             ack: 1,
-            flags: flags::ACK,
+            flags: TcpFlags::ACK,
             window: 100,
             opts: RxOpts::default(),
             payload,
@@ -566,7 +560,7 @@ mod tests {
             remote,
             seq: 100,
             ack: 0,
-            flags: flags::SYN,
+            flags: TcpFlags::SYN,
             window: 65535,
             tos: 0,
             ttl: 64,

@@ -12,6 +12,7 @@ use crate::time::Instant;
 use crate::Mib;
 use core::time::Duration;
 use shallow_cc::{CaEvent, CaState};
+use shallow_wire::TcpFlags;
 
 impl Sock {
     fn set_ca_state(&mut self, now: Instant, st: CaState) {
@@ -186,9 +187,9 @@ impl Sock {
         let skb = &mut self.rtx_queue[i];
         let tail = skb.data.split_off(off as usize);
         let nlen = tail.len() as u32;
-        let mut rest = Skb::new(skb.seq.wrapping_add(off), 0);
-        rest.flags = skb.flags & (crate::packet::flags::FIN | crate::packet::flags::PSH);
-        skb.flags &= !(crate::packet::flags::FIN | crate::packet::flags::PSH);
+        let mut rest = Skb::new(skb.seq.wrapping_add(off), TcpFlags::empty());
+        rest.flags = skb.flags & (TcpFlags::FIN | TcpFlags::PSH);
+        skb.flags &= !(TcpFlags::FIN | TcpFlags::PSH);
         rest.end_seq = skb.end_seq;
         skb.end_seq = skb.seq.wrapping_add(off);
         rest.data = tail;

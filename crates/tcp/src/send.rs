@@ -5,7 +5,6 @@
 use crate::errno::Errno;
 use crate::mib::Mib;
 use crate::output::{NAGLE_CORK, NAGLE_PUSH};
-use crate::packet::flags::*;
 use crate::recv::msgflags::*;
 use crate::seq::*;
 use crate::socket::pollbits::*;
@@ -13,6 +12,7 @@ use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
 use bytes::BytesMut;
+use shallow_wire::TcpFlags;
 
 impl Sock {
     /// `tcp_close_state` + `tcp_send_fin`.
@@ -80,7 +80,7 @@ impl Sock {
             let can_append = self
                 .write_queue
                 .back()
-                .map(|t| !t.eor && t.flags & FIN == 0 && t.len() < size_goal)
+                .map(|t| !t.eor && !t.flags.intersects(TcpFlags::FIN) && t.len() < size_goal)
                 .unwrap_or(false);
             if !can_append {
                 if !self.sk_stream_memory_free(env, 0) {
@@ -95,7 +95,7 @@ impl Sock {
                     break;
                 }
                 self.slow_start_after_idle_check(env, now);
-                let mut skb = Skb::new(self.write_seq, 0);
+                let mut skb = Skb::new(self.write_seq, TcpFlags::empty());
                 skb.data = SkbData::Open(self.carve_skb_buffer(size_goal as usize));
                 self.wmem_queued += skb.truesize;
                 self.write_queue.push_back(skb);
@@ -119,7 +119,7 @@ impl Sock {
             }
             let tail = self.write_queue.back_mut().expect("tail exists");
             if copied == 0 {
-                tail.flags &= !PSH;
+                tail.flags &= !TcpFlags::PSH;
             }
             tail.data.extend_from_slice(&data[copied..copied + n]);
             tail.truesize += n as u32;
@@ -189,7 +189,7 @@ impl Sock {
 
     pub(crate) fn mark_push(&mut self) {
         if let Some(t) = self.write_queue.back_mut() {
-            t.flags |= PSH;
+            t.flags |= TcpFlags::PSH;
         }
         self.pushed_seq = self.write_seq;
     }

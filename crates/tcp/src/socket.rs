@@ -16,6 +16,7 @@ use core::time::Duration;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use shallow_cc::{CaState, CcState, CongestionControl};
+use shallow_wire::TcpFlags;
 use std::collections::{BTreeSet, VecDeque};
 
 /// TCP states with Linux's numbering (`tcpi_state`, `/proc/net/tcp` `st`).
@@ -379,7 +380,7 @@ pub(crate) struct Skb {
     /// seq + payload + SYN + FIN.
     pub end_seq: u32,
     /// TCP flags to put on the segment (SYN/FIN/PSH; ACK is added at transmit).
-    pub flags: u16,
+    pub flags: TcpFlags,
     /// Payload (see [`SkbData`]).
     pub data: SkbData,
     /// Accounting size: payload + [`SKB_TX_OVERHEAD`].
@@ -406,8 +407,8 @@ pub(crate) struct Skb {
 }
 
 impl Skb {
-    pub fn new(seq: u32, flags: u16) -> Skb {
-        let fl = u32::from(flags & (packet::flags::SYN | packet::flags::FIN) != 0);
+    pub fn new(seq: u32, flags: TcpFlags) -> Skb {
+        let fl = u32::from(flags.intersects(TcpFlags::SYN | TcpFlags::FIN));
         Skb {
             seq,
             end_seq: seq.wrapping_add(fl),
@@ -1698,7 +1699,7 @@ impl Sock {
         &self,
         env: &mut Env,
         seq: u32,
-        flags: u16,
+        flags: TcpFlags,
         window: u16,
         opts: &'a [OutOpt],
         payload: &'a [u8],
@@ -1707,7 +1708,7 @@ impl Sock {
             local: self.local,
             remote: self.remote,
             seq,
-            ack: if flags & packet::flags::ACK != 0 {
+            ack: if flags.intersects(TcpFlags::ACK) {
                 self.rcv_nxt
             } else {
                 0

@@ -36,7 +36,7 @@ use crate::errno::{Errno, SocketId};
 use crate::info::{MemInfo, TcpInfo};
 use crate::input::RcvOutcome;
 use crate::mib::{Counters, Mib};
-use crate::packet::{self, flags::*, SegIn, SegOut};
+use crate::packet::{self, SegIn, SegOut};
 use crate::seq::*;
 use crate::socket::pollbits::*;
 use crate::socket::*;

@@ -4,11 +4,12 @@
 
 use crate::errno::Errno;
 use crate::mib::Mib;
-use crate::packet::{flags::*, OutOpt};
+use crate::packet::OutOpt;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
 use core::time::Duration;
+use shallow_wire::TcpFlags;
 
 impl Sock {
     /// Bookkeeping after a SYN or SYN-ACK retransmission (`tcp_retransmit_timer` for the
@@ -202,7 +203,14 @@ impl Sock {
         let mut opts: Vec<OutOpt> = Vec::with_capacity(4);
         self.established_opts(now, &mut opts);
         let win = self.select_window(env);
-        let seg = self.seg(env, self.snd_una.wrapping_sub(1), ACK, win, &opts, &[]);
+        let seg = self.seg(
+            env,
+            self.snd_una.wrapping_sub(1),
+            TcpFlags::ACK,
+            win,
+            &opts,
+            &[],
+        );
         env.emit(&seg, None, None, None);
         env.mib.inc(Mib::TCPKeepAlive);
     }

@@ -7,13 +7,14 @@
 
 use core::net::IpAddr;
 
-/// Folds a wide one's-complement accumulator down to 16 bits (RFC 1071 §4.1, "fold 32-bit sum
-/// to 16 bits").
-fn fold(mut sum: u64) -> u32 {
+/// Folds a wide one's-complement accumulator (16-bit words added into 64 bits, carries left
+/// in the high bits) down to a 16-bit partial sum (RFC 1071 §4.1, "fold 32-bit sum to 16
+/// bits"); not complemented. Zero only for a zero accumulator.
+pub fn fold(mut sum: u64) -> u16 {
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }
-    sum as u32
+    sum as u16
 }
 
 /// The partial sum of `data`: its 16-bit big-endian words added in one's complement; an odd
@@ -44,7 +45,7 @@ pub fn sum(data: &[u8]) -> u32 {
             total += u64::from(u16::from_ne_bytes([*last, 0]));
         }
     }
-    let native = fold(total) as u16;
+    let native = fold(total);
     u32::from(if cfg!(target_endian = "little") {
         native.swap_bytes()
     } else {
@@ -56,7 +57,7 @@ pub fn sum(data: &[u8]) -> u32 {
 /// their one's-complement sum (RFC 1071 §1).
 pub fn combine(partials: &[u32]) -> u16 {
     let total: u64 = partials.iter().map(|&p| u64::from(p)).sum();
-    !(fold(total) as u16)
+    !fold(total)
 }
 
 /// The checksum of `data` alone, as stored in the IPv4 header checksum (RFC 791 §3.1) or an
@@ -81,28 +82,28 @@ pub fn verify(partials: &[u32]) -> bool {
 pub fn pseudo_header(src: IpAddr, dst: IpAddr, proto: u8, len: u32) -> u32 {
     match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let mut acc = u64::from(sum(&s.octets())) + u64::from(sum(&d.octets()));
-            acc += u64::from(proto);
-            // The IPv4 pseudo-header holds a 16-bit length; larger values only occur with
-            // GSO super-segments whose checksum is finished per segment, so fold them in whole.
-            acc += u64::from(len >> 16) + u64::from(len & 0xffff);
-            fold(acc)
+            pseudo_header_octets(&s.octets(), &d.octets(), proto, len)
         }
         _ => {
-            let s = match src {
+            let v6 = |a: IpAddr| match a {
                 IpAddr::V4(a) => a.to_ipv6_mapped(),
                 IpAddr::V6(a) => a,
             };
-            let d = match dst {
-                IpAddr::V4(a) => a.to_ipv6_mapped(),
-                IpAddr::V6(a) => a,
-            };
-            let mut acc = u64::from(sum(&s.octets())) + u64::from(sum(&d.octets()));
-            acc += u64::from(len >> 16) + u64::from(len & 0xffff);
-            acc += u64::from(proto);
-            fold(acc)
+            pseudo_header_octets(&v6(src).octets(), &v6(dst).octets(), proto, len)
         }
     }
+}
+
+/// [`pseudo_header`] for addresses given as they sit in the IP header: `src` and `dst` both
+/// 4 bytes (IPv4, RFC 9293 §3.1) or both 16 (IPv6, RFC 8200 §8.1). Both layouts sum to the
+/// addresses plus the protocol plus the length, so one rule serves both. The IPv4
+/// pseudo-header holds a 16-bit length; larger values only occur with GSO super-segments
+/// whose checksum is finished per segment, so they are folded in whole.
+pub fn pseudo_header_octets(src: &[u8], dst: &[u8], proto: u8, len: u32) -> u32 {
+    let mut acc = u64::from(sum(src)) + u64::from(sum(dst));
+    acc += u64::from(len >> 16) + u64::from(len & 0xffff);
+    acc += u64::from(proto);
+    u32::from(fold(acc))
 }
 
 #[cfg(test)]

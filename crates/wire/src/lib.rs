@@ -10,8 +10,11 @@
 //! - IPv4 (RFC 791; ECN bits per RFC 3168 §5), with fragments flagged;
 //! - IPv6 (RFC 8200), with hop-by-hop, routing, fragment and destination-options extension
 //!   headers skipped (RFC 8200 §4);
-//! - TCP (RFC 9293 §3.1) with MSS, window scale and timestamps (RFC 7323), SACK-permitted and
-//!   SACK blocks (RFC 2018), NOP/EOL, and unknown options kept as bytes;
+//! - TCP (RFC 9293 §3.1): the one TCP packet model of the project — the header layout
+//!   ([`tcp_field`]), the control bits ([`TcpFlags`], defined nowhere else), the view
+//!   ([`TcpPacket`]) and the fields to build ([`TcpRepr`]) — with MSS, window scale and
+//!   timestamps (RFC 7323), SACK-permitted and SACK blocks (RFC 2018), NOP/EOL, and unknown
+//!   options kept as bytes;
 //! - ICMPv4 (RFC 792, with the next-hop MTU of RFC 1191) and ICMPv6 (RFC 4443, RFC 8201);
 //! - the internet checksum (RFC 1071) with the IPv4 and IPv6 pseudo-headers;
 //! - the virtio-net header that a TUN device with `IFF_VNET_HDR` puts in front of each packet;
@@ -70,6 +73,7 @@ pub use ip::{
     Ecn, IpPacket, IpRepr, Ipv4Packet, Ipv4Repr, Ipv6Fragment, Ipv6Packet, Ipv6Repr, IPPROTO_ICMP,
     IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP,
 };
+pub use tcp::field as tcp_field;
 pub use tcp::{
     SackBlocks, TcpFlags, TcpOption, TcpOptionIter, TcpOptionRepr, TcpPacket, TcpRepr,
     TCP_MAX_OPTIONS_LEN,

@@ -1,10 +1,13 @@
 //! TCP segmentation offload in software (a NIC's TSO, Linux's GSO) and the in-place header
-//! work around it: a light offsets-only view of an IPv4/IPv6 + TCP packet ([`parse_tcp`]),
-//! checksum checks and fixes on raw packets, and the cut of a super-segment into its wire
-//! segments ([`write_segment`]). Used by the emulator's NIC and GRO; the byte sums are
-//! [`checksum::sum`], the one implementation of RFC 1071 in the project, and test packets are
-//! built with [`TcpRepr::emit_packet`]. Nothing here panics on malformed input: every
-//! accessor is bounds-checked and a packet that is not well-formed TCP is reported as such.
+//! work around it: a light offsets view of an IPv4/IPv6 + TCP packet ([`parse_tcp`], whose
+//! TCP fields are read through [`TcpPacket`]), checksum checks and fixes on raw packets, and
+//! the cut of a super-segment into its wire segments ([`write_segment`]). Used by the
+//! emulator's NIC and GRO. Nothing is re-derived here: header offsets are
+//! [`tcp_field`](crate::tcp_field), flags are [`TcpFlags`], and every sum, fold and
+//! pseudo-header is [`checksum`]'s (the one implementation of RFC 1071 in the project); test
+//! packets are built with [`TcpRepr::emit_packet`]. Nothing here panics on malformed input:
+//! every accessor is bounds-checked and a packet that is not well-formed TCP is reported as
+//! such.
 //!
 //! Segmentation follows what Linux's `tcp_gso_segment` / `inet_gso_segment` produce on the
 //! wire (observable behaviour, RFC 793/9293 and RFC 791 fields):
@@ -20,29 +23,7 @@ use thiserror::Error;
 use crate::checksum;
 pub use crate::ip::IPPROTO_TCP;
 use crate::ip::{IpRepr, Ipv4Repr};
-use crate::tcp::{TcpFlags, TcpOptionIter, TcpRepr};
-
-/// TCP flag bits as they sit in byte 13 of the header (RFC 9293 §3.1): [`TcpFlags`]' low
-/// byte.
-pub mod flags {
-    use crate::tcp::TcpFlags;
-    /// No more data from sender.
-    pub const FIN: u8 = TcpFlags::FIN.0 as u8;
-    /// Synchronise sequence numbers.
-    pub const SYN: u8 = TcpFlags::SYN.0 as u8;
-    /// Reset.
-    pub const RST: u8 = TcpFlags::RST.0 as u8;
-    /// Push.
-    pub const PSH: u8 = TcpFlags::PSH.0 as u8;
-    /// Acknowledgment field significant.
-    pub const ACK: u8 = TcpFlags::ACK.0 as u8;
-    /// Urgent pointer significant.
-    pub const URG: u8 = TcpFlags::URG.0 as u8;
-    /// ECN echo (RFC 3168).
-    pub const ECE: u8 = TcpFlags::ECE.0 as u8;
-    /// Congestion window reduced (RFC 3168).
-    pub const CWR: u8 = TcpFlags::CWR.0 as u8;
-}
+use crate::tcp::{field, TcpFlags, TcpOptionIter, TcpPacket, TcpRepr};
 
 /// Why a packet could not be segmented.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -63,7 +44,8 @@ pub enum SegmentError {
     },
 }
 
-/// Offsets and fields of a parsed IPv4/IPv6 + TCP packet.
+/// Offsets and fields of a parsed IPv4/IPv6 + TCP packet (the TCP fields as [`TcpPacket`]
+/// reads them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TcpView {
     /// 4 or 6.
@@ -80,8 +62,8 @@ pub struct TcpView {
     pub seq: u32,
     /// Acknowledgment number.
     pub ack: u32,
-    /// Flag byte.
-    pub flags: u8,
+    /// Control bits (all 12, as [`TcpPacket::flags`]).
+    pub flags: TcpFlags,
     /// Window field.
     pub window: u16,
     /// Source port.
@@ -92,14 +74,6 @@ pub struct TcpView {
 
 fn be16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
-}
-fn be32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes([
-        *b.get(at)?,
-        *b.get(at + 1)?,
-        *b.get(at + 2)?,
-        *b.get(at + 3)?,
-    ]))
 }
 fn put16(b: &mut [u8], at: usize, v: u16) {
     if let Some(s) = b.get_mut(at..at + 2) {
@@ -201,11 +175,10 @@ pub fn parse_tcp_split(head: &[u8], frag_len: usize) -> Option<TcpView> {
             (off, end)
         }
     };
-    let tcp_len = usize::from(data.get(tcp_off + 12)? >> 4) * 4;
-    if tcp_len < 20
-        || tcp_off + tcp_len > ip_end
-        || (frag_len > 0 && tcp_off + tcp_len > head.len())
-    {
+    // The whole TCP header lies in `head` (checked by the view), and inside the IP packet.
+    let tcp = TcpPacket::new_checked(data.get(tcp_off..)?).ok()?;
+    let tcp_len = tcp.header_len();
+    if tcp_off + tcp_len > ip_end {
         return None;
     }
     Some(TcpView {
@@ -214,13 +187,25 @@ pub fn parse_tcp_split(head: &[u8], frag_len: usize) -> Option<TcpView> {
         tcp_len,
         payload_off: tcp_off + tcp_len,
         payload_len: ip_end - tcp_off - tcp_len,
-        seq: be32(data, tcp_off + 4)?,
-        ack: be32(data, tcp_off + 8)?,
-        flags: *data.get(tcp_off + 13)?,
-        window: be16(data, tcp_off + 14)?,
-        sport: be16(data, tcp_off)?,
-        dport: be16(data, tcp_off + 2)?,
+        seq: tcp.seq(),
+        ack: tcp.ack(),
+        flags: tcp.flags(),
+        window: tcp.window(),
+        sport: tcp.src_port(),
+        dport: tcp.dst_port(),
     })
+}
+
+/// Write `flags` into the TCP header of a parsed packet, keeping its data offset.
+pub fn set_tcp_flags(data: &mut [u8], v: &TcpView, flags: TcpFlags) {
+    let at = v.tcp_off + field::OFF_FLAGS.start;
+    if let Some(word) = be16(data, at) {
+        put16(
+            data,
+            at,
+            (word & !TcpFlags::ALL.bits()) | (flags & TcpFlags::ALL).bits(),
+        );
+    }
 }
 
 /// Add `data` to a one's-complement running sum (RFC 1071), as big-endian 16-bit words; an
@@ -236,33 +221,29 @@ pub fn csum_combine(a: u64, b: u64) -> u64 {
     s + u64::from(carry)
 }
 
-/// Fold a running sum to 16 bits and complement it.
+/// Fold a running sum to 16 bits ([`checksum::fold`]) and complement it.
 pub fn csum_fold(sum: u64) -> u16 {
-    !fold16(sum)
+    !checksum::fold(sum)
 }
 
-/// Fold a running sum to a 16-bit one's-complement sum (not complemented).
-pub fn fold16(sum: u64) -> u16 {
-    let mut s = (sum & 0xffff_ffff) + (sum >> 32);
-    s = (s & 0xffff_ffff) + (s >> 32);
-    s = (s & 0xffff) + (s >> 16);
-    s = (s & 0xffff) + (s >> 16);
-    s = (s & 0xffff) + (s >> 16);
-    s as u16
-}
-
-/// Sum of the TCP pseudo-header (RFC 9293 §3.1; RFC 8200 §8.1 for IPv6) of a parsed packet
-/// whose TCP header plus payload is `tcp_total` bytes.
-pub fn pseudo_sum(data: &[u8], v: &TcpView, tcp_total: usize) -> u64 {
-    let mut s = 0u64;
-    if v.ip_version == 4 {
-        s = csum_add(s, data.get(12..20).unwrap_or(&[]));
-        s += u64::from(IPPROTO_TCP) + tcp_total as u64;
+/// The partial sum ([`checksum`]'s form, folded) of the TCP pseudo-header
+/// ([`checksum::pseudo_header_octets`]: RFC 9293 §3.1; RFC 8200 §8.1 for IPv6) of a parsed
+/// packet whose TCP header plus payload is `tcp_total` bytes.
+fn pseudo(data: &[u8], v: &TcpView, tcp_total: usize) -> u32 {
+    let (src, dst) = if v.ip_version == 4 {
+        (12..16, 16..20)
     } else {
-        s = csum_add(s, data.get(8..40).unwrap_or(&[]));
-        s += (tcp_total as u64 >> 16) + (tcp_total as u64 & 0xffff) + u64::from(IPPROTO_TCP);
-    }
-    s
+        (8..24, 24..40)
+    };
+    let (src, dst) = (data.get(src).unwrap_or(&[]), data.get(dst).unwrap_or(&[]));
+    let len = u32::try_from(tcp_total).unwrap_or(u32::MAX);
+    checksum::pseudo_header_octets(src, dst, IPPROTO_TCP, len)
+}
+
+/// [`checksum::pseudo_header_octets`] of a parsed packet whose TCP header plus payload is
+/// `tcp_total` bytes, as a running sum for [`csum_add`].
+pub fn pseudo_sum(data: &[u8], v: &TcpView, tcp_total: usize) -> u64 {
+    u64::from(pseudo(data, v, tcp_total))
 }
 
 /// Recompute the IPv4 header checksum in place (no-op for IPv6 or a short buffer).
@@ -275,7 +256,7 @@ pub fn fill_ipv4_checksum(data: &mut [u8]) {
         return;
     }
     put16(data, 10, 0);
-    let c = csum_fold(csum_add(0, &data[..ihl]));
+    let c = checksum::internet(&data[..ihl]);
     put16(data, 10, c);
 }
 
@@ -286,7 +267,7 @@ pub fn ipv4_checksum_ok(data: &[u8]) -> bool {
     }
     let ihl = usize::from(data[0] & 0x0f) * 4;
     match data.get(..ihl) {
-        Some(h) if ihl >= 20 => csum_fold(csum_add(0, h)) == 0,
+        Some(h) if ihl >= 20 => checksum::verify(&[checksum::sum(h)]),
         _ => false,
     }
 }
@@ -295,10 +276,10 @@ pub fn ipv4_checksum_ok(data: &[u8]) -> bool {
 pub fn fill_tcp_checksum(data: &mut [u8], v: &TcpView) {
     let end = v.payload_off + v.payload_len;
     let tcp_total = end - v.tcp_off;
-    put16(data, v.tcp_off + 16, 0);
-    let s = pseudo_sum(data, v, tcp_total);
-    let c = csum_fold(csum_add(s, data.get(v.tcp_off..end).unwrap_or(&[])));
-    put16(data, v.tcp_off + 16, c);
+    put16(data, v.tcp_off + field::CHECKSUM.start, 0);
+    let p = pseudo(data, v, tcp_total);
+    let c = checksum::combine(&[p, checksum::sum(data.get(v.tcp_off..end).unwrap_or(&[]))]);
+    put16(data, v.tcp_off + field::CHECKSUM.start, c);
 }
 
 /// Put the `CHECKSUM_PARTIAL` form in the TCP checksum field of a parsed packet: the folded
@@ -308,8 +289,9 @@ pub fn fill_tcp_checksum(data: &mut [u8], v: &TcpView) {
 /// aggregate (`tcp4_gro_complete`); see [`complete_tcp_checksum`].
 pub fn fill_tcp_csum_partial(data: &mut [u8], v: &TcpView) {
     let tcp_total = v.payload_off + v.payload_len - v.tcp_off;
-    let p = fold16(pseudo_sum(data, v, tcp_total));
-    put16(data, v.tcp_off + 16, p);
+    // combine() complements; the partial form is the plain folded sum.
+    let p = !checksum::combine(&[pseudo(data, v, tcp_total)]);
+    put16(data, v.tcp_off + field::CHECKSUM.start, p);
 }
 
 /// Complete a checksum left in the [`fill_tcp_csum_partial`] form (what the NIC does for a
@@ -317,8 +299,8 @@ pub fn fill_tcp_csum_partial(data: &mut [u8], v: &TcpView) {
 /// store the complement). The result equals [`fill_tcp_checksum`]'s.
 pub fn complete_tcp_checksum(data: &mut [u8], v: &TcpView) {
     let end = v.payload_off + v.payload_len;
-    let c = csum_fold(csum_add(0, data.get(v.tcp_off..end).unwrap_or(&[])));
-    put16(data, v.tcp_off + 16, c);
+    let c = checksum::internet(data.get(v.tcp_off..end).unwrap_or(&[]));
+    put16(data, v.tcp_off + field::CHECKSUM.start, c);
 }
 
 /// True if `data` is well-formed IPv4/IPv6 TCP with a correct TCP checksum (and, for IPv4, a
@@ -336,11 +318,25 @@ pub fn tcp_checksum_ok_parsed(data: &[u8], v: &TcpView) -> bool {
         return false;
     }
     let end = v.payload_off + v.payload_len;
-    let s = pseudo_sum(data, v, end - v.tcp_off);
+    let p = pseudo(data, v, end - v.tcp_off);
     match data.get(v.tcp_off..end) {
-        Some(seg) => csum_fold(csum_add(s, seg)) == 0,
+        Some(seg) => checksum::verify(&[p, checksum::sum(seg)]),
         None => false,
     }
+}
+
+/// The flags of wire segments `first..=last` (out of `count`) of a super-segment whose flags
+/// are `flags`, as GSO sets them and GRO merges them: FIN and PSH only with the last segment,
+/// CWR only with the first.
+pub fn run_flags(flags: TcpFlags, first: usize, last: usize, count: usize) -> TcpFlags {
+    let mut fl = flags;
+    if last + 1 != count {
+        fl &= !(TcpFlags::FIN | TcpFlags::PSH);
+    }
+    if first > 0 {
+        fl &= !TcpFlags::CWR;
+    }
+    fl
 }
 
 /// Write IP length fields for a packet whose TCP payload is now `payload_len` bytes.
@@ -455,7 +451,9 @@ pub fn write_run_head_parts(
     if last >= count || first > last {
         return Err(SegmentError::Index { index: last, count });
     }
-    if head.len() < v.payload_off || payload.len() < v.payload_len || v.payload_off < v.tcp_off + 20
+    if head.len() < v.payload_off
+        || payload.len() < v.payload_len
+        || v.payload_off < v.tcp_off + TcpPacket::MIN_HEADER_LEN
     {
         return Err(SegmentError::NotTcp);
     }
@@ -470,15 +468,13 @@ pub fn write_run_head_parts(
         put16(out, 4, id);
         fill_ipv4_checksum(out);
     }
-    put32(out, v.tcp_off + 4, v.seq.wrapping_add(start as u32));
-    let mut fl = v.flags;
-    if last + 1 != count {
-        fl &= !(flags::FIN | flags::PSH);
-    }
-    if first > 0 {
-        fl &= !flags::CWR;
-    }
-    out[v.tcp_off + 13] = fl;
+    put32(
+        out,
+        v.tcp_off + field::SEQ.start,
+        v.seq.wrapping_add(start as u32),
+    );
+    let fl = run_flags(v.flags, first, last, count);
+    set_tcp_flags(out, v, fl);
     let run = TcpView {
         payload_len: len,
         seq: v.seq.wrapping_add(start as u32),
@@ -487,11 +483,13 @@ pub fn write_run_head_parts(
     };
     if first == last {
         // The header is a whole number of 32-bit words, so header and payload sums add up.
-        put16(out, v.tcp_off + 16, 0);
-        let s = pseudo_sum(out, &run, v.payload_off - v.tcp_off + len);
-        let s = csum_add(s, &out[v.tcp_off..v.payload_off]);
-        let c = csum_fold(csum_add(s, &payload[start..end]));
-        put16(out, v.tcp_off + 16, c);
+        put16(out, v.tcp_off + field::CHECKSUM.start, 0);
+        let c = checksum::combine(&[
+            pseudo(out, &run, v.payload_off - v.tcp_off + len),
+            checksum::sum(&out[v.tcp_off..v.payload_off]),
+            checksum::sum(&payload[start..end]),
+        ]);
+        put16(out, v.tcp_off + field::CHECKSUM.start, c);
     } else {
         fill_tcp_csum_partial(out, &run);
     }
@@ -526,8 +524,8 @@ pub struct TcpPacketSpec {
     pub seq: u32,
     /// Acknowledgment number.
     pub ack: u32,
-    /// Flags byte.
-    pub flags: u8,
+    /// Control bits.
+    pub flags: TcpFlags,
     /// Window.
     pub window: u16,
     /// IPv4 identification.
@@ -547,7 +545,7 @@ impl Default for TcpPacketSpec {
             dport: 5001,
             seq: 1,
             ack: 1,
-            flags: flags::ACK,
+            flags: TcpFlags::ACK,
             window: 65535,
             ip_id: 0,
             tos: 0,
@@ -566,7 +564,7 @@ pub fn build_ipv4_tcp(spec: &TcpPacketSpec, payload: &[u8], out: &mut Vec<u8>) {
         dst_port: spec.dport,
         seq: spec.seq,
         ack: spec.ack,
-        flags: TcpFlags(u16::from(spec.flags)),
+        flags: spec.flags,
         window: spec.window,
         urgent: 0,
         options: TcpOptionIter::new(&spec.options)
@@ -630,7 +628,7 @@ mod tests {
         }
     }
 
-    fn super_segment(payload_len: usize, fl: u8) -> Vec<u8> {
+    fn super_segment(payload_len: usize, fl: TcpFlags) -> Vec<u8> {
         let payload: Vec<u8> = (0..payload_len).map(|i| (i * 7) as u8).collect();
         let spec = TcpPacketSpec {
             seq: 0xffff_ff00, // wraps inside the super-segment
@@ -646,7 +644,7 @@ mod tests {
 
     #[test]
     fn built_packet_has_valid_checksums() {
-        let p = super_segment(100, flags::ACK);
+        let p = super_segment(100, TcpFlags::ACK);
         assert!(tcp_checksum_ok(&p));
         let v = parse_tcp(&p).unwrap();
         assert_eq!(v.tcp_len, 32);
@@ -659,7 +657,7 @@ mod tests {
     /// run's payload, and a checksum field that completes to a valid checksum.
     #[test]
     fn run_heads_match_the_merged_segments() {
-        let fl = flags::ACK | flags::PSH | flags::FIN | flags::CWR;
+        let fl = TcpFlags::ACK | TcpFlags::PSH | TcpFlags::FIN | TcpFlags::CWR;
         let p = super_segment(4000, fl);
         let v = parse_tcp(&p).unwrap();
         let segs = segment(&p, 1000).unwrap();
@@ -685,8 +683,9 @@ mod tests {
                 assert_eq!(run[12..v.tcp_off + 13], merged[12..v.tcp_off + 13]);
                 assert_eq!(run[v.payload_off..], merged[v.payload_off..]);
                 assert_eq!(mv.map(|m| m.seq), Some(rv.seq));
-                let last_fl = segs[last][v.tcp_off + 13] & (flags::PSH | flags::FIN);
-                assert_eq!(run[v.tcp_off + 13], segs[first][v.tcp_off + 13] | last_fl);
+                let fl = |p: &[u8]| parse_tcp_split(p, 0).unwrap().flags;
+                let last_fl = fl(&segs[last]) & (TcpFlags::PSH | TcpFlags::FIN);
+                assert_eq!(rv.flags, fl(&segs[first]) | last_fl);
                 complete_tcp_checksum(&mut run, &rv);
                 assert!(tcp_checksum_ok(&run), "{first}..={last}");
             }
@@ -704,7 +703,7 @@ mod tests {
     /// IPv4 id increments, all checksums valid.
     #[test]
     fn segmentation_splits_and_fixes_headers() {
-        let fl = flags::ACK | flags::PSH | flags::FIN | flags::CWR;
+        let fl = TcpFlags::ACK | TcpFlags::PSH | TcpFlags::FIN | TcpFlags::CWR;
         let p = super_segment(4000, fl);
         let segs = segment(&p, 1448).unwrap();
         assert_eq!(segs.len(), 3);
@@ -720,9 +719,9 @@ mod tests {
             assert_eq!(be16(s, 2).unwrap() as usize, s.len());
             assert_eq!(be16(s, 4).unwrap(), 0xfffeu16.wrapping_add(i as u16));
             let last = i == 2;
-            assert_eq!(v.flags & (flags::FIN | flags::PSH) != 0, last);
-            assert_eq!(v.flags & flags::CWR != 0, i == 0);
-            assert!(v.flags & flags::ACK != 0);
+            assert_eq!(v.flags.intersects(TcpFlags::FIN | TcpFlags::PSH), last);
+            assert_eq!(v.flags.contains(TcpFlags::CWR), i == 0);
+            assert!(v.flags.contains(TcpFlags::ACK));
             // Options copied verbatim.
             assert_eq!(s[20 + 20..20 + 32], p[40..52]);
             expect_seq = expect_seq.wrapping_add(v.payload_len as u32);
@@ -753,7 +752,7 @@ mod tests {
             let v = parse_tcp(s).unwrap();
             assert_eq!(v.seq, 1 + 1000 * i as u32);
             assert_eq!(be16(s, 4).unwrap(), 1020);
-            assert_eq!(v.flags & flags::PSH != 0, i == 2);
+            assert_eq!(v.flags.contains(TcpFlags::PSH), i == 2);
         }
     }
 
@@ -761,7 +760,7 @@ mod tests {
     fn malformed_input_is_an_error_not_a_panic() {
         assert_eq!(segment(&[], 100), Err(SegmentError::NotTcp));
         assert_eq!(segment(&[0x45; 30], 100), Err(SegmentError::NotTcp));
-        let p = super_segment(10, flags::ACK);
+        let p = super_segment(10, TcpFlags::ACK);
         for cut in 0..p.len() {
             let _ = parse_tcp(&p[..cut]);
             let _ = tcp_checksum_ok(&p[..cut]);
@@ -805,7 +804,7 @@ mod tests {
 
     #[test]
     fn bit_flip_breaks_checksum() {
-        let p = super_segment(500, flags::ACK);
+        let p = super_segment(500, TcpFlags::ACK);
         for bit in [0usize, 100, 20 * 8 + 5, p.len() * 8 - 1] {
             let mut q = p.clone();
             q[bit / 8] ^= 1 << (bit % 8);

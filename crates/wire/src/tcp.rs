@@ -18,6 +18,33 @@ const KIND_SACK_PERM: u8 = 4;
 const KIND_SACK: u8 = 5;
 const KIND_TS: u8 = 8;
 
+/// Byte ranges of the fixed TCP header fields (RFC 9293 §3.1, Figure 1), from the start of the
+/// TCP header. The one description of the header layout: [`TcpPacket`]'s accessors, the
+/// emitters and the in-place header work of [`crate::segment`] all index through it.
+pub mod field {
+    use core::ops::Range;
+
+    /// Source port.
+    pub const SRC_PORT: Range<usize> = 0..2;
+    /// Destination port.
+    pub const DST_PORT: Range<usize> = 2..4;
+    /// Sequence number.
+    pub const SEQ: Range<usize> = 4..8;
+    /// Acknowledgment number.
+    pub const ACK: Range<usize> = 8..12;
+    /// Data offset (high 4 bits), reserved bits and the 12 control bits: one big-endian
+    /// 16-bit word ([`super::TcpFlags`] is its low 12 bits).
+    pub const OFF_FLAGS: Range<usize> = 12..14;
+    /// Window.
+    pub const WINDOW: Range<usize> = 14..16;
+    /// Checksum.
+    pub const CHECKSUM: Range<usize> = 16..18;
+    /// Urgent pointer.
+    pub const URGENT: Range<usize> = 18..20;
+    /// Where the options begin: the end of the fixed header.
+    pub const OPTIONS: usize = 20;
+}
+
 fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
@@ -50,6 +77,10 @@ impl TcpFlags {
     pub const CWR: TcpFlags = TcpFlags(0x080);
     /// Accurate ECN flag (formerly NS, RFC 3540).
     pub const AE: TcpFlags = TcpFlags(0x100);
+    /// The three reserved bits above AE (RFC 9293 §3.1 "Rsrvd"), kept as received.
+    pub const RESERVED: TcpFlags = TcpFlags(0xe00);
+    /// All 12 bits of the field: the control bits and the reserved ones.
+    pub const ALL: TcpFlags = TcpFlags(0xfff);
 
     /// The empty set.
     pub const fn empty() -> TcpFlags {
@@ -58,6 +89,15 @@ impl TcpFlags {
     /// The raw 12-bit value.
     pub const fn bits(self) -> u16 {
         self.0
+    }
+    /// The flags of the 16-bit data-offset/flags word of a header (`field::OFF_FLAGS`): its
+    /// low 12 bits.
+    pub const fn from_word(word: u16) -> TcpFlags {
+        TcpFlags(word & TcpFlags::ALL.0)
+    }
+    /// True when no bit is set.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
     }
     /// True when every bit of `other` is set in `self`.
     pub const fn contains(self, other: TcpFlags) -> bool {
@@ -92,6 +132,24 @@ impl core::ops::BitAnd for TcpFlags {
     type Output = TcpFlags;
     fn bitand(self, rhs: TcpFlags) -> TcpFlags {
         TcpFlags(self.0 & rhs.0)
+    }
+}
+impl core::ops::BitAndAssign for TcpFlags {
+    fn bitand_assign(&mut self, rhs: TcpFlags) {
+        self.0 &= rhs.0
+    }
+}
+impl core::ops::BitXor for TcpFlags {
+    type Output = TcpFlags;
+    fn bitxor(self, rhs: TcpFlags) -> TcpFlags {
+        TcpFlags(self.0 ^ rhs.0)
+    }
+}
+/// The complement within the 12 bits of the field ([`TcpFlags::ALL`]).
+impl core::ops::Not for TcpFlags {
+    type Output = TcpFlags;
+    fn not(self) -> TcpFlags {
+        TcpFlags(!self.0 & TcpFlags::ALL.0)
     }
 }
 
@@ -334,14 +392,14 @@ pub struct TcpPacket<'a> {
 
 impl<'a> TcpPacket<'a> {
     /// Length of the header without options.
-    pub const MIN_HEADER_LEN: usize = 20;
+    pub const MIN_HEADER_LEN: usize = field::OPTIONS;
 
     /// Checks `buf` as a TCP segment (see the type's doc).
     pub fn new_checked(buf: &'a [u8]) -> Result<Self> {
         if buf.len() < Self::MIN_HEADER_LEN {
             return Err(WireError::Truncated);
         }
-        let hl = usize::from(buf[12] >> 4) * 4;
+        let hl = usize::from(buf[field::OFF_FLAGS.start] >> 4) * 4;
         if hl < Self::MIN_HEADER_LEN {
             return Err(WireError::BadHeaderLen);
         }
@@ -353,43 +411,43 @@ impl<'a> TcpPacket<'a> {
 
     /// Source port.
     pub fn src_port(&self) -> u16 {
-        be16(self.buf, 0)
+        be16(self.buf, field::SRC_PORT.start)
     }
     /// Destination port.
     pub fn dst_port(&self) -> u16 {
-        be16(self.buf, 2)
+        be16(self.buf, field::DST_PORT.start)
     }
     /// Sequence number.
     pub fn seq(&self) -> u32 {
-        be32(self.buf, 4)
+        be32(self.buf, field::SEQ.start)
     }
     /// Acknowledgment number (meaningful with ACK).
     pub fn ack(&self) -> u32 {
-        be32(self.buf, 8)
+        be32(self.buf, field::ACK.start)
     }
     /// Header length in bytes (data offset × 4).
     pub fn header_len(&self) -> usize {
-        usize::from(self.buf[12] >> 4) * 4
+        usize::from(self.buf[field::OFF_FLAGS.start] >> 4) * 4
     }
     /// The 12 control bits (reserved bits included).
     pub fn flags(&self) -> TcpFlags {
-        TcpFlags(be16(self.buf, 12) & 0x0fff)
+        TcpFlags::from_word(be16(self.buf, field::OFF_FLAGS.start))
     }
     /// Window field, unscaled.
     pub fn window(&self) -> u16 {
-        be16(self.buf, 14)
+        be16(self.buf, field::WINDOW.start)
     }
     /// Checksum field as stored.
     pub fn checksum(&self) -> u16 {
-        be16(self.buf, 16)
+        be16(self.buf, field::CHECKSUM.start)
     }
     /// Urgent pointer.
     pub fn urgent(&self) -> u16 {
-        be16(self.buf, 18)
+        be16(self.buf, field::URGENT.start)
     }
     /// The raw option bytes (header length − 20), padding included.
     pub fn options_bytes(&self) -> &'a [u8] {
-        &self.buf[Self::MIN_HEADER_LEN..self.header_len()]
+        &self.buf[field::OPTIONS..self.header_len()]
     }
     /// Iterates over the options (see [`TcpOptionIter`]).
     pub fn options(&self) -> TcpOptionIter<'a> {
@@ -599,7 +657,7 @@ impl TcpRepr {
             checksum::pseudo_header(src, dst, IPPROTO_TCP, len),
             checksum::sum(&buf[..total]),
         ]);
-        buf[16..18].copy_from_slice(&c.to_be_bytes());
+        buf[field::CHECKSUM].copy_from_slice(&c.to_be_bytes());
         Ok(total)
     }
 
@@ -672,7 +730,7 @@ impl TcpRepr {
                 let apart = if head_only { checksum::sum(payload) } else { 0 };
                 checksum::combine(&[pseudo, checksum::sum(seg), apart])
             };
-            seg[16..18].copy_from_slice(&c.to_be_bytes());
+            seg[field::CHECKSUM].copy_from_slice(&c.to_be_bytes());
             Ok(pkt.len())
         })();
         if r.is_err() {
@@ -695,16 +753,16 @@ impl TcpRepr {
             return Err(WireError::BufferTooSmall);
         }
         let h = &mut buf[..hl];
-        h[0..2].copy_from_slice(&self.src_port.to_be_bytes());
-        h[2..4].copy_from_slice(&self.dst_port.to_be_bytes());
-        h[4..8].copy_from_slice(&self.seq.to_be_bytes());
-        h[8..12].copy_from_slice(&self.ack.to_be_bytes());
-        let off_flags = ((hl as u16 / 4) << 12) | (self.flags.0 & 0x0fff);
-        h[12..14].copy_from_slice(&off_flags.to_be_bytes());
-        h[14..16].copy_from_slice(&self.window.to_be_bytes());
-        h[16..18].copy_from_slice(&[0, 0]);
-        h[18..20].copy_from_slice(&self.urgent.to_be_bytes());
-        let mut at = TcpPacket::MIN_HEADER_LEN;
+        h[field::SRC_PORT].copy_from_slice(&self.src_port.to_be_bytes());
+        h[field::DST_PORT].copy_from_slice(&self.dst_port.to_be_bytes());
+        h[field::SEQ].copy_from_slice(&self.seq.to_be_bytes());
+        h[field::ACK].copy_from_slice(&self.ack.to_be_bytes());
+        let off_flags = ((hl as u16 / 4) << 12) | (self.flags & TcpFlags::ALL).0;
+        h[field::OFF_FLAGS].copy_from_slice(&off_flags.to_be_bytes());
+        h[field::WINDOW].copy_from_slice(&self.window.to_be_bytes());
+        h[field::CHECKSUM].copy_from_slice(&[0, 0]);
+        h[field::URGENT].copy_from_slice(&self.urgent.to_be_bytes());
+        let mut at = field::OPTIONS;
         for o in &self.options {
             at += o.emit(&mut h[at..])?;
         }

@@ -34,7 +34,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 
 use shallow_tcp::{DeviceCaps, DropAll, Instant, RouteAttrs, SocketId, Stack, Transmit, TxToken};
-use shallow_wire::{SackBlocks, TcpFlags as WireFlags, TcpOptionRepr, TcpRepr};
+use shallow_wire::{SackBlocks, TcpOptionRepr, TcpRepr};
 
 use crate::ast::*;
 use crate::env::{self, EnvAction, QdiscKind};
@@ -741,7 +741,7 @@ impl<'a> Runner<'a> {
     fn learn_isn_from_wire(&mut self, fi: usize) {
         let found = self.wire.iter().find_map(|s| {
             let l = pkt::parse_live(&s.data)?;
-            (l.flags & TcpFlags::SYN != 0 && self.flow_of(&l) == Some(fi)).then_some(l)
+            (l.flags.contains(TcpFlags::SYN) && self.flow_of(&l) == Some(fi)).then_some(l)
         });
         if let Some(l) = found {
             self.flows[fi].local_port = Some(l.src.port());
@@ -837,7 +837,7 @@ impl<'a> Runner<'a> {
         }
         // Concatenate consecutive segments up to the expected (TSO-sized) length.
         let mut pieces = 1;
-        if !self.strict_segments && live.len < t.len && live.flags & TcpFlags::SYN == 0 {
+        if !self.strict_segments && live.len < t.len && !live.flags.contains(TcpFlags::SYN) {
             while live.len < t.len {
                 let Some((next, nl, nf)) = self.next_wire(deadline)? else {
                     break;
@@ -885,7 +885,7 @@ impl<'a> Runner<'a> {
         if !l.csum_ok {
             return Err("bad checksum".into());
         }
-        if l.flags != t.flags.0 {
+        if l.flags != t.flags {
             return Err("flags differ".into());
         }
         if l.seq.wrapping_sub(isn) != t.seq_start {
@@ -894,7 +894,7 @@ impl<'a> Runner<'a> {
         if l.len != t.len {
             return Err("payload length differs".into());
         }
-        if l.flags & TcpFlags::ACK != 0 && l.ack != t.ack.unwrap_or(0) {
+        if l.flags.contains(TcpFlags::ACK) && l.ack != t.ack.unwrap_or(0) {
             return Err("ack number differs".into());
         }
         if let Some(w) = t.win {
@@ -981,7 +981,7 @@ impl<'a> Runner<'a> {
     // ------------------------------------------------------------------ inbound
 
     fn inbound_flow(&mut self, t: &TcpSpec) -> R<usize> {
-        let syn_only = t.flags.has(TcpFlags::SYN) && !t.flags.has(TcpFlags::ACK);
+        let syn_only = t.flags.contains(TcpFlags::SYN) && !t.flags.contains(TcpFlags::ACK);
         if syn_only {
             let reuse = self.cur_flow.filter(|&i| {
                 let f = &self.flows[i];
@@ -1032,7 +1032,7 @@ impl<'a> Runner<'a> {
                 "inbound packet before the stack's SYN revealed its port",
             );
         };
-        let needs_isn = t.flags.has(TcpFlags::ACK)
+        let needs_isn = t.flags.contains(TcpFlags::ACK)
             || matches!(&t.options, TcpOptions::List(o) if o.iter().any(|x| matches!(x, TcpOption::Sack(_))));
         let isn = match (flow.isn, needs_isn) {
             (Some(i), _) => i,
@@ -1041,7 +1041,7 @@ impl<'a> Runner<'a> {
                 return self.fail(FailKind::Script, "inbound packet acknowledges data but the stack's ISN is unknown (no outbound SYN seen)")
             }
         };
-        let ack = if t.flags.has(TcpFlags::ACK) {
+        let ack = if t.flags.contains(TcpFlags::ACK) {
             isn.wrapping_add(t.ack.unwrap_or(0))
         } else {
             t.ack.unwrap_or(0)
@@ -1099,7 +1099,7 @@ impl<'a> Runner<'a> {
             dst_port: local_port,
             seq: t.seq_start,
             ack,
-            flags: WireFlags(t.flags.0),
+            flags: t.flags,
             window,
             urgent: t.urg.unwrap_or(0) as u16,
             options,
@@ -1173,7 +1173,7 @@ impl<'a> Runner<'a> {
             dst_port: flow.remote_port,
             seq,
             ack: 0,
-            flags: WireFlags::ACK,
+            flags: TcpFlags::ACK,
             window: 0,
             urgent: 0,
             options: Vec::new(),
@@ -1442,7 +1442,7 @@ fn call_name(k: &EventKind) -> String {
 fn describe_spec(t: &TcpSpec) -> String {
     let mut s = format!(
         "{} {}:{}({})",
-        flags_str(t.flags.0),
+        flags_str(t.flags),
         t.seq_start,
         t.seq_end,
         t.len
@@ -1495,7 +1495,7 @@ pub(crate) fn describe(l: &Live, isn: u32) -> String {
         seq.wrapping_add(l.len),
         l.len
     );
-    if l.flags & TcpFlags::ACK != 0 {
+    if l.flags.contains(TcpFlags::ACK) {
         s += &format!(" ack {}", l.ack);
     }
     s += &format!(" win {}", l.win);

@@ -4,10 +4,8 @@
 use std::net::{IpAddr, SocketAddr};
 
 use shallow_wire::{
-    IpPacket, IpRepr, Ipv4Repr, Ipv6Repr, TcpFlags as WireFlags, TcpOptionRepr, TcpPacket, TcpRepr,
+    IpPacket, IpRepr, Ipv4Repr, Ipv6Repr, TcpFlags, TcpOptionRepr, TcpPacket, TcpRepr,
 };
-
-use crate::ast::TcpFlags;
 
 /// An outbound packet taken apart (the fields the matcher compares).
 #[derive(Debug, Clone)]
@@ -16,7 +14,7 @@ pub(crate) struct Live {
     pub dst: SocketAddr,
     pub seq: u32,
     pub ack: u32,
-    pub flags: u16,
+    pub flags: TcpFlags,
     pub win: u16,
     pub urg: u16,
     pub opts: Vec<TcpOptionRepr>,
@@ -45,7 +43,7 @@ pub(crate) fn parse_live(data: &[u8]) -> Option<Live> {
         dst: SocketAddr::new(ip.dst(), repr.dst_port),
         seq: repr.seq,
         ack: repr.ack,
-        flags: repr.flags.bits(),
+        flags: repr.flags,
         win: repr.window,
         urg: repr.urgent,
         opts: repr.options,
@@ -132,23 +130,16 @@ pub(crate) fn segment(data: &[u8], gso: u16) -> Vec<Vec<u8>> {
         IpPacket::V4(p) => p.ident(),
         IpPacket::V6(_) => 0,
     };
+    let count = live.len.div_ceil(gso) as usize;
     let mut out = Vec::new();
     let mut off = 0u32;
     let mut i = 0u16;
     while off < live.len {
         let n = gso.min(live.len - off);
-        let last = off + n >= live.len;
         let mut r = base.clone();
         r.seq = base.seq.wrapping_add(off);
-        let mut f = base.flags;
-        if !last {
-            f.set(WireFlags::FIN, false);
-            f.set(WireFlags::PSH, false);
-        }
-        if off > 0 {
-            f.set(WireFlags::CWR, false);
-        }
-        r.flags = f;
+        let k = usize::from(i);
+        r.flags = shallow_wire::segment::run_flags(base.flags, k, k, count);
         let fields = IpFields {
             tos: live.tos,
             ttl: live.ttl,
@@ -166,7 +157,7 @@ pub(crate) fn segment(data: &[u8], gso: u16) -> Vec<Vec<u8>> {
 }
 
 /// Flags in script syntax (`S.`, `P.`, `F.`, `R`, `.`, `-` for none).
-pub(crate) fn flags_str(f: u16) -> String {
+pub(crate) fn flags_str(f: TcpFlags) -> String {
     let mut s = String::new();
     for (bit, c) in [
         (TcpFlags::SYN, 'S'),
@@ -178,11 +169,11 @@ pub(crate) fn flags_str(f: u16) -> String {
         (TcpFlags::CWR, 'W'),
         (TcpFlags::AE, 'A'),
     ] {
-        if f & bit != 0 {
+        if f.contains(bit) {
             s.push(c);
         }
     }
-    if f & TcpFlags::ACK != 0 {
+    if f.contains(TcpFlags::ACK) {
         s.push('.');
     }
     if s.is_empty() {
@@ -220,13 +211,13 @@ mod tests {
         s.parse().unwrap()
     }
 
-    fn repr(flags: u16, opts: Vec<TcpOptionRepr>) -> TcpRepr {
+    fn repr(flags: TcpFlags, opts: Vec<TcpOptionRepr>) -> TcpRepr {
         TcpRepr {
             src_port: 8080,
             dst_port: 40000,
             seq: 1000,
             ack: 77,
-            flags: WireFlags(flags),
+            flags,
             window: 256,
             urgent: 0,
             options: opts,
@@ -261,7 +252,7 @@ mod tests {
         assert!(build_tcp(
             sa("192.168.0.1:1"),
             sa("[2001:db8::1]:2"),
-            &repr(0, vec![]),
+            &repr(TcpFlags::empty(), vec![]),
             0,
             IP
         )
@@ -310,7 +301,7 @@ mod tests {
             flags_str(TcpFlags::SYN | TcpFlags::ECE | TcpFlags::CWR),
             "SEW"
         );
-        assert_eq!(flags_str(0), "-");
+        assert_eq!(flags_str(TcpFlags::empty()), "-");
         let sack = TcpOptionRepr::Sack(SackBlocks::from_slice(&[(1, 2), (5, 9)]).unwrap());
         assert_eq!(opt_str(&sack), "sack 1:2 5:9");
         assert_eq!(opt_str(&TcpOptionRepr::Mss(1460)), "mss 1460");

@@ -3,6 +3,7 @@
 //! §5.4, keyed hashes of the 4-tuple).
 
 use super::*;
+use shallow_wire::TcpFlags;
 
 /// The passive open (internal): listeners, SYN cookies, ISNs.
 impl Stack {
@@ -24,11 +25,11 @@ impl Stack {
 
     /// A segment for a listener (`tcp_v4_conn_request`; SYN cookies per `cookie_v4_check`).
     pub(super) fn listen_rcv(&mut self, now: Instant, lid: SocketId, seg: &SegIn<'_>) {
-        if seg.has(RST) {
+        if seg.has(TcpFlags::RST) {
             return;
         }
         let cookies = self.env.sysint(Sysctl::tcp_syncookies);
-        if seg.has(ACK) && !seg.has(SYN) {
+        if seg.has(TcpFlags::ACK) && !seg.has(TcpFlags::SYN) {
             if cookies != 0 {
                 if let Some(opts) = self.cookie_check(now, seg) {
                     self.cookie_accept(now, lid, seg, opts);
@@ -38,8 +39,8 @@ impl Stack {
             self.send_reset_for(seg);
             return;
         }
-        if !seg.has(SYN) || seg.has(ACK) {
-            if seg.has(ACK) {
+        if !seg.has(TcpFlags::SYN) || seg.has(TcpFlags::ACK) {
+            if seg.has(TcpFlags::ACK) {
                 self.send_reset_for(seg);
             }
             return;
@@ -138,8 +139,7 @@ impl Stack {
         // tcp_ecn_create_request (RFC 3168 §6.1.1): a not-ECT SYN with ECE|CWR asks for ECN;
         // any tcp_ecn other than 0 accepts.
         sk.ecn_flags = 0;
-        if seg.flags & (packet::flags::ECE | packet::flags::CWR)
-            == packet::flags::ECE | packet::flags::CWR
+        if seg.flags & (TcpFlags::ECE | TcpFlags::CWR) == TcpFlags::ECE | TcpFlags::CWR
             && seg.tos & 0x3 == 0
             && env.sysint(crate::sysctl::Sysctl::tcp_ecn) != 0
         {
@@ -274,7 +274,7 @@ impl Stack {
         }
         let syn = SegIn {
             seq: seg.seq.wrapping_sub(1),
-            flags: SYN,
+            flags: TcpFlags::SYN,
             payload: &[],
             ..*seg
         };

@@ -3,6 +3,7 @@
 //! reset (`tcp_v4_rcv`); ICMP errors for our connections (`tcp_v4_err`).
 
 use super::*;
+use shallow_wire::TcpFlags;
 
 /// **Inputs from the network** (`handle_*`): one received packet at a time.
 impl Stack {
@@ -179,9 +180,9 @@ impl Stack {
         // reopens the 4-tuple through the listener.
         if let Ok(sk) = self.sock(id) {
             if sk.state == TcpState::TimeWait
-                && seg.has(SYN)
-                && !seg.has(ACK)
-                && !seg.has(RST)
+                && seg.has(TcpFlags::SYN)
+                && !seg.has(TcpFlags::ACK)
+                && !seg.has(TcpFlags::RST)
                 && after(seg.seq, sk.rcv_nxt)
             {
                 if let Some(l) = self.listener_for(seg.dst) {
@@ -204,7 +205,11 @@ impl Stack {
         // Accept-queue overflow at the third ACK (tcp_check_req → syn_recv_sock).
         let parent = {
             let Ok(sk) = self.sock(id) else { return };
-            if sk.state == TcpState::SynRecv && seg.has(ACK) && !seg.has(RST) && !seg.has(SYN) {
+            if sk.state == TcpState::SynRecv
+                && seg.has(TcpFlags::ACK)
+                && !seg.has(TcpFlags::RST)
+                && !seg.has(TcpFlags::SYN)
+            {
                 sk.parent
             } else {
                 None
@@ -247,13 +252,13 @@ impl Stack {
 
     /// Answer a segment that matched no connection with a RST (`tcp_v4_send_reset`).
     pub(super) fn send_reset_for(&mut self, seg: &SegIn<'_>) {
-        if seg.has(RST) {
+        if seg.has(TcpFlags::RST) {
             return;
         }
-        let (seq, ack, fl) = if seg.has(ACK) {
-            (seg.ack, 0, RST)
+        let (seq, ack, fl) = if seg.has(TcpFlags::ACK) {
+            (seg.ack, 0, TcpFlags::RST)
         } else {
-            (0, seg.end_seq(), RST | ACK)
+            (0, seg.end_seq(), TcpFlags::RST | TcpFlags::ACK)
         };
         let ident = self.env.next_ident();
         let out = SegOut {

@@ -1,10 +1,11 @@
 //! Packetdrill-style conformance checks: one `Stack` against hand-built packets, with the
 //! expectations of Linux's own scripts (../shared/packetdrill/tcp) written out as facts.
 
-use crate::packet::{self, flags::*, OutOpt, SegOut};
+use crate::packet::{self, OutOpt, SegOut};
 use crate::*;
 use core::net::SocketAddr;
 use core::time::Duration;
+use shallow_wire::TcpFlags;
 
 const LOCAL: &str = "192.168.0.1:8080";
 const REMOTE: &str = "192.0.2.1:40000";
@@ -15,7 +16,7 @@ struct Peer {
     isn: u32,
 }
 
-fn raw(seq: u32, ack: u32, fl: u16, win: u16, opts: &[OutOpt], payload: &[u8]) -> Vec<u8> {
+fn raw(seq: u32, ack: u32, fl: TcpFlags, win: u16, opts: &[OutOpt], payload: &[u8]) -> Vec<u8> {
     packet::build(&SegOut {
         local: REMOTE.parse().unwrap(),
         remote: LOCAL.parse().unwrap(),
@@ -35,7 +36,7 @@ fn raw(seq: u32, ack: u32, fl: u16, win: u16, opts: &[OutOpt], payload: &[u8]) -
 struct Out {
     seq: u32,
     ack: u32,
-    flags: u16,
+    flags: TcpFlags,
     #[allow(dead_code)]
     win: u16,
     len: usize,
@@ -61,7 +62,7 @@ fn parse_out(t: &Transmit) -> Out {
     Out {
         seq: tcp.seq(),
         ack: tcp.ack(),
-        flags: tcp.flags().bits(),
+        flags: tcp.flags(),
         win: tcp.window(),
         len: tcp.payload().len(),
         opts: opts.join(","),
@@ -112,18 +113,24 @@ impl Peer {
             .unwrap();
         self.st.bind(l, LOCAL.parse().unwrap()).unwrap();
         self.st.listen(l, 1).unwrap();
-        self.st
-            .input(self.now, &raw(0, 0, SYN, 32792, syn_opts, &[]), None);
+        self.st.input(
+            self.now,
+            &raw(0, 0, TcpFlags::SYN, 32792, syn_opts, &[]),
+            None,
+        );
         let o = self.out();
         assert_eq!(o.len(), 1);
-        assert_eq!(o[0].flags, SYN | ACK);
+        assert_eq!(o[0].flags, TcpFlags::SYN | TcpFlags::ACK);
         assert_eq!(o[0].ack, 1);
         assert_eq!(o[0].opts, expect_synack);
         self.isn = o[0].seq.wrapping_add(1);
         // The scripts' handshake RTT: the third ACK 100 ms after the SYN-ACK.
         self.now += Duration::from_millis(100);
-        self.st
-            .input(self.now, &raw(1, self.isn, ACK, 257, &[], &[]), None);
+        self.st.input(
+            self.now,
+            &raw(1, self.isn, TcpFlags::ACK, 257, &[], &[]),
+            None,
+        );
         let (s, peer) = self.st.accept(l).unwrap();
         assert_eq!(peer, REMOTE.parse::<SocketAddr>().unwrap());
         s
@@ -169,7 +176,7 @@ fn active_open_syn_options() {
     );
     let o = p.out();
     assert_eq!(o[0].opts, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    assert_eq!(o[0].flags, SYN);
+    assert_eq!(o[0].flags, TcpFlags::SYN);
     // RFC 6298 §5.7 / tcp_syn_retries: SYN retransmitted after 1 s, then 2 s, each on the
     // timer wheel (within 32 ms after 1 s, within 256 ms after 2 s at HZ=250).
     p.now += Duration::from_millis(999);
@@ -236,7 +243,14 @@ fn delayed_ack_after_single_segment_in_pingpong() {
         .unwrap();
     p.st.input(
         p.now,
-        &raw(1, p.isn, ACK | PSH, 257, &[], &[1u8; 100]),
+        &raw(
+            1,
+            p.isn,
+            TcpFlags::ACK | TcpFlags::PSH,
+            257,
+            &[],
+            &[1u8; 100],
+        ),
         None,
     );
     assert!(p.out().is_empty(), "ACK delayed");
@@ -262,7 +276,11 @@ fn fin_ack_is_delayed_once_data_was_received() {
     let mut p = Peer::new(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
     p.now += Duration::from_millis(10);
-    p.st.input(p.now, &raw(1, p.isn, ACK | FIN, 257, &[], &[]), None);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, TcpFlags::ACK | TcpFlags::FIN, 257, &[], &[]),
+        None,
+    );
     assert_eq!(p.st.tcp_info(p.now, s).unwrap().ato, 0);
     let o = advance(&mut p, Duration::ZERO);
     assert_eq!((o.len(), o.first().map(|x| x.ack)), (1, Some(2)));
@@ -273,7 +291,14 @@ fn fin_ack_is_delayed_once_data_was_received() {
         let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
         p.st.input(
             p.now,
-            &raw(1, p.isn, ACK | PSH, 257, &[], &[7u8; 1000]),
+            &raw(
+                1,
+                p.isn,
+                TcpFlags::ACK | TcpFlags::PSH,
+                257,
+                &[],
+                &[7u8; 1000],
+            ),
             None,
         );
         assert_eq!(p.out().len(), 1, "quickack of the first data");
@@ -284,7 +309,14 @@ fn fin_ack_is_delayed_once_data_was_received() {
         let payload = vec![8u8; fin_data];
         p.st.input(
             p.now,
-            &raw(1001, p.isn, ACK | FIN | PSH, 257, &[], &payload),
+            &raw(
+                1001,
+                p.isn,
+                TcpFlags::ACK | TcpFlags::FIN | TcpFlags::PSH,
+                257,
+                &[],
+                &payload,
+            ),
             None,
         );
         // 40 ms on the timer wheel: 42 ms on average (delack_timer_delay).
@@ -304,12 +336,20 @@ fn fin_ack_is_delayed_once_data_was_received() {
 fn ofo_sack_and_hole_fill() {
     let mut p = Peer::new(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1001, p.isn, ACK, 257, &[], &[2u8; 1000]), None);
+    p.st.input(
+        p.now,
+        &raw(1001, p.isn, TcpFlags::ACK, 257, &[], &[2u8; 1000]),
+        None,
+    );
     let o = p.out();
     assert_eq!(o.len(), 1);
     assert_eq!(o[0].ack, 1);
     assert_eq!(o[0].opts, "nop,nop,sack [(1001, 2001)]");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 257, &[], &[1u8; 1000]), None);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, TcpFlags::ACK, 257, &[], &[1u8; 1000]),
+        None,
+    );
     let o = p.out();
     assert_eq!(o.len(), 1);
     assert_eq!(o[0].ack, 2001);
@@ -324,13 +364,13 @@ fn ofo_sack_and_hole_fill() {
 fn rst_in_window_gets_challenge_ack() {
     let mut p = Peer::new(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(500, 0, RST, 0, &[], &[]), None);
+    p.st.input(p.now, &raw(500, 0, TcpFlags::RST, 0, &[], &[]), None);
     let o = p.out();
     assert_eq!(o.len(), 1);
-    assert_eq!(o[0].flags, ACK);
+    assert_eq!(o[0].flags, TcpFlags::ACK);
     assert_eq!(p.st.state(s).unwrap(), TcpState::Established);
     assert_eq!(p.st.counters().value(Mib::TCPChallengeACK), 1);
-    p.st.input(p.now, &raw(1, 0, RST, 0, &[], &[]), None);
+    p.st.input(p.now, &raw(1, 0, TcpFlags::RST, 0, &[], &[]), None);
     assert_eq!(p.st.state(s).unwrap(), TcpState::Close);
     let mut b = [0u8; 1];
     assert_eq!(p.st.recv(p.now, s, &mut b, 0), Err(Errno::ECONNRESET));
@@ -341,12 +381,23 @@ fn rst_in_window_gets_challenge_ack() {
 fn close_with_unread_data_resets() {
     let mut p = Peer::new(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK | PSH, 257, &[], &[1u8; 10]), None);
+    p.st.input(
+        p.now,
+        &raw(
+            1,
+            p.isn,
+            TcpFlags::ACK | TcpFlags::PSH,
+            257,
+            &[],
+            &[1u8; 10],
+        ),
+        None,
+    );
     p.out();
     p.st.close(p.now, s).unwrap();
     let o = p.out();
     assert_eq!(o.len(), 1);
-    assert_eq!(o[0].flags & RST, RST);
+    assert_eq!(o[0].flags & TcpFlags::RST, TcpFlags::RST);
     assert_eq!(p.st.counters().value(Mib::TCPAbortOnClose), 1);
 }
 
@@ -359,7 +410,7 @@ fn psh_and_nagle() {
     let o = p.out();
     let segs: Vec<(u32, usize, bool)> = o
         .iter()
-        .map(|x| (p.rel(x).0, x.len, x.flags & PSH != 0))
+        .map(|x| (p.rel(x).0, x.len, x.flags.intersects(TcpFlags::PSH)))
         .collect();
     // One TSO packet 1:2501 with PSH (the kernel emits it as one GSO skb).
     assert_eq!(segs.iter().map(|x| x.1).sum::<usize>(), 2500);
@@ -371,7 +422,7 @@ fn psh_and_nagle() {
     );
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(2500), ACK, 257, &[], &[]),
+        &raw(1, p.isn.wrapping_add(2500), TcpFlags::ACK, 257, &[], &[]),
         None,
     );
     let o = p.out();
@@ -398,7 +449,7 @@ fn backlog_ack_defer_sends_one_ack() {
     for i in 0..5u32 {
         p.st.input(
             p.now,
-            &raw(1 + i * 1000, p.isn, ACK, 257, &[], &[0u8; 1000]),
+            &raw(1 + i * 1000, p.isn, TcpFlags::ACK, 257, &[], &[0u8; 1000]),
             None,
         );
     }
@@ -425,7 +476,7 @@ fn backlog_ack_defer_sends_one_ack() {
         let ts = [OutOpt::Nop, OutOpt::Nop, OutOpt::Ts(i, 0)];
         p.st.input(
             p.now,
-            &raw(1 + i * 1000, p.isn, ACK, 257, &ts, &[0u8; 1000]),
+            &raw(1 + i * 1000, p.isn, TcpFlags::ACK, 257, &ts, &[0u8; 1000]),
             None,
         );
     }
@@ -450,7 +501,7 @@ fn backlog_ack_defer_sends_one_ack() {
         let ts = [OutOpt::Nop, OutOpt::Nop, OutOpt::Ts(i, 0)];
         p.st.input(
             p.now,
-            &raw(1 + i * 1000, p.isn, ACK, 257, &ts, &[0u8; 1000]),
+            &raw(1 + i * 1000, p.isn, TcpFlags::ACK, 257, &ts, &[0u8; 1000]),
             None,
         );
     }
@@ -479,7 +530,7 @@ fn tsq_limits_bytes_below_tcp() {
     ];
     let s = p.passive_open(&opts, "mss 1460,nop,nop,sackOK,nop,wscale 8");
     // Open a big window and cwnd: ack with a large window.
-    p.st.input(p.now, &raw(1, p.isn, ACK, 65535, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 65535, &[], &[]), None);
     assert_eq!(p.st.send(p.now, s, &[0u8; 100_000], 0), Ok(100_000));
     let mut tokens = Vec::new();
     while let Some(t) = p.st.poll_transmit(p.now) {
@@ -501,7 +552,7 @@ fn tsq_limits_bytes_below_tcp() {
     let sent = p.st.ioctl(s, Ioctl::SiocOutq).unwrap() - p.st.ioctl(s, Ioctl::SiocOutqNsd).unwrap();
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(sent), ACK, 65535, &[], &[]),
+        &raw(1, p.isn.wrapping_add(sent), TcpFlags::ACK, 65535, &[], &[]),
         None,
     );
     p.st.tx_complete(p.now, t1);
@@ -558,7 +609,7 @@ fn autocork_holds_small_write_until_completion() {
 fn zero_window_probe_and_resume() {
     let mut p = Peer::new(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 0, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 0, &[], &[]), None);
     assert_eq!(p.st.send(p.now, s, &[0u8; 500], 0), Ok(500));
     assert!(p.out().is_empty());
     let t1 = p.st.poll_timeout().unwrap();
@@ -573,7 +624,7 @@ fn zero_window_probe_and_resume() {
         t2 - t1 > t1 - Instant::from_secs(1),
         "backoff doubles the interval"
     );
-    p.st.input(p.now, &raw(1, p.isn, ACK, 100, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 100, &[], &[]), None);
     let o = p.out();
     assert_eq!(o.iter().map(|x| x.len).sum::<usize>(), 500);
 }
@@ -623,7 +674,7 @@ fn accept_queue_overflow() {
             remote: LOCAL.parse().unwrap(),
             seq: 0,
             ack: 0,
-            flags: SYN,
+            flags: TcpFlags::SYN,
             window: 65535,
             tos: 0,
             ttl: 64,
@@ -641,7 +692,7 @@ fn accept_queue_overflow() {
             remote: LOCAL.parse().unwrap(),
             seq: 1,
             ack: o.seq.wrapping_add(1),
-            flags: ACK,
+            flags: TcpFlags::ACK,
             window: 65535,
             tos: 0,
             ttl: 64,
@@ -675,7 +726,14 @@ fn slow_start_ack_per_packet() {
     for k in 1..=3u32 {
         p.st.input(
             p.now,
-            &raw(1, p.isn.wrapping_add(1000 * k), ACK, 257, &[], &[]),
+            &raw(
+                1,
+                p.isn.wrapping_add(1000 * k),
+                TcpFlags::ACK,
+                257,
+                &[],
+                &[],
+            ),
             None,
         );
         let o = p.out();
@@ -701,7 +759,7 @@ fn notsent_lowat_wakeup_hysteresis() {
     // ACK one segment: cwnd 11, two more segments go out; notsent 14000 >= 2000: no wake.
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(1000), ACK, 257, &[], &[]),
+        &raw(1, p.isn.wrapping_add(1000), TcpFlags::ACK, 257, &[], &[]),
         None,
     );
     p.out();
@@ -714,7 +772,14 @@ fn notsent_lowat_wakeup_hysteresis() {
     let sent = p.st.ioctl(s, Ioctl::SiocOutq).unwrap() - p.st.ioctl(s, Ioctl::SiocOutqNsd).unwrap();
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(1000 + sent), ACK, 257, &[], &[]),
+        &raw(
+            1,
+            p.isn.wrapping_add(1000 + sent),
+            TcpFlags::ACK,
+            257,
+            &[],
+            &[],
+        ),
         None,
     );
     p.out();
@@ -816,7 +881,14 @@ fn sack_compression() {
     for i in 0..6u32 {
         p.st.input(
             p.now,
-            &raw(1001 + i * 1000, p.isn, ACK, 257, &[], &[0u8; 1000]),
+            &raw(
+                1001 + i * 1000,
+                p.isn,
+                TcpFlags::ACK,
+                257,
+                &[],
+                &[0u8; 1000],
+            ),
             None,
         );
     }
@@ -849,7 +921,7 @@ fn ts_recent_not_updated_by_invalid_ack() {
         &raw(
             1,
             p.isn.wrapping_add(9998),
-            ACK | FIN,
+            TcpFlags::ACK | TcpFlags::FIN,
             20000,
             &ts(200000),
             &[],
@@ -859,20 +931,27 @@ fn ts_recent_not_updated_by_invalid_ack() {
     let o = p.out();
     assert_eq!(
         (o.len(), o[0].ack, o[0].flags),
-        (1, 1, ACK),
+        (1, 1, TcpFlags::ACK),
         "challenge ACK"
     );
     assert_eq!(p.st.counters().value(Mib::TCPChallengeACK), 1);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(9998), ACK, 20000, &ts(300), &[]),
+        &raw(
+            1,
+            p.isn.wrapping_add(9998),
+            TcpFlags::ACK,
+            20000,
+            &ts(300),
+            &[],
+        ),
         None,
     );
     assert!(p.out().is_empty(), "rate-limited");
     assert_eq!(p.st.counters().value(Mib::TCPACKSkippedChallenge), 1);
     p.st.input(
         p.now,
-        &raw(1, p.isn, ACK, 20000, &ts(201), &[0u8; 1000]),
+        &raw(1, p.isn, TcpFlags::ACK, 20000, &ts(201), &[0u8; 1000]),
         None,
     );
     let o = p.out();
@@ -908,19 +987,19 @@ fn fr_4pkt_sack() {
     p.now += Duration::from_millis(100);
     p.st.input(
         p.now,
-        &raw(1, p.isn, ACK, 257, &sack(1461, 2921, p.isn), &[]),
+        &raw(1, p.isn, TcpFlags::ACK, 257, &sack(1461, 2921, p.isn), &[]),
         None,
     );
     assert!(p.out().is_empty());
     p.st.input(
         p.now,
-        &raw(1, p.isn, ACK, 257, &sack(1461, 4381, p.isn), &[]),
+        &raw(1, p.isn, TcpFlags::ACK, 257, &sack(1461, 4381, p.isn), &[]),
         None,
     );
     assert!(p.out().is_empty());
     p.st.input(
         p.now,
-        &raw(1, p.isn, ACK, 257, &sack(1461, 5841, p.isn), &[]),
+        &raw(1, p.isn, TcpFlags::ACK, 257, &sack(1461, 5841, p.isn), &[]),
         None,
     );
     let o = p.out();
@@ -930,7 +1009,7 @@ fn fr_4pkt_sack() {
     p.now += Duration::from_millis(100);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(5840), ACK, 257, &[], &[]),
+        &raw(1, p.isn.wrapping_add(5840), TcpFlags::ACK, 257, &[], &[]),
         None,
     );
     assert!(p.out().is_empty());
@@ -944,13 +1023,13 @@ fn limited_transmit_sack() {
     let mut p = Peer::new(false);
     p.now = Instant::from_millis(100);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 320, &[], &[]), None);
     assert_eq!(p.st.send(p.now, s, &[0u8; 15000], 0), Ok(15000));
     assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 10000);
     p.now += Duration::from_millis(110);
     p.st.input(
         p.now,
-        &raw(1, p.isn, ACK, 320, &sack(1001, 2001, p.isn), &[]),
+        &raw(1, p.isn, TcpFlags::ACK, 320, &sack(1001, 2001, p.isn), &[]),
         None,
     );
     let o = p.out();
@@ -959,7 +1038,7 @@ fn limited_transmit_sack() {
     p.now += Duration::from_millis(10);
     p.st.input(
         p.now,
-        &raw(1, p.isn, ACK, 320, &sack(1001, 3001, p.isn), &[]),
+        &raw(1, p.isn, TcpFlags::ACK, 320, &sack(1001, 3001, p.isn), &[]),
         None,
     );
     let o = p.out();
@@ -968,7 +1047,7 @@ fn limited_transmit_sack() {
     p.now += Duration::from_millis(10);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(3000), ACK, 320, &[], &[]),
+        &raw(1, p.isn.wrapping_add(3000), TcpFlags::ACK, 320, &[], &[]),
         None,
     );
     let o = p.out();
@@ -984,14 +1063,14 @@ fn prr_10pkt_lost_1() {
     let mut p = Peer::new(false);
     p.now = Instant::from_millis(100);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 320, &[], &[]), None);
     assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
     assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 10000);
     p.now += Duration::from_millis(110);
     for (k, r) in [2001u32, 3001, 4001].iter().enumerate() {
         p.st.input(
             p.now,
-            &raw(1, p.isn, ACK, 320, &sack(1001, *r, p.isn), &[]),
+            &raw(1, p.isn, TcpFlags::ACK, 320, &sack(1001, *r, p.isn), &[]),
             None,
         );
         let o = p.out();
@@ -1011,7 +1090,14 @@ fn prr_10pkt_lost_1() {
         p.now += Duration::from_millis(10);
         p.st.input(
             p.now,
-            &raw(1, p.isn, ACK, 320, &sack(1001, 5001 + 1000 * k, p.isn), &[]),
+            &raw(
+                1,
+                p.isn,
+                TcpFlags::ACK,
+                320,
+                &sack(1001, 5001 + 1000 * k, p.isn),
+                &[],
+            ),
             None,
         );
         let o = p.out();
@@ -1021,7 +1107,7 @@ fn prr_10pkt_lost_1() {
     p.now += Duration::from_millis(20);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(10000), ACK, 320, &[], &[]),
+        &raw(1, p.isn.wrapping_add(10000), TcpFlags::ACK, 320, &[], &[]),
         None,
     );
     let o = p.out();
@@ -1038,14 +1124,14 @@ fn dsack_undoes_spurious_fast_retransmit() {
     let mut p = Peer::new(false);
     p.now = Instant::from_millis(100);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 320, &[], &[]), None);
     assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
     p.out();
     p.now += Duration::from_millis(110);
     for r in [2001u32, 3001, 4001] {
         p.st.input(
             p.now,
-            &raw(1, p.isn, ACK, 320, &sack(1001, r, p.isn), &[]),
+            &raw(1, p.isn, TcpFlags::ACK, 320, &sack(1001, r, p.isn), &[]),
             None,
         );
         p.now += Duration::from_millis(10);
@@ -1058,7 +1144,7 @@ fn dsack_undoes_spurious_fast_retransmit() {
         &raw(
             1,
             p.isn.wrapping_add(10000),
-            ACK,
+            TcpFlags::ACK,
             320,
             &sack(1, 1001, p.isn),
             &[],
@@ -1104,7 +1190,7 @@ fn syn_cookies_when_syn_queue_full() {
     let l = st.socket(Family::V4).unwrap();
     st.bind(l, LOCAL.parse().unwrap()).unwrap();
     st.listen(l, 1).unwrap();
-    let mk = |port: u16, seq: u32, ack: u32, fl: u16, opts: &[OutOpt]| {
+    let mk = |port: u16, seq: u32, ack: u32, fl: TcpFlags, opts: &[OutOpt]| {
         packet::build(&SegOut {
             local: SocketAddr::new("192.0.2.1".parse().unwrap(), port),
             remote: LOCAL.parse().unwrap(),
@@ -1127,9 +1213,9 @@ fn syn_cookies_when_syn_queue_full() {
         OutOpt::Nop,
         OutOpt::Wscale(7),
     ];
-    st.input(now, &mk(1000, 100, 0, SYN, &synopts), None); // fills the SYN queue (backlog 1)
+    st.input(now, &mk(1000, 100, 0, TcpFlags::SYN, &synopts), None); // fills the SYN queue (backlog 1)
     assert!(st.poll_transmit(now).is_some());
-    st.input(now, &mk(1001, 900, 0, SYN, &synopts), None); // → cookie
+    st.input(now, &mk(1001, 900, 0, TcpFlags::SYN, &synopts), None); // → cookie
     let t = st.poll_transmit(now).expect("cookie SYN-ACK");
     let o = parse_out(&t);
     assert_eq!(o.opts, "mss 1460,sackOK,TS,nop,wscale 10");
@@ -1148,7 +1234,7 @@ fn syn_cookies_when_syn_queue_full() {
         1001,
         901,
         o.seq.wrapping_add(1),
-        ACK,
+        TcpFlags::ACK,
         &[OutOpt::Nop, OutOpt::Nop, OutOpt::Ts(5001, tsval)],
     );
     st.input(now + Duration::from_millis(10), &ack, None);
@@ -1163,7 +1249,7 @@ fn syn_cookies_when_syn_queue_full() {
         "TS, SACK, wscale recovered"
     );
     // A forged ACK fails.
-    st.input(now, &mk(1002, 5, 12345, ACK, &[]), None);
+    st.input(now, &mk(1002, 5, 12345, TcpFlags::ACK, &[]), None);
     assert_eq!(st.counters().value(Mib::SyncookiesFailed), 1);
 }
 
@@ -1181,7 +1267,7 @@ fn msg_more_corked_until_probe_timer() {
         &raw(
             0,
             0,
-            SYN,
+            TcpFlags::SYN,
             32792,
             &[OutOpt::Mss(1000), OutOpt::Nop, OutOpt::Wscale(7)],
             &[],
@@ -1192,7 +1278,7 @@ fn msg_more_corked_until_probe_timer() {
     assert_eq!(o[0].opts, "mss 1460,nop,wscale 8");
     p.isn = o[0].seq.wrapping_add(1);
     p.now += Duration::from_millis(10);
-    p.st.input(p.now, &raw(1, p.isn, ACK, 257, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 257, &[], &[]), None);
     let (s, _) = p.st.accept(l).unwrap();
     p.st.setsockopt(p.now, s, SockOpt::TcpNodelay, &OptVal::Int(1))
         .unwrap();
@@ -1208,7 +1294,7 @@ fn msg_more_corked_until_probe_timer() {
     p.st.handle_timeout(p.now);
     let o = p.out();
     assert_eq!(o.len(), 1);
-    assert_eq!((o[0].len, o[0].flags), (40, ACK | PSH));
+    assert_eq!((o[0].len, o[0].flags), (40, TcpFlags::ACK | TcpFlags::PSH));
 }
 
 /// F-RTO (RFC 5682 §3.1, `tcp_frto` = 2): after an RTO, the first ACK that advances snd_una
@@ -1218,7 +1304,7 @@ fn msg_more_corked_until_probe_timer() {
 fn frto_detects_spurious_rto() {
     let mut p = Peer::new(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 320, &[], &[]), None);
     assert_eq!(p.st.send(p.now, s, &[0u8; 20000], 0), Ok(20000));
     assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 10000);
     // No ACK: TLP, then RTO retransmits the head.
@@ -1239,7 +1325,7 @@ fn frto_detects_spurious_rto() {
     p.now += Duration::from_millis(5);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(1000), ACK, 320, &[], &[]),
+        &raw(1, p.isn.wrapping_add(1000), TcpFlags::ACK, 320, &[], &[]),
         None,
     );
     let o = p.out();
@@ -1251,7 +1337,7 @@ fn frto_detects_spurious_rto() {
     // ACK of never-retransmitted data: spurious RTO.
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(3000), ACK, 320, &[], &[]),
+        &raw(1, p.isn.wrapping_add(3000), TcpFlags::ACK, 320, &[], &[]),
         None,
     );
     assert_eq!(p.st.counters().value(Mib::TCPSpuriousRTOs), 1);
@@ -1322,19 +1408,19 @@ fn icmp_frag_needed_lowers_mss() {
 fn reordering_detected_from_sack_then_cumulative_ack() {
     let mut p = Peer::new(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 320, &[], &[]), None);
     assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
     p.out();
     p.now += Duration::from_millis(10);
     p.st.input(
         p.now,
-        &raw(1, p.isn, ACK, 320, &sack(4001, 5001, p.isn), &[]),
+        &raw(1, p.isn, TcpFlags::ACK, 320, &sack(4001, 5001, p.isn), &[]),
         None,
     );
     p.out();
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(5000), ACK, 320, &[], &[]),
+        &raw(1, p.isn.wrapping_add(5000), TcpFlags::ACK, 320, &[], &[]),
         None,
     );
     assert_eq!(p.st.counters().value(Mib::TCPSACKReorder), 1);
@@ -1353,11 +1439,15 @@ fn data_after_close_resets_from_segment() {
     );
     p.st.close(p.now, s).unwrap();
     let o = p.out();
-    assert_eq!(o[0].flags, FIN | ACK);
-    p.st.input(p.now, &raw(1, p.isn, ACK, 32792, &[], &[0u8; 1]), None);
+    assert_eq!(o[0].flags, TcpFlags::FIN | TcpFlags::ACK);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, TcpFlags::ACK, 32792, &[], &[0u8; 1]),
+        None,
+    );
     let o = p.out();
     assert_eq!(o.len(), 1);
-    assert_eq!((o[0].flags, p.rel(&o[0]).0), (RST, 0));
+    assert_eq!((o[0].flags, p.rel(&o[0]).0), (TcpFlags::RST, 0));
     assert_eq!(p.st.counters().value(Mib::TCPAbortOnData), 1);
     assert_eq!(p.st.socket_count(), 1, "only the listener is left");
 }
@@ -1384,7 +1474,7 @@ fn gso_off_sends_mss_packets() {
         remote: me,
         seq: 0,
         ack: iss.wrapping_add(1),
-        flags: SYN | ACK,
+        flags: TcpFlags::SYN | TcpFlags::ACK,
         window: 5792,
         tos: 0,
         ttl: 64,
@@ -1407,7 +1497,7 @@ fn gso_off_sends_mss_packets() {
     let o = p.out();
     let lens: Vec<usize> = o.iter().map(|x| x.len).collect();
     assert_eq!(lens, vec![974, 974, 54]);
-    assert!(o[2].flags & PSH != 0);
+    assert!(o[2].flags.intersects(TcpFlags::PSH));
 }
 
 /// recv targets (`sock_rcvlowat`): a blocking reader with SO_RCVLOWAT or MSG_WAITALL gets
@@ -1417,7 +1507,11 @@ fn gso_off_sends_mss_packets() {
 fn recv_targets() {
     let mut p = Peer::new(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK | PSH, 257, &[], b"hello"), None);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, TcpFlags::ACK | TcpFlags::PSH, 257, &[], b"hello"),
+        None,
+    );
     let mut buf = [0u8; 10];
     assert_eq!(
         p.st.recv(p.now, s, &mut buf, msgflags::MSG_WAITALL),
@@ -1451,7 +1545,11 @@ fn psh_on_every_gso_packet() {
     assert_eq!(o.iter().map(|x| x.len).sum::<usize>(), 10000, "IW10 x 1000");
     for x in &o {
         if x.len > 1000 {
-            assert!(x.flags & PSH != 0, "GSO packet without PSH: {:?}", p.rel(x));
+            assert!(
+                x.flags.intersects(TcpFlags::PSH),
+                "GSO packet without PSH: {:?}",
+                p.rel(x)
+            );
         }
     }
     assert!(o.iter().any(|x| x.len > 1000), "expected a GSO packet");
@@ -1466,7 +1564,9 @@ fn psh_on_every_gso_packet() {
     assert_eq!(q.st.send(q.now, s, &[0u8; 10400], 0), Ok(10400));
     let o = q.out();
     assert_eq!(o.len(), 10);
-    assert!(o.iter().all(|x| x.len == 1000 && x.flags & PSH == 0));
+    assert!(o
+        .iter()
+        .all(|x| x.len == 1000 && !x.flags.intersects(TcpFlags::PSH)));
 }
 
 /// `tcp_newreno_mark_lost` (fast_retransmit/fr-4pkt.pkt, no SACK): after three duplicate
@@ -1482,12 +1582,12 @@ fn newreno_fast_retransmit_is_one_mss() {
     p.now += Duration::from_millis(100);
     let mut o = Vec::new();
     for _ in 0..3 {
-        p.st.input(p.now, &raw(1, p.isn, ACK, 257, &[], &[]), None);
+        p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 257, &[], &[]), None);
         o.extend(p.out());
     }
     assert_eq!(o.len(), 1);
     assert_eq!((p.rel(&o[0]).0, o[0].len), (0, 1460));
-    assert_eq!(o[0].flags & PSH, 0);
+    assert!(!o[0].flags.intersects(TcpFlags::PSH));
     assert_eq!(p.st.tcp_info(p.now, s).unwrap().ca_state, 3);
 }
 
@@ -1499,13 +1599,13 @@ fn newreno_fast_retransmit_is_one_mss() {
 fn rack_reo_timeout_retransmits_one_segment() {
     let mut p = Peer::new(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 1024, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 1024, &[], &[]), None);
     assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
     assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 10000);
     p.now += Duration::from_millis(100);
     p.st.input(
         p.now,
-        &raw(1, p.isn, ACK, 257, &sack(7001, 8001, p.isn), &[]),
+        &raw(1, p.isn, TcpFlags::ACK, 257, &sack(7001, 8001, p.isn), &[]),
         None,
     );
     assert!(p.out().is_empty(), "RACK waits one reordering window");
@@ -1528,7 +1628,11 @@ fn last_data_recv_counts_from_establishment() {
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
     p.now += Duration::from_secs(1);
     assert_eq!(p.st.tcp_info(p.now, s).unwrap().last_data_recv, 1000);
-    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[0u8; 1000]), None);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, TcpFlags::ACK, 320, &[], &[0u8; 1000]),
+        None,
+    );
     p.now += Duration::from_millis(5);
     assert_eq!(p.st.tcp_info(p.now, s).unwrap().last_data_recv, 5);
 }
@@ -1558,17 +1662,28 @@ fn ecn_negotiation_ect0_and_cwr() {
         Err(Errno::EINPROGRESS)
     );
     let o = out(&mut p);
-    assert_eq!(o[0].0.flags, SYN | ECE | CWR);
+    assert_eq!(o[0].0.flags, TcpFlags::SYN | TcpFlags::ECE | TcpFlags::CWR);
     p.isn = o[0].0.seq.wrapping_add(1);
     p.now += Duration::from_millis(2);
     let synack_opts = [OutOpt::Mss(1000), OutOpt::Nop, OutOpt::Wscale(6)];
     p.st.input(
         p.now,
-        &raw(0, p.isn, SYN | ACK | ECE, 32767, &synack_opts, &[]),
+        &raw(
+            0,
+            p.isn,
+            TcpFlags::SYN | TcpFlags::ACK | TcpFlags::ECE,
+            32767,
+            &synack_opts,
+            &[],
+        ),
         None,
     );
     let o = out(&mut p);
-    assert_eq!((o[0].0.flags, o[0].1), (ACK, 0), "pure ACK is not-ECT");
+    assert_eq!(
+        (o[0].0.flags, o[0].1),
+        (TcpFlags::ACK, 0),
+        "pure ACK is not-ECT"
+    );
     assert_eq!(p.st.send(p.now, c, &[0u8; 2000], 0), Ok(2000));
     let o = out(&mut p);
     assert!(
@@ -1578,7 +1693,14 @@ fn ecn_negotiation_ect0_and_cwr() {
     p.now += Duration::from_millis(2);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(1000), ACK | ECE, 500, &[], &[]),
+        &raw(
+            1,
+            p.isn.wrapping_add(1000),
+            TcpFlags::ACK | TcpFlags::ECE,
+            500,
+            &[],
+            &[],
+        ),
         None,
     );
     let i = p.st.tcp_info(p.now, c).unwrap();
@@ -1594,9 +1716,8 @@ fn ecn_negotiation_ect0_and_cwr() {
     assert_eq!(p.st.send(p.now, c, &[0u8; 1000], 0), Ok(1000));
     let o = out(&mut p);
     assert_eq!(o.len(), 1);
-    assert_ne!(
-        o[0].0.flags & CWR,
-        0,
+    assert!(
+        o[0].0.flags.contains(TcpFlags::CWR),
         "CWR on the first new data after the reduction"
     );
     // Without ECN on the SYN-ACK (no ECE), nothing is ECN-capable.
@@ -1609,7 +1730,14 @@ fn ecn_negotiation_ect0_and_cwr() {
     q.isn = o[0].0.seq.wrapping_add(1);
     q.st.input(
         q.now,
-        &raw(0, q.isn, SYN | ACK, 32767, &synack_opts, &[]),
+        &raw(
+            0,
+            q.isn,
+            TcpFlags::SYN | TcpFlags::ACK,
+            32767,
+            &synack_opts,
+            &[],
+        ),
         None,
     );
     let _ = out(&mut q);
@@ -1627,17 +1755,24 @@ fn ecn_passive_accepts_when_asked() {
     p.st.listen(l, 4).unwrap();
     p.st.input(
         p.now,
-        &raw(0, 0, SYN | ECE | CWR, 32792, SYN_OPTS, &[]),
+        &raw(
+            0,
+            0,
+            TcpFlags::SYN | TcpFlags::ECE | TcpFlags::CWR,
+            32792,
+            SYN_OPTS,
+            &[],
+        ),
         None,
     );
     let o = p.out();
-    assert_eq!(o[0].flags, SYN | ACK | ECE);
+    assert_eq!(o[0].flags, TcpFlags::SYN | TcpFlags::ACK | TcpFlags::ECE);
     let mut q = Peer::new(false);
     let l = q.st.socket(Family::V4).unwrap();
     q.st.bind(l, LOCAL.parse().unwrap()).unwrap();
     q.st.listen(l, 4).unwrap();
-    q.st.input(q.now, &raw(0, 0, SYN, 32792, SYN_OPTS, &[]), None);
-    assert_eq!(q.out()[0].flags, SYN | ACK);
+    q.st.input(q.now, &raw(0, 0, TcpFlags::SYN, 32792, SYN_OPTS, &[]), None);
+    assert_eq!(q.out()[0].flags, TcpFlags::SYN | TcpFlags::ACK);
 }
 
 /// cwnd_moderation/cwnd-moderation-ecn-enter-cwr-no-moderation-700.pkt as Linux 6.18 runs
@@ -1655,14 +1790,21 @@ fn ecn_cwr_prr_bonus_when_snd_una_advances() {
         p.st.listen(l, 1).unwrap();
         p.st.input(
             p.now,
-            &raw(0, 0, SYN | ECE | CWR, 32792, SYN_OPTS, &[]),
+            &raw(
+                0,
+                0,
+                TcpFlags::SYN | TcpFlags::ECE | TcpFlags::CWR,
+                32792,
+                SYN_OPTS,
+                &[],
+            ),
             None,
         );
         let o = p.out();
-        assert_eq!(o[0].flags, SYN | ACK | ECE);
+        assert_eq!(o[0].flags, TcpFlags::SYN | TcpFlags::ACK | TcpFlags::ECE);
         p.isn = o[0].seq.wrapping_add(1);
         p.now += Duration::from_millis(100);
-        p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+        p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 320, &[], &[]), None);
         let (s, _) = p.st.accept(l).unwrap();
         assert_eq!(p.st.send(p.now, s, &[0u8; 4000], 0), Ok(4000));
         assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 4000);
@@ -1671,7 +1813,14 @@ fn ecn_cwr_prr_bonus_when_snd_una_advances() {
         let opts: &[OutOpt] = if sack_opts { &blocks } else { &[] };
         p.st.input(
             p.now,
-            &raw(1, p.isn.wrapping_add(ack - 1), ACK | ECE, 320, opts, &[]),
+            &raw(
+                1,
+                p.isn.wrapping_add(ack - 1),
+                TcpFlags::ACK | TcpFlags::ECE,
+                320,
+                opts,
+                &[],
+            ),
             None,
         );
         let i = p.st.tcp_info(p.now, s).unwrap();
@@ -1702,20 +1851,20 @@ fn window_update_after_idle_restarts_cwnd() {
         .unwrap();
     p.st.sysctl_set("net.ipv4.tcp_min_tso_segs", "10").unwrap();
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 511, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 511, &[], &[]), None);
     assert_eq!(p.st.send(p.now, s, &[0u8; 26000], 0), Ok(26000));
     p.out();
     p.now += Duration::from_millis(100);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(10000), ACK, 511, &[], &[]),
+        &raw(1, p.isn.wrapping_add(10000), TcpFlags::ACK, 511, &[], &[]),
         None,
     );
     p.out();
     p.now += Duration::from_millis(100);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(26000), ACK, 0, &[], &[]),
+        &raw(1, p.isn.wrapping_add(26000), TcpFlags::ACK, 0, &[], &[]),
         None,
     );
     assert_eq!(p.st.tcp_info(p.now, s).unwrap().snd_cwnd, 36);
@@ -1734,7 +1883,7 @@ fn window_update_after_idle_restarts_cwnd() {
     );
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(26000), ACK, 511, &[], &[]),
+        &raw(1, p.isn.wrapping_add(26000), TcpFlags::ACK, 511, &[], &[]),
         None,
     );
     assert_eq!(p.st.tcp_info(p.now, s).unwrap().snd_cwnd, 10);
@@ -1773,13 +1922,13 @@ fn synack_rtt_sample_in_microseconds() {
         OutOpt::Nop,
         OutOpt::Wscale(7),
     ];
-    p.st.input(p.now, &raw(0, 0, SYN, 32792, &syn_ts, &[]), None);
+    p.st.input(p.now, &raw(0, 0, TcpFlags::SYN, 32792, &syn_ts, &[]), None);
     let t = p.st.poll_transmit(p.now).unwrap();
     let (synack, ecr) = (parse_out(&t), tsval_of(&t));
     p.isn = synack.seq.wrapping_add(1);
     p.now += Duration::from_micros(100_500);
     let ts = [OutOpt::Nop, OutOpt::Nop, OutOpt::Ts(200, ecr)];
-    p.st.input(p.now, &raw(1, p.isn, ACK, 257, &ts, &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 257, &ts, &[]), None);
     let (s, _) = p.st.accept(l).unwrap();
     assert_eq!(p.st.tcp_info(p.now, s).unwrap().rtt, 100_500);
 }
@@ -1816,7 +1965,7 @@ fn orphaning_device_releases_wmem_at_send() {
     // An ACK frees cwnd; the next packet's departure is one pacing gap later, so fq holds it.
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(2000), ACK, 257, &[], &[]),
+        &raw(1, p.isn.wrapping_add(2000), TcpFlags::ACK, 257, &[], &[]),
         None,
     );
     let t = p.st.poll_transmit(p.now).expect("ACK-clocked packet");
@@ -1844,7 +1993,7 @@ fn edt_credit_halves_the_gap_after_a_late_send() {
         OutOpt::Wscale(7),
     ];
     let s = p.passive_open(&opts, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 500, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 500, &[], &[]), None);
     assert_eq!(p.st.send(p.now, s, &[0u8; 40000], 0), Ok(40000));
     let first: Vec<Transmit> = core::iter::from_fn(|| p.st.poll_transmit(p.now)).collect();
     assert_eq!(first.len(), 5, "IW10 as 2-segment TSO packets");
@@ -1852,7 +2001,7 @@ fn edt_credit_halves_the_gap_after_a_late_send() {
     p.now += Duration::from_millis(105);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(2920), ACK, 500, &[], &[]),
+        &raw(1, p.isn.wrapping_add(2920), TcpFlags::ACK, 500, &[], &[]),
         None,
     );
     let rate = p.st.tcp_info(p.now, s).unwrap().pacing_rate;
@@ -1862,7 +2011,7 @@ fn edt_credit_halves_the_gap_after_a_late_send() {
     p.now += Duration::from_millis(3);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(5840), ACK, 500, &[], &[]),
+        &raw(1, p.isn.wrapping_add(5840), TcpFlags::ACK, 500, &[], &[]),
         None,
     );
     let t = p.st.poll_transmit(p.now).expect("next packet");
@@ -1882,13 +2031,13 @@ fn one_reordering_event_per_ack() {
     p.now += Duration::from_millis(10);
     p.st.input(
         p.now,
-        &raw(1, p.isn, ACK, 257, &sack(8001, 10001, p.isn), &[]),
+        &raw(1, p.isn, TcpFlags::ACK, 257, &sack(8001, 10001, p.isn), &[]),
         None,
     );
     p.out();
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(8000), ACK, 257, &[], &[]),
+        &raw(1, p.isn.wrapping_add(8000), TcpFlags::ACK, 257, &[], &[]),
         None,
     );
     assert_eq!(p.st.counters().value(Mib::TCPSACKReorder), 1);
@@ -1910,7 +2059,7 @@ fn ack_with_new_sack_above_is_not_reordering() {
         &raw(
             1,
             p.isn.wrapping_add(2000),
-            ACK,
+            TcpFlags::ACK,
             257,
             &sack(6001, 8001, p.isn),
             &[],
@@ -1928,7 +2077,7 @@ fn ack_with_new_sack_above_is_not_reordering() {
 fn old_ack_with_new_sack_releases_retransmission() {
     let mut p = Peer::new(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 320, &[], &[]), None);
     assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
     p.out();
     let sack2 = |a: (u32, u32), b: (u32, u32), isn: u32| {
@@ -1939,17 +2088,17 @@ fn old_ack_with_new_sack_releases_retransmission() {
     };
     p.now += Duration::from_millis(10);
     for o in [sack(1001, 2001, p.isn), sack(1001, 3001, p.isn)] {
-        p.st.input(p.now, &raw(1, p.isn, ACK, 320, &o, &[]), None);
+        p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 320, &o, &[]), None);
     }
     let o = sack2((1001, 3001), (8001, 9001), p.isn);
-    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &o, &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 320, &o, &[]), None);
     let o = p.out();
     assert_eq!((p.rel(&o[0]).0, o[0].len), (0, 1000), "fast retransmit");
     p.now += Duration::from_millis(12);
     let o = sack(8001, 9001, p.isn);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(4000), ACK, 320, &o, &[]),
+        &raw(1, p.isn.wrapping_add(4000), TcpFlags::ACK, 320, &o, &[]),
         None,
     );
     let o = p.out();
@@ -1960,7 +2109,7 @@ fn old_ack_with_new_sack_releases_retransmission() {
     let o = sack(5001, 7001, p.isn);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(3000), ACK, 320, &o, &[]),
+        &raw(1, p.isn.wrapping_add(3000), TcpFlags::ACK, 320, &o, &[]),
         None,
     );
     let o = p.out();
@@ -1977,7 +2126,7 @@ fn old_ack_with_new_sack_releases_retransmission() {
 fn rto_after_tlp_retransmits_in_slow_start() {
     let mut p = Peer::new(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 320, &[], &[]), None);
     assert_eq!(p.st.send(p.now, s, &[0u8; 4000], 0), Ok(4000));
     assert_eq!(p.out().len(), 2);
     let step = |p: &mut Peer, ms: u64| -> Vec<(u32, usize)> {
@@ -2001,14 +2150,14 @@ fn rto_after_tlp_retransmits_in_slow_start() {
     let o = sack(4000, 4001, p.isn);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(1000), ACK, 320, &o, &[]),
+        &raw(1, p.isn.wrapping_add(1000), TcpFlags::ACK, 320, &o, &[]),
         None,
     );
     assert_eq!(step(&mut p, 0), [(1000, 1000), (2000, 1000)], "cwnd 2");
     p.now += Duration::from_millis(100);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(3000), ACK, 320, &o, &[]),
+        &raw(1, p.isn.wrapping_add(3000), TcpFlags::ACK, 320, &o, &[]),
         None,
     );
     assert_eq!(step(&mut p, 0), [(3000, 1000)]);
@@ -2022,7 +2171,7 @@ fn rto_after_tlp_retransmits_in_slow_start() {
 fn rack_detects_lost_retransmission_in_loss() {
     let mut p = Peer::new(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 320, &[], &[]), None);
     assert_eq!(p.st.send(p.now, s, &[0u8; 4000], 0), Ok(4000));
     p.out();
     // TLP, then RTO.
@@ -2036,7 +2185,7 @@ fn rack_detects_lost_retransmission_in_loss() {
     p.now += Duration::from_millis(100);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(1000), ACK, 320, &[], &[]),
+        &raw(1, p.isn.wrapping_add(1000), TcpFlags::ACK, 320, &[], &[]),
         None,
     );
     let o = p.out();
@@ -2049,7 +2198,7 @@ fn rack_detects_lost_retransmission_in_loss() {
     let o = sack(2001, 3001, p.isn);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(1000), ACK, 320, &o, &[]),
+        &raw(1, p.isn.wrapping_add(1000), TcpFlags::ACK, 320, &o, &[]),
         None,
     );
     let got: Vec<(u32, usize)> = p.out().iter().map(|x| (p.rel(x).0, x.len)).collect();
@@ -2065,19 +2214,19 @@ fn reno_dupacks_are_delivered_once() {
     let mut p = Peer::new(false);
     let opts = [OutOpt::Mss(1000), OutOpt::Nop, OutOpt::Wscale(7)];
     let s = p.passive_open(&opts, "mss 1460,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 320, &[], &[]), None);
     assert_eq!(p.st.send(p.now, s, &[0u8; 15000], 0), Ok(15000));
     assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 10000);
     for want in [10000, 11000] {
         p.now += Duration::from_millis(10);
-        p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+        p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 320, &[], &[]), None);
         let o = p.out();
         assert_eq!((p.rel(&o[0]).0, o[0].len), (want, 1000), "limited transmit");
     }
     p.now += Duration::from_millis(10);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(3000), ACK, 320, &[], &[]),
+        &raw(1, p.isn.wrapping_add(3000), TcpFlags::ACK, 320, &[], &[]),
         None,
     );
     assert_eq!(p.st.tcp_info(p.now, s).unwrap().snd_cwnd, 11);
@@ -2105,7 +2254,7 @@ fn advance(p: &mut Peer, d: Duration) -> Vec<Out> {
 fn dropping_qdisc_probes_until_user_timeout() {
     let mut p = Peer::new(false);
     let s = p.passive_open(&[OutOpt::Mss(1460)], "mss 1460");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 65530, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 65530, &[], &[]), None);
     p.st.setsockopt(p.now, s, SockOpt::TcpUserTimeout, &OptVal::Int(3000))
         .unwrap();
     assert_eq!(p.st.send(p.now, s, &[0u8; 24], 0), Ok(24));
@@ -2113,7 +2262,7 @@ fn dropping_qdisc_probes_until_user_timeout() {
     p.now += Duration::from_millis(100);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(24), ACK, 65530, &[], &[]),
+        &raw(1, p.isn.wrapping_add(24), TcpFlags::ACK, 65530, &[], &[]),
         None,
     );
     p.st.set_tx_gate(Some(Box::new(DropAll)));
@@ -2166,24 +2315,24 @@ fn failed_retransmission_is_not_counted() {
 fn sacks_raise_cwnd_once_reordering_is_high() {
     let mut p = Peer::new(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 320, &[], &[]), None);
     assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
     p.out();
     p.now += Duration::from_millis(20);
     let o = sack(9001, 10001, p.isn);
-    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &o, &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 320, &o, &[]), None);
     let mut v = [(0u32, 0u32); 4];
     v[0] = (p.isn.wrapping_add(3000), p.isn.wrapping_add(4000));
     v[1] = (p.isn.wrapping_add(9000), p.isn.wrapping_add(10000));
     p.st.input(
         p.now,
-        &raw(1, p.isn, ACK, 320, &[OutOpt::Sack(v, 2)], &[]),
+        &raw(1, p.isn, TcpFlags::ACK, 320, &[OutOpt::Sack(v, 2)], &[]),
         None,
     );
     assert_eq!(p.st.tcp_info(p.now, s).unwrap().snd_cwnd, 11);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(10000), ACK, 320, &[], &[]),
+        &raw(1, p.isn.wrapping_add(10000), TcpFlags::ACK, 320, &[], &[]),
         None,
     );
     let i = p.st.tcp_info(p.now, s).unwrap();
@@ -2211,11 +2360,15 @@ fn synack_window_is_not_scaled() {
         OutOpt::Nop,
         OutOpt::Wscale(8),
     ];
-    p.st.input(p.now, &raw(0, p.isn, SYN | ACK, 10000, &opts, &[]), None);
+    p.st.input(
+        p.now,
+        &raw(0, p.isn, TcpFlags::SYN | TcpFlags::ACK, 10000, &opts, &[]),
+        None,
+    );
     let i = p.st.tcp_info(p.now, s).unwrap();
     assert_eq!((i.state, i.snd_wnd), (1, 10000));
     // A later ACK's window is scaled: 10000 << 8.
-    p.st.input(p.now, &raw(1, p.isn, ACK, 10000, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 10000, &[], &[]), None);
     assert_eq!(p.st.tcp_info(p.now, s).unwrap().snd_wnd, 10000 << 8);
 }
 
@@ -2272,11 +2425,11 @@ fn mtu_probe_raises_mss_after_route_change() {
     p.st.bind(l, LOCAL.parse().unwrap()).unwrap();
     p.st.listen(l, 1).unwrap();
     let opts = [OutOpt::Mss(1460), OutOpt::Nop, OutOpt::Wscale(0)];
-    p.st.input(p.now, &raw(0, 0, SYN, 50000, &opts, &[]), None);
+    p.st.input(p.now, &raw(0, 0, TcpFlags::SYN, 50000, &opts, &[]), None);
     let synack = p.out();
     assert_eq!(synack[0].opts, "mss 600,nop,wscale 8");
     p.isn = synack[0].seq.wrapping_add(1);
-    p.st.input(p.now, &raw(1, p.isn, ACK, 50000, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 50000, &[], &[]), None);
     let (s, _) = p.st.accept(l).unwrap();
     assert_eq!(p.st.tcp_info(p.now, s).unwrap().snd_mss, 600);
     p.st.set_route("192.0.2.1".parse().unwrap(), 32, route(1500, 1460, 0));
@@ -2289,7 +2442,7 @@ fn mtu_probe_raises_mss_after_route_change() {
     );
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(4000), ACK, 50000, &[], &[]),
+        &raw(1, p.isn.wrapping_add(4000), TcpFlags::ACK, 50000, &[], &[]),
         None,
     );
     p.out();
@@ -2304,7 +2457,7 @@ fn mtu_probe_raises_mss_after_route_change() {
 fn tail_loss_probe_prefers_new_data_over_cwnd() {
     let mut p = Peer::new(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 320, &[], &[]), None);
     assert_eq!(p.st.send(p.now, s, &[0u8; 20000], 0), Ok(20000));
     assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 10000, "IW10");
     let o = advance(&mut p, Duration::from_millis(250));
@@ -2338,7 +2491,7 @@ impl TxGate for RefuseNext {
 fn refused_loss_probe_is_no_probe_and_no_retransmission() {
     let mut p = Peer::new(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
-    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 320, &[], &[]), None);
     assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
     assert_eq!(p.out().iter().map(|x| x.len).sum::<usize>(), 10000, "IW10");
     let refuse = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(1));
@@ -2360,7 +2513,7 @@ fn refused_loss_probe_is_no_probe_and_no_retransmission() {
     // An ACK of everything in flight sends the new data.
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(10000), ACK, 320, &[], &[]),
+        &raw(1, p.isn.wrapping_add(10000), TcpFlags::ACK, 320, &[], &[]),
         None,
     );
     let o = p.out();
@@ -2390,7 +2543,10 @@ fn fin_waits_for_cwnd_and_leaves_as_loss_probe() {
         let o = p.out();
         if at_once {
             assert_eq!(o.len(), 1);
-            assert_eq!((o[0].flags & FIN, p.rel(&o[0]).0), (FIN, bytes as u32));
+            assert_eq!(
+                (o[0].flags & TcpFlags::FIN, p.rel(&o[0]).0),
+                (TcpFlags::FIN, bytes as u32)
+            );
             continue;
         }
         assert!(o.is_empty(), "cwnd full: the FIN waits");
@@ -2401,7 +2557,10 @@ fn fin_waits_for_cwnd_and_leaves_as_loss_probe() {
         assert!(advance(&mut p, wait).is_empty());
         let o = advance(&mut p, Duration::from_micros(1));
         assert_eq!(o.len(), 1);
-        assert_eq!((o[0].flags & FIN, p.rel(&o[0]).0), (FIN, bytes as u32));
+        assert_eq!(
+            (o[0].flags & TcpFlags::FIN, p.rel(&o[0]).0),
+            (TcpFlags::FIN, bytes as u32)
+        );
         assert_eq!(p.st.counters().value(Mib::TCPLossProbes), 1);
     }
 }
@@ -2464,7 +2623,14 @@ fn ack_of_never_sent_bytes_is_challenged() {
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_sub(1), ACK, 320, &[], &[5u8; 1000]),
+        &raw(
+            1,
+            p.isn.wrapping_sub(1),
+            TcpFlags::ACK,
+            320,
+            &[],
+            &[5u8; 1000],
+        ),
         None,
     );
     let o = p.out();
@@ -2479,11 +2645,15 @@ fn ack_of_never_sent_bytes_is_challenged() {
     p.now += Duration::from_millis(10);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(1000), ACK, 320, &[], &[]),
+        &raw(1, p.isn.wrapping_add(1000), TcpFlags::ACK, 320, &[], &[]),
         None,
     );
     p.now += Duration::from_millis(10);
-    p.st.input(p.now, &raw(1, p.isn, ACK, 320, &[], &[5u8; 1000]), None);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, TcpFlags::ACK, 320, &[], &[5u8; 1000]),
+        None,
+    );
     let o = p.out();
     assert_eq!((o.len(), o[0].ack), (1, 1001));
     assert_eq!(p.st.counters().value(Mib::TCPChallengeACK), 0);
@@ -2522,7 +2692,14 @@ fn initial_receive_window_is_the_whole_space() {
     p.now += Duration::from_millis(100);
     p.st.input(
         p.now,
-        &raw(0, p.isn, SYN | ACK, 20000, &synack_opts, &[]),
+        &raw(
+            0,
+            p.isn,
+            TcpFlags::SYN | TcpFlags::ACK,
+            20000,
+            &synack_opts,
+            &[],
+        ),
         None,
     );
     let o = p.out();
@@ -2545,7 +2722,14 @@ fn full_frame_ack_needs_a_window_that_would_not_shrink() {
     );
     p.st.input(
         p.now,
-        &raw(1, p.isn, ACK | PSH, 257, &[], &[7u8; 1000]),
+        &raw(
+            1,
+            p.isn,
+            TcpFlags::ACK | TcpFlags::PSH,
+            257,
+            &[],
+            &[7u8; 1000],
+        ),
         None,
     );
     assert_eq!(p.out().len(), 1, "quickack of the first data");
@@ -2555,7 +2739,14 @@ fn full_frame_ack_needs_a_window_that_would_not_shrink() {
     p.now += Duration::from_millis(70);
     p.st.input(
         p.now,
-        &raw(1001, p.isn, ACK | FIN | PSH, 257, &[], &[8u8; 1000]),
+        &raw(
+            1001,
+            p.isn,
+            TcpFlags::ACK | TcpFlags::FIN | TcpFlags::PSH,
+            257,
+            &[],
+            &[8u8; 1000],
+        ),
         None,
     );
     assert!(advance(&mut p, Duration::from_millis(41)).is_empty());
@@ -2565,7 +2756,7 @@ fn full_frame_ack_needs_a_window_that_would_not_shrink() {
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
     p.st.input(
         p.now,
-        &raw(1, p.isn, ACK, 514, &[], &[7u8; 10000]),
+        &raw(1, p.isn, TcpFlags::ACK, 514, &[], &[7u8; 10000]),
         Some(1000),
     );
     assert_eq!(p.out().len(), 1);
@@ -2574,7 +2765,14 @@ fn full_frame_ack_needs_a_window_that_would_not_shrink() {
     let _ = p.out();
     p.st.input(
         p.now,
-        &raw(10001, p.isn, ACK | FIN, 514, &[], &[8u8; 10000]),
+        &raw(
+            10001,
+            p.isn,
+            TcpFlags::ACK | TcpFlags::FIN,
+            514,
+            &[],
+            &[8u8; 10000],
+        ),
         Some(1000),
     );
     let o = p.out();
@@ -2649,14 +2847,21 @@ fn ack_after_window_shrink_carries_the_window_edge() {
     p.now += Duration::from_millis(30);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(84), ACK, 0, &[], &[]),
+        &raw(1, p.isn.wrapping_add(84), TcpFlags::ACK, 0, &[], &[]),
         None,
     );
     assert!(p.out().is_empty());
     p.now += Duration::from_millis(10);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(84), ACK | PSH, 0, &[], &[9u8; 100]),
+        &raw(
+            1,
+            p.isn.wrapping_add(84),
+            TcpFlags::ACK | TcpFlags::PSH,
+            0,
+            &[],
+            &[9u8; 100],
+        ),
         None,
     );
     p.st.setsockopt(p.now, s, SockOpt::TcpQuickack, &OptVal::Int(1))
@@ -2679,7 +2884,7 @@ fn ack_after_window_shrink_carries_the_window_edge() {
         &raw(
             101,
             p.isn.wrapping_add(84),
-            ACK | PSH,
+            TcpFlags::ACK | TcpFlags::PSH,
             1000,
             &[],
             &[9u8; 100],
@@ -2715,7 +2920,7 @@ fn loss_state_retransmits_the_rest_after_a_partial_ack() {
         &raw(
             0,
             isn,
-            SYN | ACK,
+            TcpFlags::SYN | TcpFlags::ACK,
             1000,
             &[OutOpt::Mss(1460), OutOpt::Nop, OutOpt::Wscale(7)],
             &[],
@@ -2735,7 +2940,7 @@ fn loss_state_retransmits_the_rest_after_a_partial_ack() {
     p.now += Duration::from_millis(10);
     p.st.input(
         p.now,
-        &raw(1, isn.wrapping_add(987), ACK, 1000, &[], &[]),
+        &raw(1, isn.wrapping_add(987), TcpFlags::ACK, 1000, &[], &[]),
         None,
     );
     let o = p.out();
@@ -2760,7 +2965,7 @@ fn partial_ack_of_one_segment_keeps_the_timer() {
             p.now += Duration::from_millis(30);
             p.st.input(
                 p.now,
-                &raw(1, p.isn.wrapping_add(83), ACK, 257, &[], &[]),
+                &raw(1, p.isn.wrapping_add(83), TcpFlags::ACK, 257, &[], &[]),
                 None,
             );
             assert!(p.out().is_empty());
@@ -2789,7 +2994,7 @@ fn fin_waits_for_a_zero_window_to_open() {
     let mut p = Peer::new(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
     p.now += Duration::from_millis(10);
-    p.st.input(p.now, &raw(1, p.isn, ACK, 0, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 0, &[], &[]), None);
     p.now += Duration::from_millis(10);
     p.st.close(p.now, s).unwrap();
     assert!(p.out().is_empty(), "no FIN into a zero window");
@@ -2797,15 +3002,18 @@ fn fin_waits_for_a_zero_window_to_open() {
     assert!(!o.is_empty(), "persist probes");
     for x in &o {
         assert_eq!(
-            (x.flags & FIN, x.len, p.rel(x).0),
-            (0, 0, u32::MAX),
+            (x.flags.contains(TcpFlags::FIN), x.len, p.rel(x).0),
+            (false, 0, u32::MAX),
             "window probe"
         );
     }
-    p.st.input(p.now, &raw(1, p.isn, ACK, 257, &[], &[]), None);
+    p.st.input(p.now, &raw(1, p.isn, TcpFlags::ACK, 257, &[], &[]), None);
     let o = p.out();
     assert_eq!(o.len(), 1);
-    assert_eq!((o[0].flags & FIN, p.rel(&o[0]).0), (FIN, 0));
+    assert_eq!(
+        (o[0].flags & TcpFlags::FIN, p.rel(&o[0]).0),
+        (TcpFlags::FIN, 0)
+    );
 }
 
 /// `__tcp_retransmit_skb` sends only what the peer's window takes: after `ack 300` with a
@@ -2822,7 +3030,7 @@ fn retransmission_is_cut_to_the_peer_window() {
     p.now += Duration::from_millis(20);
     p.st.input(
         p.now,
-        &raw(1, p.isn.wrapping_add(300), ACK, 1, &[], &[]),
+        &raw(1, p.isn.wrapping_add(300), TcpFlags::ACK, 1, &[], &[]),
         None,
     );
     let _ = p.out();
@@ -2844,9 +3052,13 @@ fn data_sent_by_a_persist_probe_is_retransmitted_with_backoff() {
     );
     // The peer's window shrinks to 10 bytes (a segment with a newer sequence number).
     p.now += Duration::from_millis(1);
-    p.st.input(p.now, &raw(1, p.isn, ACK | PSH, 257, &[], &[1u8]), None);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, TcpFlags::ACK | TcpFlags::PSH, 257, &[], &[1u8]),
+        None,
+    );
     p.now += Duration::from_millis(1);
-    p.st.input(p.now, &raw(2, p.isn, ACK, 10, &[], &[]), None);
+    p.st.input(p.now, &raw(2, p.isn, TcpFlags::ACK, 10, &[], &[]), None);
     let _ = p.out();
     p.now += Duration::from_millis(10);
     assert!(p.st.send(p.now, s, &[6u8; 10000], 0).is_ok());
@@ -2880,16 +3092,28 @@ fn dsack_for_overlapping_out_of_order_data() {
     let _ = s;
     let blocks = |o: &[Out]| o.last().map(|x| x.opts.clone()).unwrap_or_default();
     p.now += Duration::from_millis(10);
-    p.st.input(p.now, &raw(537, p.isn, ACK, 257, &[], &[1u8; 500]), None);
+    p.st.input(
+        p.now,
+        &raw(537, p.isn, TcpFlags::ACK, 257, &[], &[1u8; 500]),
+        None,
+    );
     let o = p.out();
     assert_eq!(blocks(&o), "nop,nop,sack [(537, 1037)]");
     p.now += Duration::from_millis(10);
-    p.st.input(p.now, &raw(538, p.isn, ACK, 257, &[], &[1u8; 536]), None);
+    p.st.input(
+        p.now,
+        &raw(538, p.isn, TcpFlags::ACK, 257, &[], &[1u8; 536]),
+        None,
+    );
     let o = p.out();
     assert_eq!(blocks(&o), "nop,nop,sack [(538, 1037), (537, 1074)]");
     // The hole 1:537 plus one byte more fills; 537:539 was queued already.
     p.now += Duration::from_millis(10);
-    p.st.input(p.now, &raw(1, p.isn, ACK, 257, &[], &[1u8; 538]), None);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, TcpFlags::ACK, 257, &[], &[1u8; 538]),
+        None,
+    );
     let o = p.out();
     assert_eq!(o.last().unwrap().ack, 1074);
     assert_eq!(blocks(&o), "nop,nop,sack [(537, 539)]");
@@ -2919,8 +3143,8 @@ fn uncork_without_cork_keeps_nagle() {
     let o = p.out();
     assert_eq!(o.len(), 1);
     assert_eq!(
-        (p.rel(&o[0]).0, o[0].len, o[0].flags & FIN),
-        (1500, 100, FIN)
+        (p.rel(&o[0]).0, o[0].len, o[0].flags & TcpFlags::FIN),
+        (1500, 100, TcpFlags::FIN)
     );
 }
 
@@ -2931,11 +3155,19 @@ fn fin_purges_out_of_order_data_and_sack_blocks() {
     let mut p = Peer::new(false);
     let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
     p.now += Duration::from_millis(10);
-    p.st.input(p.now, &raw(1001, p.isn, ACK, 257, &[], &[1u8; 100]), None);
+    p.st.input(
+        p.now,
+        &raw(1001, p.isn, TcpFlags::ACK, 257, &[], &[1u8; 100]),
+        None,
+    );
     let o = p.out();
     assert_eq!(o.last().unwrap().opts, "nop,nop,sack [(1001, 1101)]");
     p.now += Duration::from_millis(10);
-    p.st.input(p.now, &raw(1, p.isn, ACK | FIN, 257, &[], &[]), None);
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, TcpFlags::ACK | TcpFlags::FIN, 257, &[], &[]),
+        None,
+    );
     let o = advance(&mut p, Duration::from_millis(300));
     let a = o.iter().find(|x| x.ack == 2).expect("the FIN's ACK");
     assert_eq!(a.opts, "");

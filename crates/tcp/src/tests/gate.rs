@@ -139,7 +139,9 @@ fn gate_meta_describes_the_packet() {
             assert_eq!(m.flow, t.flow);
             assert_eq!(m.departure_ns, t.departure.map(|d| d.as_nanos()));
             let ihl = usize::from(t.data[0] & 0xf) * 4;
-            let doff = usize::from(t.data[ihl + 12] >> 4) * 4;
+            let doff = shallow_wire::TcpPacket::new_checked(&t.data[ihl..])
+                .unwrap()
+                .header_len();
             assert_eq!(m.header_len, ihl + doff);
             assert_eq!(m.tos, t.data[1]);
             if m.segs() > 1 {

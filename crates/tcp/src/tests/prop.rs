@@ -213,7 +213,7 @@ mod hostile {
                     remote: dst,
                     seq: (dseq as u32).wrapping_add(rcv_nxt),
                     ack: (dack as u32).wrapping_add(snd_una),
-                    flags: flags & 0xff,
+                    flags: shallow_wire::TcpFlags(flags & 0xff),
                     window: win,
                     tos: 0,
                     ttl: 64,

@@ -2,15 +2,16 @@
 //! through tun, `SO_MEMINFO` and `TCP_INFO` read after each event): the initial window, the
 //! scaling ratio learnt from received buffers, `tcp_grow_window` and the window clamp.
 
-use crate::packet::{self, flags::*, OutOpt, SegOut};
+use crate::packet::{self, OutOpt, SegOut};
 use crate::*;
 use core::net::SocketAddr;
 use core::time::Duration;
+use shallow_wire::TcpFlags;
 
 const LOCAL: &str = "192.168.0.1:8080";
 const REMOTE: &str = "192.0.2.1:40000";
 
-fn raw(seq: u32, ack: u32, fl: u16, win: u16, opts: &[OutOpt], payload: &[u8]) -> Vec<u8> {
+fn raw(seq: u32, ack: u32, fl: TcpFlags, win: u16, opts: &[OutOpt], payload: &[u8]) -> Vec<u8> {
     packet::build(&SegOut {
         local: REMOTE.parse().unwrap(),
         remote: LOCAL.parse().unwrap(),
@@ -28,12 +29,12 @@ fn raw(seq: u32, ack: u32, fl: u16, win: u16, opts: &[OutOpt], payload: &[u8]) -
 }
 
 /// (flags, window field, seq, ack) of each packet the stack sends now.
-fn out(st: &mut Stack, now: Instant) -> Vec<(u16, u16, u32, u32)> {
+fn out(st: &mut Stack, now: Instant) -> Vec<(TcpFlags, u16, u32, u32)> {
     let mut v = Vec::new();
     while let Some(t) = st.poll_transmit(now) {
         let ip = shallow_wire::IpPacket::parse(&t.data).unwrap();
         let tcp = shallow_wire::TcpPacket::new_checked(ip.payload()).unwrap();
-        v.push((tcp.flags().bits(), tcp.window(), tcp.seq(), tcp.ack()));
+        v.push((tcp.flags(), tcp.window(), tcp.seq(), tcp.ack()));
         if let Some(tok) = t.token {
             st.tx_complete(now, tok);
         }
@@ -92,12 +93,12 @@ fn passive(rmem: &str, rcvbuf: Option<i64>, syn_opts: &[OutOpt], sizes: &[usize]
     }
     st.bind(l, LOCAL.parse().unwrap()).unwrap();
     st.listen(l, 1).unwrap();
-    st.input(now, &raw(0, 0, SYN, 65535, syn_opts, &[]), None);
+    st.input(now, &raw(0, 0, TcpFlags::SYN, 65535, syn_opts, &[]), None);
     let o = out(&mut st, now);
     assert_eq!(o.len(), 1);
     let (synack_win, iss) = (o[0].1, o[0].2.wrapping_add(1));
     now += Duration::from_millis(100);
-    st.input(now, &raw(1, iss, ACK, 1000, &[], &[]), None);
+    st.input(now, &raw(1, iss, TcpFlags::ACK, 1000, &[], &[]), None);
     let (s, peer) = st.accept(l).unwrap();
     assert_eq!(peer, REMOTE.parse::<SocketAddr>().unwrap());
     let mut seen = Seen {
@@ -109,7 +110,11 @@ fn passive(rmem: &str, rcvbuf: Option<i64>, syn_opts: &[OutOpt], sizes: &[usize]
     for &n in sizes {
         now += Duration::from_millis(10);
         let data = vec![0u8; n];
-        st.input(now, &raw(seq, iss, ACK | PSH, 1000, &[], &data), None);
+        st.input(
+            now,
+            &raw(seq, iss, TcpFlags::ACK | TcpFlags::PSH, 1000, &[], &data),
+            None,
+        );
         seq += n as u32;
         let o = out(&mut st, now);
         assert_eq!(o.len(), 1, "one quick ACK per segment");
@@ -257,7 +262,18 @@ fn active_open_initial_window() {
         assert_eq!(o[0].1, syn_win, "{rmem}");
         let iss = o[0].2.wrapping_add(1);
         let now = now + Duration::from_millis(100);
-        st.input(now, &raw(0, iss, SYN | ACK, 65535, MSS1460_WS7, &[]), None);
+        st.input(
+            now,
+            &raw(
+                0,
+                iss,
+                TcpFlags::SYN | TcpFlags::ACK,
+                65535,
+                MSS1460_WS7,
+                &[],
+            ),
+            None,
+        );
         let o = out(&mut st, now);
         assert_eq!(o[0].1, ack_win, "{rmem}");
     }
