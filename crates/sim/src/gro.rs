@@ -118,22 +118,6 @@ fn same_flow(a: &[u8], va: &TcpView, b: &[u8], vb: &TcpView) -> bool {
         && segment::dst_addr(a) == segment::dst_addr(b)
 }
 
-/// Fix the headers of an aggregate of several segments, `data` parsed as `v` (the first
-/// segment's header fields with the merged payload length), as Linux's
-/// `inet_gro_complete`/`tcp4_gro_complete` do: the IP length of the whole, the IPv4 header
-/// checksum, and the TCP checksum field in the `CHECKSUM_PARTIAL` form. Both GRO paths (bytes
-/// and unwritten TSO runs, [`TsoParent::take_run`]) end with this.
-pub(crate) fn complete_aggregate(data: &mut [u8], v: &TcpView) {
-    let total = v.payload_off + v.payload_len;
-    if v.ip_version == 4 {
-        data[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-        segment::fill_ipv4_checksum(data);
-    } else {
-        data[4..6].copy_from_slice(&((total - 40) as u16).to_be_bytes());
-    }
-    segment::fill_tcp_csum_partial(data, v);
-}
-
 fn ip_id(d: &[u8]) -> u16 {
     u16::from_be_bytes([d[4], d[5]])
 }
@@ -461,7 +445,7 @@ impl Gro {
         let h = self.held.remove(i);
         let mut pkt = h.pkt;
         if h.segs > 1 {
-            complete_aggregate(&mut pkt.data, &h.view);
+            segment::complete_aggregate(&mut pkt.data, &h.view);
             pkt.gso_size = Some(h.mss as u16);
         }
         self.pass(pkt, out, true);

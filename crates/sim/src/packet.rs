@@ -218,7 +218,7 @@ impl TsoParent {
         }
         let mut v = self.seg_view(first);
         v.payload_len = out.len() - v.payload_off;
-        crate::gro::complete_aggregate(out, &v);
+        crate::segment::complete_aggregate(out, &v);
     }
     /// Segment `index`'s payload: offset into the parent's payload and length.
     fn payload_range(&self, index: usize) -> (usize, usize) {

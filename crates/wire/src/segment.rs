@@ -282,6 +282,22 @@ pub fn fill_tcp_checksum(data: &mut [u8], v: &TcpView) {
     put16(data, v.tcp_off + field::CHECKSUM.start, c);
 }
 
+/// Fix the headers of an aggregate of several segments, `data` parsed as `v` (the first
+/// segment's header fields with the merged payload length), as Linux's
+/// `inet_gro_complete`/`tcp4_gro_complete` do: the IP length of the whole, the IPv4 header
+/// checksum, and the TCP checksum field in the `CHECKSUM_PARTIAL` form. Both GRO paths (the emulator's bytes
+/// and unwritten TSO runs) end with this.
+pub fn complete_aggregate(data: &mut [u8], v: &TcpView) {
+    let total = v.payload_off + v.payload_len;
+    if v.ip_version == 4 {
+        data[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        fill_ipv4_checksum(data);
+    } else {
+        data[4..6].copy_from_slice(&((total - 40) as u16).to_be_bytes());
+    }
+    fill_tcp_csum_partial(data, v);
+}
+
 /// Put the `CHECKSUM_PARTIAL` form in the TCP checksum field of a parsed packet: the folded
 /// pseudo-header sum, not complemented, which whoever completes the checksum (a NIC, GSO)
 /// sums over together with the TCP header and payload. Linux leaves this value in a packet
