@@ -98,7 +98,8 @@ pub struct BenchArgs {
     /// and CPU per GB, and print the ratios to the kernel's baseline.
     #[arg(long)]
     side_by_side: bool,
-    /// With `--substrate linux`: use IPv6 (fd00:213::/64) instead of IPv4.
+    /// Use IPv6 instead of IPv4: on the emulator fd00::1 → fd00:0:0:1::1, with `--substrate
+    /// linux` fd00:213::/64.
     #[arg(long)]
     ipv6: bool,
     /// With `--substrate linux`: TUN queues (IFF_MULTI_QUEUE above 1), one Shallow I/O thread
@@ -297,6 +298,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     };
     let extras = bench::BenchExtras {
         tx_gso_off: args.tso_off,
+        ipv6: args.ipv6,
         ..bench::BenchExtras::default()
     };
     let result = bench::run_ext(&cfg, &extras, capture, &mut progress);
@@ -392,9 +394,12 @@ fn json_of(args: &BenchArgs, r: &BenchReport) -> Value {
         "verified": r.verified,
     });
     // Only when set, so that the report of a run without it stays as it was.
-    if args.tso_off {
-        if let Some(c) = v.get_mut("config").and_then(Value::as_object_mut) {
+    if let Some(c) = v.get_mut("config").and_then(Value::as_object_mut) {
+        if args.tso_off {
             c.insert("tso_off".into(), json!(true));
+        }
+        if args.ipv6 {
+            c.insert("ipv6".into(), json!(true));
         }
     }
     v

@@ -370,6 +370,10 @@ pub struct BenchExtras {
     /// The sending host's device takes no TSO/GSO packets (`ethtool -K dev tso off gso
     /// off`, [`DeviceCaps::gso`](shallow_tcp::DeviceCaps::gso) off): one segment per packet.
     pub tx_gso_off: bool,
+    /// Both hosts on IPv6 (`fd00::1` → `fd00:0:0:1::1`, one /64 a side) instead of IPv4
+    /// (`10.0.0.1` → `10.0.1.1`): IPv6 headers, the IPv6 MSS (1440 at MTU 1500), IPv6 GSO
+    /// and GRO.
+    pub ipv6: bool,
 }
 
 /// Run a benchmark. `capture`: pcap of the sending host's egress (as tcpdump on it sees
@@ -424,8 +428,15 @@ fn run_inner(
             "message sizes must be at least 1 byte".into(),
         ));
     }
-    let left_ip: IpAddr = [10, 0, 0, 1].into();
-    let right_ip: IpAddr = [10, 0, 1, 1].into();
+    let (left_ip, right_ip, host_prefix): (IpAddr, IpAddr, u8) = if extras.ipv6 {
+        (
+            std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1).into(),
+            std::net::Ipv6Addr::new(0xfd00, 0, 0, 1, 0, 0, 0, 1).into(),
+            128,
+        )
+    } else {
+        ([10, 0, 0, 1].into(), [10, 0, 1, 1].into(), 32)
+    };
     let fq = matches!(cfg.qdisc, QdiscSpec::Fq { .. });
     let mk_host = |addr, seed_name: &str, sysctls: &Vec<(String, String)>, fq| {
         TcpHost::new(&TcpHostConfig {
@@ -448,7 +459,7 @@ fn run_inner(
     if extras.rx_route_quickack {
         right.stack.set_route(
             left_ip,
-            32,
+            host_prefix,
             shallow_tcp::RouteAttrs {
                 quickack: true,
                 ..shallow_tcp::RouteAttrs::default()
