@@ -207,7 +207,13 @@ impl Sock {
             let data = o.data.slice(skip.min(o.data.len())..);
             let len = data.len() as u32;
             if len > 0 {
-                let truesize = len + SKB_OVERHEAD;
+                // The buffer moves to the receive queue as it is (`tcp_ofo_queue`), so a tun
+                // device's keeps its kmalloc truesize; the emulator's model charges the moved
+                // bytes anew (it is the same figure unless the buffer was trimmed).
+                let truesize = match env.dev.rx_truesize {
+                    RxTruesize::TunKmalloc => o.truesize,
+                    RxTruesize::Overhead => len + SKB_OVERHEAD,
+                };
                 self.rmem_alloc += truesize;
                 let mut rx = RxData::default();
                 rx.push_bytes(data);

@@ -290,3 +290,42 @@ fn tun_truesize() {
     assert!(!t.coalesces());
     assert_eq!(RxTruesize::Overhead.truesize(1460, 40), 1460 + SKB_OVERHEAD);
 }
+
+/// A buffer that waited out of order moves to the receive queue as it is (`tcp_ofo_queue`):
+/// a tun device's keeps its kmalloc truesize (832 for 1 byte), it is not charged anew as
+/// payload + `SKB_OVERHEAD`. Fuzz seed 70152 (kernel 6.18): 500 bytes, then byte 1037 out
+/// of order, then 501..1037 filling the hole; the kernel's ACK of the whole still offers
+/// window field 1049, which the old charge (1281) had cut to 1048.
+#[test]
+fn out_of_order_buffer_keeps_its_truesize_when_it_moves() {
+    let mut st = stack("4096 540000 15728640");
+    let mut now = Instant::from_secs(1);
+    let l = st.socket(Family::V4).unwrap();
+    st.bind(l, LOCAL.parse().unwrap()).unwrap();
+    st.listen(l, 1).unwrap();
+    st.input(
+        now,
+        &raw(0, 0, TcpFlags::SYN, 65535, MSS1460_WS7, &[]),
+        None,
+    );
+    let iss = out(&mut st, now)[0].2.wrapping_add(1);
+    now += Duration::from_millis(10);
+    st.input(now, &raw(1, iss, TcpFlags::ACK, 1000, &[], &[]), None);
+    let (s, _) = st.accept(l).unwrap();
+    let seg = |st: &mut Stack, now, seq: u32, n: usize| {
+        let data = vec![0u8; n];
+        st.input(now, &raw(seq, iss, TcpFlags::ACK, 1000, &[], &data), None);
+        out(st, now)
+    };
+    seg(&mut st, now, 1, 500);
+    seg(&mut st, now, 1037, 1);
+    // 540- and 41-byte packets: 1280 and 832 bytes of tun buffer.
+    assert_eq!(st.meminfo(s).unwrap().rmem_alloc, 1280 + 832);
+    let o = seg(&mut st, now, 501, 536);
+    assert_eq!(st.meminfo(s).unwrap().rmem_alloc, 1280 + 832 + 1280);
+    assert_eq!(
+        (o[0].3, o[0].1),
+        (1038, 1049),
+        "ACK of all 1037 bytes, window field"
+    );
+}
