@@ -222,6 +222,14 @@ impl Sock {
                 {
                     self.send_ack(env, now);
                 }
+                // A duplicate (its FIN included) still goes through tcp_data_queue after the
+                // peer's FIN (tcp_rcv_state_process: seq below rcv_nxt falls through): D-SACK
+                // and an immediate ACK.
+                TcpState::CloseWait | TcpState::Closing | TcpState::LastAck
+                    if before(seg.seq, self.rcv_nxt) =>
+                {
+                    self.data_queue(env, now, seg);
+                }
                 _ => {}
             }
         }
@@ -922,8 +930,10 @@ impl Sock {
                 // Entirely duplicate (retransmission): D-SACK + quickack.
                 env.mib.inc(Mib::DelayedACKLost);
                 self.enter_quickack(TCP_MAX_QUICKACKS);
-                if self.dsack_ok && !payload.is_empty() {
-                    self.dsack = Some((seg.seq, seg.seq.wrapping_add(payload.len() as u32)));
+                // tcp_dsack_set(seq, end_seq): the block covers the FIN too, so a
+                // retransmitted bare FIN is reported as `sack SEQ:SEQ+1` (fuzz seed 70152).
+                if self.dsack_ok && seg.end_seq() != seg.seq {
+                    self.dsack = Some((seg.seq, seg.end_seq()));
                     env.mib.inc(Mib::TCPDSACKOldSent);
                 }
                 self.ack.pending |= ackf::NOW;

@@ -334,6 +334,25 @@ fn fin_ack_is_delayed_once_data_was_received() {
     }
 }
 
+/// A retransmitted FIN is a duplicate like retransmitted data (`tcp_data_queue`: its end_seq,
+/// which counts the FIN, is not after rcv_nxt): ACKed at once with a D-SACK block that
+/// covers the FIN (RFC 2883, `tcp_dsack_set(seq, end_seq)`; kernel 6.18, fuzz seed 70152).
+#[test]
+fn retransmitted_fin_gets_a_dsack_block() {
+    let mut p = Peer::new(false);
+    let _s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    let fin = raw(1, p.isn, TcpFlags::ACK | TcpFlags::FIN, 257, &[], &[]);
+    p.st.input(p.now, &fin, None);
+    let o = advance(&mut p, Duration::from_millis(10));
+    assert_eq!((o.len(), o[0].ack, o[0].opts.as_str()), (1, 2, ""));
+    p.now += Duration::from_millis(100);
+    p.st.input(p.now, &fin, None);
+    let o = p.out();
+    assert_eq!(o.len(), 1, "a duplicate is ACKed at once");
+    assert_eq!((o[0].ack, o[0].opts.as_str()), (2, "nop,nop,sack [(1, 2)]"));
+    assert_eq!(p.st.counters().value(Mib::TCPDSACKOldSent), 1);
+}
+
 /// Out-of-order data is ACKed at once with a SACK block (RFC 2018 §4, RFC 5681 §4.2), and
 /// filling the hole is ACKed at once.
 #[test]
