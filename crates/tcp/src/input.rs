@@ -966,8 +966,10 @@ impl Sock {
                 return;
             }
             // Memory check (tcp_try_rmem_schedule): refuse beyond rcvbuf, then charge the
-            // stack-wide TCP memory (by force when the receive queue is empty).
-            let truesize = self.rx_truesize(env, seg, payload.len() as u32);
+            // stack-wide TCP memory (by force when the receive queue is empty). The buffer is
+            // the whole packet's, bytes already received included (a partly duplicate
+            // segment is queued as it came: fuzz seed 70031).
+            let truesize = self.rx_truesize(env, seg, seg.payload.len() as u32);
             if !payload.is_empty()
                 && ((self.rmem_alloc + truesize > self.rcvbuf.saturating_mul(2).max(self.rcvbuf)
                     && !self.prune_ofo(env))
@@ -982,7 +984,7 @@ impl Sock {
             // A bare FIN is no data for the delayed-ACK estimator (`tcp_data_queue` calls
             // tcp_event_data_recv only for a non-empty skb).
             if !payload.is_empty() {
-                let truesize = self.rx_truesize(env, seg, payload.len() as u32);
+                let truesize = self.rx_truesize(env, seg, seg.payload.len() as u32);
                 self.event_data_recv(env, now, seg, payload.len() as u32, truesize);
             }
             if !self.ofo_queue.is_empty() {
@@ -1037,7 +1039,7 @@ impl Sock {
                 self.rmem_alloc += len;
                 env.mib.inc(Mib::TCPRcvCoalesce);
             } else {
-                let truesize = self.rx_truesize(env, seg, len);
+                let truesize = self.rx_truesize(env, seg, seg.payload.len() as u32);
                 self.rmem_alloc += truesize;
                 let mut data = RxData::default();
                 data.push(payload, shared);

@@ -329,3 +329,40 @@ fn out_of_order_buffer_keeps_its_truesize_when_it_moves() {
         "ACK of all 1037 bytes, window field"
     );
 }
+
+/// A partly duplicate segment is queued as it came (`tcp_data_queue`: D-SACK for the old
+/// part, then the whole skb to the receive queue), so it costs the whole packet's buffer: a
+/// 1040-byte tun packet charges 2304 even though only its last 500 bytes are new. Fuzz seed
+/// 70031 (kernel 6.18): the ACK after it offers window field 1048, as the whole charge gives.
+#[test]
+fn partly_duplicate_segment_costs_its_whole_buffer() {
+    let mut st = stack("4096 540000 15728640");
+    let mut now = Instant::from_secs(1);
+    let l = st.socket(Family::V4).unwrap();
+    st.bind(l, LOCAL.parse().unwrap()).unwrap();
+    st.listen(l, 1).unwrap();
+    st.input(
+        now,
+        &raw(0, 0, TcpFlags::SYN, 65535, MSS1460_WS7, &[]),
+        None,
+    );
+    let iss = out(&mut st, now)[0].2.wrapping_add(1);
+    now += Duration::from_millis(10);
+    st.input(now, &raw(1, iss, TcpFlags::ACK, 1000, &[], &[]), None);
+    let (s, _) = st.accept(l).unwrap();
+    st.input(
+        now,
+        &raw(1, iss, TcpFlags::ACK, 1000, &[], &[0u8; 500]),
+        None,
+    );
+    out(&mut st, now);
+    assert_eq!(st.meminfo(s).unwrap().rmem_alloc, 1280);
+    st.input(
+        now,
+        &raw(1, iss, TcpFlags::ACK, 1000, &[], &[0u8; 1000]),
+        None,
+    );
+    let o = out(&mut st, now);
+    assert_eq!(o[0].3, 1001, "the new 500 bytes are acknowledged");
+    assert_eq!(st.meminfo(s).unwrap().rmem_alloc, 1280 + 2304);
+}
