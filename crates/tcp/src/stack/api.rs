@@ -405,6 +405,11 @@ impl Stack {
             sk.orphan = true;
             sk.shutdown |= RCV_SHUTDOWN;
             let unread = sk.inq() > 0;
+            // tcp_close purges the receive queue first: a RST for unread data already offers
+            // the window of the emptied buffer (fuzz seed 70199). The out-of-order queue stays
+            // charged until the socket goes.
+            let purged: u32 = sk.rx_queue.drain(..).map(|b| b.truesize).sum();
+            sk.rmem_alloc = sk.rmem_alloc.saturating_sub(purged);
             let linger0 = sk.opts.linger == Some(0);
             match sk.state {
                 TcpState::Close | TcpState::SynSent => {
@@ -431,8 +436,6 @@ impl Stack {
                     }
                 }
             }
-            sk.rx_queue.clear();
-            sk.rmem_alloc = 0;
             // sk_stream_wait_close: wait for the FIN's ACK before orphaning.
             if let Some(t) = sk.opts.linger.filter(|&t| t > 0 && may_linger) {
                 if sk.stream_closing() {
