@@ -559,13 +559,12 @@ impl Sock {
     }
 
     /// Send a RST for this connection (`tcp_send_active_reset`), seq = [`Self::acceptable_seq`].
+    /// It carries the options of any established segment (`tcp_established_options`):
+    /// timestamps, and the SACK blocks of data still held out of order (fuzz seed 60122:
+    /// `R. ... <nop,nop,sack 1501:2501>` after `close()`).
     pub fn send_active_reset(&mut self, env: &mut Env, now: Instant) {
-        let mut opts = Vec::new();
-        if self.tstamp_ok {
-            opts.push(OutOpt::Nop);
-            opts.push(OutOpt::Nop);
-            opts.push(OutOpt::Ts(self.tsval(now), self.ts_recent));
-        }
+        let mut opts = Vec::with_capacity(6);
+        self.established_opts(now, &mut opts);
         let win = self.select_window(env);
         let seg = self.seg(
             env,

@@ -334,6 +334,35 @@ fn fin_ack_is_delayed_once_data_was_received() {
     }
 }
 
+/// The RST of a close() with unread data carries the options of any established segment,
+/// SACK blocks of data held out of order included (`tcp_established_options`; kernel 6.18,
+/// fuzz seed 60122: `R. 1:1(0) ack 501 ... <nop,nop,sack 1501:2501>`).
+#[test]
+fn reset_on_close_carries_sack_blocks() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    p.st.input(
+        p.now,
+        &raw(1, p.isn, TcpFlags::ACK, 257, &[], &[1u8; 100]),
+        None,
+    );
+    p.st.input(
+        p.now,
+        &raw(1001, p.isn, TcpFlags::ACK, 257, &[], &[2u8; 100]),
+        None,
+    );
+    let _ = p.out();
+    let _ = advance(&mut p, Duration::from_millis(100));
+    p.st.close(p.now, s).unwrap();
+    let o = p.out();
+    assert_eq!(o.len(), 1);
+    assert_eq!(o[0].flags, TcpFlags::RST | TcpFlags::ACK);
+    assert_eq!(
+        (o[0].ack, o[0].opts.as_str()),
+        (101, "nop,nop,sack [(1001, 1101)]")
+    );
+}
+
 /// A retransmitted FIN is a duplicate like retransmitted data (`tcp_data_queue`: its end_seq,
 /// which counts the FIN, is not after rcv_nxt): ACKed at once with a D-SACK block that
 /// covers the FIN (RFC 2883, `tcp_dsack_set(seq, end_seq)`; kernel 6.18, fuzz seed 70152).
