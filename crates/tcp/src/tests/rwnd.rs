@@ -291,13 +291,9 @@ fn tun_truesize() {
     assert_eq!(RxTruesize::Overhead.truesize(1460, 40), 1460 + SKB_OVERHEAD);
 }
 
-/// A buffer that waited out of order moves to the receive queue as it is (`tcp_ofo_queue`):
-/// a tun device's keeps its kmalloc truesize (832 for 1 byte), it is not charged anew as
-/// payload + `SKB_OVERHEAD`. Fuzz seed 70152 (kernel 6.18): 500 bytes, then byte 1037 out
-/// of order, then 501..1037 filling the hole; the kernel's ACK of the whole still offers
-/// window field 1049, which the old charge (1281) had cut to 1048.
-#[test]
-fn out_of_order_buffer_keeps_its_truesize_when_it_moves() {
+/// A passive open with packetdrill's `tcp_rmem` (540000) and a wscale-7 peer, accepted:
+/// (stack, socket, our first sequence number after the SYN, now).
+fn accepted() -> (Stack, SocketId, u32, Instant) {
     let mut st = stack("4096 540000 15728640");
     let mut now = Instant::from_secs(1);
     let l = st.socket(Family::V4).unwrap();
@@ -312,6 +308,17 @@ fn out_of_order_buffer_keeps_its_truesize_when_it_moves() {
     now += Duration::from_millis(10);
     st.input(now, &raw(1, iss, TcpFlags::ACK, 1000, &[], &[]), None);
     let (s, _) = st.accept(l).unwrap();
+    (st, s, iss, now)
+}
+
+/// A buffer that waited out of order moves to the receive queue as it is (`tcp_ofo_queue`):
+/// a tun device's keeps its kmalloc truesize (832 for 1 byte), it is not charged anew as
+/// payload + `SKB_OVERHEAD`. Fuzz seed 70152 (kernel 6.18): 500 bytes, then byte 1037 out
+/// of order, then 501..1037 filling the hole; the kernel's ACK of the whole still offers
+/// window field 1049, which the old charge (1281) had cut to 1048.
+#[test]
+fn out_of_order_buffer_keeps_its_truesize_when_it_moves() {
+    let (mut st, s, iss, now) = accepted();
     let seg = |st: &mut Stack, now, seq: u32, n: usize| {
         let data = vec![0u8; n];
         st.input(now, &raw(seq, iss, TcpFlags::ACK, 1000, &[], &data), None);
@@ -336,20 +343,7 @@ fn out_of_order_buffer_keeps_its_truesize_when_it_moves() {
 /// 70031 (kernel 6.18): the ACK after it offers window field 1048, as the whole charge gives.
 #[test]
 fn partly_duplicate_segment_costs_its_whole_buffer() {
-    let mut st = stack("4096 540000 15728640");
-    let mut now = Instant::from_secs(1);
-    let l = st.socket(Family::V4).unwrap();
-    st.bind(l, LOCAL.parse().unwrap()).unwrap();
-    st.listen(l, 1).unwrap();
-    st.input(
-        now,
-        &raw(0, 0, TcpFlags::SYN, 65535, MSS1460_WS7, &[]),
-        None,
-    );
-    let iss = out(&mut st, now)[0].2.wrapping_add(1);
-    now += Duration::from_millis(10);
-    st.input(now, &raw(1, iss, TcpFlags::ACK, 1000, &[], &[]), None);
-    let (s, _) = st.accept(l).unwrap();
+    let (mut st, s, iss, now) = accepted();
     st.input(
         now,
         &raw(1, iss, TcpFlags::ACK, 1000, &[], &[0u8; 500]),
