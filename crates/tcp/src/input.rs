@@ -980,11 +980,10 @@ impl Sock {
                 self.ack.pending |= ackf::NOW | ackf::SCHED;
                 return;
             }
-            self.queue_rcv(env, seq, payload, fin, seg);
+            self.queue_rcv(env, seq, payload, fin, seg, truesize);
             // A bare FIN is no data for the delayed-ACK estimator (`tcp_data_queue` calls
             // tcp_event_data_recv only for a non-empty skb).
             if !payload.is_empty() {
-                let truesize = self.rx_truesize(env, seg, seg.payload.len() as u32);
                 self.event_data_recv(env, now, seg, payload.len() as u32, truesize);
             }
             if !self.ofo_queue.is_empty() {
@@ -1022,7 +1021,16 @@ impl Sock {
     }
 
     /// Append in-order bytes to the receive queue, coalescing into the tail (`tcp_queue_rcv`).
-    fn queue_rcv(&mut self, env: &mut Env, seq: u32, payload: &[u8], fin: bool, seg: &SegIn<'_>) {
+    /// `truesize` is the received buffer's, the whole packet's ([`Sock::rx_truesize`]).
+    fn queue_rcv(
+        &mut self,
+        env: &mut Env,
+        seq: u32,
+        payload: &[u8],
+        fin: bool,
+        seg: &SegIn<'_>,
+        truesize: u32,
+    ) {
         let len = payload.len() as u32;
         if len > 0 {
             let coalesce = env.dev.rx_truesize.coalesces()
@@ -1039,7 +1047,6 @@ impl Sock {
                 self.rmem_alloc += len;
                 env.mib.inc(Mib::TCPRcvCoalesce);
             } else {
-                let truesize = self.rx_truesize(env, seg, seg.payload.len() as u32);
                 self.rmem_alloc += truesize;
                 let mut data = RxData::default();
                 data.push(payload, shared);

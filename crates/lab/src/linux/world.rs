@@ -56,21 +56,9 @@ pub(super) fn io_err(what: &str) -> impl FnOnce(io::Error) -> LabError + '_ {
     move |e| LabError::Linux(format!("{what}: {e}"))
 }
 
-fn is_root() -> bool {
-    // The effective uid of this process, from /proc (no libc call needed).
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
-        })
-        .unwrap_or(false)
-}
-
 impl World {
     pub(super) fn new(tbf: Tbf) -> Result<World, LabError> {
-        if !is_root() {
+        if !shallow_os::is_root() {
             return Err(LabError::NotRoot(
                 "the Linux substrate needs root (network namespaces, veth, tc)".into(),
             ));
