@@ -131,7 +131,7 @@ impl Sock {
         if self.wscale_ok {
             o |= 4;
         }
-        let chrono = self.chrono_totals(now);
+        let chrono = self.chrono.totals(now);
         TcpInfo {
             state: self.state as u8,
             ca_state: self.ca_state.as_u8(),
@@ -141,7 +141,7 @@ impl Sock {
             options: o,
             snd_wscale: self.snd_wscale,
             rcv_wscale: self.rcv_wscale,
-            rto: self.rto.as_micros() as u32,
+            rto: self.rtt.rto().as_micros() as u32,
             ato: self.ack.ato.as_micros() as u32,
             snd_mss: self.mss_cache,
             rcv_mss: self.ack.rcv_mss,
@@ -157,14 +157,14 @@ impl Sock {
             last_ack_recv: ms_since(now, self.rcv_tstamp),
             pmtu: self.pmtu(),
             rcv_ssthresh: self.rcv_ssthresh,
-            rtt: self.srtt_us >> 3,
-            rttvar: self.mdev_us >> 2,
+            rtt: self.rtt.srtt_us() >> 3,
+            rttvar: self.rtt.mdev_us() >> 2,
             snd_ssthresh: self.cc_st.snd_ssthresh,
             snd_cwnd: self.cc_st.snd_cwnd,
             advmss: self.advmss,
             reordering: self.reordering,
-            rcv_rtt: self.rcv_rtt_us >> 3,
-            rcv_space: self.rcvq_space,
+            rcv_rtt: self.rcv_rtt.rtt_us() >> 3,
+            rcv_space: self.rcvq.space(),
             total_retrans: self.total_retrans,
             pacing_rate: self.pacing_rate,
             max_pacing_rate: u64::MAX,
@@ -173,15 +173,15 @@ impl Sock {
             segs_out: self.segs_out,
             segs_in: self.segs_in,
             notsent_bytes: self.notsent_bytes(),
-            min_rtt: if self.min_rtt_us == u32::MAX {
+            min_rtt: if self.rtt.min_rtt_us() == u32::MAX {
                 u32::MAX
             } else {
-                self.min_rtt_us
+                self.rtt.min_rtt_us()
             },
             data_segs_in: self.data_segs_in,
             data_segs_out: self.data_segs_out,
             delivery_rate: self.delivery_rate(),
-            delivery_rate_app_limited: self.rate_app_limited,
+            delivery_rate_app_limited: self.rate.sample_app_limited(),
             delivered: self.delivered,
             bytes_sent: self.bytes_sent,
             bytes_retrans: self.bytes_retrans,

@@ -352,9 +352,7 @@ impl Sock {
             self.window_clamp = (2 * self.advmss).max(maxwin.saturating_sub(self.advmss));
         }
         self.rcv_ssthresh = self.rcv_ssthresh.min(self.window_clamp);
-        self.rcvq_space = (self.rcv_wnd).min(10 * self.advmss);
-        self.rcvq_seq = self.rcv_nxt;
-        self.rcvq_time = now;
+        self.init_rcvq_space(now);
         // tcp_initialize_rcv_mss: a conservative hint until data shows the peer's size.
         self.ack.rcv_mss = self
             .advmss
@@ -645,7 +643,7 @@ impl Sock {
         self.snd_una = ack;
         let (acked_pkts, rtt_us) = self.clean_rtx_queue(env, now, prior_fack, seg, &mut flag);
         // tcp_clean_rtx_queue: the MTU probe was cumulatively acked.
-        if self.mtup_probe_size != 0 && !after(self.mtup_probe_seq.1, self.snd_una) {
+        if self.mtup.probe_acked(self.snd_una) {
             self.mtup_probe_success(env, now);
         }
         // TLP: an ACK above tlp_high_seq ends the episode.
@@ -685,7 +683,7 @@ impl Sock {
         }
         self.delivered += delivered;
         self.rate_gen(now, delivered);
-        self.cc_st.app_limited = self.app_limited != 0;
+        self.cc_st.app_limited = self.rate.app_limited();
         env.mib.add(Mib::TCPDelivered, u64::from(delivered));
         // Congestion control.
         self.sync_cc_state(now);
@@ -761,8 +759,8 @@ impl Sock {
     pub fn sync_cc_state(&mut self, now: Instant) {
         self.cc_st.mss_cache = self.mss_cache;
         self.cc_st.packets_in_flight = self.packets_in_flight();
-        self.cc_st.srtt_us = self.srtt_us;
-        self.cc_st.min_rtt_us = self.min_rtt_us;
+        self.cc_st.srtt_us = self.rtt.srtt_us();
+        self.cc_st.min_rtt_us = self.rtt.min_rtt_us();
         self.cc_st.delivered = self.delivered;
         self.cc_st.snd_nxt = self.snd_nxt;
         self.cc_st.snd_una = self.snd_una;
@@ -868,7 +866,7 @@ impl Sock {
             // counts one.
             self.bytes_acked += u64::from(skb.end_seq.wrapping_sub(skb.seq));
             if skb.sacked & sacked::ACKED == 0 {
-                self.rate_skb_delivered(&skb);
+                self.rate_skb_delivered(&skb.tx, skb.mstamp);
                 if skb.sacked & sacked::EVER_RETRANS == 0 {
                     flag.orig_sack_acked = true;
                     reord = lower(reord, skb.seq);
@@ -891,7 +889,7 @@ impl Sock {
             self.retrans_out = 0;
         }
         if self.rtx_queue.is_empty() && self.write_queue.is_empty() {
-            self.chrono_stop(now, crate::output::CHRONO_BUSY);
+            self.chrono_stop(now, crate::chrono::CHRONO_BUSY);
         }
         if self.sack_seen_any && !before(self.snd_una, self.highest_sack_end) {
             self.sack_seen_any = false;
@@ -1193,7 +1191,7 @@ impl Sock {
             self.rcv_rtt_measure_ts(now, ecr, len);
         }
         self.measure_rcv_mss(env, seg, len, truesize);
-        let rto = self.rto;
+        let rto = self.rtt.rto();
         if self.ack.lrcvtime == Instant::ZERO || self.ack.ato == Duration::ZERO {
             // First data: allow quickacks (pingpong is kept).
             self.incr_quickack(TCP_MAX_QUICKACKS);
@@ -1324,8 +1322,8 @@ impl Sock {
         if self.timers[TimerKind::CompSack as usize].is_some() {
             return;
         }
-        let mut rtt_us = u64::from(self.rcv_rtt_us >> 3);
-        let srtt = u64::from(self.srtt_us >> 3);
+        let mut rtt_us = u64::from(self.rcv_rtt.rtt_us() >> 3);
+        let srtt = u64::from(self.rtt.srtt_us() >> 3);
         if srtt != 0 && (rtt_us == 0 || srtt < rtt_us) {
             rtt_us = srtt;
         }
@@ -1348,8 +1346,9 @@ impl Sock {
                 Duration::from_millis(500)
             };
             let mut max_ato = max_ato;
-            if self.srtt_us != 0 {
-                let rtt = Duration::from_micros(u64::from(self.srtt_us >> 3)).max(TCP_ATO_MIN);
+            if self.rtt.srtt_us() != 0 {
+                let rtt =
+                    Duration::from_micros(u64::from(self.rtt.srtt_us() >> 3)).max(TCP_ATO_MIN);
                 max_ato = max_ato.min(rtt);
             }
             ato = ato.min(max_ato);

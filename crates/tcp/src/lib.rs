@@ -138,14 +138,18 @@ pub use mib::{Counters, Mib};
 pub use sysctl::{SysctlError, Sysctls};
 pub use time::Instant;
 
+mod chrono;
 pub mod device;
 pub mod dualstack;
 pub mod gate;
 pub mod info;
 mod input;
 mod mem;
+mod mtu;
 pub mod output;
 pub mod packet;
+mod rack;
+mod rate;
 mod recovery;
 pub mod recv;
 mod rtt;

@@ -1,6 +1,7 @@
 //! Output path: MSS and window selection, option building, `tcp_write_xmit`, segment
 //! transmission with TX-completion tokens, pure ACKs, RSTs, SYN/SYN-ACK and FIN.
 
+use crate::chrono::{CHRONO_BUSY, CHRONO_RWND_LIMITED, CHRONO_SNDBUF_LIMITED};
 use crate::gate::TxMeta;
 use crate::packet::{self, OutOpt, SegOut};
 use crate::seq::*;
@@ -14,11 +15,6 @@ use shallow_wire::TcpFlags;
 fn len_of(s: &Skb) -> u32 {
     s.len()
 }
-
-/// Chronograph types (`enum tcp_chrono`).
-pub(crate) const CHRONO_BUSY: u8 = 1;
-pub(crate) const CHRONO_RWND_LIMITED: u8 = 2;
-pub(crate) const CHRONO_SNDBUF_LIMITED: u8 = 3;
 
 /// `nonagle` values (`TCP_NAGLE_OFF`, `TCP_NAGLE_CORK`, `TCP_NAGLE_PUSH`).
 pub(crate) const NAGLE_OFF: u8 = 1;
@@ -39,7 +35,7 @@ impl Sock {
     }
 
     /// Bytes of TCP options on established segments excluding SACK (`tcp_header_len - 20`).
-    fn base_opt_len(&self) -> u32 {
+    pub(crate) fn base_opt_len(&self) -> u32 {
         self.tcp_header_len - 20
     }
 
@@ -74,194 +70,8 @@ impl Sock {
         }
     }
 
-    /// Path MTU for this socket.
-    pub fn pmtu(&self) -> u32 {
-        if self.route.mtu != 0 {
-            self.route.mtu
-        } else {
-            1500
-        }
-    }
-
-    /// `tcp_sync_mss`: recompute `mss_cache` from the path MTU, the peer's MSS and options.
-    /// While MTU probing, the path MTU also caps the search and the MSS stays at the last
-    /// size proven to work (`search_low`).
-    pub fn sync_mss(&mut self, env: &Env) {
-        let pmtu = self.pmtu();
-        self.pmtu_cookie = pmtu;
-        if self.mtup_enabled {
-            self.mtup_search_high = self.mtup_search_high.min(pmtu);
-        }
-        let mut m = self.pmtu().saturating_sub(self.ip_hdr_len() + 20);
-        m = m.min(self.mss_clamp);
-        if self.opts.user_mss != 0 {
-            m = m.min(self.opts.user_mss);
-        }
-        m = m.saturating_sub(self.base_opt_len());
-        m = self.bound_to_half_wnd(m);
-        m = m.max(env.sysint(Sysctl::tcp_min_snd_mss) as u32 - self.base_opt_len().min(40));
-        if self.mtup_enabled {
-            m = m.min(self.mtu_to_mss(env, self.mtup_search_low));
-        }
-        self.mss_cache = m.max(8);
-        self.cc_st.mss_cache = self.mss_cache;
-    }
-
-    /// `tcp_mtu_to_mss`: payload of a full segment on a path of MTU `pmtu` (IP and TCP
-    /// headers with our usual options, at most the peer's MSS, at least tcp_min_snd_mss).
-    pub fn mtu_to_mss(&self, env: &Env, pmtu: u32) -> u32 {
-        let m = pmtu
-            .saturating_sub(self.ip_hdr_len() + 20)
-            .min(self.mss_clamp)
-            .max(env.sysint(Sysctl::tcp_min_snd_mss) as u32);
-        m.saturating_sub(self.base_opt_len())
-    }
-
-    /// `tcp_mss_to_mtu`: the packet size of a full segment of `mss` payload bytes.
-    pub fn mss_to_mtu(&self, mss: u32) -> u32 {
-        mss + self.tcp_header_len + self.ip_hdr_len()
-    }
-
-    /// `tcp_mtup_init` (RFC 4821): probing on with `tcp_mtu_probing` = 2; the search runs from
-    /// the MTU of `tcp_base_mss` up to what the peer's MSS allows.
-    pub fn mtup_init(&mut self, env: &Env, now: Instant) {
-        self.mtup_enabled = env.sysint(Sysctl::tcp_mtu_probing) > 1;
-        self.mtup_search_high = self.mss_clamp + 20 + self.ip_hdr_len();
-        self.mtup_search_low = self.mss_to_mtu(env.sysint(Sysctl::tcp_base_mss) as u32);
-        self.mtup_probe_size = 0;
-        self.mtup_probe_ts = now;
-    }
-
-    /// `tcp_current_mss`'s route check: if the path MTU changed since `mss_cache` was
-    /// computed, recompute it.
-    pub fn refresh_mss(&mut self, env: &Env) {
-        if self.pmtu() != self.pmtu_cookie {
-            self.sync_mss(env);
-        }
-    }
-
-    /// `tcp_mtu_check_reprobe`: after `tcp_probe_interval` seconds, search again from the
-    /// current MSS up to the peer's MSS.
-    fn mtu_check_reprobe(&mut self, env: &Env, now: Instant) {
-        let interval = Duration::from_secs(env.sysint(Sysctl::tcp_probe_interval).max(0) as u64);
-        if now - self.mtup_probe_ts >= interval {
-            let mss = self.current_mss();
-            self.mtup_probe_size = 0;
-            self.mtup_search_high = self.mss_clamp + 20 + self.ip_hdr_len();
-            self.mtup_search_low = self.mss_to_mtu(mss);
-            self.mtup_probe_ts = now;
-        }
-    }
-
-    /// `tcp_mtu_probe` (RFC 4821 §7): send one segment halfway between the MTU known to work
-    /// and the largest one possible, built from the head of the write queue, if enough data
-    /// waits behind it to detect its loss by dupthresh and cwnd has room for it and one more.
-    /// Returns 1 if a probe left, 0 to wait for cwnd or window, -1 not to probe now.
-    fn mtu_probe(&mut self, env: &mut Env, now: Instant) -> i32 {
-        if !self.mtup_enabled
-            || self.mtup_probe_size != 0
-            || self.ca_state != shallow_cc::CaState::Open
-            || self.snd_cwnd() < 11
-            || !self.sacks.is_empty()
-            || self.dsack.is_some()
-        {
-            return -1;
-        }
-        let mss_now = self.current_mss();
-        let probe = self.mtu_to_mss(env, (self.mtup_search_high + self.mtup_search_low) >> 1);
-        let size_needed = probe + (self.reordering + 1) * self.mss_cache;
-        let interval = self.mtup_search_high.saturating_sub(self.mtup_search_low);
-        if probe > self.mtu_to_mss(env, self.mtup_search_high)
-            || (interval as i64) < env.sysint(Sysctl::tcp_probe_threshold)
-        {
-            self.mtu_check_reprobe(env, now);
-            return -1;
-        }
-        if self.write_seq.wrapping_sub(self.snd_nxt) < size_needed || self.snd_wnd < size_needed {
-            return -1;
-        }
-        if after(self.snd_nxt.wrapping_add(size_needed), self.snd_wnd_end()) {
-            return 0;
-        }
-        let in_flight = self.packets_in_flight();
-        if in_flight + 2 > self.snd_cwnd() {
-            return if in_flight == 0 { -1 } else { 0 };
-        }
-        // tcp_can_coalesce_send_queue_head: the skbs the probe covers may be merged.
-        let mut covered = 0;
-        for s in &self.write_queue {
-            if covered >= probe {
-                break;
-            }
-            covered += s.len();
-            if covered < probe && (s.eor || s.flags.intersects(TcpFlags::FIN)) {
-                return -1;
-            }
-        }
-        // Build the probe: grow the head to probe bytes, then cut it there.
-        while self.write_queue.front().is_some_and(|h| h.len() < probe) {
-            let before = self.write_queue.len();
-            let need = probe - self.write_queue[0].len();
-            self.grow_head(need);
-            if self.write_queue.len() == before && self.write_queue[0].len() < probe {
-                break;
-            }
-        }
-        if self.write_queue.front().map_or(0, |h| h.len()) < probe {
-            return -1;
-        }
-        self.split_write_head(probe);
-        let Some(skb) = self.write_queue.pop_front() else {
-            return -1;
-        };
-        self.rtx_queue.push_back(skb);
-        let idx = self.rtx_queue.len() - 1;
-        self.xmit_mss_override = probe;
-        let sent = self.transmit_skb(env, now, idx, false);
-        self.xmit_mss_override = 0;
-        if !sent {
-            if let Some(skb) = self.rtx_queue.pop_back() {
-                self.write_queue.push_front(skb);
-            }
-            return -1;
-        }
-        // Two packets' worth leave as one: take one back from cwnd.
-        self.cc_st.snd_cwnd = self.snd_cwnd().saturating_sub(1).max(1);
-        self.event_new_data_sent(env, now, idx);
-        let (seq, end) = (self.rtx_queue[idx].seq, self.rtx_queue[idx].end_seq);
-        self.mtup_probe_size = self.mss_to_mtu(end.wrapping_sub(seq));
-        self.mtup_probe_seq = (seq, end);
-        let _ = mss_now;
-        1
-    }
-
-    /// `tcp_mtup_probe_success`: the probe was acked; its size is the new floor of the
-    /// search, cwnd is rescaled to the same bytes in larger packets, and the MSS grows.
-    pub fn mtup_probe_success(&mut self, env: &mut Env, now: Instant) {
-        let cur = self.current_ssthresh();
-        self.prior_ssthresh = cur;
-        let cwnd = u64::from(self.snd_cwnd()) * u64::from(self.mss_to_mtu(self.mss_cache))
-            / u64::from(self.mtup_probe_size.max(1));
-        self.cc_st.snd_cwnd = (cwnd as u32).max(1);
-        self.cc_st.snd_cwnd_cnt = 0;
-        self.snd_cwnd_stamp = now;
-        self.cc_st.snd_ssthresh = self.current_ssthresh();
-        self.mtup_search_low = self.mtup_probe_size;
-        self.mtup_probe_size = 0;
-        self.sync_mss(env);
-        env.mib.inc(Mib::TCPMTUPSuccess);
-    }
-
-    /// `tcp_mtup_probe_failed`: the probe was lost; nothing that large goes through.
-    pub fn mtup_probe_failed(&mut self, env: &mut Env, now: Instant) {
-        self.mtup_search_high = self.mtup_probe_size.saturating_sub(1);
-        self.mtup_probe_size = 0;
-        self.mtup_probe_ts = now;
-        env.mib.inc(Mib::TCPMTUPFail);
-    }
-
     /// `tcp_current_ssthresh`: ssthresh, or 3/4 cwnd when larger (outside CWR/Recovery).
-    fn current_ssthresh(&self) -> u32 {
+    pub(crate) fn current_ssthresh(&self) -> u32 {
         if matches!(
             self.ca_state,
             shallow_cc::CaState::Cwr | shallow_cc::CaState::Recovery
@@ -626,8 +436,8 @@ impl Sock {
             .max(1);
         let mut bytes = self.pacing_rate >> 10;
         let log = env.sysint(Sysctl::tcp_tso_rtt_log) as u32;
-        if log > 0 && self.min_rtt_us != u32::MAX {
-            let r = self.min_rtt_us >> log.min(31);
+        if log > 0 && self.rtt.min_rtt_us() != u32::MAX {
+            let r = self.rtt.min_rtt_us() >> log.min(31);
             if r < 32 {
                 bytes += u64::from(GSO_MAX_SIZE >> r);
             }
@@ -647,8 +457,8 @@ impl Sock {
             rate = rate * env.sysint(Sysctl::tcp_pacing_ca_ratio) as u64 / 100;
         }
         rate *= u64::from(cwnd.max(self.packets_out));
-        if self.srtt_us != 0 {
-            rate /= u64::from(self.srtt_us);
+        if self.rtt.srtt_us() != 0 {
+            rate /= u64::from(self.rtt.srtt_us());
         }
         self.pacing_rate = rate;
         self.cc_st.sk_pacing_rate = rate;
@@ -716,7 +526,7 @@ impl Sock {
 
     /// Split the write-queue head so it holds at most `len` payload bytes (`tso_fragment`):
     /// the remainder gets a new buffer (and its own overhead); FIN/PSH stay on the remainder.
-    fn split_write_head(&mut self, len: u32) {
+    pub(crate) fn split_write_head(&mut self, len: u32) {
         let Some(skb) = self.write_queue.front_mut() else {
             return;
         };
@@ -742,7 +552,7 @@ impl Sock {
     /// `tcp_grow_skb`: pull up to `amount` bytes from the next write-queue skb into the head so
     /// one TSO packet can fill the cwnd quota (6.x). An emptied next skb is freed and its
     /// flags (PSH/FIN) and EOR move to the head.
-    fn grow_head(&mut self, amount: u32) {
+    pub(crate) fn grow_head(&mut self, amount: u32) {
         if self.write_queue.len() < 2 || amount == 0 {
             return;
         }
@@ -820,7 +630,7 @@ impl Sock {
         };
         // If the next ACK is likely to come too late (half srtt), do not defer.
         let age = now - rhead.mstamp;
-        if age < Duration::from_micros(u64::from(self.srtt_us >> 4)) {
+        if age < Duration::from_micros(u64::from(self.rtt.srtt_us() >> 4)) {
             return false;
         }
         if cong_win < send_win {
@@ -976,12 +786,12 @@ impl Sock {
             }
         }
         if self.rwnd_limited_now {
-            self.chrono_start(now, CHRONO_RWND_LIMITED);
+            self.chrono.start(now, CHRONO_RWND_LIMITED);
         } else {
             self.chrono_stop(now, CHRONO_RWND_LIMITED);
         }
         if self.write_queue.is_empty() && self.nospace {
-            self.chrono_start(now, CHRONO_SNDBUF_LIMITED);
+            self.chrono.start(now, CHRONO_SNDBUF_LIMITED);
         }
         let limited = self.cwnd_limited_now || self.packets_in_flight() >= self.snd_cwnd();
         if sent_pkts > 0 {
@@ -991,7 +801,7 @@ impl Sock {
                 self.ca_state,
                 shallow_cc::CaState::Cwr | shallow_cc::CaState::Recovery
             ) {
-                self.prr_out += sent_segs;
+                self.prr.sent(sent_segs);
             }
             self.cwnd_validate(limited);
             // tcp_schedule_loss_probe after every send: data in flight is watched by the
@@ -1007,7 +817,7 @@ impl Sock {
     }
 
     /// `tcp_event_new_data_sent`: snd_nxt advanced.
-    fn event_new_data_sent(&mut self, env: &mut Env, now: Instant, idx: usize) {
+    pub(crate) fn event_new_data_sent(&mut self, env: &mut Env, now: Instant, idx: usize) {
         let (end, pcount) = {
             let s = &self.rtx_queue[idx];
             (s.end_seq, s.pcount)
@@ -1022,7 +832,7 @@ impl Sock {
         if prior_packets == 0 {
             self.rtx_event = RtxEvent::Rto;
         }
-        self.chrono_start(now, CHRONO_BUSY);
+        self.chrono.start(now, CHRONO_BUSY);
         // tcp_check_space from the output path (4bfe744ff164).
         self.check_space(env, now);
     }
@@ -1132,28 +942,15 @@ impl Sock {
             truesize,
             seq,
         });
-        let delivered = self.delivered;
-        // tcp_rate_skb_sent: a fresh send window starts when nothing is in flight.
-        if self.packets_out == 0 {
-            self.first_tx_mstamp = now;
-            self.delivered_mstamp = now;
-        }
-        let (ftx, dms, al) = (
-            self.first_tx_mstamp,
-            self.delivered_mstamp,
-            self.app_limited != 0,
-        );
+        let tx_rate = self.rate_skb_sent(now);
         {
             let s = &mut self.rtx_queue[idx];
-            s.tx_first_tx = ftx;
-            s.tx_delivered_mstamp = dms;
-            s.tx_app_limited = al;
+            s.tx = tx_rate;
             s.pcount = pcount;
             s.mstamp = now;
             if !retrans {
                 s.first_tx = now;
             }
-            s.delivered = delivered;
             if !orphan {
                 s.in_host = s.in_host.saturating_add(1);
             }
@@ -1263,7 +1060,7 @@ impl Sock {
 
     /// Persist-timer interval: RTO backed off by `backoff`, capped at TCP_RTO_MAX.
     pub fn probe0_when(&self) -> Duration {
-        let base = self.rto.max(Duration::from_millis(200));
+        let base = self.rtt.rto().max(Duration::from_millis(200));
         let d = base.saturating_mul(1u32 << self.backoff.min(20));
         d.min(TCP_RTO_MAX)
     }
@@ -1388,7 +1185,7 @@ impl Sock {
             return;
         }
         let mut delta = now - self.lsndtime;
-        if delta <= self.rto {
+        if delta <= self.rtt.rto() {
             return;
         }
         let initcwnd = if self.route.initcwnd != 0 {
@@ -1416,8 +1213,8 @@ impl Sock {
         self.cc_st.snd_ssthresh = cur;
         let mut cwnd = self.snd_cwnd();
         let restart = initcwnd.min(cwnd);
-        while delta > self.rto && cwnd > restart {
-            delta -= self.rto;
+        while delta > self.rtt.rto() && cwnd > restart {
+            delta -= self.rtt.rto();
             cwnd >>= 1;
         }
         self.cc_st.snd_cwnd = cwnd.max(restart);

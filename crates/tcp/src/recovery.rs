@@ -14,31 +14,28 @@ use core::time::Duration;
 use shallow_cc::{CaEvent, CaState};
 use shallow_wire::TcpFlags;
 
+/// Proportional Rate Reduction's counters for one reduction episode (RFC 6937 §3:
+/// `prr_delivered`, `prr_out`), private to this file; reset when a reduction starts.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Prr {
+    /// Packets delivered to the receiver since the reduction started.
+    delivered: u32,
+    /// Packets sent since the reduction started.
+    out: u32,
+}
+
+impl Prr {
+    /// `segs` packets were sent during the reduction (new data or retransmissions).
+    pub fn sent(&mut self, segs: u32) {
+        self.out += segs;
+    }
+}
+
 impl Sock {
     fn set_ca_state(&mut self, now: Instant, st: CaState) {
         if self.ca_state != st {
             self.cc.set_state(&mut self.cc_st, st, now.as_micros());
             self.ca_state = st;
-        }
-    }
-
-    /// RACK: remember the most recently (re)sent delivered skb (`tcp_rack_advance`).
-    pub fn rack_advance(&mut self, xmit: Instant, end_seq: u32, retrans: bool, now: Instant) {
-        let rtt_us = (now - xmit).as_micros() as u32;
-        if retrans && self.min_rtt_us != u32::MAX && rtt_us < self.min_rtt_us {
-            // Possibly a spurious retransmission acked by the original: ignore (RFC 8985 §6.2 step 2).
-            return;
-        }
-        // Linux takes the RTT of every delivered skb it is called for (the last one wins,
-        // so a cumulative ACK's oldest original transmission can lengthen it), but moves
-        // the RACK timestamp only forward (tcp_rack_sent_after).
-        self.rack_advanced = true;
-        self.rack_rtt_us = rtt_us;
-        if xmit > self.rack_mstamp
-            || (xmit == self.rack_mstamp && after(end_seq, self.rack_end_seq))
-        {
-            self.rack_mstamp = xmit;
-            self.rack_end_seq = end_seq;
         }
     }
 
@@ -67,9 +64,7 @@ impl Sock {
                 if is_dsack {
                     env.mib.inc(Mib::TCPDSACKRecv);
                     env.mib.inc(Mib::TCPDSACKRecvSegs);
-                    self.rack_dsack_seen = true;
-                    // RACK: widen the reordering window after a D-SACK (RFC 8985 §6.2 step 4).
-                    self.rack_reo_wnd_steps = (self.rack_reo_wnd_steps + 1).min(255);
+                    self.rack.note_dsack();
                     // tcp_check_dsack: a D-SACK for data retransmitted in this episode means
                     // the retransmission was not needed.
                     if let Some(m) = self.undo_marker {
@@ -152,13 +147,8 @@ impl Sock {
                     skb.sacked & sacked::EVER_RETRANS != 0,
                 );
                 let (sseq, send) = (skb.seq, skb.end_seq);
-                let snap = (
-                    skb.delivered,
-                    skb.tx_delivered_mstamp,
-                    skb.tx_app_limited,
-                    skb.tx_first_tx,
-                );
-                self.rate_delivered_snapshot(snap, m);
+                let tx = skb.tx;
+                self.rate_skb_delivered(&tx, m);
                 flag.data_sacked = true;
                 // tcp_check_sack_reordering: SACK for never-retransmitted data below the
                 // highest SACKed sequence means the network reordered.
@@ -198,7 +188,7 @@ impl Sock {
         rest.sacked = skb.sacked;
         rest.mstamp = skb.mstamp;
         rest.first_tx = skb.first_tx;
-        rest.delivered = skb.delivered;
+        rest.tx = skb.tx.carried_by_split();
         let old = skb.pcount;
         skb.pcount = skb.len().div_ceil(mss).max(1);
         rest.pcount = rest.len().div_ceil(mss).max(1);
@@ -218,59 +208,10 @@ impl Sock {
         self.rtx_queue.insert(i + 1, rest);
     }
 
-    /// RACK reordering window (RFC 8985 §6.2 step 4; Linux `tcp_rack_reo_wnd`).
-    fn rack_reo_wnd(&self) -> Duration {
-        if self.min_rtt_us == u32::MAX {
-            return Duration::ZERO;
-        }
-        if self.reord_seen == 0
-            && (matches!(self.ca_state, CaState::Recovery | CaState::Loss)
-                || self.sacked_out >= self.reordering)
-        {
-            return Duration::ZERO;
-        }
-        let w = u64::from(self.min_rtt_us / 4) * u64::from(self.rack_reo_wnd_steps);
-        Duration::from_micros(w.min(u64::from(self.srtt_us >> 3)))
-    }
-
-    /// RACK loss detection (`tcp_rack_detect_loss`). Returns the earliest pending timeout.
-    fn rack_detect_loss(&mut self, now: Instant) -> Option<Duration> {
-        if self.rack_mstamp == Instant::ZERO {
-            return None;
-        }
-        let reo = self.rack_reo_wnd();
-        let rtt = Duration::from_micros(u64::from(self.rack_rtt_us));
-        let mut timeout: Option<Duration> = None;
-        for i in 0..self.rtx_queue.len() {
-            let skb = &self.rtx_queue[i];
-            if skb.sacked & sacked::ACKED != 0 {
-                continue;
-            }
-            if skb.sacked & sacked::LOST != 0 && skb.sacked & sacked::RETRANS == 0 {
-                continue;
-            }
-            // Sent after the RACK skb? Then nothing more to decide.
-            let sent_before = skb.mstamp < self.rack_mstamp
-                || (skb.mstamp == self.rack_mstamp && before(skb.end_seq, self.rack_end_seq));
-            if !sent_before {
-                continue;
-            }
-            let elapsed = now - skb.mstamp;
-            let deadline = rtt + reo;
-            if elapsed >= deadline {
-                self.mark_lost(i);
-            } else {
-                let rem = deadline - elapsed;
-                timeout = Some(timeout.map_or(rem, |t: Duration| t.max(rem)));
-            }
-        }
-        timeout
-    }
-
     /// Mark `rtx_queue[i]` lost (`tcp_mark_skb_lost`). A retransmission already marked lost
     /// is lost again (its retransmission no longer counts in flight); one retransmitted
     /// without having been deemed lost (a TLP probe) becomes lost and stays in flight.
-    fn mark_lost(&mut self, i: usize) {
+    pub(crate) fn mark_lost(&mut self, i: usize) {
         let skb = &mut self.rtx_queue[i];
         let p = skb.pcount.max(1);
         if skb.sacked & sacked::ACKED != 0 {
@@ -292,7 +233,7 @@ impl Sock {
     /// means the receiver reneged (dropped out-of-order data it had SACKed, e.g. under memory
     /// pressure): `TcpExtTCPSACKReneging`, every SACK mark is forgotten and all is lost.
     fn timeout_mark_lost(&mut self, env: &mut Env, now: Instant) {
-        let rtt = Duration::from_micros(u64::from(self.rack_rtt_us));
+        let rtt = self.rack.rtt();
         let reneg = self
             .rtx_queue
             .front()
@@ -345,8 +286,7 @@ impl Sock {
             // tcp_identify_packet_loss: RACK also runs in Loss, so a retransmission that is
             // lost again (sent before the newly delivered one, older than an RTT) is resent
             // at once (FLAG_LOST_RETRANS) instead of waiting for the next RTO.
-            if self.ca_state == CaState::Loss && rack && self.sack_ok && self.rack_advanced {
-                self.rack_advanced = false;
+            if self.ca_state == CaState::Loss && rack && self.sack_ok && self.rack.take_advanced() {
                 if let Some(t) = self.rack_detect_loss(now) {
                     self.rtx_event = RtxEvent::ReoTimeout;
                     self.arm(env, TimerKind::Retrans, now + t);
@@ -412,8 +352,7 @@ impl Sock {
                 if is_dupack || self.ca_state == CaState::Recovery {
                     self.newreno_mark_lost();
                 }
-            } else if rack && self.rack_advanced {
-                self.rack_advanced = false;
+            } else if rack && self.rack.take_advanced() {
                 reo_timeout = self.rack_detect_loss(now);
             }
         }
@@ -428,8 +367,7 @@ impl Sock {
         // a congestion response.
         if self.lost_out > 0
             && matches!(self.ca_state, CaState::Open | CaState::Disorder)
-            && self.mtup_probe_size != 0
-            && self.snd_una == self.mtup_probe_seq.0
+            && self.mtup.probe_at_head(self.snd_una)
         {
             self.mtup_probe_failed(env, now);
             self.cc_st.snd_cwnd += 1;
@@ -477,18 +415,18 @@ impl Sock {
         if newly_acked_sacked == 0 || self.prior_cwnd == 0 {
             return;
         }
-        self.prr_delivered += newly_acked_sacked;
+        self.prr.delivered += newly_acked_sacked;
         let in_flight = self.packets_in_flight() as i64;
         let ssthresh = i64::from(self.cc_st.snd_ssthresh);
         let delta = ssthresh - in_flight;
-        let prr_out = i64::from(self.prr_out);
+        let prr_out = i64::from(self.prr.out);
         let mut sndcnt = if delta < 0 {
             let dividend =
-                ssthresh * i64::from(self.prr_delivered) + i64::from(self.prior_cwnd) - 1;
+                ssthresh * i64::from(self.prr.delivered) + i64::from(self.prior_cwnd) - 1;
             dividend / i64::from(self.prior_cwnd) - prr_out
         } else {
             let mut n =
-                (i64::from(self.prr_delivered) - prr_out).max(i64::from(newly_acked_sacked));
+                (i64::from(self.prr.delivered) - prr_out).max(i64::from(newly_acked_sacked));
             // PRR-SSRB (one extra segment) on a "safe" ACK: snd_una advanced and this
             // ACK marked nothing newly lost (RFC 9937's safeACK), whether or not the
             // acked data had been retransmitted; otherwise PRR-CRB (packet conservation).
@@ -501,110 +439,8 @@ impl Sock {
             delta.min(n)
         };
         // Force a fast retransmit upon entering fast recovery.
-        sndcnt = sndcnt.max(i64::from(self.prr_out == 0));
+        sndcnt = sndcnt.max(i64::from(self.prr.out == 0));
         self.cc_st.snd_cwnd = (in_flight + sndcnt).max(1) as u32;
-    }
-
-    /// RACK reordering-timer expiry (`tcp_rack_reo_timeout`): re-run loss detection; if it
-    /// marked anything lost, enter Recovery (one PRR step as if one packet was delivered,
-    /// when not in Recovery yet) and retransmit; re-arm the reordering timer if packets are
-    /// still within the window.
-    pub(crate) fn rack_reo_timeout(&mut self, env: &mut Env, now: Instant) {
-        let prior_inflight = self.packets_in_flight();
-        let lost_before = self.lost_out;
-        let timeout = self.rack_detect_loss(now);
-        if prior_inflight != self.packets_in_flight() {
-            if self.ca_state != CaState::Recovery {
-                self.enter_recovery(env, now, false); // a timer: no ACK, no ECE
-                let newly_lost = self.lost_out.saturating_sub(lost_before);
-                self.cwnd_reduction(1, newly_lost, false);
-            }
-            self.xmit_retransmit_queue(env, now);
-        }
-        if let Some(t) = timeout {
-            if self.packets_out > 0 {
-                self.rtx_event = RtxEvent::ReoTimeout;
-                self.arm(env, TimerKind::Retrans, now + t);
-            }
-        }
-    }
-
-    /// `tcp_rate_skb_delivered` for a buffer leaving the queue.
-    pub fn rate_skb_delivered(&mut self, skb: &Skb) {
-        let snap = (
-            skb.delivered,
-            skb.tx_delivered_mstamp,
-            skb.tx_app_limited,
-            skb.tx_first_tx,
-        );
-        self.rate_delivered_snapshot(snap, skb.mstamp);
-    }
-
-    /// Keep the sample of the most recently sent delivered buffer.
-    pub fn rate_delivered_snapshot(&mut self, snap: (u32, Instant, bool, Instant), sent: Instant) {
-        let (delivered, dms, app_limited, first_tx) = snap;
-        if dms == Instant::ZERO {
-            return;
-        }
-        let newer = match self.rs_prior_delivered {
-            None => true,
-            Some(p) => after(delivered, p) || delivered == p,
-        };
-        if newer {
-            self.rs_prior_delivered = Some(delivered);
-            self.rs_prior_mstamp = dms;
-            self.rs_app_limited = app_limited;
-            self.rs_interval_us = (sent - first_tx).as_micros() as u64;
-            self.first_tx_mstamp = sent;
-        }
-    }
-
-    /// `tcp_rate_gen`: close the sample of this ACK; keep it if valid and not app-limited
-    /// (or faster than the last one). Feeds `tcpi_delivery_rate`.
-    pub fn rate_gen(&mut self, now: Instant, delivered_now: u32) {
-        if self.app_limited != 0 && after(self.delivered, self.app_limited) {
-            self.app_limited = 0;
-        }
-        if delivered_now > 0 {
-            self.delivered_mstamp = now;
-        }
-        let Some(prior) = self.rs_prior_delivered.take() else {
-            return;
-        };
-        let d = self.delivered.wrapping_sub(prior);
-        let ack_us = (now - self.rs_prior_mstamp).as_micros() as u64;
-        let interval = self.rs_interval_us.max(ack_us);
-        if interval == 0 || (self.min_rtt_us != u32::MAX && interval < u64::from(self.min_rtt_us)) {
-            return;
-        }
-        let better = u64::from(d) * self.rate_interval_us.max(1)
-            >= u64::from(self.rate_delivered) * interval;
-        if !self.rs_app_limited || better || self.rate_interval_us == 0 {
-            self.rate_delivered = d;
-            self.rate_interval_us = interval;
-            self.rate_app_limited = self.rs_app_limited;
-        }
-    }
-
-    /// `tcp_rate_check_app_limited`: the application is not keeping the pipe full.
-    pub fn rate_check_app_limited(&mut self) {
-        if self.write_seq.wrapping_sub(self.snd_nxt) < self.mss_cache
-            && self.wmem_alloc == 0
-            && self.packets_in_flight() < self.snd_cwnd()
-            && self.lost_out <= self.retrans_out
-        {
-            let v = self.delivered.wrapping_add(self.packets_in_flight());
-            self.app_limited = if v == 0 { 1 } else { v };
-        }
-    }
-
-    /// `tcpi_delivery_rate`, bytes/s.
-    pub fn delivery_rate(&self) -> u64 {
-        if self.rate_interval_us == 0 {
-            return 0;
-        }
-        u64::from(self.rate_delivered) * u64::from(self.mss_cache) * 1_000_000
-            / self.rate_interval_us
     }
 
     /// ACK processing in the Loss state (`tcp_process_loss`) with F-RTO (RFC 5682 §3.1, the
@@ -783,7 +619,7 @@ impl Sock {
     }
 
     /// Enter fast recovery (`tcp_enter_recovery` + `tcp_init_cwnd_reduction`).
-    fn enter_recovery(&mut self, env: &mut Env, now: Instant, ece: bool) {
+    pub(crate) fn enter_recovery(&mut self, env: &mut Env, now: Instant, ece: bool) {
         env.mib.inc(if self.sack_ok {
             Mib::TCPSackRecovery
         } else {
@@ -806,8 +642,7 @@ impl Sock {
         self.prior_cwnd = self.snd_cwnd();
         self.sync_cc_state(now);
         self.cc_st.snd_ssthresh = self.cc.ssthresh(&self.cc_st);
-        self.prr_delivered = 0;
-        self.prr_out = 0;
+        self.prr = Prr::default();
         if self.ecn_flags & crate::socket::ecnf::OK != 0 {
             self.ecn_flags |= crate::socket::ecnf::QUEUE_CWR;
         }
@@ -848,7 +683,7 @@ impl Sock {
             }
             self.retransmit_skb(env, now, i, 0);
             if self.ca_state == CaState::Recovery {
-                self.prr_out += self.rtx_queue[i].pcount;
+                self.prr.sent(self.rtx_queue[i].pcount);
                 env.mib.inc(Mib::TCPFastRetrans);
             } else if self.ca_state == CaState::Loss {
                 env.mib.inc(Mib::TCPSlowStartRetrans);
@@ -954,8 +789,8 @@ impl Sock {
             && self.tlp_high_seq.is_none();
         let rto_at = self.rto_deadline(now, advancing);
         if tlp_ok {
-            let mut pto = if self.srtt_us != 0 {
-                let t = Duration::from_micros(u64::from(self.srtt_us >> 2));
+            let mut pto = if self.rtt.srtt_us() != 0 {
+                let t = Duration::from_micros(u64::from(self.rtt.srtt_us() >> 2));
                 if self.packets_out == 1 {
                     t + self.rto_min(env)
                 } else {
@@ -990,7 +825,7 @@ impl Sock {
     /// When the RTO would fire: head skb's send time + rto (`tcp_rearm_rto` with
     /// `tcp_rto_delta_us`), or now + rto.
     fn rto_deadline(&self, now: Instant, advancing: bool) -> Instant {
-        let rto = self.rto;
+        let rto = self.rtt.rto();
         if advancing {
             return now + rto;
         }
@@ -1103,9 +938,9 @@ impl Sock {
         }
         self.backoff += 1;
         self.retransmits += 1;
-        self.rto = (self.rto * 2).min(self.rto_max(env));
+        self.rtt.backoff_rto(self.rto_max(env));
         self.rtx_event = RtxEvent::Rto;
-        let at = now + self.rto;
+        let at = now + self.rtt.rto();
         self.arm(env, TimerKind::Retrans, at);
         false
     }

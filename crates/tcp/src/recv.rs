@@ -10,6 +10,66 @@ use crate::time::Instant;
 use crate::Mib;
 use bytes::Bytes;
 
+/// The receiver's RTT estimate (`tp->rcv_rtt_est`), for autotuning and SACK compression,
+/// where the receiver sends no data of its own to time: once per window of data, or from a
+/// full-sized segment's echoed timestamp. Private to this file.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RcvRttEst {
+    /// The estimate, µs << 3 (0: none yet).
+    rtt_us: u32,
+    /// The last echoed timestamp sampled (each TSecr gives one sample).
+    last_tsecr: u32,
+    /// The window sample ends when `rcv_nxt` passes this sequence...
+    seq: u32,
+    /// ...and began at this time (zero: not started).
+    time: Instant,
+}
+
+impl Default for RcvRttEst {
+    fn default() -> Self {
+        RcvRttEst {
+            rtt_us: 0,
+            last_tsecr: 0,
+            seq: 0,
+            time: Instant::ZERO,
+        }
+    }
+}
+
+impl RcvRttEst {
+    /// The estimate in µs << 3 (`tcpi_rcv_rtt` is this >> 3); 0 before the first sample.
+    pub fn rtt_us(&self) -> u32 {
+        self.rtt_us
+    }
+}
+
+/// What the application consumed per receiver RTT (`tp->rcvq_space`), from which autotuning
+/// sizes the receive buffer: the bytes copied in the last measured RTT, and where and when
+/// this measurement started. Private to this file.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RcvqSpace {
+    space: u32,
+    seq: u32,
+    time: Instant,
+}
+
+impl Default for RcvqSpace {
+    fn default() -> Self {
+        RcvqSpace {
+            space: 0,
+            seq: 0,
+            time: Instant::ZERO,
+        }
+    }
+}
+
+impl RcvqSpace {
+    /// Bytes consumed in the last measured RTT (`tcpi_rcv_space`).
+    pub fn space(&self) -> u32 {
+        self.space
+    }
+}
+
 /// recv() flags (Linux values).
 pub mod msgflags {
     /// MSG_OOB.
@@ -406,18 +466,28 @@ impl Sock {
         }
     }
 
+    /// The end of `tcp_init_buffer_space`: autotuning's first measurement starts with the
+    /// initial window (at most ten segments) at `rcv_nxt`, now.
+    pub fn init_rcvq_space(&mut self, now: Instant) {
+        self.rcvq = RcvqSpace {
+            space: self.rcv_wnd.min(10 * self.advmss),
+            seq: self.rcv_nxt,
+            time: now,
+        };
+    }
+
     /// Receive-buffer autotuning (`tcp_rcv_space_adjust`, dynamic right-sizing): once per
     /// receiver RTT, size rcvbuf for twice the bytes the application consumed in the last
     /// RTT plus the growth seen (slow start), up to `tcp_rmem[2]`; the window clamp follows.
     fn rcv_space_adjust(&mut self, env: &mut Env, now: Instant) {
-        let rtt = u64::from(self.rcv_rtt_us >> 3);
-        if self.rcv_rtt_us == 0 || ((now - self.rcvq_time).as_micros() as u64) < rtt {
+        let rtt = u64::from(self.rcv_rtt.rtt_us >> 3);
+        if self.rcv_rtt.rtt_us == 0 || ((now - self.rcvq.time).as_micros() as u64) < rtt {
             return;
         }
-        let copied = self.copied_seq.wrapping_sub(self.rcvq_seq);
-        if copied > self.rcvq_space {
+        let copied = self.copied_seq.wrapping_sub(self.rcvq.seq);
+        if copied > self.rcvq.space {
             if env.sysctl.on(Sysctl::tcp_moderate_rcvbuf) && !self.opts.rcvbuf_lock {
-                let space = u64::from(self.rcvq_space.max(1));
+                let space = u64::from(self.rcvq.space.max(1));
                 let mut rcvwin = (u64::from(copied) << 1) + 16 * u64::from(self.advmss);
                 let grow = rcvwin * (u64::from(copied) - space) / space;
                 rcvwin += grow << 1;
@@ -433,42 +503,42 @@ impl Sock {
                     self.window_clamp = self.win_from_space(i64::from(rcvbuf)).max(0) as u32;
                 }
             }
-            self.rcvq_space = copied;
+            self.rcvq.space = copied;
         }
-        self.rcvq_seq = self.copied_seq;
-        self.rcvq_time = now;
+        self.rcvq.seq = self.copied_seq;
+        self.rcvq.time = now;
     }
 
     /// `tcp_rcv_rtt_update`: receiver-side RTT (µs << 3). Window-based samples only lower it.
     pub fn rcv_rtt_update(&mut self, sample_us: u32, win_dep: bool) {
         let m = sample_us.max(1).saturating_mul(8);
-        let old = self.rcv_rtt_us;
+        let old = self.rcv_rtt.rtt_us;
         if old == 0 || m < old {
-            self.rcv_rtt_us = m;
+            self.rcv_rtt.rtt_us = m;
         } else if !win_dep {
-            self.rcv_rtt_us = old - (old >> 3) + sample_us;
+            self.rcv_rtt.rtt_us = old - (old >> 3) + sample_us;
         }
     }
 
     /// `tcp_rcv_rtt_measure`: one sample per window of data (no timestamps needed).
     pub fn rcv_rtt_measure(&mut self, now: Instant) {
-        if self.rcv_rtt_time != Instant::ZERO {
-            if before(self.rcv_nxt, self.rcv_rtt_seq) {
+        if self.rcv_rtt.time != Instant::ZERO {
+            if before(self.rcv_nxt, self.rcv_rtt.seq) {
                 return;
             }
-            let d = (now - self.rcv_rtt_time).as_micros().max(1) as u32;
+            let d = (now - self.rcv_rtt.time).as_micros().max(1) as u32;
             self.rcv_rtt_update(d, true);
         }
-        self.rcv_rtt_seq = self.rcv_nxt.wrapping_add(self.rcv_wnd);
-        self.rcv_rtt_time = now;
+        self.rcv_rtt.seq = self.rcv_nxt.wrapping_add(self.rcv_wnd);
+        self.rcv_rtt.time = now;
     }
 
     /// `tcp_rcv_rtt_measure_ts`: a full-sized segment echoing our timestamp.
     pub fn rcv_rtt_measure_ts(&mut self, now: Instant, tsecr: u32, seg_len: u32) {
-        if !self.tstamp_ok || tsecr == 0 || tsecr == self.rcv_rtt_last_tsecr {
+        if !self.tstamp_ok || tsecr == 0 || tsecr == self.rcv_rtt.last_tsecr {
             return;
         }
-        self.rcv_rtt_last_tsecr = tsecr;
+        self.rcv_rtt.last_tsecr = tsecr;
         if seg_len >= self.ack.rcv_mss {
             let d = self.tsval(now).wrapping_sub(tsecr);
             if d < 0x7fff_ffff && d > 0 {

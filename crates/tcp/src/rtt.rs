@@ -6,6 +6,84 @@ use crate::sysctl::Sysctl;
 use crate::time::Instant;
 use core::time::Duration;
 
+/// The connection's RTT estimator and retransmission timeout (RFC 6298 §2 in Linux's scaled
+/// form): smoothed RTT `srtt_us` (µs << 3), mean deviation `mdev_us` (µs << 2), its maximum
+/// over the current RTT `mdev_max_us`, the variance used for the RTO `rttvar_us`, the
+/// sequence that ends the current RTT `rtt_seq`, the RTO, the windowed minimum RTT, and the
+/// per-ACK sample log of the substrate ([`Stack::set_rtt_log`](crate::Stack::set_rtt_log)).
+/// Its fields are private to this file.
+#[derive(Clone, Debug)]
+pub(crate) struct Rtt {
+    srtt_us: u32,
+    mdev_us: u32,
+    mdev_max_us: u32,
+    rttvar_us: u32,
+    rtt_seq: u32,
+    rto: Duration,
+    min_rtt_us: u32,
+    min_rtt_stamp: Instant,
+    /// Samples (µs) recorded and not yet taken; at most `Env::rtt_log_cap`.
+    log: Vec<u32>,
+    /// Samples not recorded because `log` was full.
+    log_dropped: u64,
+}
+
+impl Default for Rtt {
+    fn default() -> Self {
+        Rtt {
+            srtt_us: 0,
+            mdev_us: 0,
+            mdev_max_us: 0,
+            rttvar_us: 0,
+            rtt_seq: 0,
+            rto: TCP_TIMEOUT_INIT,
+            min_rtt_us: u32::MAX,
+            min_rtt_stamp: Instant::ZERO,
+            log: Vec::new(),
+            log_dropped: 0,
+        }
+    }
+}
+
+impl Rtt {
+    /// Smoothed RTT in µs << 3 (`tp->srtt_us`; 0 before the first sample).
+    pub fn srtt_us(&self) -> u32 {
+        self.srtt_us
+    }
+
+    /// Mean deviation in µs << 2 (`tp->mdev_us`).
+    pub fn mdev_us(&self) -> u32 {
+        self.mdev_us
+    }
+
+    /// The windowed minimum RTT in µs (`tcp_min_rtt`; `u32::MAX` before the first sample).
+    pub fn min_rtt_us(&self) -> u32 {
+        self.min_rtt_us
+    }
+
+    /// The current retransmission timeout (`icsk_rto`).
+    pub fn rto(&self) -> Duration {
+        self.rto
+    }
+
+    /// Exponential backoff of the RTO after a retransmission timeout, capped at `max`.
+    pub fn backoff_rto(&mut self, max: Duration) {
+        self.rto = (self.rto * 2).min(max);
+    }
+
+    /// Back to the initial RTO (`TCP_TIMEOUT_INIT`, 1 s), as a new connection starts.
+    pub fn reset_rto(&mut self) {
+        self.rto = TCP_TIMEOUT_INIT;
+    }
+
+    /// Moves the logged samples into `out`; returns how many were not logged (log full)
+    /// since the last call.
+    pub fn take_log(&mut self, out: &mut Vec<u32>) -> u64 {
+        out.append(&mut self.log);
+        core::mem::take(&mut self.log_dropped)
+    }
+}
+
 impl Sock {
     /// Minimum RTO: route `rto_min`, else `tcp_rto_min_us` (200 ms).
     pub fn rto_min(&self, env: &Env) -> Duration {
@@ -26,66 +104,66 @@ impl Sock {
     pub fn rtt_sample(&mut self, env: &Env, now: Instant, mrtt_us: u32) {
         let mrtt = mrtt_us.max(1);
         if env.rtt_log_cap > 0 {
-            if self.rtt_log.len() < env.rtt_log_cap {
-                self.rtt_log.push(mrtt);
+            if self.rtt.log.len() < env.rtt_log_cap {
+                self.rtt.log.push(mrtt);
             } else {
-                self.rtt_log_dropped += 1;
+                self.rtt.log_dropped += 1;
             }
         }
         self.update_min_rtt(env, now, mrtt);
         let rto_min_us = self.rto_min(env).as_micros() as u32;
         let mut m = mrtt as i64;
-        if self.srtt_us != 0 {
-            m -= i64::from(self.srtt_us >> 3);
-            self.srtt_us = (i64::from(self.srtt_us) + m).max(1) as u32;
+        if self.rtt.srtt_us != 0 {
+            m -= i64::from(self.rtt.srtt_us >> 3);
+            self.rtt.srtt_us = (i64::from(self.rtt.srtt_us) + m).max(1) as u32;
             if m < 0 {
                 m = -m;
-                m -= i64::from(self.mdev_us >> 2);
+                m -= i64::from(self.rtt.mdev_us >> 2);
                 if m > 0 {
                     m >>= 3;
                 }
             } else {
-                m -= i64::from(self.mdev_us >> 2);
+                m -= i64::from(self.rtt.mdev_us >> 2);
             }
-            self.mdev_us = (i64::from(self.mdev_us) + m).max(0) as u32;
-            if self.mdev_us > self.mdev_max_us {
-                self.mdev_max_us = self.mdev_us;
-                if self.mdev_max_us > self.rttvar_us {
-                    self.rttvar_us = self.mdev_max_us;
+            self.rtt.mdev_us = (i64::from(self.rtt.mdev_us) + m).max(0) as u32;
+            if self.rtt.mdev_us > self.rtt.mdev_max_us {
+                self.rtt.mdev_max_us = self.rtt.mdev_us;
+                if self.rtt.mdev_max_us > self.rtt.rttvar_us {
+                    self.rtt.rttvar_us = self.rtt.mdev_max_us;
                 }
             }
-            if crate::seq::after(self.snd_una, self.rtt_seq) {
-                if self.mdev_max_us < self.rttvar_us {
-                    self.rttvar_us -= (self.rttvar_us - self.mdev_max_us) >> 2;
+            if crate::seq::after(self.snd_una, self.rtt.rtt_seq) {
+                if self.rtt.mdev_max_us < self.rtt.rttvar_us {
+                    self.rtt.rttvar_us -= (self.rtt.rttvar_us - self.rtt.mdev_max_us) >> 2;
                 }
-                self.rtt_seq = self.snd_nxt;
-                self.mdev_max_us = rto_min_us;
+                self.rtt.rtt_seq = self.snd_nxt;
+                self.rtt.mdev_max_us = rto_min_us;
             }
         } else {
-            self.srtt_us = mrtt << 3;
-            self.mdev_us = mrtt << 1;
-            self.rttvar_us = self.mdev_us.max(rto_min_us);
-            self.mdev_max_us = self.rttvar_us;
-            self.rtt_seq = self.snd_nxt;
+            self.rtt.srtt_us = mrtt << 3;
+            self.rtt.mdev_us = mrtt << 1;
+            self.rtt.rttvar_us = self.rtt.mdev_us.max(rto_min_us);
+            self.rtt.mdev_max_us = self.rtt.rttvar_us;
+            self.rtt.rtt_seq = self.snd_nxt;
         }
-        self.cc_st.srtt_us = self.srtt_us;
+        self.cc_st.srtt_us = self.rtt.srtt_us;
         self.set_rto(env);
     }
 
     /// `tcp_set_rto`: RTO = srtt + rttvar (rttvar >= rto_min), bounded by tcp_rto_max_ms.
     pub fn set_rto(&mut self, env: &Env) {
-        let us = u64::from(self.srtt_us >> 3) + u64::from(self.rttvar_us);
-        self.rto = Duration::from_micros(us).min(self.rto_max(env));
+        let us = u64::from(self.rtt.srtt_us >> 3) + u64::from(self.rtt.rttvar_us);
+        self.rtt.rto = Duration::from_micros(us).min(self.rto_max(env));
     }
 
     /// Windowed min-RTT (`tcp_update_rtt_min`, window `tcp_min_rtt_wlen` seconds).
     fn update_min_rtt(&mut self, env: &Env, now: Instant, rtt_us: u32) {
         let wlen = Duration::from_secs(env.sysint(Sysctl::tcp_min_rtt_wlen) as u64);
-        if rtt_us <= self.min_rtt_us || now - self.min_rtt_stamp > wlen {
-            self.min_rtt_us = rtt_us;
-            self.min_rtt_stamp = now;
+        if rtt_us <= self.rtt.min_rtt_us || now - self.rtt.min_rtt_stamp > wlen {
+            self.rtt.min_rtt_us = rtt_us;
+            self.rtt.min_rtt_stamp = now;
         }
-        self.cc_st.min_rtt_us = self.min_rtt_us;
+        self.cc_st.min_rtt_us = self.rtt.min_rtt_us;
     }
 }
 
@@ -99,16 +177,16 @@ mod tests {
         let env = Env::new(1);
         let mut s = Sock::new(SocketId(0), 1, Family::V4, &env);
         s.rtt_sample(&env, Instant::from_secs(1), 100_000);
-        assert_eq!(s.srtt_us >> 3, 100_000);
+        assert_eq!(s.rtt.srtt_us >> 3, 100_000);
         // RTO = srtt + max(2*rtt, rto_min) = 100 ms + 200 ms.
-        assert_eq!(s.rto, Duration::from_millis(300));
+        assert_eq!(s.rtt.rto, Duration::from_millis(300));
         // Steady samples keep RTO >= srtt + 200 ms (Linux mdev_max floor).
         for i in 0..50 {
             s.snd_una = s.snd_una.wrapping_add(1000);
             s.rtt_sample(&env, Instant::from_secs(2 + i), 100_000);
         }
-        assert!(s.rto >= Duration::from_millis(300));
-        assert_eq!(s.min_rtt_us, 100_000);
+        assert!(s.rtt.rto >= Duration::from_millis(300));
+        assert_eq!(s.rtt.min_rtt_us, 100_000);
     }
 
     /// The RTT-sample log records each estimator input, only when enabled, and never holds
@@ -118,14 +196,14 @@ mod tests {
         let mut env = Env::new(1);
         let mut s = Sock::new(SocketId(0), 1, Family::V4, &env);
         s.rtt_sample(&env, Instant::from_secs(1), 100);
-        assert!(s.rtt_log.is_empty());
+        assert!(s.rtt.log.is_empty());
         env.rtt_log_cap = 3;
         for (i, us) in [0, 200, 300, 400, 500].into_iter().enumerate() {
             s.rtt_sample(&env, Instant::from_secs(2 + i as u64), us);
         }
         // A 0 µs measurement is fed to the estimator as 1 µs.
-        assert_eq!(s.rtt_log, vec![1, 200, 300]);
-        assert_eq!(s.rtt_log_dropped, 2);
+        assert_eq!(s.rtt.log, vec![1, 200, 300]);
+        assert_eq!(s.rtt.log_dropped, 2);
     }
 
     /// Over a real transfer, the sender's log holds one sample per RTT-giving ACK, each at

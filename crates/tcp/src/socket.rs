@@ -2,11 +2,18 @@
 //! buffer (`Skb`) and the environment a socket acts on (`Env`: sysctls, counters, output
 //! queue, wake-ups, timer set, RNG). Logic lives in the other modules as `impl Sock` blocks.
 
+use crate::chrono::Chrono;
 use crate::device::DeviceCaps;
 pub use crate::device::{RxTruesize, SKB_OVERHEAD};
 use crate::gate::{TxGate, TxMeta};
 use crate::mib::{Counters, Mib};
+use crate::mtu::Mtup;
 use crate::packet::{self, OutOpt, SegOut};
+use crate::rack::Rack;
+use crate::rate::{RateState, TxRate};
+use crate::recovery::Prr;
+use crate::recv::{RcvRttEst, RcvqSpace};
+use crate::rtt::Rtt;
 use crate::sysctl::{Sysctl, Sysctls};
 use crate::time::Instant;
 use crate::SocketId;
@@ -395,15 +402,10 @@ pub(crate) struct Skb {
     pub first_tx: Instant,
     /// Number of wire segments (tcp_skb_pcount), set when sent.
     pub pcount: u32,
-    /// `tp->delivered` when this skb was (last) sent (rate sample).
-    pub delivered: u32,
     /// Copies of this skb still in host queues (for `skb_still_in_host_queue`).
     pub in_host: u16,
-    /// Rate-sample snapshot at send (`tx.first_tx_mstamp`, `tx.delivered_mstamp`,
-    /// `tx.is_app_limited`).
-    pub tx_first_tx: Instant,
-    pub tx_delivered_mstamp: Instant,
-    pub tx_app_limited: bool,
+    /// The delivery snapshot of its last transmission (`TCP_SKB_CB(skb)->tx`, rate.rs).
+    pub tx: TxRate,
 }
 
 impl Skb {
@@ -420,11 +422,8 @@ impl Skb {
             mstamp: Instant::ZERO,
             first_tx: Instant::ZERO,
             pcount: 0,
-            delivered: 0,
             in_host: 0,
-            tx_first_tx: Instant::ZERO,
-            tx_delivered_mstamp: Instant::ZERO,
-            tx_app_limited: false,
+            tx: TxRate::default(),
         }
     }
     pub fn len(&self) -> u32 {
@@ -1106,14 +1105,8 @@ pub(crate) struct Sock {
     /// A route change not yet picked up: applied at the next transmit, as Linux revalidates
     /// the cached dst in `ip_queue_xmit` (`__sk_dst_check`).
     pub route_pending: Option<RouteAttrs>,
-    /// MTU probing state (`icsk_mtup`): enabled, search range in MTU bytes, size of the
-    /// probe in flight (0 = none), its sequence range and when the search started.
-    pub mtup_enabled: bool,
-    pub mtup_search_high: u32,
-    pub mtup_search_low: u32,
-    pub mtup_probe_size: u32,
-    pub mtup_probe_seq: (u32, u32),
-    pub mtup_probe_ts: Instant,
+    /// MTU probing (`icsk_mtup`, mtu.rs).
+    pub mtup: Mtup,
     /// Segment size for the next `transmit_skb` instead of the current MSS (an MTU probe
     /// leaves as one segment larger than the MSS).
     pub xmit_mss_override: u32,
@@ -1157,8 +1150,8 @@ pub(crate) struct Sock {
     /// Set by the output loop when it stopped on the peer's window (`is_rwnd_limited`).
     pub rwnd_limited_now: bool,
     pub cwnd_usage_seq: u32,
-    pub prr_delivered: u32,
-    pub prr_out: u32,
+    /// PRR counters of the current reduction (recovery.rs).
+    pub prr: Prr,
     /// `tp->ecn_flags` (RFC 3168): bits of [`ecnf`].
     pub ecn_flags: u8,
     pub tlp_high_seq: Option<u32>,
@@ -1167,23 +1160,12 @@ pub(crate) struct Sock {
     pub frto: bool,
 
     // --- RTT / RTO (RFC 6298) ---
-    /// RTT samples (µs) recorded for the substrate and not yet taken
-    /// ([`Stack::set_rtt_log`](crate::Stack::set_rtt_log)); at most `Env::rtt_log_cap`.
-    pub rtt_log: Vec<u32>,
-    /// Samples not recorded because `rtt_log` was full.
-    pub rtt_log_dropped: u64,
-    pub srtt_us: u32,
-    pub mdev_us: u32,
-    pub mdev_max_us: u32,
-    pub rttvar_us: u32,
-    pub rtt_seq: u32,
-    pub rto: Duration,
+    /// RTT estimator and RTO (rtt.rs).
+    pub rtt: Rtt,
     pub backoff: u32,
     pub retransmits: u32,
     pub total_retrans: u32,
     pub retrans_stamp: Option<Instant>,
-    pub min_rtt_us: u32,
-    pub min_rtt_stamp: Instant,
     pub probes_out: u32,
     /// When the current run of zero-window/persist probes started (`icsk_probes_tstamp`), for
     /// TCP_USER_TIMEOUT.
@@ -1195,17 +1177,13 @@ pub(crate) struct Sock {
     pub synack_retries_done: u32,
 
     // --- RACK (RFC 8985) ---
-    pub rack_mstamp: Instant,
-    pub rack_rtt_us: u32,
-    pub rack_end_seq: u32,
-    pub rack_reo_wnd_steps: u32,
-    pub rack_dsack_seen: bool,
+    /// `tp->rack` (rack.rs).
+    pub rack: Rack,
     /// Reordering events observed (`tp->reord_seen`, reported as `tcpi_reord_seen`).
     pub reord_seen: u32,
     /// End of the highest SACKed sequence (`tcp_highest_sack_seq`).
     pub highest_sack_end: u32,
     pub sack_seen_any: bool,
-    pub rack_advanced: bool,
 
     // --- queues and memory ---
     pub write_queue: VecDeque<Skb>,
@@ -1243,34 +1221,16 @@ pub(crate) struct Sock {
     pub ack: AckState,
     pub pacing_rate: u64,
     pub wstamp: Instant,
-    pub rcvq_space: u32,
-    pub rcvq_seq: u32,
-    pub rcvq_time: Instant,
-    /// Receiver RTT estimate, µs << 3 (`rcv_rtt_est.rtt_us`).
-    pub rcv_rtt_us: u32,
-    pub rcv_rtt_last_tsecr: u32,
-    pub rcv_rtt_seq: u32,
-    pub rcv_rtt_time: Instant,
+    /// Autotuning's per-RTT measurement (`rcvq_space`, recv.rs).
+    pub rcvq: RcvqSpace,
+    /// Receiver RTT estimate (`rcv_rtt_est`, recv.rs).
+    pub rcv_rtt: RcvRttEst,
     #[allow(dead_code)]
     pub urg_data: bool,
-    /// Delivery-rate estimation (tcp_rate.c): time of the last delivery, start of the
-    /// current send window, app-limited marker, last valid sample, and the sample being
-    /// built for the current ACK.
-    pub delivered_mstamp: Instant,
-    pub first_tx_mstamp: Instant,
-    pub app_limited: u32,
-    pub rate_delivered: u32,
-    pub rate_interval_us: u64,
-    pub rate_app_limited: bool,
-    pub rs_prior_delivered: Option<u32>,
-    pub rs_prior_mstamp: Instant,
-    pub rs_interval_us: u64,
-    pub rs_app_limited: bool,
-    /// Send-side chronographs (`tcp_chrono_*`): current type (0 none, 1 busy, 2 rwnd-limited,
-    /// 3 sndbuf-limited), its start, and accumulated time per type.
-    pub chrono_type: u8,
-    pub chrono_start: Instant,
-    pub chrono_stat: [Duration; 3],
+    /// Delivery-rate estimation (tcp_rate.c, rate.rs).
+    pub rate: RateState,
+    /// Send-side chronographs (`tcp_chrono_*`, chrono.rs).
+    pub chrono: Chrono,
     /// Last time we answered an invalid segment (`last_oow_ack_time`).
     pub last_oow_ack: Instant,
 }
@@ -1345,12 +1305,7 @@ impl Sock {
             mss_clamp: TCP_MSS_DEFAULT,
             pmtu_cookie: 0,
             route_pending: None,
-            mtup_enabled: false,
-            mtup_search_high: 0,
-            mtup_search_low: 0,
-            mtup_probe_size: 0,
-            mtup_probe_seq: (0, 0),
-            mtup_probe_ts: Instant::ZERO,
+            mtup: Mtup::default(),
             xmit_mss_override: 0,
             tlp_force_quota: false,
             tcp_header_len: 20,
@@ -1381,26 +1336,16 @@ impl Sock {
             cwnd_limited_now: false,
             rwnd_limited_now: false,
             cwnd_usage_seq: 0,
-            prr_delivered: 0,
-            prr_out: 0,
+            prr: Prr::default(),
             ecn_flags: 0,
             tlp_high_seq: None,
             tlp_retrans: false,
             frto: false,
-            rtt_log: Vec::new(),
-            rtt_log_dropped: 0,
-            srtt_us: 0,
-            mdev_us: 0,
-            mdev_max_us: 0,
-            rttvar_us: 0,
-            rtt_seq: 0,
-            rto: TCP_TIMEOUT_INIT,
+            rtt: Rtt::default(),
             backoff: 0,
             retransmits: 0,
             total_retrans: 0,
             retrans_stamp: None,
-            min_rtt_us: u32::MAX,
-            min_rtt_stamp: Instant::ZERO,
             probes_out: 0,
             probes_tstamp: None,
             keepalive_probes_out: 0,
@@ -1408,15 +1353,10 @@ impl Sock {
             lrcvtime: Instant::ZERO,
             rcv_tstamp: Instant::ZERO,
             synack_retries_done: 0,
-            rack_mstamp: Instant::ZERO,
-            rack_rtt_us: 0,
-            rack_end_seq: 0,
-            rack_reo_wnd_steps: 1,
-            rack_dsack_seen: false,
+            rack: Rack::default(),
             reord_seen: 0,
             highest_sack_end: 0,
             sack_seen_any: false,
-            rack_advanced: false,
             write_queue: VecDeque::new(),
             rtx_queue: VecDeque::new(),
             packets_out: 0,
@@ -1457,77 +1397,13 @@ impl Sock {
             // sk_pacing_rate starts at ~0 (unlimited) until the first ACK of data.
             pacing_rate: u64::MAX,
             wstamp: Instant::ZERO,
-            rcvq_space: 0,
-            rcvq_seq: 0,
-            rcvq_time: Instant::ZERO,
-            rcv_rtt_us: 0,
-            rcv_rtt_last_tsecr: 0,
-            rcv_rtt_seq: 0,
-            rcv_rtt_time: Instant::ZERO,
+            rcvq: RcvqSpace::default(),
+            rcv_rtt: RcvRttEst::default(),
             urg_data: false,
             last_oow_ack: Instant::ZERO,
-            chrono_type: 0,
-            chrono_start: Instant::ZERO,
-            chrono_stat: [Duration::ZERO; 3],
-            delivered_mstamp: Instant::ZERO,
-            first_tx_mstamp: Instant::ZERO,
-            app_limited: 0,
-            rate_delivered: 0,
-            rate_interval_us: 0,
-            rate_app_limited: false,
-            rs_prior_delivered: None,
-            rs_prior_mstamp: Instant::ZERO,
-            rs_interval_us: 0,
-            rs_app_limited: false,
+            chrono: Chrono::default(),
+            rate: RateState::default(),
         }
-    }
-
-    /// Time between two instants as Linux's chronographs count it: whole jiffies
-    /// (`tcp_jiffies32` at start and stop), on a tick grid at multiples of [`JIFFY`] of our
-    /// clock. Measured on 6.18 (HZ=250) with tcp_info/tcp-info-sndbuf-limited.pkt: a
-    /// busy period from the write at 0.10 s to the ACK at 0.15 s reads tcpi_busy_time 48000
-    /// (12 ticks), the sndbuf-limited one from 0.13 s, 20000 (5 ticks).
-    fn chrono_span(from: Instant, to: Instant) -> Duration {
-        let j = JIFFY.as_nanos() as u64;
-        let ticks = (to.as_nanos() / j).saturating_sub(from.as_nanos() / j);
-        Duration::from_nanos(ticks * j)
-    }
-
-    fn chrono_set(&mut self, now: Instant, t: u8) {
-        if self.chrono_type != 0 {
-            let i = usize::from(self.chrono_type - 1);
-            self.chrono_stat[i] += Self::chrono_span(self.chrono_start, now);
-        }
-        self.chrono_start = now;
-        self.chrono_type = t;
-    }
-
-    /// `tcp_chrono_start`: a higher-priority state (busy < rwnd-limited < sndbuf-limited)
-    /// takes over.
-    pub fn chrono_start(&mut self, now: Instant, t: u8) {
-        if t > self.chrono_type {
-            self.chrono_set(now, t);
-        }
-    }
-
-    /// `tcp_chrono_stop`.
-    pub fn chrono_stop(&mut self, now: Instant, t: u8) {
-        if self.write_queue.is_empty() && self.rtx_queue.is_empty() {
-            if self.chrono_type != 0 {
-                self.chrono_set(now, 0);
-            }
-        } else if t == self.chrono_type {
-            self.chrono_set(now, 1);
-        }
-    }
-
-    /// Accumulated chronograph time including the running one.
-    pub fn chrono_totals(&self, now: Instant) -> [Duration; 3] {
-        let mut s = self.chrono_stat;
-        if self.chrono_type != 0 {
-            s[usize::from(self.chrono_type - 1)] += Self::chrono_span(self.chrono_start, now);
-        }
-        s
     }
 
     /// Arm (or re-arm) a timer for `at`; a timer-wheel timer fires when [`wheel_delay`] (or,

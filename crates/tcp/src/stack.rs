@@ -261,8 +261,7 @@ impl Stack {
     /// log was full.
     pub fn take_rtt_samples(&mut self, s: SocketId, out: &mut Vec<u32>) -> Result<u64, Errno> {
         let (sk, _) = self.sk_env(s)?;
-        out.append(&mut sk.rtt_log);
-        Ok(std::mem::take(&mut sk.rtt_log_dropped))
+        Ok(sk.rtt.take_log(out))
     }
 
     /// Install the device side's admission rule (`crate::gate`; `None`, the default, accepts

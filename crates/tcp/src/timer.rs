@@ -20,8 +20,8 @@ impl Sock {
         self.total_retrans += 1;
         env.mib.inc(Mib::TCPSynRetrans);
         env.mib.inc(Mib::RetransSegs);
-        self.rto = (self.rto * 2).min(self.rto_max(env));
-        let at = now + self.rto;
+        self.rtt.backoff_rto(self.rto_max(env));
+        let at = now + self.rtt.rto();
         self.arm(env, TimerKind::Retrans, at);
     }
 
@@ -135,7 +135,7 @@ impl Sock {
         }
         if self.ack.pending & ackf::SCHED != 0 {
             if self.ack.pingpong == 0 {
-                self.ack.ato = (self.ack.ato * 2).min(self.rto);
+                self.ack.ato = (self.ack.ato * 2).min(self.rtt.rto());
             } else {
                 self.ack.pingpong = 0;
                 self.ack.ato = TCP_ATO_MIN;

@@ -273,7 +273,7 @@ impl Stack {
         sk.state = TcpState::SynSent;
         sk.send_syn(env, now);
         sk.rtx_event = RtxEvent::Rto;
-        sk.rto = TCP_TIMEOUT_INIT;
+        sk.rtt.reset_rto();
         sk.retrans_stamp = Some(now);
         sk.arm(env, TimerKind::Retrans, now + TCP_TIMEOUT_INIT);
         env.mib.inc(Mib::ActiveOpens);

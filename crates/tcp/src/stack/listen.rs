@@ -74,7 +74,7 @@ impl Stack {
         let (sk, env) = self.sk_env(cid).expect("just created");
         sk.send_synack(env, now);
         sk.rtx_event = RtxEvent::Rto;
-        sk.rto = TCP_TIMEOUT_INIT;
+        sk.rtt.reset_rto();
         sk.arm(env, TimerKind::Retrans, now + TCP_TIMEOUT_INIT);
         if let Ok(l) = self.sock_mut(lid) {
             if let Some(q) = l.listen.as_mut() {

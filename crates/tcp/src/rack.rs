@@ -1,0 +1,159 @@
+//! RACK-TLP's loss detection (RFC 8985; Linux's `tcp_recovery.c`): the time-ordered record of
+//! the most recently sent delivered packet ([`Rack`], `tp->rack`), the reordering window and
+//! its D-SACK-driven growth, the marking of packets sent before it as lost once an RTT plus
+//! the window has passed, and the reordering timer. The tail loss probe's timer and the rest
+//! of recovery (SACK scoreboard, PRR, RTO) are in `timer.rs` and `recovery.rs`.
+//!
+//! [`Rack`]'s fields are private to this file.
+
+use crate::seq::*;
+use crate::socket::*;
+use crate::time::Instant;
+use core::time::Duration;
+use shallow_cc::CaState;
+
+/// `tp->rack`: the most recently (re)sent packet that was delivered (its send time and end
+/// sequence), the RTT measured on it, the reordering window multiplier and whether it moved
+/// since loss detection last ran.
+#[derive(Clone, Debug)]
+pub(crate) struct Rack {
+    /// Send time of the RACK packet (`rack.mstamp`); zero until a delivery is seen.
+    mstamp: Instant,
+    /// RTT of the last delivered packet, µs (`rack.rtt_us`).
+    rtt_us: u32,
+    /// End sequence of the RACK packet (`rack.end_seq`), the tie-break of equal send times.
+    end_seq: u32,
+    /// Reordering window in units of min_rtt/4 (`rack.reo_wnd_steps`), grown by D-SACKs.
+    reo_wnd_steps: u32,
+    /// A D-SACK arrived since the window last changed (`rack.dsack_seen`).
+    dsack_seen: bool,
+    /// The RACK packet moved since loss detection last ran (`rack.advanced`).
+    advanced: bool,
+}
+
+impl Default for Rack {
+    fn default() -> Self {
+        Rack {
+            mstamp: Instant::ZERO,
+            rtt_us: 0,
+            end_seq: 0,
+            reo_wnd_steps: 1,
+            dsack_seen: false,
+            advanced: false,
+        }
+    }
+}
+
+impl Rack {
+    /// A D-SACK arrived: widen the reordering window (RFC 8985 §6.2 step 4).
+    pub fn note_dsack(&mut self) {
+        self.dsack_seen = true;
+        self.reo_wnd_steps = (self.reo_wnd_steps + 1).min(255);
+    }
+
+    /// The RTT of the last delivered packet (RTO marking spares packets sent more recently).
+    pub fn rtt(&self) -> Duration {
+        Duration::from_micros(u64::from(self.rtt_us))
+    }
+
+    /// Whether the RACK packet moved since the last call (`tcp_rack_mark_lost`'s test of
+    /// `rack.advanced`, which it clears).
+    pub fn take_advanced(&mut self) -> bool {
+        core::mem::take(&mut self.advanced)
+    }
+}
+
+impl Sock {
+    /// RACK: remember the most recently (re)sent delivered skb (`tcp_rack_advance`).
+    pub fn rack_advance(&mut self, xmit: Instant, end_seq: u32, retrans: bool, now: Instant) {
+        let rtt_us = (now - xmit).as_micros() as u32;
+        if retrans && self.rtt.min_rtt_us() != u32::MAX && rtt_us < self.rtt.min_rtt_us() {
+            // Possibly a spurious retransmission acked by the original: ignore (RFC 8985 §6.2 step 2).
+            return;
+        }
+        // Linux takes the RTT of every delivered skb it is called for (the last one wins,
+        // so a cumulative ACK's oldest original transmission can lengthen it), but moves
+        // the RACK timestamp only forward (tcp_rack_sent_after).
+        self.rack.advanced = true;
+        self.rack.rtt_us = rtt_us;
+        if xmit > self.rack.mstamp
+            || (xmit == self.rack.mstamp && after(end_seq, self.rack.end_seq))
+        {
+            self.rack.mstamp = xmit;
+            self.rack.end_seq = end_seq;
+        }
+    }
+
+    /// RACK reordering window (RFC 8985 §6.2 step 4; Linux `tcp_rack_reo_wnd`).
+    pub(crate) fn rack_reo_wnd(&self) -> Duration {
+        if self.rtt.min_rtt_us() == u32::MAX {
+            return Duration::ZERO;
+        }
+        if self.reord_seen == 0
+            && (matches!(self.ca_state, CaState::Recovery | CaState::Loss)
+                || self.sacked_out >= self.reordering)
+        {
+            return Duration::ZERO;
+        }
+        let w = u64::from(self.rtt.min_rtt_us() / 4) * u64::from(self.rack.reo_wnd_steps);
+        Duration::from_micros(w.min(u64::from(self.rtt.srtt_us() >> 3)))
+    }
+
+    /// RACK loss detection (`tcp_rack_detect_loss`). Returns the earliest pending timeout.
+    pub(crate) fn rack_detect_loss(&mut self, now: Instant) -> Option<Duration> {
+        if self.rack.mstamp == Instant::ZERO {
+            return None;
+        }
+        let reo = self.rack_reo_wnd();
+        let rtt = Duration::from_micros(u64::from(self.rack.rtt_us));
+        let mut timeout: Option<Duration> = None;
+        for i in 0..self.rtx_queue.len() {
+            let skb = &self.rtx_queue[i];
+            if skb.sacked & sacked::ACKED != 0 {
+                continue;
+            }
+            if skb.sacked & sacked::LOST != 0 && skb.sacked & sacked::RETRANS == 0 {
+                continue;
+            }
+            // Sent after the RACK skb? Then nothing more to decide.
+            let sent_before = skb.mstamp < self.rack.mstamp
+                || (skb.mstamp == self.rack.mstamp && before(skb.end_seq, self.rack.end_seq));
+            if !sent_before {
+                continue;
+            }
+            let elapsed = now - skb.mstamp;
+            let deadline = rtt + reo;
+            if elapsed >= deadline {
+                self.mark_lost(i);
+            } else {
+                let rem = deadline - elapsed;
+                timeout = Some(timeout.map_or(rem, |t: Duration| t.max(rem)));
+            }
+        }
+        timeout
+    }
+
+    /// RACK reordering-timer expiry (`tcp_rack_reo_timeout`): re-run loss detection; if it
+    /// marked anything lost, enter Recovery (one PRR step as if one packet was delivered,
+    /// when not in Recovery yet) and retransmit; re-arm the reordering timer if packets are
+    /// still within the window.
+    pub(crate) fn rack_reo_timeout(&mut self, env: &mut Env, now: Instant) {
+        let prior_inflight = self.packets_in_flight();
+        let lost_before = self.lost_out;
+        let timeout = self.rack_detect_loss(now);
+        if prior_inflight != self.packets_in_flight() {
+            if self.ca_state != CaState::Recovery {
+                self.enter_recovery(env, now, false); // a timer: no ACK, no ECE
+                let newly_lost = self.lost_out.saturating_sub(lost_before);
+                self.cwnd_reduction(1, newly_lost, false);
+            }
+            self.xmit_retransmit_queue(env, now);
+        }
+        if let Some(t) = timeout {
+            if self.packets_out > 0 {
+                self.rtx_event = RtxEvent::ReoTimeout;
+                self.arm(env, TimerKind::Retrans, now + t);
+            }
+        }
+    }
+}
