@@ -26,17 +26,6 @@ pub(crate) struct TxRate {
     app_limited: bool,
 }
 
-impl TxRate {
-    /// The snapshot a buffer split off from one with this snapshot starts with. Only the
-    /// delivered count carries over (see `recovery.rs` `split_rtx`).
-    pub fn carried_by_split(&self) -> TxRate {
-        TxRate {
-            delivered: self.delivered,
-            ..TxRate::default()
-        }
-    }
-}
-
 /// A connection's delivery-rate state: the current send window and application-limited mark,
 /// the sample being built for the ACK in progress (`struct rate_sample`), and the last valid
 /// sample (`tp->rate_delivered`, `rate_interval_us`, `rate_app_limited`).

@@ -188,7 +188,8 @@ impl Sock {
         rest.sacked = skb.sacked;
         rest.mstamp = skb.mstamp;
         rest.first_tx = skb.first_tx;
-        rest.tx = skb.tx.carried_by_split();
+        // tcp_fragment: both parts keep the send snapshot (`TCP_SKB_CB(buff)->tx`).
+        rest.tx = skb.tx;
         let old = skb.pcount;
         skb.pcount = skb.len().div_ceil(mss).max(1);
         rest.pcount = rest.len().div_ceil(mss).max(1);

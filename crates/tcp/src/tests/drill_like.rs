@@ -3230,3 +3230,34 @@ fn fin_purges_out_of_order_data_and_sack_blocks() {
         "EOF, the queued data is gone"
     );
 }
+
+/// A SACK that splits a sent buffer leaves the send snapshot on both parts (`tcp_fragment`
+/// copies `TCP_SKB_CB(skb)->tx`), so a SACKed tail opens a rate sample. The send queue holds
+/// buffers of two segments; the SACK covers the second half of one: 1 segment delivered 150 ms after they left (a sample shorter than the handshake's 100 ms min RTT
+/// would be discarded), `tcpi_delivery_rate` = 1000 B / 150 ms (the peer's MSS is 1000).
+#[test]
+fn sack_of_a_split_buffer_gives_a_rate_sample() {
+    let mut p = Peer::new(false);
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
+    let o = p.out();
+    assert_eq!(o.iter().map(|o| o.len).sum::<usize>(), 10000);
+    p.now += Duration::from_millis(150);
+    let (l, r) = (p.isn.wrapping_add(5 * 1000), p.isn.wrapping_add(6 * 1000));
+    let mut sack = [(0, 0); 4];
+    sack[0] = (l, r);
+    p.st.input(
+        p.now,
+        &raw(
+            1,
+            p.isn,
+            TcpFlags::ACK,
+            257,
+            &[OutOpt::Nop, OutOpt::Nop, OutOpt::Sack(sack, 1)],
+            &[],
+        ),
+        None,
+    );
+    let info = p.st.tcp_info(p.now, s).unwrap();
+    assert_eq!(info.delivery_rate, 1000 * 1_000_000 / 150_000);
+}
