@@ -52,7 +52,40 @@ pub(crate) enum Rexmit {
     New,
 }
 
+/// SACK compression's state (Linux's `tp->compressed_ack`, `compressed_ack_rcv_nxt`,
+/// `dup_ack_counter`), private to this file: while out-of-order data keeps arriving, the
+/// first three duplicate ACKs for one `rcv_nxt` leave at once and the following ones are
+/// counted and replaced by one ACK from the compressed-SACK timer.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SackCompress {
+    /// ACKs saved so far.
+    compressed: u32,
+    /// The `rcv_nxt` of the current run of duplicate ACKs.
+    rcv_nxt: u32,
+    /// Duplicate ACKs sent at once for it.
+    dup_acks: u8,
+}
+
+impl SackCompress {
+    /// An ACK left: the saved ones are accounted for (`TCPAckCompressed`) and forgotten.
+    /// Returns how many there were.
+    pub fn take(&mut self) -> u32 {
+        core::mem::take(&mut self.compressed)
+    }
+}
+
 impl Sock {
+    /// `tcp_sack_compress_send_ack`: if ACKs were saved by SACK compression, one is sent
+    /// now (the timer's ACK, or the delayed-ACK timer's in its place). Returns whether it was.
+    pub(crate) fn sack_compress_send_ack(&mut self, env: &mut Env, now: Instant) -> bool {
+        if self.sack_compress.compressed == 0 {
+            return false;
+        }
+        self.sack_compress.compressed -= 1;
+        self.send_ack(env, now);
+        true
+    }
+
     /// Process one segment for this socket (not a listener).
     pub fn rcv(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) -> RcvOutcome {
         let mut out = RcvOutcome::default();
@@ -647,11 +680,7 @@ impl Sock {
             self.mtup_probe_success(env, now);
         }
         // TLP: an ACK above tlp_high_seq ends the episode.
-        if let Some(h) = self.tlp_high_seq {
-            if after(ack, h) || (ack == h && !self.tlp_retrans) {
-                self.tlp_high_seq = None;
-            }
-        }
+        self.tlp_process_ack(ack);
         if acked_pkts > 0 || rtt_us >= 0 {
             self.backoff = 0;
             self.retransmits = 0;
@@ -659,7 +688,7 @@ impl Sock {
         }
         if self.retrans_out == 0 && self.lost_out == 0 && self.ca_state == CaState::Open {
             self.retrans_stamp = None;
-            self.retrans_ts = None;
+            self.undo.forget_retrans_stamp();
         }
         let mut delivered = acked_pkts + sack_newly;
         // Reno dupack counting (no SACK): each dupack is "one more packet received" and is
@@ -1305,20 +1334,21 @@ impl Sock {
         }
         // Out-of-order data: SACK compression (spec §6.2). Never deferred.
         let nr = env.sysint(Sysctl::tcp_comp_sack_nr) as u32;
-        if !self.sack_ok || self.compressed_ack >= nr {
+        let sc = &mut self.sack_compress;
+        if !self.sack_ok || sc.compressed >= nr {
             self.send_ack(env, now);
             return;
         }
-        if self.compressed_ack_rcv_nxt != self.rcv_nxt {
-            self.compressed_ack_rcv_nxt = self.rcv_nxt;
-            self.dup_ack_counter = 0;
+        if sc.rcv_nxt != self.rcv_nxt {
+            sc.rcv_nxt = self.rcv_nxt;
+            sc.dup_acks = 0;
         }
-        if self.dup_ack_counter < 3 {
-            self.dup_ack_counter += 1;
+        if sc.dup_acks < 3 {
+            sc.dup_acks += 1;
             self.send_ack(env, now);
             return;
         }
-        self.compressed_ack += 1;
+        sc.compressed += 1;
         if self.timers[TimerKind::CompSack as usize].is_some() {
             return;
         }

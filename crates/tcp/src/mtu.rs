@@ -221,7 +221,7 @@ impl Sock {
     /// search, cwnd is rescaled to the same bytes in larger packets, and the MSS grows.
     pub fn mtup_probe_success(&mut self, env: &mut Env, now: Instant) {
         let cur = self.current_ssthresh();
-        self.prior_ssthresh = cur;
+        self.undo.save_ssthresh(cur);
         let cwnd = u64::from(self.snd_cwnd()) * u64::from(self.mss_to_mtu(self.mss_cache))
             / u64::from(self.mtup.probe_size.max(1));
         self.cc_st.snd_cwnd = (cwnd as u32).max(1);

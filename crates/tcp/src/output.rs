@@ -316,10 +316,9 @@ impl Sock {
 
     /// `tcp_event_ack_sent`: an ACK left with this segment; clear delayed-ACK state.
     fn event_ack_sent(&mut self, env: &mut Env, _pkts: u32) {
-        if self.compressed_ack > 0 {
-            env.mib
-                .add(Mib::TCPAckCompressed, u64::from(self.compressed_ack));
-            self.compressed_ack = 0;
+        let compressed = self.sack_compress.take();
+        if compressed > 0 {
+            env.mib.add(Mib::TCPAckCompressed, u64::from(compressed));
             self.disarm(env, TimerKind::CompSack);
         }
         // tcp_dec_quickack_mode: one quick ACK used if an ACK was scheduled.
@@ -704,7 +703,7 @@ impl Sock {
                 // cwnd is full; a lone FIN may not (Linux 6.18: with 10 segments out and
                 // cwnd 10, shutdown()'s or close()'s FIN waits and leaves as the loss probe;
                 // with 9 out it leaves at once).
-                if !self.tlp_force_quota {
+                if !self.tlp.forces_quota() {
                     self.cwnd_limited_now = true;
                     break;
                 }

@@ -1,14 +1,18 @@
-//! RACK-TLP's loss detection (RFC 8985; Linux's `tcp_recovery.c`): the time-ordered record of
-//! the most recently sent delivered packet ([`Rack`], `tp->rack`), the reordering window and
-//! its D-SACK-driven growth, the marking of packets sent before it as lost once an RTT plus
-//! the window has passed, and the reordering timer. The tail loss probe's timer and the rest
-//! of recovery (SACK scoreboard, PRR, RTO) are in `timer.rs` and `recovery.rs`.
+//! RACK-TLP (RFC 8985). RACK's loss detection (Linux's `tcp_recovery.c`): the time-ordered
+//! record of the most recently sent delivered packet ([`Rack`], `tp->rack`), the reordering
+//! window and its D-SACK-driven growth, the marking of packets sent before it as lost once an
+//! RTT plus the window has passed, and the reordering timer. The tail loss probe (Linux's
+//! `tcp_schedule_loss_probe`, `tcp_send_loss_probe`, `tcp_process_tlp_ack`): its timer, the
+//! probe (new data, or the last segment again) and the episode it opens ([`Tlp`]). The rest
+//! of recovery (SACK scoreboard, PRR, RTO, undo) is in `recovery.rs`.
 //!
-//! [`Rack`]'s fields are private to this file.
+//! [`Rack`]'s and [`Tlp`]'s fields are private to this file.
 
 use crate::seq::*;
 use crate::socket::*;
+use crate::sysctl::Sysctl;
 use crate::time::Instant;
+use crate::Mib;
 use core::time::Duration;
 use shallow_cc::CaState;
 
@@ -60,6 +64,29 @@ impl Rack {
     /// `rack.advanced`, which it clears).
     pub fn take_advanced(&mut self) -> bool {
         core::mem::take(&mut self.advanced)
+    }
+}
+
+/// The tail loss probe's episode: the `snd_nxt` when the probe left (`tp->tlp_high_seq`;
+/// `None`: no episode), whether the probe was a retransmission (`tlp_retrans`), and, while a
+/// probe of new data is being sent, leave to exceed cwnd by one segment
+/// (`tcp_write_xmit`'s `push_one` = 2).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Tlp {
+    high_seq: Option<u32>,
+    retrans: bool,
+    force_quota: bool,
+}
+
+impl Tlp {
+    /// Ends the episode (recovery, loss or CWR take over).
+    pub fn end(&mut self) {
+        self.high_seq = None;
+    }
+
+    /// A probe of new data is being sent: one segment may go even when cwnd is full.
+    pub fn forces_quota(&self) -> bool {
+        self.force_quota
     }
 }
 
@@ -155,5 +182,103 @@ impl Sock {
                 self.arm(env, TimerKind::Retrans, now + t);
             }
         }
+    }
+
+    /// `tcp_process_tlp_ack`'s end of the episode: an ACK above `tlp_high_seq`, or at it
+    /// when the probe was new data.
+    pub(crate) fn tlp_process_ack(&mut self, ack: u32) {
+        if let Some(h) = self.tlp.high_seq {
+            if after(ack, h) || (ack == h && !self.tlp.retrans) {
+                self.tlp.high_seq = None;
+            }
+        }
+    }
+
+    /// Arm TLP if allowed, else the RTO (`tcp_schedule_loss_probe` / `tcp_rearm_rto`).
+    pub fn schedule_loss_probe_or_rto(&mut self, env: &mut Env, now: Instant, advancing: bool) {
+        if self.packets_out == 0 {
+            return;
+        }
+        let er = env.sysint(Sysctl::tcp_early_retrans);
+        let tlp_ok = (er == 3 || er == 4)
+            && self.sack_ok
+            && matches!(self.ca_state, CaState::Open | CaState::Cwr)
+            && self.tlp.high_seq.is_none();
+        let rto_at = self.rto_deadline(now, advancing);
+        if tlp_ok {
+            let mut pto = if self.rtt.srtt_us() != 0 {
+                let t = Duration::from_micros(u64::from(self.rtt.srtt_us() >> 2));
+                if self.packets_out == 1 {
+                    t + self.rto_min(env)
+                } else {
+                    t
+                }
+            } else {
+                TCP_TIMEOUT_INIT
+            };
+            let rto_delta = rto_at - now;
+            if rto_delta > Duration::ZERO {
+                pto = pto.min(rto_delta);
+            }
+            self.rtx_event = RtxEvent::LossProbe;
+            self.arm(env, TimerKind::Retrans, now + pto);
+            return;
+        }
+        self.rtx_event = RtxEvent::Rto;
+        self.arm(env, TimerKind::Retrans, rto_at);
+    }
+
+    /// `tcp_send_loss_probe`: send new data if the window allows the head of the write
+    /// queue, else retransmit the last skb. A probe that could not be sent (the new data or
+    /// the retransmission refused by the qdisc below, or held back by TSQ) is no probe: it is
+    /// not counted, sets no `tlp_high_seq`, and the RTO is re-armed from the head's send time
+    /// (`goto rearm_timer`), so a local drop never turns into a retransmission of the tail.
+    pub fn send_loss_probe(&mut self, env: &mut Env, now: Instant) {
+        let before_nxt = self.snd_nxt;
+        self.tlp.retrans = false;
+        let mss = self.current_mss();
+        let head_fits = self
+            .write_queue
+            .front()
+            .is_some_and(|h| self.snd_wnd_test(h, mss));
+        let sent = if head_fits {
+            // New data, even with cwnd full.
+            self.tlp.force_quota = true;
+            self.write_xmit(env, now, crate::output::NAGLE_PUSH, true);
+            self.tlp.force_quota = false;
+            self.snd_nxt != before_nxt
+        } else if let Some(last) = self.rtx_queue.len().checked_sub(1) {
+            let len = self.rtx_queue[last].len();
+            if len > mss {
+                // Probe with the last MSS only.
+                let off = (len - 1) / mss * mss;
+                if off > 0 {
+                    self.split_rtx(last, off);
+                }
+            }
+            let last = self.rtx_queue.len() - 1;
+            // tcp_send_loss_probe resends with __tcp_retransmit_skb: the probe is not
+            // counted in retrans_out, so an RTO still deems that segment lost.
+            if self.rtx_queue[last].sacked & sacked::ACKED != 0 {
+                true
+            } else if self.resend_skb(env, now, last, 1) {
+                self.tlp.retrans = true;
+                true
+            } else {
+                false
+            }
+        } else {
+            true
+        };
+        self.rtx_event = RtxEvent::Rto;
+        if !sent {
+            let at = self.rto_deadline(now, false);
+            self.arm(env, TimerKind::Retrans, at);
+            return;
+        }
+        env.mib.inc(Mib::TCPLossProbes);
+        self.tlp.high_seq = Some(self.snd_nxt);
+        let at = self.rto_deadline(now, true);
+        self.arm(env, TimerKind::Retrans, at);
     }
 }

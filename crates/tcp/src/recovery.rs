@@ -14,6 +14,49 @@ use core::time::Duration;
 use shallow_cc::{CaEvent, CaState};
 use shallow_wire::TcpFlags;
 
+/// What undoing a congestion-window reduction needs (RFC 6675 / RFC 5682 / Linux's
+/// `tcp_try_undo_*`), private to this file: `undo_marker` (snd_una when the reduction
+/// started; `None`: nothing to undo), `undo_retrans` (retransmissions of the episode not yet
+/// shown spurious by a D-SACK; -1 before any episode), `retrans_stamp` in timestamp units (the
+/// TSval of the episode's first retransmission, compared with echoed TSecr to prove a
+/// retransmission spurious), cwnd and ssthresh before the reduction (`prior_cwnd`,
+/// `prior_ssthresh`, which PRR also reads), and whether F-RTO (RFC 5682) is running.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Undo {
+    marker: Option<u32>,
+    retrans: i32,
+    retrans_ts: Option<u32>,
+    prior_cwnd: u32,
+    prior_ssthresh: u32,
+    frto: bool,
+}
+
+impl Default for Undo {
+    fn default() -> Self {
+        Undo {
+            marker: None,
+            retrans: -1,
+            retrans_ts: None,
+            prior_cwnd: 0,
+            prior_ssthresh: 0,
+            frto: false,
+        }
+    }
+}
+
+impl Undo {
+    /// Nothing is outstanding any more: the episode's retransmission stamp is forgotten
+    /// (`tp->retrans_stamp = 0`).
+    pub fn forget_retrans_stamp(&mut self) {
+        self.retrans_ts = None;
+    }
+
+    /// The ssthresh to restore if the reduction that follows is undone.
+    pub fn save_ssthresh(&mut self, ssthresh: u32) {
+        self.prior_ssthresh = ssthresh;
+    }
+}
+
 /// Proportional Rate Reduction's counters for one reduction episode (RFC 6937 §3:
 /// `prr_delivered`, `prr_out`), private to this file; reset when a reduction starts.
 #[derive(Clone, Copy, Debug, Default)]
@@ -67,10 +110,10 @@ impl Sock {
                     self.rack.note_dsack();
                     // tcp_check_dsack: a D-SACK for data retransmitted in this episode means
                     // the retransmission was not needed.
-                    if let Some(m) = self.undo_marker {
-                        if self.undo_retrans > 0 && !after(r, seg.ack) && after(r, m) {
+                    if let Some(m) = self.undo.marker {
+                        if self.undo.retrans > 0 && !after(r, seg.ack) && after(r, m) {
                             let segs = r.wrapping_sub(l).div_ceil(self.mss_cache.max(1)).max(1);
-                            self.undo_retrans = (self.undo_retrans - segs as i32).max(0);
+                            self.undo.retrans = (self.undo.retrans - segs as i32).max(0);
                         }
                     }
                     continue;
@@ -172,7 +215,7 @@ impl Sock {
     }
 
     /// Split `rtx_queue[i]` after `off` payload bytes (`tcp_fragment` on the rtx queue).
-    fn split_rtx(&mut self, i: usize, off: u32) {
+    pub(crate) fn split_rtx(&mut self, i: usize, off: u32) {
         let mss = self.mss_cache.max(1);
         let skb = &mut self.rtx_queue[i];
         let tail = skb.data.split_off(off as usize);
@@ -338,8 +381,8 @@ impl Sock {
         }
         // D-SACKs covered every retransmission: undo (tcp_try_undo_dsack).
         if matches!(self.ca_state, CaState::Recovery | CaState::Disorder)
-            && self.undo_marker.is_some()
-            && self.undo_retrans == 0
+            && self.undo.marker.is_some()
+            && self.undo.retrans == 0
         {
             env.mib.inc(Mib::TCPDSACKUndo);
             self.undo_cwnd_reduction(now);
@@ -413,7 +456,7 @@ impl Sock {
         newly_lost: u32,
         una_advanced: bool,
     ) {
-        if newly_acked_sacked == 0 || self.prior_cwnd == 0 {
+        if newly_acked_sacked == 0 || self.undo.prior_cwnd == 0 {
             return;
         }
         self.prr.delivered += newly_acked_sacked;
@@ -423,8 +466,8 @@ impl Sock {
         let prr_out = i64::from(self.prr.out);
         let mut sndcnt = if delta < 0 {
             let dividend =
-                ssthresh * i64::from(self.prr.delivered) + i64::from(self.prior_cwnd) - 1;
-            dividend / i64::from(self.prior_cwnd) - prr_out
+                ssthresh * i64::from(self.prr.delivered) + i64::from(self.undo.prior_cwnd) - 1;
+            dividend / i64::from(self.undo.prior_cwnd) - prr_out
         } else {
             let mut n =
                 (i64::from(self.prr.delivered) - prr_out).max(i64::from(newly_acked_sacked));
@@ -463,7 +506,7 @@ impl Sock {
             return;
         }
         let mut send_new = false;
-        if self.frto {
+        if self.undo.frto {
             // Step 3.b: never-retransmitted data was (s)acked → the RTO was spurious.
             if flag.orig_sack_acked {
                 env.mib.inc(Mib::TCPSpuriousRTOs);
@@ -473,7 +516,7 @@ impl Sock {
             }
             if after(self.snd_nxt, self.high_seq) {
                 if flag.data_sacked || is_dupack {
-                    self.frto = false; // step 3.a: the loss was real
+                    self.undo.frto = false; // step 3.a: the loss was real
                 }
             } else if una_advanced && !recovered {
                 self.high_seq = self.snd_nxt;
@@ -481,7 +524,7 @@ impl Sock {
                 if !self.write_queue.is_empty() && after(self.snd_wnd_end(), self.snd_nxt) {
                     send_new = true;
                 } else {
-                    self.frto = false;
+                    self.undo.frto = false;
                 }
             }
         }
@@ -524,7 +567,7 @@ impl Sock {
         if after(self.snd_nxt, self.high_seq) {
             return;
         }
-        self.frto = false;
+        self.undo.frto = false;
         if self.lost_out > self.retrans_out {
             self.xmit_retransmit_queue(env, now);
         }
@@ -551,8 +594,8 @@ impl Sock {
                 .cc_st
                 .snd_ssthresh
                 .max((self.snd_cwnd() >> 1) + (self.snd_cwnd() >> 2));
-            self.prior_ssthresh = 0;
-            self.undo_marker = None;
+            self.undo.prior_ssthresh = 0;
+            self.undo.marker = None;
             self.set_ca_state(now, CaState::Loss);
         }
         self.xmit_retransmit_queue(env, now);
@@ -578,8 +621,8 @@ impl Sock {
 
     /// `tcp_init_undo`.
     fn init_undo(&mut self) {
-        self.undo_marker = Some(self.snd_una);
-        self.undo_retrans = if self.retrans_out > 0 {
+        self.undo.marker = Some(self.snd_una);
+        self.undo.retrans = if self.retrans_out > 0 {
             self.retrans_out as i32
         } else {
             -1
@@ -589,7 +632,7 @@ impl Sock {
     /// `tcp_packet_delayed`: the ACK echoes a timestamp older than our first retransmission,
     /// so the original transmission got through.
     fn packet_delayed(&self) -> bool {
-        match self.retrans_ts {
+        match self.undo.retrans_ts {
             Some(t) => self.tstamp_ok && self.rcv_tsecr != 0 && before(self.rcv_tsecr, t),
             None => false,
         }
@@ -597,7 +640,7 @@ impl Sock {
 
     /// `tcp_may_undo`.
     fn may_undo(&self) -> bool {
-        self.undo_marker.is_some() && (self.undo_retrans == 0 || self.packet_delayed())
+        self.undo.marker.is_some() && (self.undo.retrans == 0 || self.packet_delayed())
     }
 
     /// `tcp_undo_cwnd_reduction`: restore cwnd/ssthresh, forget LOST marks, back to Open.
@@ -606,15 +649,15 @@ impl Sock {
             s.sacked &= !sacked::LOST;
         }
         self.lost_out = 0;
-        if self.prior_ssthresh > 0 {
-            let c = self.cc.undo_cwnd(&self.cc_st, self.prior_cwnd);
+        if self.undo.prior_ssthresh > 0 {
+            let c = self.cc.undo_cwnd(&self.cc_st, self.undo.prior_cwnd);
             self.cc_st.snd_cwnd = self.cc_st.snd_cwnd.max(c);
-            if self.prior_ssthresh > self.cc_st.snd_ssthresh {
-                self.cc_st.snd_ssthresh = self.prior_ssthresh;
+            if self.undo.prior_ssthresh > self.cc_st.snd_ssthresh {
+                self.cc_st.snd_ssthresh = self.undo.prior_ssthresh;
             }
         }
-        self.undo_marker = None;
-        self.retrans_ts = None;
+        self.undo.marker = None;
+        self.undo.retrans_ts = None;
         self.set_ca_state(now, CaState::Open);
         self.snd_cwnd_stamp = now;
     }
@@ -630,7 +673,7 @@ impl Sock {
         self.init_undo();
         // tcp_enter_recovery: a reduction already under way (CWR after ECE) is kept.
         if self.ca_state != CaState::Cwr {
-            self.prior_ssthresh = if ece { 0 } else { self.cc_st.snd_ssthresh };
+            self.undo.prior_ssthresh = if ece { 0 } else { self.cc_st.snd_ssthresh };
             self.init_cwnd_reduction(now);
         }
         self.set_ca_state(now, CaState::Recovery);
@@ -640,7 +683,7 @@ impl Sock {
     /// counters) and queue CWR for the peer when ECN is on (`tcp_ecn_queue_cwr`).
     fn init_cwnd_reduction(&mut self, now: Instant) {
         self.high_seq = self.snd_nxt;
-        self.prior_cwnd = self.snd_cwnd();
+        self.undo.prior_cwnd = self.snd_cwnd();
         self.sync_cc_state(now);
         self.cc_st.snd_ssthresh = self.cc.ssthresh(&self.cc_st);
         self.prr = Prr::default();
@@ -652,10 +695,10 @@ impl Sock {
     /// `tcp_enter_cwr` (RFC 3168 §6.1.2): an ECN echo reduces cwnd once per window through
     /// PRR in the CWR state; the reduction cannot be undone.
     pub(crate) fn enter_cwr(&mut self, now: Instant) {
-        self.prior_ssthresh = 0;
+        self.undo.prior_ssthresh = 0;
         if matches!(self.ca_state, CaState::Open | CaState::Disorder) {
-            self.undo_marker = None;
-            self.tlp_high_seq = None;
+            self.undo.marker = None;
+            self.tlp.end();
             self.init_cwnd_reduction(now);
             self.set_ca_state(now, CaState::Cwr);
         }
@@ -709,19 +752,25 @@ impl Sock {
         if self.retrans_stamp.is_none() {
             self.retrans_stamp = Some(s.first_tx);
         }
-        if self.retrans_ts.is_none() {
-            self.retrans_ts = Some(self.tsval(now));
+        if self.undo.retrans_ts.is_none() {
+            self.undo.retrans_ts = Some(self.tsval(now));
         }
-        if self.undo_retrans < 0 {
-            self.undo_retrans = 0;
+        if self.undo.retrans < 0 {
+            self.undo.retrans = 0;
         }
-        self.undo_retrans += p as i32;
+        self.undo.retrans += p as i32;
     }
 
     /// `__tcp_retransmit_skb`: resend `rtx_queue[i]`, split to what cwnd allows, marking it
     /// `TCPCB_EVER_RETRANS` only. Used alone by the tail loss probe, whose copy is not a
     /// retransmission in flight. Returns whether it was sent.
-    fn resend_skb(&mut self, env: &mut Env, now: Instant, i: usize, segs_limit: u32) -> bool {
+    pub(crate) fn resend_skb(
+        &mut self,
+        env: &mut Env,
+        now: Instant,
+        i: usize,
+        segs_limit: u32,
+    ) -> bool {
         let mss = self.current_mss();
         let avail = self
             .snd_cwnd()
@@ -778,40 +827,6 @@ impl Sock {
         true
     }
 
-    /// Arm TLP if allowed, else the RTO (`tcp_schedule_loss_probe` / `tcp_rearm_rto`).
-    pub fn schedule_loss_probe_or_rto(&mut self, env: &mut Env, now: Instant, advancing: bool) {
-        if self.packets_out == 0 {
-            return;
-        }
-        let er = env.sysint(Sysctl::tcp_early_retrans);
-        let tlp_ok = (er == 3 || er == 4)
-            && self.sack_ok
-            && matches!(self.ca_state, CaState::Open | CaState::Cwr)
-            && self.tlp_high_seq.is_none();
-        let rto_at = self.rto_deadline(now, advancing);
-        if tlp_ok {
-            let mut pto = if self.rtt.srtt_us() != 0 {
-                let t = Duration::from_micros(u64::from(self.rtt.srtt_us() >> 2));
-                if self.packets_out == 1 {
-                    t + self.rto_min(env)
-                } else {
-                    t
-                }
-            } else {
-                TCP_TIMEOUT_INIT
-            };
-            let rto_delta = rto_at - now;
-            if rto_delta > Duration::ZERO {
-                pto = pto.min(rto_delta);
-            }
-            self.rtx_event = RtxEvent::LossProbe;
-            self.arm(env, TimerKind::Retrans, now + pto);
-            return;
-        }
-        self.rtx_event = RtxEvent::Rto;
-        self.arm(env, TimerKind::Retrans, rto_at);
-    }
-
     /// `tcp_rearm_rto`: the retransmission timer for the head of the retransmit queue
     /// (nothing when no packet is out).
     pub(crate) fn rearm_rto(&mut self, env: &mut Env, now: Instant) {
@@ -825,7 +840,7 @@ impl Sock {
 
     /// When the RTO would fire: head skb's send time + rto (`tcp_rearm_rto` with
     /// `tcp_rto_delta_us`), or now + rto.
-    fn rto_deadline(&self, now: Instant, advancing: bool) -> Instant {
+    pub(crate) fn rto_deadline(&self, now: Instant, advancing: bool) -> Instant {
         let rto = self.rtt.rto();
         if advancing {
             return now + rto;
@@ -834,60 +849,6 @@ impl Sock {
             Some(h) if h.mstamp != Instant::ZERO && h.mstamp + rto > now => h.mstamp + rto,
             _ => now + rto,
         }
-    }
-
-    /// `tcp_send_loss_probe`: send new data if the window allows the head of the write
-    /// queue, else retransmit the last skb. A probe that could not be sent (the new data or
-    /// the retransmission refused by the qdisc below, or held back by TSQ) is no probe: it is
-    /// not counted, sets no `tlp_high_seq`, and the RTO is re-armed from the head's send time
-    /// (`goto rearm_timer`), so a local drop never turns into a retransmission of the tail.
-    pub fn send_loss_probe(&mut self, env: &mut Env, now: Instant) {
-        let before_nxt = self.snd_nxt;
-        self.tlp_retrans = false;
-        let mss = self.current_mss();
-        let head_fits = self
-            .write_queue
-            .front()
-            .is_some_and(|h| self.snd_wnd_test(h, mss));
-        let sent = if head_fits {
-            // New data, even with cwnd full.
-            self.tlp_force_quota = true;
-            self.write_xmit(env, now, crate::output::NAGLE_PUSH, true);
-            self.tlp_force_quota = false;
-            self.snd_nxt != before_nxt
-        } else if let Some(last) = self.rtx_queue.len().checked_sub(1) {
-            let len = self.rtx_queue[last].len();
-            if len > mss {
-                // Probe with the last MSS only.
-                let off = (len - 1) / mss * mss;
-                if off > 0 {
-                    self.split_rtx(last, off);
-                }
-            }
-            let last = self.rtx_queue.len() - 1;
-            // tcp_send_loss_probe resends with __tcp_retransmit_skb: the probe is not
-            // counted in retrans_out, so an RTO still deems that segment lost.
-            if self.rtx_queue[last].sacked & sacked::ACKED != 0 {
-                true
-            } else if self.resend_skb(env, now, last, 1) {
-                self.tlp_retrans = true;
-                true
-            } else {
-                false
-            }
-        } else {
-            true
-        };
-        self.rtx_event = RtxEvent::Rto;
-        if !sent {
-            let at = self.rto_deadline(now, false);
-            self.arm(env, TimerKind::Retrans, at);
-            return;
-        }
-        env.mib.inc(Mib::TCPLossProbes);
-        self.tlp_high_seq = Some(self.snd_nxt);
-        let at = self.rto_deadline(now, true);
-        self.arm(env, TimerKind::Retrans, at);
     }
 
     /// RTO expiry for an established connection (`tcp_retransmit_timer`).
@@ -904,10 +865,11 @@ impl Sock {
             self.ca_state,
             CaState::Open | CaState::Disorder | CaState::Cwr
         );
-        self.frto = env.sysint(Sysctl::tcp_frto) != 0 && (new_recovery || self.retransmits > 0);
+        self.undo.frto =
+            env.sysint(Sysctl::tcp_frto) != 0 && (new_recovery || self.retransmits > 0);
         if !matches!(self.ca_state, CaState::Loss) {
-            self.prior_ssthresh = self.cc_st.snd_ssthresh;
-            self.prior_cwnd = self.snd_cwnd();
+            self.undo.prior_ssthresh = self.cc_st.snd_ssthresh;
+            self.undo.prior_cwnd = self.snd_cwnd();
             self.init_undo();
             self.sync_cc_state(now);
             self.cc_st.snd_ssthresh = self.cc.ssthresh(&self.cc_st);
@@ -928,7 +890,7 @@ impl Sock {
             self.reordering = self.reordering.min(sysctl_reo);
         }
         self.high_seq = self.snd_nxt;
-        self.tlp_high_seq = None;
+        self.tlp.end();
         self.set_ca_state(now, CaState::Loss);
         // Retransmit the head.
         if let Some(h) = self.rtx_queue.front() {

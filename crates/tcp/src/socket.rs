@@ -6,12 +6,13 @@ use crate::chrono::Chrono;
 use crate::device::DeviceCaps;
 pub use crate::device::{RxTruesize, SKB_OVERHEAD};
 use crate::gate::{TxGate, TxMeta};
+use crate::input::SackCompress;
 use crate::mib::{Counters, Mib};
 use crate::mtu::Mtup;
 use crate::packet::{self, OutOpt, SegOut};
-use crate::rack::Rack;
+use crate::rack::{Rack, Tlp};
 use crate::rate::{RateState, TxRate};
-use crate::recovery::Prr;
+use crate::recovery::{Prr, Undo};
 use crate::recv::{RcvRttEst, RcvqSpace};
 use crate::rtt::Rtt;
 use crate::sysctl::{Sysctl, Sysctls};
@@ -1051,10 +1052,8 @@ pub(crate) struct Sock {
     pub shutdown: u8,
     /// SOCK_NOSPACE: a writer saw no space; wake it on write space.
     pub nospace: bool,
-    /// SACK compression: ACKs saved, rcv_nxt of the episode, dupacks sent at once.
-    pub compressed_ack: u32,
-    pub compressed_ack_rcv_nxt: u32,
-    pub dup_ack_counter: u8,
+    /// SACK compression (input.rs).
+    pub sack_compress: SackCompress,
     /// `sock->state == SS_CONNECTING`: a connect() is in progress or failed unreported.
     pub connecting: bool,
     /// `sk_lock.owned`.
@@ -1110,9 +1109,6 @@ pub(crate) struct Sock {
     /// Segment size for the next `transmit_skb` instead of the current MSS (an MTU probe
     /// leaves as one segment larger than the MSS).
     pub xmit_mss_override: u32,
-    /// A tail loss probe is sending new data: one segment may go even when cwnd is full
-    /// (`tcp_write_xmit` with push_one = 2).
-    pub tlp_force_quota: bool,
     pub tcp_header_len: u32,
     pub tstamp_ok: bool,
     pub sack_ok: bool,
@@ -1131,16 +1127,11 @@ pub(crate) struct Sock {
     pub cc: Box<dyn CongestionControl>,
     pub cc_st: CcState,
     pub ca_state: CaState,
-    pub prior_cwnd: u32,
-    pub prior_ssthresh: u32,
+    /// What undoing a reduction needs (recovery.rs).
+    pub undo: Undo,
     pub high_seq: u32,
-    /// `undo_marker`: snd_una when the reduction started (None = nothing to undo).
-    pub undo_marker: Option<u32>,
-    /// TSval of the first retransmission of this episode (`retrans_stamp` in TS units).
-    pub retrans_ts: Option<u32>,
     /// TSecr of the segment being processed (`rx_opt.rcv_tsecr`).
     pub rcv_tsecr: u32,
-    pub undo_retrans: i32,
     pub reordering: u32,
     pub snd_cwnd_stamp: Instant,
     pub max_packets_out: u32,
@@ -1154,10 +1145,8 @@ pub(crate) struct Sock {
     pub prr: Prr,
     /// `tp->ecn_flags` (RFC 3168): bits of [`ecnf`].
     pub ecn_flags: u8,
-    pub tlp_high_seq: Option<u32>,
-    pub tlp_retrans: bool,
-    /// F-RTO in progress (`tp->frto`).
-    pub frto: bool,
+    /// The tail loss probe's episode (rack.rs).
+    pub tlp: Tlp,
 
     // --- RTT / RTO (RFC 6298) ---
     /// RTT estimator and RTO (rtt.rs).
@@ -1271,9 +1260,7 @@ impl Sock {
             err_soft: None,
             shutdown: 0,
             nospace: false,
-            compressed_ack: 0,
-            compressed_ack_rcv_nxt: 0,
-            dup_ack_counter: 0,
+            sack_compress: SackCompress::default(),
             connecting: false,
             owned: false,
             backlog: VecDeque::new(),
@@ -1307,7 +1294,6 @@ impl Sock {
             route_pending: None,
             mtup: Mtup::default(),
             xmit_mss_override: 0,
-            tlp_force_quota: false,
             tcp_header_len: 20,
             tstamp_ok: false,
             sack_ok: false,
@@ -1322,13 +1308,9 @@ impl Sock {
             cc,
             cc_st: CcState::default(),
             ca_state: CaState::Open,
-            prior_cwnd: 0,
-            prior_ssthresh: 0,
+            undo: Undo::default(),
             high_seq: 0,
-            undo_marker: None,
-            retrans_ts: None,
             rcv_tsecr: 0,
-            undo_retrans: -1,
             reordering: env.sysint(Sysctl::tcp_reordering) as u32,
             snd_cwnd_stamp: Instant::ZERO,
             max_packets_out: 0,
@@ -1338,9 +1320,7 @@ impl Sock {
             cwnd_usage_seq: 0,
             prr: Prr::default(),
             ecn_flags: 0,
-            tlp_high_seq: None,
-            tlp_retrans: false,
-            frto: false,
+            tlp: Tlp::default(),
             rtt: Rtt::default(),
             backoff: 0,
             retransmits: 0,

@@ -125,9 +125,7 @@ impl Sock {
     /// Delayed-ACK timer (`tcp_delack_timer_handler`).
     pub(crate) fn delack_timer(&mut self, env: &mut Env, now: Instant) {
         // tcp_sack_compress_send_ack
-        if self.compressed_ack > 0 {
-            self.compressed_ack -= 1;
-            self.send_ack(env, now);
+        if self.sack_compress_send_ack(env, now) {
             return;
         }
         if self.ack.pending & ackf::TIMER == 0 {

@@ -106,10 +106,7 @@ impl Stack {
                     sk.tsq_flags |= tsq::DELACK_TIMER_DEFERRED;
                     return;
                 }
-                if sk.compressed_ack > 0 {
-                    sk.compressed_ack -= 1;
-                    sk.send_ack(env, now);
-                }
+                sk.sack_compress_send_ack(env, now);
             }
         }
     }
