@@ -4,7 +4,7 @@
 //! `tcpi_sndbuf_limited`). One chronograph runs at a time; a higher-numbered type takes over
 //! from a lower one. [`Chrono`]'s fields are private to this file.
 
-use crate::socket::{Sock, JIFFY};
+use crate::socket::{Connection, JIFFY};
 use crate::time::Instant;
 use core::time::Duration;
 
@@ -72,7 +72,7 @@ impl Chrono {
     }
 }
 
-impl Sock {
+impl Connection {
     /// `tcp_chrono_stop`: with nothing left to send every chronograph stops; otherwise the
     /// end of type `t` falls back to busy.
     pub fn chrono_stop(&mut self, now: Instant, t: u8) {

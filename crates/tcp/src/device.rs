@@ -146,7 +146,7 @@ impl<'a> RxPacket<'a> {
 
 /// How the substrate's device sizes a received buffer (its `truesize`), which decides
 /// `rmem_alloc`, and through `len / truesize` the socket's scaling ratio
-/// (`Sock::scaling_ratio`): the receive window follows from it.
+/// (`Connection::scaling_ratio`): the receive window follows from it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RxTruesize {
     /// `payload + SKB_OVERHEAD`, and a buffer whose data is appended to the receive queue's

@@ -5,7 +5,7 @@
 //!
 //! Every rule of the mapping lives here. Inside the engine a connection's addresses are
 //! always the ones on the wire: an AF_INET6 socket connected to a mapped peer keeps IPv4
-//! addresses in `Sock::local`/`Sock::remote`, so its packets carry an IPv4 header and its
+//! addresses in `Connection::local`/`Connection::remote`, so its packets carry an IPv4 header and its
 //! MSS follows the IPv4 path (Linux switches such a socket to its `ipv6_mapped` operations,
 //! whose network header is an IPv4 header). Addresses cross the socket API in the socket's
 //! own family: [`to_api`] on the way out (getsockname, getpeername, accept), `to_wire` on

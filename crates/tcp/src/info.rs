@@ -119,7 +119,7 @@ fn ms_since(now: Instant, t: Instant) -> u32 {
     (now - t).as_millis().min(u128::from(u32::MAX)) as u32
 }
 
-impl Sock {
+impl Connection {
     pub(crate) fn tcp_info(&self, _env: &crate::socket::Env, now: Instant) -> TcpInfo {
         let mut o = 0u8;
         if self.tstamp_ok {

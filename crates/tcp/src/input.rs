@@ -74,7 +74,7 @@ impl SackCompress {
     }
 }
 
-impl Sock {
+impl Connection {
     /// `tcp_sack_compress_send_ack`: if ACKs were saved by SACK compression, one is sent
     /// now (the timer's ACK, or the delayed-ACK timer's in its place). Returns whether it was.
     pub(crate) fn sack_compress_send_ack(&mut self, env: &mut Env, now: Instant) -> bool {
@@ -1048,7 +1048,7 @@ impl Sock {
     }
 
     /// Append in-order bytes to the receive queue, coalescing into the tail (`tcp_queue_rcv`).
-    /// `truesize` is the received buffer's, the whole packet's ([`Sock::rx_truesize`]).
+    /// `truesize` is the received buffer's, the whole packet's ([`Connection::rx_truesize`]).
     fn queue_rcv(
         &mut self,
         env: &mut Env,

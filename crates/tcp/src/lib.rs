@@ -6,7 +6,7 @@
 //! Map of the crate:
 //! - [`stack`]: [`Stack`], the host: addresses, routes, socket table, 4-tuple demux,
 //!   listeners (SYN and accept queues), timers, and the socket API (Linux errnos).
-//! - [`socket`]: per-connection state (`Sock`, Linux `tcp_sock` field names), buffers
+//! - [`socket`]: per-connection state (`Connection`, Linux `tcp_sock` field names), buffers
 //!   (`Skb`, `truesize`), [`Transmit`], [`TxToken`], [`Wakeup`], constants.
 //! - [`output`]: MSS / `size_goal`, window selection, `tcp_write_xmit` (cwnd, rwnd, Nagle,
 //!   TSO autosizing and deferral, TSQ), transmit with TX tokens, ACK/RST/SYN/FIN, pacing,
@@ -15,9 +15,10 @@
 //!   RFC 5961 RST/SYN handling and challenge ACKs, `tcp_ack`, data queueing, FIN, delayed
 //!   ACK / quickack / pingpong, SACK compression, backlog ACK deferral.
 //! - [`recv`]: out-of-order queue and SACK blocks, `recvmsg`, ACK-on-read, rcvbuf autotuning.
-//! - `recovery` (private): SACK scoreboard, reordering detection, RACK-TLP, PRR, NewReno
-//!   fallback, RTO with F-RTO and undo (D-SACK, timestamps), delivery-rate sampling,
-//!   path-MTU reduction.
+//! - `recovery` (private): SACK scoreboard, reordering detection, PRR, NewReno fallback,
+//!   RTO with F-RTO and undo (D-SACK, timestamps). `rack` (private): RACK-TLP (RFC 8985).
+//!   `rate` (private): delivery-rate sampling. `mtu` (private): path MTU and MTU probing.
+//!   `chrono` (private): the send chronographs.
 //! - `rtt` (private): RFC 6298 estimator with Linux's 200 ms floor, windowed min-RTT.
 //! - [`sockopt`], [`info`]: socket options, `tcp_info` (incl. delivery rate and the busy /
 //!   rwnd-limited / sndbuf-limited chronographs), `SO_MEMINFO`, `tcp_poll`.

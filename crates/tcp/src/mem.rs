@@ -27,12 +27,12 @@
 //!   spent to `TcpExtTCPMemoryPressuresChrono` (ms).
 //! - We do not model Linux's per-CPU reserve of `memory_allocated`
 //!   (`sysctl_mem_pcpu_rsv`): the counter is exact. Charges and uncharges made inside one
-//!   engine call are settled at the end of that call ([`Sock::mem_sync`], from
+//!   engine call are settled at the end of that call ([`Connection::mem_sync`], from
 //!   `Stack::reap`), so forced charges and reclaims are per call rather than per skb.
-//! - A freed socket returns all its pages ([`Sock::mem_release`]).
+//! - A freed socket returns all its pages ([`Connection::mem_release`]).
 
 use crate::socket::pollbits::{POLLOUT, POLLWRBAND, POLLWRNORM};
-use crate::socket::{Env, Sock, SOCK_MIN_SNDBUF};
+use crate::socket::{Connection, Env, SOCK_MIN_SNDBUF};
 use crate::sysctl::Sysctl;
 use crate::Mib;
 
@@ -90,7 +90,7 @@ impl Env {
     }
 }
 
-impl Sock {
+impl Connection {
     /// Bytes this socket has charged: write/retransmit queues + receive/ofo queues.
     pub(crate) fn mem_charged(&self) -> i64 {
         i64::from(self.wmem_queued) + i64::from(self.rmem_alloc)

@@ -55,7 +55,7 @@ impl Mtup {
     }
 }
 
-impl Sock {
+impl Connection {
     /// Path MTU for this socket.
     pub fn pmtu(&self) -> u32 {
         if self.route.mtu != 0 {

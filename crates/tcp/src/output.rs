@@ -21,7 +21,7 @@ pub(crate) const NAGLE_OFF: u8 = 1;
 pub(crate) const NAGLE_CORK: u8 = 2;
 pub(crate) const NAGLE_PUSH: u8 = 4;
 
-impl Sock {
+impl Connection {
     /// Socket's Nagle mode (`tp->nonagle`).
     pub fn nonagle(&self) -> u8 {
         let mut n = 0;
@@ -1171,7 +1171,7 @@ impl Sock {
     }
 }
 
-impl Sock {
+impl Connection {
     /// `tcp_slow_start_after_idle_check` → `tcp_cwnd_restart` (RFC 5681 §4.1): after an idle
     /// period longer than the RTO, cwnd is halved per RTO idle, down to the initial window.
     pub(crate) fn slow_start_after_idle_check(&mut self, env: &Env, now: Instant) {

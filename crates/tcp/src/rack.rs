@@ -90,7 +90,7 @@ impl Tlp {
     }
 }
 
-impl Sock {
+impl Connection {
     /// RACK: remember the most recently (re)sent delivered skb (`tcp_rack_advance`).
     pub fn rack_advance(&mut self, xmit: Instant, end_seq: u32, retrans: bool, now: Instant) {
         let rtt_us = (now - xmit).as_micros() as u32;

@@ -2,14 +2,14 @@
 //! estimation): each transmitted buffer carries a snapshot of the connection's delivery
 //! state ([`TxRate`], `TCP_SKB_CB(skb)->tx`); when it is delivered (cumulatively acked or
 //! SACKed) the snapshot of the most recently sent delivered buffer opens a sample, which the
-//! ACK closes ([`Sock::rate_gen`]): packets delivered over the longer of the send and the ACK
+//! ACK closes ([`Connection::rate_gen`]): packets delivered over the longer of the send and the ACK
 //! intervals. The sample feeds `tcpi_delivery_rate` and congestion control's `app_limited`.
 //!
 //! The state ([`RateState`]) is private to this file: the rest of the connection reads it
 //! through the methods here.
 
 use crate::seq::after;
-use crate::socket::Sock;
+use crate::socket::Connection;
 use crate::time::Instant;
 
 /// A buffer's delivery snapshot at its (last) transmission (`TCP_SKB_CB(skb)->tx` and
@@ -63,7 +63,7 @@ impl RateState {
     }
 }
 
-impl Sock {
+impl Connection {
     /// `tcp_rate_skb_sent`: the snapshot of a buffer being (re)transmitted at `now`. A fresh
     /// send window starts when nothing is in flight.
     pub fn rate_skb_sent(&mut self, now: Instant) -> TxRate {

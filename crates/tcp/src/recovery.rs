@@ -74,7 +74,7 @@ impl Prr {
     }
 }
 
-impl Sock {
+impl Connection {
     fn set_ca_state(&mut self, now: Instant, st: CaState) {
         if self.ca_state != st {
             self.cc.set_state(&mut self.cc_st, st, now.as_micros());

@@ -93,7 +93,7 @@ pub mod msgflags {
 /// Most out-of-order segments kept, whatever rcvbuf says (bounds work per packet).
 const OFO_MAX_SEGS: usize = 4096;
 
-impl Sock {
+impl Connection {
     /// Insert an out-of-order segment, merging overlaps (`tcp_data_queue_ofo`).
     pub fn ofo_insert(
         &mut self,

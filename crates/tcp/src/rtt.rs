@@ -84,7 +84,7 @@ impl Rtt {
     }
 }
 
-impl Sock {
+impl Connection {
     /// Minimum RTO: route `rto_min`, else `tcp_rto_min_us` (200 ms).
     pub fn rto_min(&self, env: &Env) -> Duration {
         if self.route.rto_min_ms != 0 {
@@ -175,7 +175,7 @@ mod tests {
     #[test]
     fn rfc6298_first_sample_and_min_rto() {
         let env = Env::new(1);
-        let mut s = Sock::new(SocketId(0), 1, Family::V4, &env);
+        let mut s = Connection::new(SocketId(0), 1, Family::V4, &env);
         s.rtt_sample(&env, Instant::from_secs(1), 100_000);
         assert_eq!(s.rtt.srtt_us >> 3, 100_000);
         // RTO = srtt + max(2*rtt, rto_min) = 100 ms + 200 ms.
@@ -194,7 +194,7 @@ mod tests {
     #[test]
     fn rtt_log_is_off_by_default_and_bounded() {
         let mut env = Env::new(1);
-        let mut s = Sock::new(SocketId(0), 1, Family::V4, &env);
+        let mut s = Connection::new(SocketId(0), 1, Family::V4, &env);
         s.rtt_sample(&env, Instant::from_secs(1), 100);
         assert!(s.rtt.log.is_empty());
         env.rtt_log_cap = 3;

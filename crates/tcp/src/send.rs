@@ -14,7 +14,7 @@ use crate::time::Instant;
 use bytes::BytesMut;
 use shallow_wire::TcpFlags;
 
-impl Sock {
+impl Connection {
     /// `tcp_close_state` + `tcp_send_fin`.
     pub(crate) fn close_state_and_fin(&mut self, env: &mut Env, now: Instant) {
         let next = match self.state {
@@ -166,7 +166,7 @@ impl Sock {
     /// skbs sit in the same pages and `tcp_grow_skb` moves fragments, never bytes. The model:
     /// a new skb is carved from the spare room behind the previous tail's bytes, and when that
     /// room is too small a chunk for [`SKB_CARVE_CHUNK`] skbs is allocated. Neighbours are then
-    /// contiguous and [`Sock::grow_head`]'s `unsplit` joins them in O(1). Accounting is not
+    /// contiguous and [`Connection::grow_head`]'s `unsplit` joins them in O(1). Accounting is not
     /// affected: an skb charges its payload and overhead (`truesize`), never the chunk.
     pub(crate) fn carve_skb_buffer(&mut self, want: usize) -> BytesMut {
         let prev = match self.write_queue.back_mut() {

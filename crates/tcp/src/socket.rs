@@ -1,6 +1,6 @@
-//! Socket state: [`TcpState`], the per-connection control block (`Sock`), the write-queue
+//! Socket state: [`TcpState`], the per-connection control block (`Connection`), the write-queue
 //! buffer (`Skb`) and the environment a socket acts on (`Env`: sysctls, counters, output
-//! queue, wake-ups, timer set, RNG). Logic lives in the other modules as `impl Sock` blocks.
+//! queue, wake-ups, timer set, RNG). Logic lives in the other modules as `impl Connection` blocks.
 
 use crate::chrono::Chrono;
 use crate::device::DeviceCaps;
@@ -378,7 +378,7 @@ pub(crate) const TCP_INIT_CWND: u32 = 10;
 /// `TCP_RESOURCE_PROBE_INTERVAL` / max probe interval: `TCP_RTO_MAX`.
 pub(crate) const TCP_RTO_MAX: Duration = Duration::from_secs(120);
 
-/// How many full skbs one write-queue allocation holds (see `Sock::carve_skb_buffer`).
+/// How many full skbs one write-queue allocation holds (see `Connection::carve_skb_buffer`).
 pub(crate) const SKB_CARVE_CHUNK: usize = 4;
 
 /// A buffer of the write or retransmit queue (Linux `struct sk_buff` + `tcp_skb_cb`).
@@ -504,7 +504,7 @@ impl SkbData {
         }
     }
     /// The unused room after the bytes, split off as a new buffer if it holds `want` bytes
-    /// (see `Sock::carve_skb_buffer`); never from sent bytes.
+    /// (see `Connection::carve_skb_buffer`); never from sent bytes.
     pub fn spare(&mut self, want: usize) -> Option<BytesMut> {
         match self {
             SkbData::Open(b) if b.capacity() - b.len() >= want => Some(b.split_off(b.len())),
@@ -1024,7 +1024,7 @@ pub(crate) const RCV_SHUTDOWN: u8 = 1;
 pub(crate) const SEND_SHUTDOWN: u8 = 2;
 
 /// One TCP socket (Linux `struct tcp_sock` with its `inet_connection_sock` and `sock`).
-pub(crate) struct Sock {
+pub(crate) struct Connection {
     pub id: SocketId,
     pub gen: u32,
     pub family: Family,
@@ -1089,7 +1089,7 @@ pub(crate) struct Sock {
     pub window_clamp: u32,
     pub rcv_ssthresh: u32,
     /// Bytes of payload per byte of receive buffer, in 1/256ths (`tp->scaling_ratio`): the
-    /// share of `rcvbuf` the window may offer ([`Sock::win_from_space`]). Starts at
+    /// share of `rcvbuf` the window may offer ([`Connection::win_from_space`]). Starts at
     /// [`TCP_DEFAULT_SCALING_RATIO`] and is learnt from received buffers' `len / truesize`
     /// (`tcp_measure_rcv_mss`).
     pub scaling_ratio: u8,
@@ -1226,8 +1226,8 @@ pub(crate) struct Sock {
 
 use crate::Errno;
 
-impl Sock {
-    pub fn new(id: SocketId, gen: u32, family: Family, env: &Env) -> Sock {
+impl Connection {
+    pub fn new(id: SocketId, gen: u32, family: Family, env: &Env) -> Connection {
         let wmem = env.sysctl.triple(Sysctl::tcp_wmem);
         let rmem = env.sysctl.triple(Sysctl::tcp_rmem);
         let cc = shallow_cc::by_name(
@@ -1237,7 +1237,7 @@ impl Sock {
         .or_else(|| shallow_cc::by_name("reno", &env.cc_params))
         .expect("reno is always available");
         let unspec = SocketAddr::new(family.unspecified(), 0);
-        Sock {
+        Connection {
             id,
             gen,
             family,
@@ -1600,7 +1600,7 @@ mod writable_tests {
     #[test]
     fn notsent_lowat_wake_half_and_its_switch() {
         let mut env = Env::new(1);
-        let mut s = Sock::new(SocketId(0), 1, Family::V4, &env);
+        let mut s = Connection::new(SocketId(0), 1, Family::V4, &env);
         s.opts.notsent_lowat = 4000;
         s.snd_nxt = 1000;
         s.write_seq = 1000 + 3000; // 3000 unsent: X/2 <= notsent < X

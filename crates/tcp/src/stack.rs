@@ -146,7 +146,7 @@ struct Route {
 /// One host's TCP/IP stack (see the crate docs).
 pub struct Stack {
     pub(crate) env: Env,
-    socks: Vec<Option<Box<Sock>>>,
+    socks: Vec<Option<Box<Connection>>>,
     /// Free slots, lowest first (file-descriptor-like reuse).
     free_slots: std::collections::BinaryHeap<core::cmp::Reverse<u32>>,
     next_gen: u32,
@@ -339,14 +339,14 @@ impl Stack {
             .map(|r| r.attrs)
     }
 
-    pub(crate) fn sock(&self, s: SocketId) -> Result<&Sock, Errno> {
+    pub(crate) fn sock(&self, s: SocketId) -> Result<&Connection, Errno> {
         self.socks
             .get(s.0 as usize)
             .and_then(|x| x.as_deref())
             .ok_or(Errno::EBADF)
     }
 
-    fn sock_mut(&mut self, s: SocketId) -> Result<&mut Sock, Errno> {
+    fn sock_mut(&mut self, s: SocketId) -> Result<&mut Connection, Errno> {
         self.socks
             .get_mut(s.0 as usize)
             .and_then(|x| x.as_deref_mut())
@@ -354,7 +354,7 @@ impl Stack {
     }
 
     /// Split borrow: socket and environment.
-    fn sk_env(&mut self, s: SocketId) -> Result<(&mut Sock, &mut Env), Errno> {
+    fn sk_env(&mut self, s: SocketId) -> Result<(&mut Connection, &mut Env), Errno> {
         let sk = self
             .socks
             .get_mut(s.0 as usize)
@@ -381,7 +381,7 @@ impl Stack {
         let id = SocketId(idx as u32);
         let gen = self.next_gen;
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
-        self.socks[idx] = Some(Box::new(Sock::new(id, gen, family, &self.env)));
+        self.socks[idx] = Some(Box::new(Connection::new(id, gen, family, &self.env)));
         self.env.mem.sockets += 1;
         id
     }
@@ -454,7 +454,7 @@ impl Stack {
         &mut self,
         now: Instant,
         s: SocketId,
-        op: impl FnOnce(&mut Sock, &mut Env) -> Result<R, Errno>,
+        op: impl FnOnce(&mut Connection, &mut Env) -> Result<R, Errno>,
     ) -> Result<R, Errno> {
         self.tick(now);
         let (sk, env) = self.sk_env(s)?;

@@ -169,7 +169,7 @@ sysctls! {
     /// Window reserved for the application buffer (1/2^n).
     tcp_app_win = "net.ipv4.tcp_app_win", "31", int(0, 31);
     /// Overhead share of rcvbuf; obsolete since 6.6 (the window follows each socket's
-    /// scaling ratio, `Sock::win_from_space`): accepted and never read.
+    /// scaling ratio, `Connection::win_from_space`): accepted and never read.
     tcp_adv_win_scale = "net.ipv4.tcp_adv_win_scale", "1", int(-31, 31);
     /// Idle time before keepalive probes, seconds.
     tcp_keepalive_time = "net.ipv4.tcp_keepalive_time", "7200", int(1, I32MAX);

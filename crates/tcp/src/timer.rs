@@ -1,6 +1,6 @@
 //! Per-connection timers (Linux `tcp_timer.c`): retransmission (with SYN/SYN-ACK
 //! retransmits), zero-window probe, delayed ACK, keepalive / FIN_WAIT2 / TIME_WAIT. The
-//! engine's timer wheel and its granularity are in `socket.rs` (`Sock::arm`).
+//! engine's timer wheel and its granularity are in `socket.rs` (`Connection::arm`).
 
 use crate::errno::Errno;
 use crate::mib::Mib;
@@ -11,7 +11,7 @@ use crate::time::Instant;
 use core::time::Duration;
 use shallow_wire::TcpFlags;
 
-impl Sock {
+impl Connection {
     /// Bookkeeping after a SYN or SYN-ACK retransmission (`tcp_retransmit_timer` for the
     /// handshake states): counters, exponential backoff of the RTO up to `tcp_rto_max_ms`, and
     /// the retransmit timer re-armed.

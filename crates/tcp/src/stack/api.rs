@@ -20,7 +20,7 @@ impl Stack {
         let r = self.env.sysctl.triple(Sysctl::ip_local_port_range);
         let (lo, hi) = (r[0] as u32, r[1] as u32);
         let n = hi - lo + 1;
-        let start = Sock::rand(&mut self.env) % n;
+        let start = Connection::rand(&mut self.env) % n;
         for i in 0..n {
             let port = (lo + (start + i) % n) as u16;
             let busy = match remote {
@@ -170,7 +170,7 @@ impl Stack {
                 v.retain(|x| *x != s);
             }
         }
-        let mut fresh = Sock::new(s, gen, family, &self.env);
+        let mut fresh = Connection::new(s, gen, family, &self.env);
         fresh.opts = opts;
         if locked {
             // tcp_disconnect keeps the source address only if bind() chose it
