@@ -293,17 +293,13 @@ impl Connection {
             SoReuseaddr => self.opts.reuseaddr = on,
             SoReuseport => self.opts.reuseport = on,
             SoKeepalive => {
+                // tcp_set_keepalive: turning it on (not again) arms the timer an idle time
+                // from now, in every state but CLOSE and LISTEN.
+                let was = self.opts.keepalive;
                 self.opts.keepalive = on;
-                if on && matches!(self.state, TcpState::Established | TcpState::CloseWait) {
-                    let idle = self
-                        .opts
-                        .keepidle
-                        .unwrap_or(env.sysint(Sysctl::tcp_keepalive_time) as u32);
-                    self.arm(
-                        env,
-                        TimerKind::Keepalive,
-                        now + core::time::Duration::from_secs(u64::from(idle)),
-                    );
+                if on && !was && !matches!(self.state, TcpState::Close | TcpState::Listen) {
+                    let idle = self.keepalive_time(env);
+                    self.arm(env, TimerKind::Keepalive, now + idle);
                 }
             }
             SoSndbuf | SoSndbufforce => {
@@ -361,6 +357,15 @@ impl Connection {
                     return Err(Errno::EINVAL);
                 }
                 self.opts.keepidle = Some(v as u32);
+                // tcp_sock_set_keepidle_locked: a running keepalive is re-armed for the new
+                // idle time, counted from when the peer was last heard from.
+                if self.opts.keepalive && !matches!(self.state, TcpState::Close | TcpState::Listen)
+                {
+                    let left = self
+                        .keepalive_time(env)
+                        .saturating_sub(self.keepalive_time_elapsed(now));
+                    self.arm(env, TimerKind::Keepalive, now + left);
+                }
             }
             TcpKeepintvl => {
                 if !(1..=32767).contains(&v) {
@@ -474,18 +479,9 @@ impl Connection {
                     i(TCP_MSS_DEFAULT)
                 }
             }
-            TcpKeepidle => i(self
-                .opts
-                .keepidle
-                .unwrap_or(env.sysint(Sysctl::tcp_keepalive_time) as u32)),
-            TcpKeepintvl => i(self
-                .opts
-                .keepintvl
-                .unwrap_or(env.sysint(Sysctl::tcp_keepalive_intvl) as u32)),
-            TcpKeepcnt => i(self
-                .opts
-                .keepcnt
-                .unwrap_or(env.sysint(Sysctl::tcp_keepalive_probes) as u32)),
+            TcpKeepidle => i(self.keepalive_time(env).as_secs() as u32),
+            TcpKeepintvl => i(self.keepalive_intvl(env).as_secs() as u32),
+            TcpKeepcnt => i(self.keepalive_probes(env)),
             TcpSyncnt => i(self
                 .opts
                 .syn_retries

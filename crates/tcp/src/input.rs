@@ -394,15 +394,8 @@ impl Connection {
             .clamp(TCP_MIN_MSS, TCP_MSS_DEFAULT);
 
         if self.opts.keepalive {
-            let idle = self
-                .opts
-                .keepidle
-                .unwrap_or(env.sysint(Sysctl::tcp_keepalive_time) as u32);
-            self.arm(
-                env,
-                TimerKind::Keepalive,
-                now + Duration::from_secs(u64::from(idle)),
-            );
+            let idle = self.keepalive_time(env);
+            self.arm(env, TimerKind::Keepalive, now + idle);
         }
         env.wake(self.id, POLLOUT | POLLWRNORM | POLLIN);
     }
@@ -624,6 +617,9 @@ impl Connection {
             }
             return true;
         }
+        // tcp_ack: any acceptable ACK shows the peer alive: the unanswered-probe count
+        // (zero-window and keepalive probes, `tcpi_probes`) starts again.
+        self.probes_out = 0;
         self.rcv_tstamp = now;
         self.rcv_tsecr = seg.opts.ts.map(|t| t.1).unwrap_or(0);
         let mut flag = AckFlags::default();
@@ -684,7 +680,6 @@ impl Connection {
         if acked_pkts > 0 || rtt_us >= 0 {
             self.backoff = 0;
             self.retransmits = 0;
-            self.probes_out = 0;
         }
         if self.retrans_out == 0 && self.lost_out == 0 && self.ca_state == CaState::Open {
             self.retrans_stamp = None;

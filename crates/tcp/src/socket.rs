@@ -1155,11 +1155,12 @@ pub(crate) struct Connection {
     pub retransmits: u32,
     pub total_retrans: u32,
     pub retrans_stamp: Option<Instant>,
+    /// Unanswered zero-window and keepalive probes (`icsk_probes_out`, `tcpi_probes`);
+    /// any acceptable ACK clears it.
     pub probes_out: u32,
     /// When the current run of zero-window/persist probes started (`icsk_probes_tstamp`), for
     /// TCP_USER_TIMEOUT.
     pub probes_tstamp: Option<Instant>,
-    pub keepalive_probes_out: u32,
     pub lsndtime: Instant,
     pub lrcvtime: Instant,
     pub rcv_tstamp: Instant,
@@ -1328,7 +1329,6 @@ impl Connection {
             retrans_stamp: None,
             probes_out: 0,
             probes_tstamp: None,
-            keepalive_probes_out: 0,
             lsndtime: Instant::ZERO,
             lrcvtime: Instant::ZERO,
             rcv_tstamp: Instant::ZERO,

@@ -144,6 +144,40 @@ impl Connection {
         self.ack.pending &= !ackf::TIMER;
     }
 
+    /// The idle time before the first keepalive probe (`keepalive_time_when`):
+    /// TCP_KEEPIDLE, else `tcp_keepalive_time`.
+    pub(crate) fn keepalive_time(&self, env: &Env) -> Duration {
+        let s = self
+            .opts
+            .keepidle
+            .unwrap_or(env.sysint(Sysctl::tcp_keepalive_time) as u32);
+        Duration::from_secs(u64::from(s))
+    }
+
+    /// The time between keepalive probes (`keepalive_intvl_when`): TCP_KEEPINTVL, else
+    /// `tcp_keepalive_intvl`.
+    pub(crate) fn keepalive_intvl(&self, env: &Env) -> Duration {
+        let s = self
+            .opts
+            .keepintvl
+            .unwrap_or(env.sysint(Sysctl::tcp_keepalive_intvl) as u32);
+        Duration::from_secs(u64::from(s))
+    }
+
+    /// Unanswered keepalive probes before the connection is dropped (`keepalive_probes`):
+    /// TCP_KEEPCNT, else `tcp_keepalive_probes`.
+    pub(crate) fn keepalive_probes(&self, env: &Env) -> u32 {
+        self.opts
+            .keepcnt
+            .unwrap_or(env.sysint(Sysctl::tcp_keepalive_probes) as u32)
+    }
+
+    /// Time since the peer was last heard from (`keepalive_time_elapsed`: the later of the
+    /// last received segment and the last ACK).
+    pub(crate) fn keepalive_time_elapsed(&self, now: Instant) -> Duration {
+        now - self.rcv_tstamp.max(self.lrcvtime)
+    }
+
     /// Keepalive / FIN_WAIT2 / TIME_WAIT timer. Returns true if the socket must be freed.
     pub(crate) fn keepalive_timer(&mut self, env: &mut Env, now: Instant) -> bool {
         match self.state {
@@ -155,42 +189,42 @@ impl Connection {
                 self.set_closed(env);
                 true
             }
-            TcpState::Established | TcpState::CloseWait if self.opts.keepalive => {
-                let idle = Duration::from_secs(u64::from(
-                    self.opts
-                        .keepidle
-                        .unwrap_or(env.sysint(Sysctl::tcp_keepalive_time) as u32),
-                ));
-                let intvl = Duration::from_secs(u64::from(
-                    self.opts
-                        .keepintvl
-                        .unwrap_or(env.sysint(Sysctl::tcp_keepalive_intvl) as u32),
-                ));
-                let cnt = self
-                    .opts
-                    .keepcnt
-                    .unwrap_or(env.sysint(Sysctl::tcp_keepalive_probes) as u32);
+            // tcp_keepalive_timer: keepalive runs in every state but CLOSE, LISTEN and
+            // SYN_SENT; its probes count in icsk_probes_out (`tcpi_probes`), which any
+            // acceptable ACK clears (tcp_ack).
+            TcpState::Close | TcpState::Listen | TcpState::SynSent => false,
+            _ if self.opts.keepalive => {
                 if self.packets_out > 0 || !self.write_queue.is_empty() {
+                    let idle = self.keepalive_time(env);
                     self.arm(env, TimerKind::Keepalive, now + idle);
                     return false;
                 }
-                let last = self.rcv_tstamp.max(self.lrcvtime);
-                let elapsed = now - last;
-                if elapsed >= idle {
-                    if self.keepalive_probes_out >= cnt {
-                        self.err = Some(Errno::ETIMEDOUT);
-                        env.mib.inc(Mib::TCPAbortOnTimeout);
-                        self.send_active_reset(env, now);
-                        self.set_closed(env);
-                        return false;
-                    }
-                    self.send_probe_keepalive(env, now);
-                    self.keepalive_probes_out += 1;
-                    self.arm(env, TimerKind::Keepalive, now + intvl);
-                } else {
-                    self.keepalive_probes_out = 0;
-                    self.arm(env, TimerKind::Keepalive, last + idle);
+                let elapsed = self.keepalive_time_elapsed(now);
+                let idle = self.keepalive_time(env);
+                if elapsed < idle {
+                    // Something arrived since: the next probe is due an idle time after it.
+                    self.arm(env, TimerKind::Keepalive, now + (idle - elapsed));
+                    return false;
                 }
+                // With TCP_USER_TIMEOUT, that bounds the silence instead of the probe count.
+                let user_timeout = u64::from(self.opts.user_timeout_ms);
+                let timed_out = if user_timeout != 0 {
+                    elapsed >= Duration::from_millis(user_timeout) && self.probes_out > 0
+                } else {
+                    self.probes_out >= self.keepalive_probes(env)
+                };
+                if timed_out {
+                    self.send_active_reset(env, now);
+                    // tcp_write_err
+                    self.err = Some(self.err_soft.unwrap_or(Errno::ETIMEDOUT));
+                    env.mib.inc(Mib::TCPAbortOnTimeout);
+                    self.set_closed(env);
+                    return false;
+                }
+                self.send_probe_keepalive(env, now);
+                self.probes_out += 1;
+                let intvl = self.keepalive_intvl(env);
+                self.arm(env, TimerKind::Keepalive, now + intvl);
                 false
             }
             _ => false,
