@@ -746,6 +746,11 @@ impl Connection {
         }
         // F-RTO step 2.b: new data goes out after cwnd was updated (tcp_xmit_recovery).
         self.frto_xmit_new(env, now, &flag);
+        // tcp_ack's no_queue exit: nothing was in flight, so the ACK answers a zero-window
+        // probe (or opens the window) when data waits.
+        if prior_packets == 0 {
+            self.ack_probe(env, now);
+        }
         // Timers: restart RTO/TLP, or clear when nothing is outstanding.
         if self.packets_out == 0 {
             if self.rtx_event != RtxEvent::Probe0 {
@@ -760,13 +765,6 @@ impl Connection {
             // on 6.18: `ack 84` of a 100-byte segment 30 ms after it left, and the timer
             // still fired 214 ms after the send).
             self.schedule_loss_probe_or_rto(env, now, true);
-        }
-        if self.rtx_event == RtxEvent::Probe0 && self.snd_wnd > 0 {
-            // Window opened: stop probing.
-            if self.timers[TimerKind::Retrans as usize].is_some() && self.packets_out == 0 {
-                self.disarm(env, TimerKind::Retrans);
-                self.backoff = 0;
-            }
         }
         true
     }
