@@ -1027,6 +1027,15 @@ impl Connection {
         if payload.is_empty() && !fin {
             return;
         }
+        // tcp_data_queue_ofo measures the segment as in-order data is measured (rcv_mss and
+        // the scaling ratio, hence the window clamp): measured on 6.18, an active opener
+        // that receives only out-of-order 1460-byte segments raises its offered window with
+        // each (1050, 1062, 1073, 1085, 1096 << 8), past the clamp its first buffer size gave.
+        if !payload.is_empty() {
+            let len = payload.len() as u32;
+            let truesize = self.rx_truesize(env, seg, len);
+            self.measure_rcv_mss(env, seg, len, truesize);
+        }
         // tcp_data_queue_ofo: schedule an ACK; __tcp_ack_snd_check decides (SACK compression).
         self.ofo_insert(env, seq, payload, seg.share(payload), fin);
         self.ack.pending |= ackf::SCHED;
@@ -1252,7 +1261,7 @@ impl Connection {
     /// Linux 6.18 (`tcp_rmem[1]` 100000, ratio 162/256 after a 1460-byte segment of
     /// truesize 2304): rcv_ssthresh 48896 → 51816 → 54736 → 56963 (room-bound) on three
     /// segments.
-    fn grow_window(&mut self, env: &Env, len: u32, truesize: u32) {
+    pub(crate) fn grow_window(&mut self, env: &Env, len: u32, truesize: u32) {
         let room =
             i64::from(self.window_clamp).min(self.tcp_space(env)) - i64::from(self.rcv_ssthresh);
         if room <= 0 || env.mem.pressure {

@@ -176,6 +176,14 @@ impl Connection {
             env.mib.inc(Mib::TCPOFOMerge);
         }
         self.update_sack_blocks(seq, end);
+        // tcp_data_queue_ofo: a queued out-of-order segment grows the window as in-order
+        // data does, on SACK connections only (without SACK the window stays put, so the
+        // sender sees duplicate ACKs). Measured on 6.18: 1460 bytes out of order on a fresh
+        // passive connection raised the offered window from 1050 to 1061 (<< 8), fuzz seed
+        // 80194; each further one by about 2 × 1460 bytes.
+        if self.sack_ok {
+            self.grow_window(env, payload.len() as u32, truesize);
+        }
     }
 
     /// `tcp_dsack_set` for out-of-order data: the duplicate range goes first in the next
