@@ -112,7 +112,9 @@ impl Connection {
                 && now - self.ts_recent_stamp < Duration::from_secs(24 * 86400)
             {
                 env.mib.inc(Mib::PAWSEstab);
-                self.send_dupack(env, now, seg);
+                if !self.oow_rate_limited(env, now, seg, Mib::TCPACKSkippedPAWS) {
+                    self.send_dupack(env, now, seg);
+                }
                 return out;
             }
         }
@@ -132,7 +134,13 @@ impl Connection {
                 self.send_synack(env, now);
                 return out;
             }
-            self.send_dupack(env, now, seg);
+            // tcp_validate_incoming: the duplicate ACK for an unacceptable segment is
+            // rate-limited, as the ACK of a pure ACK could loop (measured on 6.18, fuzz seed
+            // 80036: an out-of-window pure ACK 140 ms after the last one answered goes
+            // unanswered; one carrying data is always answered).
+            if !self.oow_rate_limited(env, now, seg, Mib::TCPACKSkippedSeq) {
+                self.send_dupack(env, now, seg);
+            }
             return out;
         }
         // RST (RFC 5961 §3.2).
@@ -538,17 +546,36 @@ impl Connection {
     /// RFC 5961 challenge ACK, rate-limited per socket by `tcp_invalid_ratelimit` and globally
     /// by `tcp_challenge_ack_limit` (`tcp_send_challenge_ack`).
     pub fn send_challenge_ack(&mut self, env: &mut Env, now: Instant) {
-        let rl = Duration::from_millis(env.sysint(Sysctl::tcp_invalid_ratelimit) as u64);
-        if self.last_oow_ack != Instant::ZERO && now - self.last_oow_ack < rl {
-            env.mib.inc(Mib::TCPACKSkippedChallenge);
+        if self.oow_ack_limited(env, now, Mib::TCPACKSkippedChallenge) {
             return;
         }
         if !env.challenge_ack_allowed(now) {
             return;
         }
-        self.last_oow_ack = now;
         env.mib.inc(Mib::TCPChallengeACK);
         self.send_ack(env, now);
+    }
+
+    /// `tcp_oow_rate_limited`: whether the ACK answering this unacceptable segment must be
+    /// skipped. A segment carrying data (and no SYN) is always answered and does not start
+    /// the interval: only an ACK answering a pure ACK could start an ACK loop.
+    fn oow_rate_limited(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>, mib: Mib) -> bool {
+        if seg.end_seq() != seg.seq && !seg.has(TcpFlags::SYN) {
+            return false;
+        }
+        self.oow_ack_limited(env, now, mib)
+    }
+
+    /// `__tcp_oow_rate_limited`: at most one answer to invalid segments per
+    /// `tcp_invalid_ratelimit` (`last_oow_ack_time`); a skipped one counts in `mib`.
+    fn oow_ack_limited(&mut self, env: &mut Env, now: Instant, mib: Mib) -> bool {
+        let rl = Duration::from_millis(env.sysint(Sysctl::tcp_invalid_ratelimit) as u64);
+        if self.last_oow_ack != Instant::ZERO && now - self.last_oow_ack < rl {
+            env.mib.inc(mib);
+            return true;
+        }
+        self.last_oow_ack = now;
+        false
     }
 
     /// `tcp_incr_quickack`: allow up to `max` immediate ACKs (rcv_wnd / 2 rcv_mss, or 2).
