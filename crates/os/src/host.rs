@@ -76,7 +76,7 @@ use shallow_tcp::{DeviceCaps, Instant, Stack};
 
 pub use crate::device::Device;
 pub use crate::egress::Egress;
-use crate::egress::{lock_txq, qdisc_for, EgressGate, TxQueue, TxQueues};
+use crate::egress::{qdisc_for, OsDriver};
 use crate::error::OsError;
 pub use crate::hook::{Dir, PacketHook, Verdict, HOLD_NS};
 use crate::iothread;
@@ -85,6 +85,7 @@ use crate::shared::{wake_all, Shared};
 pub use crate::shared::{HostStats, QueueStats, CHUNK};
 use crate::tun::{Offload, TunConfig};
 use crate::wake::Waker;
+use shallow_tcp::driver::EgressHandle;
 
 /// How a host is set up by [`Host::attach`].
 #[derive(Debug, Clone)]
@@ -203,27 +204,22 @@ impl Host {
             Device::Mem(l) => l.mtu(),
         };
         let fq = matches!(egress, Egress::Fq | Egress::FqWith(_));
-        let txq = TxQueues::new(
-            (0..n)
-                .map(|_| TxQueue::new(qdisc_for(egress.clone(), mtu)))
-                .collect(),
+        let txq = shallow_tcp::driver::Egress::new(
+            (0..n).map(|_| qdisc_for(egress.clone(), mtu)).collect(),
         );
         // The engine learns each qdisc's verdict at the transmit (NET_XMIT_DROP), as Linux's
-        // TCP does from dev_queue_xmit.
-        let mut stack = stack;
-        if lock_txq(&txq).any_qdisc() {
-            stack.set_tx_gate(Some(Box::new(EgressGate(txq.clone()))));
-        }
+        // TCP does from dev_queue_xmit: the driver installs the gate.
+        let driver = OsDriver::with_egress(stack, EgressHandle::new(txq));
         let wakers = (0..n)
             .map(|_| Waker::new())
             .collect::<io::Result<Vec<_>>>()?;
-        let shared = Arc::new(Shared::new(stack, txq, wakers));
+        let shared = Arc::new(Shared::new(driver, wakers));
         {
             // The engine marks its packets with departure times only when fq is there to
             // honour them (Linux: `sk_pacing_status == SK_PACING_FQ`).
             let mut g = shared.lock();
-            let caps = g.stack.device();
-            g.stack.set_device(DeviceCaps {
+            let caps = g.driver.device();
+            g.driver.set_device(DeviceCaps {
                 edt_pacing: fq,
                 ..caps
             });
@@ -309,7 +305,7 @@ impl Host {
     pub fn with_stack<R>(&self, f: impl FnOnce(&mut Stack, Instant) -> R) -> R {
         let mut g = self.shared.lock();
         let now = self.shared.now();
-        let r = f(&mut g.stack, now);
+        let r = f(g.driver.stack_mut(), now);
         self.shared.finish(g);
         r
     }

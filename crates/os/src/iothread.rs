@@ -13,11 +13,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use shallow_qdisc::QdiscPacket;
-use shallow_tcp::{Instant, Stack, TxToken};
+use shallow_tcp::{Instant, Stack, Transmit, TxToken};
 
 use crate::device::Device;
-use crate::egress::{lock_txq, queue_of, TxPkt, TxQueue};
 use crate::hook::{Dir, Held, HookState, Verdict, HOLD_NS};
 use crate::shared::{bump, wake_all, Inner, Shared};
 use crate::tun::RxBatch;
@@ -37,32 +35,17 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
     while !sh.stopped() {
         let timeout = {
             let g = sh.lock();
-            let now = sh.now().as_nanos();
+            let now = sh.now();
             // Every thread waits for the engine's next timer too: the deadline may have been
             // moved earlier by this thread's own input (application calls kick thread 0).
-            let mut next = g.stack.poll_timeout().map(|t| t.as_nanos());
-            let mut earliest = |t: Option<u64>| {
-                next = match (next, t) {
+            let mut next = g.driver.poll_deadline(me, now).map(|t| t.as_nanos());
+            if let Some(h) = sh.lock_hook() {
+                next = match (next, h.next_deadline()) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
-                }
-            };
-            let txqs = lock_txq(&g.txq);
-            let txq = &txqs.queues[me];
-            if let Some(q) = txq.qdisc.as_ref() {
-                if q.backlog_packets() > 0 {
-                    // Held but not by time should not happen (everything due was dequeued);
-                    // if it does, look again in a millisecond rather than spin.
-                    earliest(Some(q.next_wakeup(now).unwrap_or(now + 1_000_000)));
-                }
+                };
             }
-            if !txq.direct.is_empty() {
-                earliest(Some(now));
-            }
-            if let Some(h) = sh.lock_hook() {
-                earliest(h.next_deadline());
-            }
-            next.map(|t| Duration::from_nanos(t.saturating_sub(now)))
+            next.map(|t| Duration::from_nanos(t.saturating_sub(now.as_nanos())))
         };
         // A poll error (EINTR is already absorbed) is not recoverable by waiting: stop.
         let Ok(ready) = wait_readable(dev.fd(), &sh.wakers[me], timeout) else {
@@ -132,9 +115,7 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
             }
             // Under the engine mutex: a deadline that another thread already handled has
             // moved on, so it does not fire twice.
-            if g.stack.poll_timeout().is_some_and(|t| t <= now) {
-                g.stack.handle_timeout(now);
-            }
+            g.driver.run_timers(now);
             egress(
                 sh,
                 me,
@@ -171,7 +152,7 @@ fn kick_others(sh: &Shared, kicks: &mut [bool]) {
 
 /// Gives one received packet to the engine.
 fn deliver(sh: &Shared, me: usize, g: &mut Inner, p: &[u8], gso: Option<u16>, now: Instant) {
-    g.stack.input(now, p, gso);
+    g.driver.input(now, p, gso);
     bump(&sh.stats.rx_packets);
     if let Some(q) = sh.stats.queues.get(me) {
         bump(&q.rx_packets);
@@ -217,10 +198,11 @@ fn rx(
     }
 }
 
-/// Drains `poll_transmit` into the qdisc of each packet's queue (or, without a qdisc, straight
-/// to `outq` for this thread's queue), then moves what this queue's qdisc releases at `now` to
-/// `outq` (see [`write_out`]). Queues other than `me` that were given packets are marked in
-/// `kicks`.
+/// Drains `poll_transmit` into the qdisc of each packet's queue (the driver's egress step;
+/// without a qdisc the packet waits for its queue's thread), then moves what this queue
+/// releases at `now` to `outq` (see [`write_out`]). Queues other than `me` that were given
+/// packets are marked in `kicks`. Repeats while something moved: a completion (a hook's drop)
+/// may let the engine send more.
 fn egress(
     sh: &Shared,
     me: usize,
@@ -230,9 +212,7 @@ fn egress(
     now: Instant,
     kicks: &mut [bool],
 ) {
-    let Inner { stack, txq, .. } = g;
-    let txq = txq.clone();
-    let n = lock_txq(&txq).queues.len();
+    let driver = &mut g.driver;
     if let Some(h) = hook.as_deref_mut() {
         if h.held_tx
             .as_ref()
@@ -243,86 +223,32 @@ fn egress(
             }
         }
     }
-    // The queues' lock is taken for each step alone: a call into the engine (a completion)
-    // may transmit, and its admission takes the lock.
     loop {
         let mut any = false;
-        let direct = std::mem::take(&mut lock_txq(&txq).queues[me].direct);
-        for p in direct {
+        let dropped = driver.transmit(now, |q| {
             any = true;
-            tx_hooked(sh, stack, outq, hook.as_deref_mut(), p, now);
-        }
-        while let Some(tx) = stack.poll_transmit(now) {
-            any = true;
-            let q = if n > 1 { queue_of(tx.flow, n) } else { 0 };
-            let p = TxPkt {
-                data: tx.data,
-                gso_size: tx.gso_size,
-                departure: tx.departure.map(|d| d.as_nanos()),
-                token: tx.token,
-                flow: tx.flow,
-            };
             if q != me {
                 kicks[q] = true;
             }
-            let mut t = lock_txq(&txq);
-            let TxQueue {
-                qdisc,
-                admitted,
-                direct,
-            } = &mut t.queues[q];
-            // What is left to do once the lock is dropped: write the packet (no qdisc on
-            // this thread's queue) or complete a packet the qdisc dropped.
-            let after = match qdisc {
-                None if q == me => Some((true, p)),
-                None => {
-                    direct.push(p);
-                    None
-                }
-                Some(qd) => {
-                    // Admitted at the transmit: its place was held, so this cannot fail.
-                    admitted.remove(p.len(), p.flow, p.priority());
-                    qd.enqueue(now.as_nanos(), p).err().map(|p| (false, p))
-                }
-            };
-            drop(t);
-            match after {
-                Some((true, p)) => tx_hooked(sh, stack, outq, hook.as_deref_mut(), p, now),
-                Some((false, p)) => {
-                    bump(&sh.stats.qdisc_drops);
-                    if let Some(t) = p.token {
-                        stack.tx_complete(now, t);
-                    }
-                }
-                None => {}
-            }
-        }
-        let mut t = lock_txq(&txq);
+        });
         // Refusals at the transmit are the qdisc's drops too.
-        let refused = std::mem::take(&mut t.refused);
-        if refused > 0 {
-            sh.stats.qdisc_drops.fetch_add(refused, Ordering::Relaxed);
+        let (refused, held) = {
+            let mut e = driver.egress().lock();
+            (e.take_refused(), e.backlog_bytes())
+        };
+        if dropped + refused > 0 {
+            sh.stats
+                .qdisc_drops
+                .fetch_add(dropped + refused, Ordering::Relaxed);
         }
-        let held: usize = t.queues.iter().map(TxQueue::backlog_bytes).sum();
         sh.stats
             .qdisc_backlog_max
             .fetch_max(held as u64, Ordering::Relaxed);
-        let mut released = Vec::new();
-        if let Some(q) = t.queues[me].qdisc.as_mut() {
-            while let Some(p) = q.dequeue(now.as_nanos()) {
-                released.push(p);
-            }
-        }
-        drop(t);
-        for p in released {
+        while let Some(p) = driver.poll_release(me, now) {
             any = true;
-            tx_hooked(sh, stack, outq, hook.as_deref_mut(), p, now);
+            tx_hooked(sh, driver, outq, hook.as_deref_mut(), p, now);
         }
-        let held: usize = lock_txq(&txq)
-            .queues
-            .iter()
-            .map(TxQueue::backlog_bytes)
-            .sum();
+        let held = driver.egress().lock().backlog_bytes();
         sh.stats.qdisc_backlog.store(held as u64, Ordering::Relaxed);
         if !any {
             break;
@@ -337,10 +263,12 @@ fn tx_hooked(
     stack: &mut Stack,
     outq: &mut Vec<Out>,
     hook: Option<&mut HookState>,
-    p: TxPkt,
+    mut p: Transmit,
     now: Instant,
 ) {
-    let TxPkt {
+    // The device writes one buffer.
+    p.linearize();
+    let Transmit {
         data,
         gso_size,
         token,
@@ -415,7 +343,7 @@ fn write_out(sh: &Shared, me: usize, dev: &Device, outq: &mut Vec<Out>, kicks: &
         let mut hook = sh.lock_hook();
         let now = sh.now();
         for t in tokens.drain(..) {
-            g.stack.tx_complete(now, t);
+            g.driver.tx_complete(now, t);
         }
         egress(sh, me, &mut g, outq, hook.as_deref_mut(), now, kicks);
         drop(hook);

@@ -59,7 +59,7 @@ impl Sock {
     /// Creates a socket of `family`.
     pub fn new(host: &Host, family: Family) -> io::Result<Sock> {
         let mut g = host.shared.lock();
-        let id = g.stack.socket(family).map_err(errno)?;
+        let id = g.driver.socket(family).map_err(errno)?;
         g.add_slot(id);
         Ok(Sock {
             host: host.clone(),
@@ -89,7 +89,7 @@ impl Sock {
             return Err(ebadf());
         }
         let now = sh.now();
-        let r = f(&mut g.stack, now, self.id).map_err(errno);
+        let r = f(g.driver.stack_mut(), now, self.id).map_err(errno);
         sh.finish(g);
         r
     }

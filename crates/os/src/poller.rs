@@ -296,7 +296,7 @@ impl Poller {
                 let Some(r) = ps.regs.get(&s).copied() else {
                     continue;
                 };
-                let bits = inner.stack.poll(s).unwrap_or(ALWAYS) & (r.interest | ALWAYS);
+                let bits = inner.driver.poll(s).unwrap_or(ALWAYS) & (r.interest | ALWAYS);
                 if bits != 0 {
                     events.list.push(Event {
                         token: r.token,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use shallow_tcp::{pollbits, Errno, Instant, SocketId, Stack};
 
-use crate::egress::SharedTxQueues;
+use crate::egress::OsDriver;
 use crate::hook::HookState;
 use crate::readiness::PollerState;
 use crate::wake::Waker;
@@ -131,14 +131,12 @@ impl Slot {
 
 /// The engine and everything guarded with it.
 pub(crate) struct Inner {
-    /// The engine.
-    pub stack: Stack,
+    /// The engine with the egress qdisc of each device queue (Linux's `mq` children), whose
+    /// admission it asks at the transmit (`shallow_tcp::driver`).
+    pub driver: OsDriver,
     slots: Vec<Option<Slot>>,
     /// Readiness sets, by poller id.
     pub pollers: Vec<Option<PollerState>>,
-    /// The egress qdisc of each device queue (Linux's `mq` children), shared with the
-    /// engine's admission at the transmit ([`crate::egress::EgressGate`]).
-    pub txq: SharedTxQueues,
 }
 
 impl Inner {
@@ -183,7 +181,7 @@ impl Inner {
     /// socket's blocking callers (condition variable), its async tasks (by event direction)
     /// and the pollers it is registered with.
     pub fn dispatch(&mut self, stats: &HostStats) {
-        while let Some(w) = self.stack.poll_wakeup() {
+        while let Some(w) = self.driver.poll_wakeup() {
             bump(&stats.wakeups);
             let Some(slot) = self
                 .slots
@@ -237,16 +235,15 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The shared state of a host over `stack` with one device queue per waker in `wakers`
-    /// (their egress qdiscs in `txq`); time starts now.
-    pub fn new(stack: Stack, txq: SharedTxQueues, wakers: Vec<Waker>) -> Shared {
+    /// The shared state of a host over `driver` (the engine and its egress qdiscs) with one
+    /// device queue per waker in `wakers`; time starts now.
+    pub fn new(driver: OsDriver, wakers: Vec<Waker>) -> Shared {
         let n = wakers.len();
         Shared {
             inner: Mutex::new(Inner {
-                stack,
+                driver,
                 slots: Vec::new(),
                 pollers: Vec::new(),
-                txq,
             }),
             wakers,
             hook: Mutex::new(HookState::default()),
@@ -406,7 +403,7 @@ impl<'a> Owned<'a> {
     }
 
     pub fn stack(&mut self) -> &mut Stack {
-        &mut self.inner().stack
+        self.inner().driver.stack_mut()
     }
 
     pub fn now(&self) -> Instant {
@@ -426,7 +423,7 @@ impl<'a> Owned<'a> {
             let slot = g.slot_mut(s).ok_or_else(ebadf)?;
             if !slot.owned {
                 slot.owned = true;
-                g.stack.lock_sock(s);
+                g.driver.lock_sock(s);
                 return Ok(());
             }
             slot.waiters += 1;
@@ -446,7 +443,7 @@ impl<'a> Owned<'a> {
         let now = self.sh.now();
         let s = self.s;
         let g = self.g.as_mut().expect("engine mutex held");
-        g.stack.release_sock(now, s);
+        g.driver.release_sock(now, s);
         if let Some(slot) = g.slot_mut(s) {
             slot.owned = false;
             if slot.waiters > 0 {
@@ -498,8 +495,8 @@ impl<'a> Owned<'a> {
         let now = self.sh.now();
         let s = self.s;
         let g = self.inner();
-        g.stack.release_sock(now, s);
-        g.stack.lock_sock(s);
+        g.driver.release_sock(now, s);
+        g.driver.lock_sock(s);
     }
 
     /// Linux `sk_wait_event`: releases the socket, sleeps until a wake-up of this socket or

@@ -451,13 +451,13 @@ fn run_inner(
     let mut left = mk_host(left_ip, "host/left", &cfg.sysctls, fq)?;
     let mut right = mk_host(right_ip, "host/right", &cfg.rx_sysctls, false)?;
     if extras.tx_gso_off {
-        left.stack.set_device(DeviceCaps {
+        left.driver.set_device(DeviceCaps {
             gso: false,
-            ..left.stack.device()
+            ..left.driver.device()
         });
     }
     if extras.rx_route_quickack {
-        right.stack.set_route(
+        right.driver.set_route(
             left_ip,
             host_prefix,
             shallow_tcp::RouteAttrs {
@@ -630,13 +630,13 @@ fn run_inner(
             };
             if let Some(s) = s_th.sock {
                 senders.push((f, s));
-                if let Ok(m) = lhost.stack.meminfo(s) {
+                if let Ok(m) = lhost.driver.meminfo(s) {
                     a.wmem_max = a.wmem_max.max(u64::from(m.wmem_queued));
                     a.wmem_sum += u128::from(m.wmem_queued);
                 }
             }
             if let Some(r) = r_th.and_then(|r| r.sock) {
-                if let Ok(m) = rhost.stack.meminfo(r) {
+                if let Ok(m) = rhost.driver.meminfo(r) {
                     a.rmem_max = a.rmem_max.max(u64::from(m.rmem_alloc));
                     a.rmem_sum += u128::from(m.rmem_alloc);
                 }
@@ -647,7 +647,7 @@ fn run_inner(
             .threads()
             .iter()
             .filter_map(|t| t.sock)
-            .filter_map(|s| lhost.stack.meminfo(s).ok())
+            .filter_map(|s| lhost.driver.meminfo(s).ok())
             .map(|m| u64::from(m.wmem_queued + m.rmem_alloc).div_ceil(4096))
             .sum();
         mem_pages_max = mem_pages_max.max(pages);
@@ -658,7 +658,7 @@ fn run_inner(
         let lhost = sim.endpoint_mut(lh);
         for &(f, s) in &senders {
             rtt_buf.clear();
-            if let Ok(dropped) = lhost.stack.take_rtt_samples(s, &mut rtt_buf) {
+            if let Ok(dropped) = lhost.driver.take_rtt_samples(s, &mut rtt_buf) {
                 acc[f].rtt_dropped += dropped;
                 for &us in &rtt_buf {
                     acc[f].rtt.add(u64::from(us) * 1000);
@@ -824,14 +824,14 @@ fn sample_of(sim: &BenchSim, lh: HostId, rh: HostId, cfg: &BenchConfig) -> Sampl
             .threads()
             .iter()
             .filter_map(|t| t.sock)
-            .filter_map(|s| ep.stack.meminfo(s).ok())
+            .filter_map(|s| ep.driver.meminfo(s).ok())
             .map(|m| u64::from(m.wmem_queued + m.rmem_alloc).div_ceil(4096))
             .sum(),
     };
     let mut s = Sample {
         t: now,
         hosts: [host(lh, l), host(rh, r)],
-        autocork_events: l.stack.counters().get("TcpExtTCPAutoCorking").unwrap_or(0),
+        autocork_events: l.driver.counters().get("TcpExtTCPAutoCorking").unwrap_or(0),
         ..Sample::default()
     };
     for f in 0..cfg.flows + usize::from(cfg.probe) {
@@ -841,13 +841,13 @@ fn sample_of(sim: &BenchSim, lh: HostId, rh: HostId, cfg: &BenchConfig) -> Sampl
         // The data sender is on the left host (as in `fill_flow`).
         s.sender_wakeups += st.stats.wakeups;
         s.send_calls += st.stats.send_calls;
-        if let Some(i) = st.sock.and_then(|k| l.stack.tcp_info(at, k).ok()) {
+        if let Some(i) = st.sock.and_then(|k| l.driver.tcp_info(at, k).ok()) {
             s.bytes_sent += i.bytes_sent;
             s.segments_sent += u64::from(i.data_segs_out);
         }
         if let Some(rt) = rt {
             s.bytes_delivered += rt.stats.bytes_received;
-            if let Some(i) = rt.sock.and_then(|k| r.stack.tcp_info(at, k).ok()) {
+            if let Some(i) = rt.sock.and_then(|k| r.driver.tcp_info(at, k).ok()) {
                 s.acks_sent += u64::from(i.segs_out);
             }
         }
@@ -856,7 +856,7 @@ fn sample_of(sim: &BenchSim, lh: HostId, rh: HostId, cfg: &BenchConfig) -> Sampl
 }
 
 fn counters_of(h: &TcpHost) -> BTreeMap<String, u64> {
-    h.stack
+    h.driver
         .counters()
         .iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -935,7 +935,7 @@ fn fill_flow(
     m.sender_wakeups = s.stats.wakeups;
     m.context_switches = s.stats.context_switches;
     if let Some(sock) = s.sock {
-        if let Ok(i) = shost.stack.tcp_info(at, sock) {
+        if let Ok(i) = shost.driver.tcp_info(at, sock) {
             m.throughput_bps = i.bytes_sent as f64 * 8.0 / secs;
             m.retransmits = u64::from(i.total_retrans);
             m.retransmitted_bytes = i.bytes_retrans;
@@ -949,13 +949,13 @@ fn fill_flow(
         m.receiver_wakeups = r.stats.wakeups;
         m.context_switches += r.stats.context_switches;
         if let Some(sock) = r.sock {
-            if let Ok(i) = rhost.stack.tcp_info(at, sock) {
+            if let Ok(i) = rhost.driver.tcp_info(at, sock) {
                 m.acks_sent = u64::from(i.segs_out);
                 m.data_segments_received = u64::from(i.data_segs_in);
                 m.acks_per_data_segment =
                     (i.data_segs_in > 0).then(|| f64::from(i.segs_out) / f64::from(i.data_segs_in));
             }
-            if let Ok(mi) = rhost.stack.meminfo(sock) {
+            if let Ok(mi) = rhost.driver.meminfo(sock) {
                 m.receiver_socket_drops = u64::from(mi.drops);
             }
         }

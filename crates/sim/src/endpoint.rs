@@ -35,8 +35,8 @@ pub trait Endpoint {
     fn tx_complete(&mut self, now: Time, token: u64);
     /// The emulator gives the endpoint its host's egress qdisc once, when the topology is
     /// built, so that it can learn the qdisc's verdict on a packet at the transmit
-    /// ([`EgressGate`](crate::qdisc::EgressGate), Linux's `NET_XMIT_DROP`). An endpoint that
-    /// records an admission in [`Egress::admitted`](crate::qdisc::Egress::admitted) must then
+    /// ([`EgressGate`](crate::qdisc::EgressGate), Linux's `NET_XMIT_DROP`). An endpoint whose
+    /// gate admitted a packet (recorded in its queue's ledger, `TxQueue::admitted`) must then
     /// release that packet through [`Endpoint::poll_transmit`]. The default ignores it: every
     /// packet is offered to the qdisc only when it is released.
     fn attach_egress(&mut self, egress: &EgressHandle) {

@@ -28,15 +28,15 @@ use std::net::{IpAddr, SocketAddr};
 
 use sha2::{Digest, Sha256};
 use shallow_tcp::{
-    msgflags, pollbits::*, DeviceCaps, Errno, Family, Instant, OptVal, RxPacket, Shutdown, SockOpt,
-    SocketId, Stack, TcpState, TxToken,
+    driver::Driver, msgflags, pollbits::*, DeviceCaps, Errno, Family, Instant, OptVal, RxPacket,
+    Shutdown, SockOpt, SocketId, Stack, TcpState, TxToken,
 };
 
 use crate::cpu::{CostTable, Cpu, CpuLayout};
 use crate::endpoint::Endpoint;
 use crate::event::EventQueue;
 use crate::hist::Histogram;
-use crate::packet::Packet;
+use crate::packet::{Packet, Skb};
 use crate::pool::{BufPool, FlowMap};
 use crate::rng::SimRng;
 use crate::segment;
@@ -265,8 +265,9 @@ pub struct TcpHostConfig {
 
 /// One emulated host running the Shallow engine (see the module docs).
 pub struct TcpHost {
-    /// The engine.
-    pub stack: Stack,
+    /// The engine with its egress (the host's qdisc, shared with the emulator, whose verdict
+    /// the engine asks at the transmit); it dereferences to the engine's [`Stack`].
+    pub driver: Driver<Skb>,
     costs: CostTable,
     cpus: Vec<CpuState>,
     softirq_cpu: usize,
@@ -347,7 +348,7 @@ impl TcpHost {
         }
         pattern.truncate(PATTERN_LEN);
         Ok(TcpHost {
-            stack,
+            driver: Driver::new(stack),
             costs: cfg.costs,
             cpus: (0..n).map(|_| CpuState::default()).collect(),
             softirq_cpu,
@@ -386,18 +387,18 @@ impl TcpHost {
 
     /// Add a listener with its accept-loop thread. Errors are the engine's (`bind`/`listen`).
     pub fn add_listener(&mut self, l: Listener) -> Result<(), Errno> {
-        let v6 = matches!(self.stack.addresses().first(), Some(IpAddr::V6(_)));
+        let v6 = matches!(self.driver.addresses().first(), Some(IpAddr::V6(_)));
         let s = self
-            .stack
+            .driver
             .socket(if v6 { Family::V6 } else { Family::V4 })?;
-        self.stack
+        self.driver
             .setsockopt(Instant::ZERO, s, SockOpt::SoReuseaddr, &OptVal::Int(1))?;
-        let any: IpAddr = match self.stack.addresses().first() {
+        let any: IpAddr = match self.driver.addresses().first() {
             Some(IpAddr::V6(_)) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
             _ => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
         };
-        self.stack.bind(s, SocketAddr::new(any, l.port))?;
-        self.stack.listen(s, 4096)?;
+        self.driver.bind(s, SocketAddr::new(any, l.port))?;
+        self.driver.listen(s, 4096)?;
         let cpu = self.place_thread();
         let mut t = Thread::new(l.role.clone(), cpu, Phase::Accept(self.listeners.len()));
         t.sock = Some(s);
@@ -493,7 +494,7 @@ impl TcpHost {
     fn drain_output(&mut self, now: Time, base: u64) -> u64 {
         let mut scratch = std::mem::take(&mut self.scratch);
         let (mut packets, mut segs) = (0u64, 0u64);
-        while let Some(tx) = self.stack.poll_transmit(inst(now)) {
+        while let Some(tx) = self.driver.poll_transmit(inst(now)) {
             let view = segment::parse_tcp_split(&tx.data, tx.frag.len());
             let n = match (tx.gso_size, view) {
                 (Some(g), Some(v)) if g > 0 => v.payload_len.div_ceil(usize::from(g)).max(1),
@@ -536,7 +537,7 @@ impl TcpHost {
     /// Deliver the engine's wake-ups: blocked threads whose wait condition matches become
     /// runnable at `at` and pay a context switch.
     fn drain_wakeups(&mut self, at: Time) {
-        while let Some(w) = self.stack.poll_wakeup() {
+        while let Some(w) = self.driver.poll_wakeup() {
             let Some(Some(t)) = self.sock_thread.get(w.socket.0 as usize).copied() else {
                 continue;
             };
@@ -562,7 +563,7 @@ impl TcpHost {
         loop {
             if !self.timer_queued
                 && self
-                    .stack
+                    .driver
                     .poll_timeout()
                     .is_some_and(|t| t.as_nanos() <= now.0)
             {
@@ -640,14 +641,14 @@ impl TcpHost {
                 // The socket this packet is for, when a thread owns it (its call is running).
                 let owner = view
                     .and_then(|v| self.by_ports.get(&(v.dport, v.sport)).copied())
-                    .filter(|s| self.stack.is_owned(*s));
+                    .filter(|s| self.driver.is_owned(*s));
                 let rx_cost = self.costs.rx(payload, segs);
                 let rx = if frag.is_empty() {
                     RxPacket::linear(&data)
                 } else {
                     RxPacket::paged(&data, &frag)
                 };
-                self.stack
+                self.driver
                     .handle_packet(inst(now), rx.gso(gso).csum_verified(csum_ok));
                 self.pool.put(data);
                 if let Some(s) = owner {
@@ -664,14 +665,14 @@ impl TcpHost {
                 self.stats.tx_completions += 1;
                 if let Some(t) = self.tokens.get_mut(tok as usize).and_then(Option::take) {
                     self.free_tokens.push(tok);
-                    self.stack.tx_complete(inst(now), t);
+                    self.driver.tx_complete(inst(now), t);
                 }
                 self.costs.tx_completion_ns
             }
             Task::Timer => {
                 self.stats.timer_runs += 1;
                 self.timer_queued = false;
-                self.stack.handle_timeout(inst(now));
+                self.driver.handle_timeout(inst(now));
                 self.costs.timer_ns
             }
         };
@@ -698,11 +699,11 @@ impl TcpHost {
         let Some((t, s)) = self.cpus[c].release.take() else {
             return;
         };
-        self.stack.release_sock(inst(now), s);
+        self.driver.release_sock(inst(now), s);
         // sk_wait_event: a thread about to sleep releases the socket first, then re-checks
         // its condition; what the backlog brought in lets it go on without sleeping.
         if let Sched::Blocked(mask) = self.threads[t].sched {
-            if self.stack.poll(s).is_ok_and(|ev| ev & mask != 0) {
+            if self.driver.poll(s).is_ok_and(|ev| ev & mask != 0) {
                 self.threads[t].sched = Sched::Runnable;
                 self.threads[t].ready_at = now;
                 self.cpus[c].run.push_back(t);
@@ -764,15 +765,15 @@ impl TcpHost {
     /// `lock_sock` and `f`; `release_sock` runs when the call's CPU time is over
     /// ([`TcpHost::run_release`]). At most one locked call per step.
     fn locked<R>(&mut self, s: SocketId, now: Time, f: impl FnOnce(&mut Stack, Instant) -> R) -> R {
-        self.stack.lock_sock(s);
+        self.driver.lock_sock(s);
         self.cur_lock = Some(s);
-        f(&mut self.stack, inst(now))
+        f(self.driver.stack_mut(), inst(now))
     }
 
     /// Block on `mask` unless the socket already reports one of its bits (`tcp_poll`).
     fn wait(&mut self, s: SocketId, mask: u32) -> Sched {
         let mask = mask | POLLERR | POLLHUP;
-        match self.stack.poll(s) {
+        match self.driver.poll(s) {
             Ok(ev) if ev & mask != 0 => Sched::Runnable,
             Ok(_) => Sched::Blocked(mask),
             Err(_) => Sched::Done,
@@ -785,8 +786,8 @@ impl TcpHost {
     }
 
     fn register(&mut self, t: usize, s: SocketId) {
-        let local = self.stack.local_addr(s).ok();
-        let peer = self.stack.peer_addr(s).ok();
+        let local = self.driver.local_addr(s).ok();
+        let peer = self.driver.peer_addr(s).ok();
         if let (Some(l), Some(p)) = (local, peer) {
             self.by_ports.insert((l.port(), p.port()), s);
         }
@@ -819,7 +820,7 @@ impl TcpHost {
                     SocketAddr::V4(_) => Family::V4,
                     SocketAddr::V6(_) => Family::V6,
                 };
-                let s = match self.stack.socket(fam) {
+                let s = match self.driver.socket(fam) {
                     Ok(s) => s,
                     Err(e) => return self.fail(t, e),
                 };
@@ -827,10 +828,10 @@ impl TcpHost {
                 self.bind_thread(s, t);
                 if self.threads[t].nodelay {
                     let _ =
-                        self.stack
+                        self.driver
                             .setsockopt(inst(now), s, SockOpt::TcpNodelay, &OptVal::Int(1));
                 }
-                match self.stack.connect(inst(now), s, remote) {
+                match self.driver.connect(inst(now), s, remote) {
                     Err(Errno::EINPROGRESS) | Ok(()) => {}
                     Err(e) => return self.fail(t, e),
                 }
@@ -841,7 +842,7 @@ impl TcpHost {
                 let Some(s) = self.threads[t].sock else {
                     return Sched::Done;
                 };
-                match self.stack.state(s) {
+                match self.driver.state(s) {
                     Ok(TcpState::SynSent) | Ok(TcpState::SynRecv) => {
                         Sched::Blocked(POLLOUT | POLLERR | POLLHUP)
                     }
@@ -855,7 +856,7 @@ impl TcpHost {
                         // A failed connect reports its error to the next connect() call.
                         *cost += sc;
                         let e = match self.threads[t].remote {
-                            Some(r) => match self.stack.connect(inst(now), s, r) {
+                            Some(r) => match self.driver.connect(inst(now), s, r) {
                                 Err(e) => e,
                                 Ok(()) => Errno::ECONNABORTED,
                             },
@@ -883,12 +884,12 @@ impl TcpHost {
         };
         loop {
             *cost += self.costs.syscall_ns;
-            match self.stack.accept(ls) {
+            match self.driver.accept(ls) {
                 Ok((child, _peer)) => {
                     let l = &self.listeners[li];
                     let (role, nodelay) = (l.role.clone(), l.nodelay);
                     if nodelay {
-                        let _ = self.stack.setsockopt(
+                        let _ = self.driver.setsockopt(
                             inst(now),
                             child,
                             SockOpt::TcpNodelay,
@@ -1101,7 +1102,7 @@ impl TcpHost {
             best = Some(best.map_or(t, |b: Time| b.min(t)));
         };
         if !self.timer_queued {
-            if let Some(t) = self.stack.poll_timeout() {
+            if let Some(t) = self.driver.poll_timeout() {
                 take(Time(t.as_nanos()));
             }
         }
@@ -1172,8 +1173,7 @@ impl Endpoint for TcpHost {
     /// The engine learns the qdisc's verdict at the transmit (NET_XMIT_DROP), as Linux's
     /// TCP does from `dev_queue_xmit`.
     fn attach_egress(&mut self, egress: &crate::qdisc::EgressHandle) {
-        self.stack
-            .set_tx_gate(Some(Box::new(crate::qdisc::EgressGate(egress.clone()))));
+        self.driver.set_egress(egress.clone());
     }
 
     fn tx_complete(&mut self, now: Time, token: u64) {

@@ -9,8 +9,8 @@ pub use shallow_qdisc::{
     pfifo_fast_band, tos_to_priority, Admitted, Fifo, Fq, FqConfig, Offer, PfifoFast, Qdisc,
     QdiscPacket, QdiscStats, Rate as QdiscRate, Tbf,
 };
-use shallow_tcp::{TxGate, TxMeta};
-use std::sync::{Arc, Mutex, MutexGuard};
+use shallow_tcp::driver::{gso_segment_len, gso_segments};
+use std::sync::MutexGuard;
 
 use crate::packet::{Packet, Skb};
 use crate::segment;
@@ -30,52 +30,67 @@ impl QdiscPacket for Skb {
         segment::tos(&self.pkt.data).map_or(0, tos_to_priority)
     }
     fn gso_segment_len(&self) -> Option<usize> {
-        let gso = self.pkt.gso_size.filter(|&g| g > 0)?;
-        let v = segment::parse_tcp_split(&self.pkt.data, self.pkt.frag.len())?;
-        Some(v.payload_off + usize::from(gso))
+        gso_segment_len(&self.pkt.data, self.pkt.frag.len(), self.pkt.gso_size)
     }
-    /// The NIC's TSO cut ([`segment::write_segment_parsed`]); the TX-completion token and the
-    /// flow's byte account ride on the last piece.
+    /// The NIC's TSO cut ([`gso_segments`]); the TX-completion token and the flow's byte
+    /// account ride on the last piece.
     fn gso_segment(self) -> Result<Vec<Skb>, Skb> {
-        let Some(gso) = self.pkt.gso_size.filter(|&g| g > 0) else {
+        let Some(outs) = self
+            .pkt
+            .gso_size
+            .and_then(|g| gso_segments(&self.pkt.data, &self.pkt.frag[..], g))
+        else {
             return Err(self);
         };
-        let (head, frag) = (&self.pkt.data, &self.pkt.frag);
-        let Some(v) = segment::parse_tcp_split(head, frag.len()) else {
-            return Err(self);
-        };
-        // The payload: in `frag` for a paged packet (whose head is its headers), else after
-        // the headers.
-        let (head, payload) = if frag.is_empty() {
-            head.split_at(v.payload_off.min(head.len()))
-        } else if head.len() == v.payload_off {
-            (&head[..], &frag[..])
-        } else {
-            return Err(self);
-        };
-        let n = v.payload_len.div_ceil(usize::from(gso)).max(1);
-        let mut pieces = Vec::with_capacity(n);
-        for i in 0..n {
-            let mut out = Vec::new();
-            if segment::write_segment_parts(head, payload, &v, gso, i, &mut out).is_err() {
-                return Err(self);
-            }
-            let last = i + 1 == n;
-            pieces.push(Skb {
+        let last = outs.len() - 1;
+        Ok(outs
+            .into_iter()
+            .enumerate()
+            .map(|(i, data)| Skb {
                 pkt: Packet {
-                    data: out,
+                    data,
                     gso_size: None,
                     departure: self.pkt.departure,
-                    token: if last { self.pkt.token } else { None },
+                    token: if i == last { self.pkt.token } else { None },
                     flow: self.pkt.flow,
                     seg: None,
                     frag: Default::default(),
                 },
                 enqueued: self.enqueued,
-                acct_len: if last { self.acct_len } else { 0 },
-            });
-        }
-        Ok(pieces)
+                acct_len: if i == last { self.acct_len } else { 0 },
+            })
+            .collect())
+    }
+}
+
+/// A host's egress (`shallow_tcp::driver::Egress`, one TX queue here): shared by the emulator,
+/// which enqueues what the endpoint releases ([`Egress::enqueue`](shallow_tcp::driver::Egress::enqueue):
+/// out of the admission ledger, into the qdisc) and lets the NIC dequeue, and the host's engine,
+/// which asks its qdisc for admission at the transmit ([`EgressGate`]); it also counts the
+/// refusals not yet counted in the host's [`HostStats`](crate::HostStats).
+pub type Egress = shallow_tcp::driver::Egress<Skb>;
+
+/// A shared handle on a host's [`Egress`] (the emulator runs on one thread; the mutex is
+/// only what a [`TxGate`](shallow_tcp::TxGate) installed in a `Send` engine needs).
+pub type EgressHandle = shallow_tcp::driver::EgressHandle<Skb>;
+
+/// The admission rule a `TcpHost`'s driver installs in its engine: the host's real qdisc
+/// decides at the transmit ([`Qdisc::admit`]), as Linux's `dev_queue_xmit` returns
+/// `NET_XMIT_DROP` to `__tcp_transmit_skb`; an admitted packet is then sure of its place when
+/// the emulator enqueues it (after the CPU time of the send).
+pub type EgressGate = shallow_tcp::driver::EgressGate<Skb>;
+
+/// The qdisc of an [`EgressHandle`], borrowed ([`Sim::qdisc`](crate::Sim::qdisc)).
+pub struct QdiscRef<'a>(pub(crate) MutexGuard<'a, Egress>);
+
+impl std::ops::Deref for QdiscRef<'_> {
+    type Target = dyn Qdisc<Skb> + Send;
+    fn deref(&self) -> &Self::Target {
+        self.0
+            .queue(0)
+            .qdisc
+            .as_deref()
+            .expect("an emulated host's egress has a qdisc")
     }
 }
 
@@ -134,80 +149,5 @@ mod tests {
             }
         }
         assert_eq!(tokens, vec![None, None, None, None, Some(9)]);
-    }
-}
-
-/// A host's egress qdisc, shared by the emulator (which enqueues what the endpoint releases
-/// and lets the NIC dequeue) and the host's engine (which asks it for admission at the
-/// transmit, [`EgressGate`]): the packets admitted but not yet enqueued, and the refusals
-/// not yet counted in the host's [`HostStats`](crate::HostStats).
-pub struct Egress {
-    /// The qdisc.
-    pub qdisc: Box<dyn Qdisc<Skb> + Send>,
-    /// Packets admitted at the transmit and not yet enqueued.
-    pub admitted: Admitted,
-    /// Refusals since the emulator last counted them.
-    pub refused: u64,
-}
-
-/// A shared handle on a host's [`Egress`] (the emulator runs on one thread; the mutex is
-/// only what a [`TxGate`] installed in a `Send` engine needs).
-#[derive(Clone)]
-pub struct EgressHandle(Arc<Mutex<Egress>>);
-
-impl EgressHandle {
-    /// A handle on a new egress around `qdisc`.
-    pub fn new(qdisc: Box<dyn Qdisc<Skb> + Send>) -> EgressHandle {
-        EgressHandle(Arc::new(Mutex::new(Egress {
-            qdisc,
-            admitted: Admitted::new(),
-            refused: 0,
-        })))
-    }
-    /// The egress (a poisoned lock is taken over: the state is plain counters and queues).
-    pub fn lock(&self) -> MutexGuard<'_, Egress> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// The qdisc of an [`EgressHandle`], borrowed ([`Sim::qdisc`](crate::Sim::qdisc)).
-pub struct QdiscRef<'a>(pub(crate) MutexGuard<'a, Egress>);
-
-impl std::ops::Deref for QdiscRef<'_> {
-    type Target = dyn Qdisc<Skb> + Send;
-    fn deref(&self) -> &Self::Target {
-        self.0.qdisc.as_ref()
-    }
-}
-
-/// The admission rule a `TcpHost` installs in its engine ([`Stack::set_tx_gate`]): the
-/// host's real qdisc decides at the transmit ([`Qdisc::admit`]), as Linux's `dev_queue_xmit`
-/// returns `NET_XMIT_DROP` to `__tcp_transmit_skb`; an admitted packet is then sure of its
-/// place when the emulator enqueues it (after the CPU time of the send).
-///
-/// [`Stack::set_tx_gate`]: shallow_tcp::Stack::set_tx_gate
-pub struct EgressGate(pub EgressHandle);
-
-impl TxGate for EgressGate {
-    fn admit(&mut self, m: &TxMeta) -> bool {
-        let offer = Offer {
-            len: m.len,
-            flow: m.flow,
-            priority: tos_to_priority(m.tos),
-            departure_ns: m.departure_ns,
-            header_len: m.header_len,
-            gso_size: m.gso_size.map(usize::from),
-        };
-        let mut e = self.0.lock();
-        let Egress {
-            qdisc,
-            admitted,
-            refused,
-        } = &mut *e;
-        let ok = qdisc.admit(m.now.as_nanos(), &offer, admitted);
-        if !ok {
-            *refused += 1;
-        }
-        ok
     }
 }

@@ -25,7 +25,7 @@ use crate::gro::{Gro, GroStats};
 use crate::metrics::{FlowBytes, PacketDelay, Summary};
 use crate::packet::{Packet, Skb, TsoParent, WireSeg};
 use crate::pool::{BufPool, FlowMap};
-use crate::qdisc::{EgressHandle, QdiscPacket, QdiscRef};
+use crate::qdisc::{EgressHandle, QdiscRef};
 use crate::rng::SimRng;
 use crate::segment;
 use crate::spec::{LinkSpec, QdiscSpec, QueueLimit, SpecError};
@@ -456,7 +456,7 @@ impl<E: Endpoint> TopologyBuilder<E> {
             {
                 return Err(TopologyError::BadNic(i));
             }
-            let egress = EgressHandle::new(cfg.qdisc.build(cfg.mtu, cfg.txqueuelen));
+            let egress = EgressHandle::single(Some(cfg.qdisc.build(cfg.mtu, cfg.txqueuelen)));
             let mut ep = ep;
             ep.attach_egress(&egress);
             hosts.push(Host {
@@ -828,7 +828,7 @@ impl<E: Endpoint> Sim<E> {
         }
         let hs = &mut self.hosts[h];
         // Packets the qdisc refused at the transmit are its drops too.
-        hs.stats.qdisc_drops += std::mem::take(&mut hs.egress.lock().refused);
+        hs.stats.qdisc_drops += hs.egress.lock().take_refused();
         let t = hs.ep.poll_timeout();
         hs.timer_at = t;
         if let Some(t) = t {
@@ -858,13 +858,9 @@ impl<E: Endpoint> Sim<E> {
             .or_default()
             .add(now, len as u64);
         let skb = Skb::new(pkt, now);
-        let mut eg = hs.egress.lock();
         // A packet admitted at the transmit has its place held: it moves from the ledger
         // into the queue (and cannot be refused there).
-        let prio = skb.priority();
-        eg.admitted.remove(len, flow, prio);
-        let r = eg.qdisc.enqueue(now.0, skb);
-        drop(eg);
+        let r = hs.egress.lock().enqueue(0, now.0, skb);
         if let Err(skb) = r {
             hs.stats.qdisc_drops += 1;
             if let Some(f) = hs.metrics.flows.get_mut(&skb.pkt.flow) {
@@ -887,7 +883,7 @@ impl<E: Endpoint> Sim<E> {
             if hs.nic.ring_full() {
                 break;
             }
-            let deq = hs.egress.lock().qdisc.dequeue(now.0);
+            let deq = hs.egress.lock().dequeue(0, now.0);
             match deq {
                 Some(skb) => {
                     let len = skb.len();
@@ -940,7 +936,7 @@ impl<E: Endpoint> Sim<E> {
                     self.record(TraceKind::NicDequeue, h, len, flow);
                 }
                 None => {
-                    let wake = hs.egress.lock().qdisc.next_wakeup(now.0);
+                    let wake = hs.egress.lock().next_wakeup(0, now.0);
                     if let Some(t) = wake.map(Time) {
                         if hs.wake_at.is_none_or(|w| t < w) {
                             hs.wake_at = Some(t);

@@ -1,8 +1,9 @@
-//! Test support: two [`Stack`]s joined by an in-memory link with delay, rate, loss,
-//! reordering and duplication (seeded), in virtual time. TSO super-segments are cut into
+//! Test support: two [`Stack`]s, each in a [`Driver`] without qdisc, joined by an in-memory
+//! link with delay, rate, loss, reordering and duplication (seeded), in virtual time. TSO super-segments are cut into
 //! wire segments (GSO) before impairments; TX completions are delivered when the link has
 //! serialized the packet. Available to other crates with the `test-util` feature.
 
+use crate::driver::Driver;
 use crate::socket::Transmit;
 use crate::stack::Stack;
 use crate::time::Instant;
@@ -63,10 +64,10 @@ enum Ev {
 
 /// Two stacks, `a` (10.0.0.1) and `b` (10.0.0.2), and the link between them.
 pub struct Pair {
-    /// Host A.
-    pub a: Stack,
+    /// Host A (its engine: the driver dereferences to its [`Stack`]).
+    pub a: Driver,
     /// Host B.
-    pub b: Stack,
+    pub b: Driver,
     /// Virtual time.
     pub now: Instant,
     /// A → B impairments.
@@ -98,8 +99,8 @@ impl Pair {
         a.add_address(ADDR_A);
         b.add_address(ADDR_B);
         Pair {
-            a,
-            b,
+            a: Driver::new(a),
+            b: Driver::new(b),
             now: Instant::from_secs(1),
             ab: link,
             ba: link,
@@ -131,13 +132,23 @@ impl Pair {
         p > 0.0 && (self.rng.next_u64() as f64 / u64::MAX as f64) < p
     }
 
-    /// Move every pending transmit of both stacks onto the link.
+    /// Move every pending transmit of both stacks onto the link (the driver's egress step,
+    /// then what its queue releases: without a qdisc, everything in order).
     pub fn pump(&mut self) {
-        while let Some(t) = self.a.poll_transmit(self.now) {
-            self.send(true, t);
+        let now = self.now;
+        for from_a in [true, false] {
+            self.host(from_a).transmit(now, |_| {});
+            while let Some(t) = self.host(from_a).poll_release(0, now) {
+                self.send(from_a, t);
+            }
         }
-        while let Some(t) = self.b.poll_transmit(self.now) {
-            self.send(false, t);
+    }
+
+    fn host(&mut self, a: bool) -> &mut Driver {
+        if a {
+            &mut self.a
+        } else {
+            &mut self.b
         }
     }
 

@@ -26,9 +26,13 @@
 //!   table). [`Stack::sockets`] with `meminfo`/`tcp_info` gives what `ss -tmi` shows.
 //! - [`gate`]: the device side's verdict on each outgoing packet ([`TxGate`]): a refusal is
 //!   Linux's `NET_XMIT_DROP` at the transmit, not a loss in the network.
+//! - [`driver`]: [`Driver`], the engine with its egress (TX queues with qdiscs from
+//!   `shallow-qdisc`, their admission ledgers and the [`TxGate`] over them): the substrates'
+//!   one loop (inputs, timers, `poll_transmit` into the qdiscs, what they release to the
+//!   device, deadlines with the qdisc watchdog, wake-ups), sans-IO.
 //! - [`packet`]: the only code that touches bytes (through `shallow_wire`).
 //! - [`time`], [`seq`], [`errno`]: foundations.
-//! - `harness` (feature `test-util`): two stacks over an impaired in-memory link.
+//! - `harness` (feature `test-util`): two drivers over an impaired in-memory link.
 //!
 //! # Example: two stacks joined by hand
 //!
@@ -141,6 +145,7 @@ pub use time::Instant;
 
 mod chrono;
 pub mod device;
+pub mod driver;
 pub mod dualstack;
 pub mod gate;
 pub mod info;
@@ -161,6 +166,7 @@ pub mod stack;
 mod timer;
 
 pub use device::{DeviceCaps, RxBytes, RxChecksum, RxPacket, RxTruesize};
+pub use driver::{Driver, EgressPacket};
 pub use gate::{DropAll, TxGate, TxMeta};
 pub use info::{MemInfo, TcpInfo};
 pub use recv::msgflags;
