@@ -421,3 +421,25 @@ fn mapped_variant_uses_af_inet6_sockets_and_ipv4_packets() {
     let r = run_mapped(&format!("--ip_version=ipv4\n{}", script(body)));
     assert_fail(&r, 11, "EOPNOTSUPP");
 }
+
+#[test]
+fn bfifo_smaller_than_a_packet_refuses_it_at_transmit() {
+    // bfifo counts bytes: a 1040-byte packet does not fit in 1000.
+    let r = run(&script(
+        "   +0 `tc qdisc replace dev tun0 root bfifo limit 1000`
+   +0 write(4, ..., 1000) = 1000
+   +0 ioctl(4, SIOCOUTQNSD, [1000]) = 0
+   +0 > P. 1:1001(1000) ack 1
+",
+    ));
+    assert_fail(&r, 13, "none was sent");
+}
+
+#[test]
+fn fq_parameters_the_runner_lacks_skip() {
+    let r = run(&script(
+        "   +0 `tc qdisc replace dev tun0 root fq ce_threshold 4ms`\n",
+    ));
+    assert_eq!(r.status, Status::Skip);
+    assert!(r.reason.contains("ce_threshold"), "{}", r.reason);
+}

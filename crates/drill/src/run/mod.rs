@@ -7,7 +7,7 @@
 //! * `<` lines become IP packets given to [`Stack::input`] (one GSO aggregate with
 //!   `gso_size = --mss` when the payload does not fit the MTU).
 //! * Every packet the stack transmits goes through the host qdisc the script chose with
-//!   `tc` (a real one from `shallow-qdisc`, [`egress`]: pfifo, bfifo, fq; `limit 0` refuses
+//!   `tc` (a real one from `shallow-qdisc`, `egress.rs`: pfifo, bfifo, fq; `limit 0` refuses
 //!   every packet at the transmit) onto the "wire", where it waits for a `>` line. As on
 //!   packetdrill's tun device, which orphans every packet in its xmit routine, a packet
 //!   that leaves at once is completed inside the engine's send
