@@ -10,8 +10,10 @@
 //! enqueues it (after the engine call returns). The runner then dequeues whatever is due at
 //! its virtual `now` onto the wire, and wakes at [`Egress::next_wakeup`] for what fq holds.
 //!
-//! This is the one place of the runner that knows the qdisc: a driver shared with the other
-//! substrates can take it over whole.
+//! This is the one place of the runner that knows the qdisc — the qdisc and its gate, and the
+//! runner's side: a `tc qdisc` command, the stack's transmits into the qdisc, what it releases
+//! onto the wire and their TX completions — so a driver shared with the other substrates can
+//! take it over whole.
 //!
 //! [`Stack::set_tx_gate`]: shallow_tcp::Stack::set_tx_gate
 
@@ -21,9 +23,10 @@ use shallow_qdisc::{
     tos_to_priority, Admitted, Fifo, Fq, FqConfig, Offer, PfifoFast, Qdisc, QdiscPacket, Rate,
     NSEC_PER_SEC,
 };
-use shallow_tcp::{Transmit, TxGate, TxMeta};
+use shallow_tcp::{DeviceCaps, Transmit, TxGate, TxMeta};
 use shallow_wire::segment;
 
+use super::{describe_raw, pkt, Runner, Sent};
 use crate::env::QdiscKind;
 
 /// tun's `tx_queue_len` (Linux `TUN_READQ_SIZE`): the default qdisc's limit.
@@ -257,6 +260,73 @@ impl Egress {
     /// Everything held, in dequeue order: what a replaced qdisc drops (`qdisc_reset`).
     pub fn drain(&self) -> Vec<Transmit> {
         std::iter::from_fn(|| self.dequeue(u64::MAX)).collect()
+    }
+}
+
+/// The runner's side of the egress: the stack's transmits into the qdisc, and what the qdisc
+/// releases onto the wire.
+impl Runner<'_> {
+    /// A transmit of the stack into the qdisc, and whatever it releases now onto the wire
+    /// (`dev_queue_xmit`, then the qdisc run).
+    pub(super) fn egress(&mut self, tx: Transmit) {
+        if let Err(tx) = self.egress.enqueue(self.now, tx) {
+            self.qdisc_drop(tx);
+        }
+        self.release();
+    }
+
+    /// Packets the qdisc lets go at `now`, onto the wire.
+    pub(super) fn release(&mut self) {
+        while let Some(tx) = self.egress.dequeue(self.now) {
+            self.put_on_wire(tx);
+        }
+    }
+
+    /// A packet the qdisc dropped: its destructor runs (the TX completion).
+    fn qdisc_drop(&mut self, tx: Transmit) {
+        let d = describe_raw(&tx.data);
+        self.trace(|| format!("qdisc drop: {d}"));
+        if let Some(tok) = tx.token {
+            self.st.tx_complete(self.inst(), tok);
+        }
+    }
+
+    /// A packet the qdisc released onto the wire (cut into `gso_size` segments when TSO or GSO
+    /// is off), and its TX completion: now, or `shallow_tx_delay` later.
+    fn put_on_wire(&mut self, tx: Transmit) {
+        let pkts = match tx.gso_size {
+            Some(g) if !(self.tso && self.gso) => pkt::segment(&tx.data, g),
+            _ => vec![tx.data],
+        };
+        for data in pkts {
+            let d = describe_raw(&data);
+            self.trace(|| format!("wire: {d}"));
+            self.wire.push_back(Sent { at: self.now, data });
+        }
+        if let Some(tok) = tx.token {
+            match self.tx_delay {
+                None | Some(0) => self.st.tx_complete(self.inst(), tok),
+                Some(d) => self.held.push((Some(self.now.saturating_add(d)), tok)),
+            }
+        }
+    }
+
+    /// `tc qdisc add|replace|delete`: a new qdisc (the old one's packets are dropped, as
+    /// `qdisc_reset` frees them), its admission rule in the stack, and whether it paces.
+    pub(super) fn set_qdisc(&mut self, spec: QdiscSpec) {
+        let edt = spec.edt();
+        let (new, gate) = Egress::new(spec);
+        let old = std::mem::replace(&mut self.egress, new);
+        for tx in old.drain() {
+            self.qdisc_drop(tx);
+        }
+        self.st.set_device(DeviceCaps {
+            edt_pacing: edt,
+            ..self.st.device()
+        });
+        self.st.set_tx_gate(Some(gate));
+        let spec = format!("{:?}", self.egress.spec());
+        self.trace(|| format!("qdisc: {spec}"));
     }
 }
 

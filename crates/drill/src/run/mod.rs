@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 
-use shallow_tcp::{DeviceCaps, Instant, RouteAttrs, SocketId, Stack, Transmit, TxToken};
+use shallow_tcp::{DeviceCaps, Instant, RouteAttrs, SocketId, Stack, TxToken};
 use shallow_wire::{SackBlocks, TcpOptionRepr, TcpRepr};
 
 use crate::ast::*;
@@ -622,49 +622,6 @@ impl<'a> Runner<'a> {
                     FailKind::Other,
                     "runaway run: the stack keeps producing work",
                 );
-            }
-        }
-    }
-
-    /// A transmit of the stack into the qdisc, and whatever it releases now onto the wire
-    /// (`dev_queue_xmit`, then the qdisc run).
-    fn egress(&mut self, tx: Transmit) {
-        if let Err(tx) = self.egress.enqueue(self.now, tx) {
-            self.qdisc_drop(tx);
-        }
-        self.release();
-    }
-
-    /// Packets the qdisc lets go at `now`, onto the wire.
-    fn release(&mut self) {
-        while let Some(tx) = self.egress.dequeue(self.now) {
-            self.put_on_wire(tx);
-        }
-    }
-
-    /// A packet the qdisc dropped: its destructor runs (the TX completion).
-    fn qdisc_drop(&mut self, tx: Transmit) {
-        let d = describe_raw(&tx.data);
-        self.trace(|| format!("qdisc drop: {d}"));
-        if let Some(tok) = tx.token {
-            self.st.tx_complete(self.inst(), tok);
-        }
-    }
-
-    fn put_on_wire(&mut self, tx: Transmit) {
-        let pkts = match tx.gso_size {
-            Some(g) if !(self.tso && self.gso) => pkt::segment(&tx.data, g),
-            _ => vec![tx.data],
-        };
-        for data in pkts {
-            let d = describe_raw(&data);
-            self.trace(|| format!("wire: {d}"));
-            self.wire.push_back(Sent { at: self.now, data });
-        }
-        if let Some(tok) = tx.token {
-            match self.tx_delay {
-                None | Some(0) => self.st.tx_complete(self.inst(), tok),
-                Some(d) => self.held.push((Some(self.now.saturating_add(d)), tok)),
             }
         }
     }
@@ -1353,24 +1310,6 @@ impl<'a> Runner<'a> {
             EnvAction::Unsupported(r) => return self.skip(r.clone()),
         }
         Ok(())
-    }
-
-    /// `tc qdisc add|replace|delete`: a new qdisc (the old one's packets are dropped, as
-    /// `qdisc_reset` frees them), its admission rule in the stack, and whether it paces.
-    fn set_qdisc(&mut self, spec: QdiscSpec) {
-        let edt = spec.edt();
-        let (new, gate) = Egress::new(spec);
-        let old = std::mem::replace(&mut self.egress, new);
-        for tx in old.drain() {
-            self.qdisc_drop(tx);
-        }
-        self.st.set_device(DeviceCaps {
-            edt_pacing: edt,
-            ..self.st.device()
-        });
-        self.st.set_tx_gate(Some(gate));
-        let spec = format!("{:?}", self.egress.spec());
-        self.trace(|| format!("qdisc: {spec}"));
     }
 
     fn nstat_reset(&mut self) {
