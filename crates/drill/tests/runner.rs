@@ -443,3 +443,21 @@ fn fq_parameters_the_runner_lacks_skip() {
     assert_eq!(r.status, Status::Skip);
     assert!(r.reason.contains("ce_threshold"), "{}", r.reason);
 }
+
+#[test]
+fn fq_maxrate_spaces_a_flow_with_the_scripts_quantum() {
+    // sch_fq's rule: a flow sends while it has credit; once spent, its next packet waits
+    // max(len, quantum) / maxrate (1040 bytes at 832 kbit/s: 10 ms).
+    let r = run(&script(
+        "   +0 `tc qdisc replace dev tun0 root fq maxrate 832kbit quantum 1040 initial_quantum 1040`
+   +0 setsockopt(4, SOL_TCP, TCP_NODELAY, [1], 4) = 0
+   +0 write(4, ..., 1000) = 1000
+   +0 write(4, ..., 1000) = 1000
+   +0 write(4, ..., 1000) = 1000
+   +0 > P. 1:1001(1000) ack 1
+ +.01 > P. 1001:2001(1000) ack 1
+ +.01 > P. 2001:3001(1000) ack 1
+",
+    ));
+    assert_pass(&r);
+}
