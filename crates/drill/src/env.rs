@@ -24,14 +24,17 @@ pub enum EnvAction {
     /// `/tmp/sysctl_restore_${PPID}.sh`: restores what `set_sysctls.py` changed. An
     /// in-process runner starts every script from a fresh stack, so this is a no-op.
     SysctlRestore,
-    /// `tc qdisc add|replace dev DEV root KIND [limit N]`.
+    /// `tc qdisc add|replace dev DEV root KIND [limit N] [PARAM [VALUE]]...`.
     Qdisc {
         /// Device (`tun0`).
         dev: String,
         /// Queue discipline.
         kind: QdiscKind,
-        /// `limit N` (packets), if written.
+        /// `limit N` (packets; bytes for bfifo), if written.
         limit: Option<u32>,
+        /// fq's other parameters as written, in order: `(name, value)` (`("maxrate",
+        /// "1mbit")`), a flag with an empty value (`("nopacing", "")`).
+        params: Vec<(String, String)>,
     },
     /// `tc qdisc delete|del dev DEV root`: back to the device's default qdisc.
     QdiscDelete {
@@ -90,6 +93,8 @@ pub enum EnvAction {
 pub enum QdiscKind {
     /// `pfifo`: a packet FIFO (the defaults' choice, "to avoid FQ pacing").
     Pfifo,
+    /// `bfifo`: a byte-limited FIFO.
+    Bfifo,
     /// `fq`: the fair-queue qdisc that enforces pacing (earliest departure time).
     Fq,
     /// Any other qdisc, by name.
@@ -218,6 +223,7 @@ pub fn defaults() -> Vec<EnvAction> {
         dev: "tun0".to_string(),
         kind: QdiscKind::Pfifo,
         limit: None,
+        params: Vec::new(),
     });
     v
 }
@@ -722,6 +728,26 @@ fn echo_cmd(args: &[&str], stdout: Option<&str>, toks: &[Tok]) -> Vec<EnvAction>
     unsupported("echo into an unsupported file", toks)
 }
 
+/// `tc ... fq` parameters that take a value (tc-fq(8)).
+const FQ_PARAMS: &[&str] = &[
+    "flow_limit",
+    "quantum",
+    "initial_quantum",
+    "maxrate",
+    "buckets",
+    "orphanmask",
+    "low_rate_threshold",
+    "refill_delay",
+    "horizon",
+    "ce_threshold",
+    "timer_slack",
+    "weights",
+    "priomap",
+];
+
+/// `tc ... fq` flags (tc-fq(8)).
+const FQ_FLAGS: &[&str] = &["pacing", "nopacing", "horizon_drop", "horizon_cap"];
+
 fn tc_cmd(args: &[&str], toks: &[Tok]) -> Vec<EnvAction> {
     if args.first() != Some(&"qdisc") || args.len() < 2 {
         return unsupported("unsupported tc command", toks);
@@ -751,21 +777,40 @@ fn tc_cmd(args: &[&str], toks: &[Tok]) -> Vec<EnvAction> {
         "add" | "replace" | "change" if i < args.len() => {
             let kind = match args[i] {
                 "pfifo" => QdiscKind::Pfifo,
+                "bfifo" => QdiscKind::Bfifo,
                 "fq" => QdiscKind::Fq,
                 other => QdiscKind::Other(other.to_string()),
             };
             let mut limit = None;
+            let mut params = Vec::new();
             let mut j = i + 1;
             while j < args.len() {
-                match (args[j], args.get(j + 1).and_then(|v| v.parse::<u32>().ok())) {
+                let value = args.get(j + 1).copied();
+                match (args[j], value.and_then(|v| v.parse::<u32>().ok())) {
                     ("limit", Some(n)) => {
                         limit = Some(n);
+                        j += 2;
+                    }
+                    (flag, _) if kind == QdiscKind::Fq && FQ_FLAGS.contains(&flag) => {
+                        params.push((flag.to_string(), String::new()));
+                        j += 1;
+                    }
+                    (name, _) if kind == QdiscKind::Fq && FQ_PARAMS.contains(&name) => {
+                        let Some(v) = value else {
+                            return unsupported("qdisc parameter without a value", toks);
+                        };
+                        params.push((name.to_string(), v.to_string()));
                         j += 2;
                     }
                     _ => return unsupported("unsupported qdisc parameter", toks),
                 }
             }
-            vec![EnvAction::Qdisc { dev, kind, limit }]
+            vec![EnvAction::Qdisc {
+                dev,
+                kind,
+                limit,
+                params,
+            }]
         }
         _ => unsupported("unsupported tc qdisc command", toks),
     }
@@ -937,7 +982,8 @@ mod tests {
                 EnvAction::Qdisc {
                     dev: "tun0".into(),
                     kind: QdiscKind::Pfifo,
-                    limit: Some(0)
+                    limit: Some(0),
+                    params: Vec::new(),
                 }
             ]
         );
@@ -1030,7 +1076,8 @@ mod tests {
             Some(&EnvAction::Qdisc {
                 dev: "tun0".into(),
                 kind: QdiscKind::Pfifo,
-                limit: None
+                limit: None,
+                params: Vec::new(),
             })
         );
     }

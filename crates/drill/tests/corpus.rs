@@ -482,7 +482,7 @@ fn known_commands_map_to_actions() {
     let fq = all.iter().any(|(_, s)| {
         s.init_command.as_ref().is_some_and(|c| {
             parse_command(&c.text).iter().any(|a| {
-                matches!(a, EnvAction::Qdisc { kind: QdiscKind::Fq, dev, limit: None } if dev == "tun0")
+                matches!(a, EnvAction::Qdisc { kind: QdiscKind::Fq, dev, limit: None, .. } if dev == "tun0")
             })
         })
     });

@@ -421,3 +421,43 @@ fn mapped_variant_uses_af_inet6_sockets_and_ipv4_packets() {
     let r = run_mapped(&format!("--ip_version=ipv4\n{}", script(body)));
     assert_fail(&r, 11, "EOPNOTSUPP");
 }
+
+#[test]
+fn bfifo_smaller_than_a_packet_refuses_it_at_transmit() {
+    // bfifo counts bytes: a 1040-byte packet does not fit in 1000.
+    let r = run(&script(
+        "   +0 `tc qdisc replace dev tun0 root bfifo limit 1000`
+   +0 write(4, ..., 1000) = 1000
+   +0 ioctl(4, SIOCOUTQNSD, [1000]) = 0
+   +0 > P. 1:1001(1000) ack 1
+",
+    ));
+    assert_fail(&r, 13, "none was sent");
+}
+
+#[test]
+fn fq_parameters_the_runner_lacks_skip() {
+    let r = run(&script(
+        "   +0 `tc qdisc replace dev tun0 root fq ce_threshold 4ms`\n",
+    ));
+    assert_eq!(r.status, Status::Skip);
+    assert!(r.reason.contains("ce_threshold"), "{}", r.reason);
+}
+
+#[test]
+fn fq_maxrate_spaces_a_flow_with_the_scripts_quantum() {
+    // sch_fq's rule: a flow sends while it has credit; once spent, its next packet waits
+    // max(len, quantum) / maxrate (1040 bytes at 832 kbit/s: 10 ms).
+    let r = run(&script(
+        "   +0 `tc qdisc replace dev tun0 root fq maxrate 832kbit quantum 1040 initial_quantum 1040`
+   +0 setsockopt(4, SOL_TCP, TCP_NODELAY, [1], 4) = 0
+   +0 write(4, ..., 1000) = 1000
+   +0 write(4, ..., 1000) = 1000
+   +0 write(4, ..., 1000) = 1000
+   +0 > P. 1:1001(1000) ack 1
+ +.01 > P. 1001:2001(1000) ack 1
+ +.01 > P. 2001:3001(1000) ack 1
+",
+    ));
+    assert_pass(&r);
+}

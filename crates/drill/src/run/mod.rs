@@ -1,16 +1,17 @@
 //! The runner: drives one [`shallow_tcp::Stack`] through a script in virtual time.
 //!
 //! Each script gets a fresh stack. Events run in script order on a virtual clock (ns); time
-//! only moves forward, by jumping to the next thing that happens (a stack timer, a paced
-//! packet leaving the fq qdisc, a delayed TX completion, a poll timeout, or the next event).
+//! only moves forward, by jumping to the next thing that happens (a stack timer, a packet
+//! the qdisc releases, a delayed TX completion, a poll timeout, or the next event).
 //!
 //! * `<` lines become IP packets given to [`Stack::input`] (one GSO aggregate with
 //!   `gso_size = --mss` when the payload does not fit the MTU).
-//! * Every packet the stack transmits goes through an emulated qdisc (pfifo, `pfifo limit 0`
-//!   that drops everything, or fq that holds a packet until its EDT) onto the "wire", where
-//!   it waits for a `>` line. As on packetdrill's tun device, which orphans every packet
-//!   in its xmit routine, a packet that leaves at once is completed inside the engine's
-//!   send (`DeviceCaps::orphan_at_xmit`); one held by fq is completed when it leaves, and
+//! * Every packet the stack transmits goes through the host qdisc the script chose with
+//!   `tc` (a real one from `shallow-qdisc`, `egress.rs`: pfifo, bfifo, fq; `limit 0` refuses
+//!   every packet at the transmit) onto the "wire", where it waits for a `>` line. As on
+//!   packetdrill's tun device, which orphans every packet in its xmit routine, a packet
+//!   that leaves at once is completed inside the engine's send
+//!   (`DeviceCaps::orphan_at_xmit`); one fq holds is completed when it leaves, and
 //!   `shallow_tx_delay` turns the orphaning off and delays completions.
 //! * `>` lines take the next wire packet (advancing time up to the end of the tolerance
 //!   window) and compare it strictly (flags, sequence numbers, window, options, length; see the crate README). A packet still on the wire
@@ -26,6 +27,7 @@
 //!   and `sk_meminfo_*` values from [`Stack::meminfo`] (`SO_MEMINFO`; the snippet language
 //!   has no subscripts, so `sk_meminfo_wmem_queued` stands for `meminfo[SK_MEMINFO_WMEM_QUEUED]`).
 
+mod egress;
 pub(crate) mod pkt;
 mod sys;
 
@@ -33,15 +35,16 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 
-use shallow_tcp::{DeviceCaps, DropAll, Instant, RouteAttrs, SocketId, Stack, Transmit, TxToken};
+use shallow_tcp::{DeviceCaps, Instant, RouteAttrs, SocketId, Stack, TxToken};
 use shallow_wire::{SackBlocks, TcpOptionRepr, TcpRepr};
 
 use crate::ast::*;
-use crate::env::{self, EnvAction, QdiscKind};
+use crate::env::{self, EnvAction};
 use crate::expectations::{unsupported_features, Status};
 use crate::outcome::FailKind;
 use crate::python::{self, PyEnv, PyError};
 
+use egress::{Egress, QdiscSpec};
 use pkt::{flags_str, opt_str, IpFields, Live};
 
 /// How to run scripts.
@@ -251,11 +254,10 @@ pub(crate) struct Runner<'a> {
     cur_flow: Option<usize>,
     next_remote_port: u16,
     wire: VecDeque<Sent>,
-    paced: Vec<(u64, Transmit)>,
+    /// The host qdisc between the stack and the wire.
+    egress: Egress,
     held: Vec<(Option<u64>, TxToken)>,
     tx_delay: Option<u64>,
-    fq: bool,
-    limit0: bool,
     tso: bool,
     gso: bool,
     pending: Vec<Pending>,
@@ -290,6 +292,8 @@ impl<'a> Runner<'a> {
             ..DeviceCaps::default()
         };
         let mut st = Stack::with_device(0x5eed_d411, caps);
+        let (egress, gate) = Egress::new(QdiscSpec::Default);
+        st.set_tx_gate(Some(gate));
         // The script's --ip_version wins over the run's variant, as packetdrill parses a
         // script's options after its command line.
         let (ipv6, mapped) = match script.option("ip_version") {
@@ -372,11 +376,9 @@ impl<'a> Runner<'a> {
             cur_flow: None,
             next_remote_port: 48_000,
             wire: VecDeque::new(),
-            paced: Vec::new(),
+            egress,
             held: Vec::new(),
             tx_delay: None,
-            fq: false,
-            limit0: false,
             tso: true,
             gso: true,
             pending: Vec::new(),
@@ -523,8 +525,8 @@ impl<'a> Runner<'a> {
     fn next_deadline(&self) -> Option<u64> {
         let mut n: Option<u64> = self.st.poll_timeout().map(|i| i.as_nanos());
         let mut take = |x: u64| n = Some(n.map_or(x, |m| m.min(x)));
-        for (at, _) in &self.paced {
-            take(*at);
+        if let Some(at) = self.egress.next_wakeup(self.now) {
+            take(at);
         }
         for (due, _) in &self.held {
             if let Some(d) = due {
@@ -564,13 +566,7 @@ impl<'a> Runner<'a> {
         if self.st.poll_timeout().is_some_and(|d| d <= now) {
             self.st.handle_timeout(now);
         }
-        let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.paced)
-            .into_iter()
-            .partition(|(at, _)| *at <= self.now);
-        self.paced = rest;
-        for (_, tx) in due {
-            self.put_on_wire(tx);
-        }
+        self.release();
         let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
             .into_iter()
             .partition(|(d, _)| d.is_some_and(|d| d <= self.now));
@@ -626,45 +622,6 @@ impl<'a> Runner<'a> {
                     FailKind::Other,
                     "runaway run: the stack keeps producing work",
                 );
-            }
-        }
-    }
-
-    /// The emulated qdisc.
-    fn egress(&mut self, tx: Transmit) {
-        if self.limit0 {
-            let d = describe_raw(&tx.data);
-            self.trace(|| format!("qdisc drop (pfifo limit 0): {d}"));
-            if let Some(tok) = tx.token {
-                self.st.tx_complete(self.inst(), tok);
-            }
-            return;
-        }
-        if self.fq {
-            if let Some(dep) = tx.departure {
-                if dep.as_nanos() > self.now {
-                    self.paced.push((dep.as_nanos(), tx));
-                    return;
-                }
-            }
-        }
-        self.put_on_wire(tx);
-    }
-
-    fn put_on_wire(&mut self, tx: Transmit) {
-        let pkts = match tx.gso_size {
-            Some(g) if !(self.tso && self.gso) => pkt::segment(&tx.data, g),
-            _ => vec![tx.data],
-        };
-        for data in pkts {
-            let d = describe_raw(&data);
-            self.trace(|| format!("wire: {d}"));
-            self.wire.push_back(Sent { at: self.now, data });
-        }
-        if let Some(tok) = tx.token {
-            match self.tx_delay {
-                None | Some(0) => self.st.tx_complete(self.inst(), tok),
-                Some(d) => self.held.push((Some(self.now.saturating_add(d)), tok)),
             }
         }
     }
@@ -1238,7 +1195,8 @@ impl<'a> Runner<'a> {
                         }
                     }
                 }
-                self.set_qdisc(false, false);
+                // defaults.sh ends with `tc qdisc add dev tun0 root pfifo`.
+                self.set_qdisc(QdiscSpec::Pfifo(egress::TUN_TXQUEUELEN));
             }
             EnvAction::Sysctl { name, value } => {
                 if let Err(e) = self.st.sysctl_set(name, &sysctl_value(value)) {
@@ -1261,12 +1219,16 @@ impl<'a> Runner<'a> {
                 self.st
                     .set_route(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0, attrs);
             }
-            EnvAction::Qdisc { kind, limit, .. } => match kind {
-                QdiscKind::Pfifo => self.set_qdisc(false, *limit == Some(0)),
-                QdiscKind::Fq => self.set_qdisc(true, *limit == Some(0)),
-                QdiscKind::Other(k) => return self.skip(format!("qdisc {k} is not emulated")),
+            EnvAction::Qdisc {
+                kind,
+                limit,
+                params,
+                ..
+            } => match QdiscSpec::from_tc(kind, *limit, params, self.mtu) {
+                Ok(spec) => self.set_qdisc(spec),
+                Err(why) => return self.skip(why),
             },
-            EnvAction::QdiscDelete { .. } => self.set_qdisc(false, false),
+            EnvAction::QdiscDelete { .. } => self.set_qdisc(QdiscSpec::Default),
             EnvAction::Offload { features, .. } => {
                 for (f, on) in features {
                     match f.as_str() {
@@ -1348,18 +1310,6 @@ impl<'a> Runner<'a> {
             EnvAction::Unsupported(r) => return self.skip(r.clone()),
         }
         Ok(())
-    }
-
-    fn set_qdisc(&mut self, fq: bool, limit0: bool) {
-        self.fq = fq;
-        self.limit0 = limit0;
-        self.st.set_device(DeviceCaps {
-            edt_pacing: fq,
-            ..self.st.device()
-        });
-        // `pfifo limit 0` refuses every packet inside dev_queue_xmit: TCP sees the error.
-        self.st
-            .set_tx_gate(limit0.then(|| Box::new(DropAll) as Box<dyn shallow_tcp::TxGate>));
     }
 
     fn nstat_reset(&mut self) {
