@@ -275,7 +275,8 @@ impl Connection {
             &opts,
             &[],
         );
-        env.emit(&seg, None, None, None);
+        let departure = self.edt_stamp(now);
+        env.emit(&seg, None, Some(departure), None);
         env.mib.inc(Mib::TCPKeepAlive);
     }
 }
