@@ -635,36 +635,25 @@ impl Play {
 /// `write` on a socket of std's shape, as [`Conn::send`]: EINTR is retried; EAGAIN and an
 /// expired `SO_SNDTIMEO` are [`Io::WouldBlock`].
 pub fn io_send(mut w: impl Write, buf: &[u8]) -> Result<usize, Io<io::Error>> {
-    loop {
-        match w.write(buf) {
-            Ok(n) => return Ok(n),
-            Err(e) => match io_err(e) {
-                Some(e) => return Err(e),
-                None => continue,
-            },
-        }
-    }
+    io_call(|| w.write(buf))
 }
 
-/// `read` on a socket of std's shape, as [`Conn::recv`] (every byte is copied).
+/// `read` on a socket of std's shape, as [`Conn::recv`] (every byte is copied), with the same
+/// errors as [`io_send`].
 pub fn io_recv(mut r: impl Read, buf: &mut [u8]) -> Result<usize, Io<io::Error>> {
-    loop {
-        match r.read(buf) {
-            Ok(n) => return Ok(n),
-            Err(e) => match io_err(e) {
-                Some(e) => return Err(e),
-                None => continue,
-            },
-        }
-    }
+    io_call(|| r.read(buf))
 }
 
-/// An `io::Error` as [`Io`]; `None` for EINTR (retry).
-fn io_err(e: io::Error) -> Option<Io<io::Error>> {
-    match e.kind() {
-        io::ErrorKind::Interrupted => None,
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Some(Io::WouldBlock),
-        _ => Some(Io::Failed(e)),
+fn io_call(mut call: impl FnMut() -> io::Result<usize>) -> Result<usize, Io<io::Error>> {
+    loop {
+        match call() {
+            Ok(n) => return Ok(n),
+            Err(e) => match e.kind() {
+                io::ErrorKind::Interrupted => {}
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => return Err(Io::WouldBlock),
+                _ => return Err(Io::Failed(e)),
+            },
+        }
     }
 }
 
