@@ -2,7 +2,7 @@
 //! in virtual time (deterministic for a given `--seed`), or, with `--substrate linux`, between
 //! Shallow on a TUN device and the Linux kernel's TCP in a network namespace (real time), with
 //! `--side-by-side` measuring Shallow against the kernel's own veth baseline in one run.
-//! Argument parsing and output only; the work is `shallow_sim::bench` and `shallow_os::bench`.
+//! Argument parsing and output only; the work is `shallow_sim::bench` and `shallow_bench`.
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -490,11 +490,11 @@ fn print_text(r: &BenchReport) {
     }
 }
 
-/// `--substrate linux`: the workloads of `shallow_os::bench`, reported in the emulator's JSON
+/// `--substrate linux`: the workloads of `shallow_bench`, reported in the emulator's JSON
 /// shape where a field applies (fields with no real-substrate counterpart stay 0 or null).
 mod linux {
     use super::*;
-    use shallow_os::bench::{self as ob, BenchResult, Pair, Workload};
+    use shallow_bench::{self as ob, BenchResult, Pair};
     use std::time::Duration;
 
     /// Options that only the emulator has: rejected with `--substrate linux`.
@@ -541,9 +541,9 @@ mod linux {
         }
     }
 
-    fn config(args: &BenchArgs, workload: Workload) -> ob::BenchConfig {
+    fn config(args: &BenchArgs, test: Test) -> ob::BenchConfig {
         ob::BenchConfig {
-            workload,
+            test,
             duration: Duration::from_nanos(args.duration.map_or(5_000_000_000, |d| d.as_nanos())),
             msg_size: args.msg_size,
             recv_size: args.recv_size,
@@ -565,14 +565,6 @@ mod linux {
         }
     }
 
-    fn workload_of(t: Test) -> Workload {
-        match t {
-            Test::Maerts => Workload::Maerts,
-            Test::Rr => Workload::Rr,
-            _ => Workload::Stream,
-        }
-    }
-
     fn pair_of(p: PairArg) -> Pair {
         match p {
             PairArg::ShallowLinux => Pair::ShallowToLinux,
@@ -584,7 +576,7 @@ mod linux {
     fn run_one(cfg: &ob::BenchConfig, pair: Pair) -> anyhow::Result<BenchResult> {
         ob::run(cfg, pair).map_err(|e| match e {
             ob::BenchError::Sysctl(m) => usage_error(format!("--sysctl {m}")),
-            e => anyhow::Error::new(e).context(format!("{} {}", cfg.workload.name(), pair.label())),
+            e => anyhow::Error::new(e).context(format!("{} {}", cfg.test.name(), pair.label())),
         })
     }
 
@@ -594,7 +586,7 @@ mod linux {
         if args.side_by_side {
             return side_by_side(args);
         }
-        let cfg = config(args, workload_of(args.test));
+        let cfg = config(args, args.test);
         let r = run_one(&cfg, pair_of(args.pair))?;
         if args.json {
             println!("{}", serde_json::to_string(&json_of_linux(args, &cfg, &r))?);
@@ -606,10 +598,11 @@ mod linux {
 
     /// The emulator's per-flow metrics, filled from a real run.
     pub(super) fn metrics(r: &BenchResult) -> FlowMetrics {
-        let kind = match r.workload {
-            Workload::Stream => "stream",
-            Workload::Maerts => "maerts",
-            Workload::Rr => "rr",
+        let kind = match r.test {
+            Test::Stream => "stream",
+            Test::Maerts => "maerts",
+            Test::Rr => "rr",
+            Test::Bulk => "bulk",
         };
         let secs = r.duration_s.max(1e-9);
         let mut m = FlowMetrics {
@@ -639,9 +632,9 @@ mod linux {
         // Shallow's socket, when Shallow sent the data (tcpi_* of the sender).
         if let Some(i) = &r.tcp_info {
             let shallow_sends = matches!(
-                (r.pair, r.workload),
-                (Pair::ShallowToLinux, Workload::Stream | Workload::Rr)
-                    | (Pair::LinuxToShallow, Workload::Maerts)
+                (r.pair, r.test),
+                (Pair::ShallowToLinux, Test::Stream | Test::Rr | Test::Bulk)
+                    | (Pair::LinuxToShallow, Test::Maerts)
             );
             if shallow_sends {
                 m.throughput_bps = i.bytes_sent as f64 * 8.0 / secs;
@@ -697,7 +690,7 @@ mod linux {
             .collect();
         json!({
             "pair": r.pair.label(),
-            "test": r.workload.name(),
+            "test": r.test.name(),
             "duration_s": r.duration_s,
             "offloads": r.offload.map(|o| o.to_string()),
             "total": total,
@@ -722,7 +715,7 @@ mod linux {
     fn config_json(args: &BenchArgs, cfg: &ob::BenchConfig) -> Value {
         json!({
             "substrate": "linux",
-            "test": cfg.workload.name(),
+            "test": cfg.test.name(),
             "pair": pair_of(args.pair).label(),
             "flows": cfg.flows,
             "queues": cfg.queues,
@@ -741,7 +734,7 @@ mod linux {
     fn print_linux(r: &BenchResult) {
         println!(
             "{} {} over {:.3} s (real time){}",
-            r.workload.name(),
+            r.test.name(),
             r.pair.label(),
             r.duration_s,
             r.offload
@@ -833,8 +826,8 @@ mod linux {
         if args.test != Test::Stream {
             usage_error("--side-by-side runs TCP_STREAM and TCP_RR itself: leave --test unset");
         }
-        let st = config(args, Workload::Stream);
-        let rr = config(args, Workload::Rr);
+        let st = config(args, Test::Stream);
+        let rr = config(args, Test::Rr);
         let mut rows = Vec::new();
         for pair in [
             Pair::ShallowToLinux,

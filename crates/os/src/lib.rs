@@ -54,7 +54,6 @@
 
 #[cfg(feature = "tokio")]
 pub mod async_io;
-pub mod bench;
 mod device;
 mod egress;
 mod error;

@@ -418,6 +418,29 @@ impl Write for TcpStream {
     }
 }
 
+/// The socket of netperf's workloads (`shallow-workload`'s roles), as the kernel's
+/// `std::net::TcpStream` is: blocking or not as set, every byte read is copied.
+impl shallow_workload::Conn for &TcpStream {
+    type Error = io::Error;
+    fn send(&mut self, buf: &[u8]) -> Result<usize, shallow_workload::Io<io::Error>> {
+        shallow_workload::io_send(*self, buf)
+    }
+    fn recv(
+        &mut self,
+        buf: &mut [u8],
+        _keep: bool,
+    ) -> Result<usize, shallow_workload::Io<io::Error>> {
+        shallow_workload::io_recv(*self, buf)
+    }
+    fn shutdown_write(&mut self) -> Result<(), shallow_workload::Io<io::Error>> {
+        self.shutdown(std::net::Shutdown::Write)
+            .map_err(shallow_workload::Io::Failed)
+    }
+    fn now_ns(&self) -> u64 {
+        shallow_workload::wall_ns()
+    }
+}
+
 /// A listening socket of a [`Host`], with `std::net::TcpListener`'s shape.
 pub struct TcpListener {
     pub(crate) sock: Arc<Sock>,

@@ -28,48 +28,8 @@ use crate::series::{HostSample, Recorder, Sample, Series, SeriesConfig};
 use crate::sim::{HostConfig, HostId, NicConfig, Sim, TopologyBuilder, TopologyError};
 use crate::spec::{LinkSpec, QdiscSpec};
 use crate::time::{Rate, Time};
-use crate::workload::{Client, Listener, Role, Writer};
-
-/// The workload.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Test {
-    /// Bulk data from the netperf side (left) to netserver (right).
-    #[default]
-    Stream,
-    /// Request/response transactions.
-    Rr,
-    /// Bulk data from netserver (left) to the netperf side (right), which connects.
-    Maerts,
-    /// A fixed byte count per flow, SHA-256 checked at the receiver.
-    Bulk,
-}
-
-impl Test {
-    /// netperf's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Test::Stream => "TCP_STREAM",
-            Test::Rr => "TCP_RR",
-            Test::Maerts => "TCP_MAERTS",
-            Test::Bulk => "BULK",
-        }
-    }
-}
-
-impl std::str::FromStr for Test {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Test, String> {
-        match s.to_ascii_uppercase().as_str() {
-            "TCP_STREAM" | "STREAM" => Ok(Test::Stream),
-            "TCP_RR" | "RR" => Ok(Test::Rr),
-            "TCP_MAERTS" | "MAERTS" => Ok(Test::Maerts),
-            "BULK" => Ok(Test::Bulk),
-            _ => Err(format!(
-                "unknown test `{s}` (expected TCP_STREAM, TCP_RR, TCP_MAERTS or BULK)"
-            )),
-        }
-    }
-}
+pub use crate::workload::Test;
+use crate::workload::{Client, Listener, Role, Workload, Writer};
 
 /// Everything a bench run needs.
 #[derive(Clone, Debug)]
@@ -150,6 +110,22 @@ impl Default for BenchConfig {
             rx_sysctls: Vec::new(),
             seed: 1,
             sample_interval: Time::from_millis(10),
+        }
+    }
+}
+
+impl BenchConfig {
+    /// The workload these settings describe (its roles are what the threads play).
+    pub fn workload(&self) -> Workload {
+        Workload {
+            test: self.test,
+            msg_size: self.msg_size,
+            recv_size: self.recv_size,
+            req_size: self.req_size,
+            resp_size: self.resp_size,
+            bytes: self.bytes,
+            writer: self.writer,
+            nodelay: self.nodelay,
         }
     }
 }
@@ -468,51 +444,29 @@ fn run_inner(
     }
 
     let bulk = cfg.test == Test::Bulk;
-    let sender_role = Role::Sender {
-        msg: cfg.msg_size,
-        writer: cfg.writer,
-        limit: cfg.bytes,
-        hash: bulk,
-    };
-    let receiver_role = Role::Receiver {
-        buf: cfg.recv_size,
-        hash: bulk,
-    };
-    let data_server = |role| Listener {
-        port: DATA_PORT,
-        role,
-        nodelay: cfg.nodelay,
-    };
+    // The workload's two sides: netserver listens, netperf's flows connect to it.
+    let w = cfg.workload();
     let client = |flow, ip, port, role| Client {
         flow,
         remote: SocketAddr::new(ip, port),
         role,
         nodelay: cfg.nodelay,
     };
-    match cfg.test {
-        Test::Stream | Test::Bulk => {
-            right
-                .add_listener(data_server(receiver_role))
-                .map_err(BenchError::Listen)?;
-            for i in 0..cfg.flows {
-                left.add_client(client(i, right_ip, DATA_PORT, sender_role.clone()));
-            }
-        }
-        Test::Maerts => {
-            left.add_listener(data_server(sender_role))
-                .map_err(BenchError::Listen)?;
-            for i in 0..cfg.flows {
-                right.add_client(client(i, left_ip, DATA_PORT, receiver_role.clone()));
-            }
-        }
-        Test::Rr => {
-            let (req, resp) = (cfg.req_size, cfg.resp_size);
-            right
-                .add_listener(data_server(Role::RrServer { req, resp }))
-                .map_err(BenchError::Listen)?;
-            for i in 0..cfg.flows {
-                left.add_client(client(i, right_ip, DATA_PORT, Role::RrClient { req, resp }));
-            }
+    {
+        let (netperf, netserver, server_ip) = if cfg.test.netperf_sends() {
+            (&mut left, &mut right, right_ip)
+        } else {
+            (&mut right, &mut left, left_ip)
+        };
+        netserver
+            .add_listener(Listener {
+                port: DATA_PORT,
+                role: w.netserver_role(),
+                nodelay: cfg.nodelay,
+            })
+            .map_err(BenchError::Listen)?;
+        for i in 0..cfg.flows {
+            netperf.add_client(client(i, server_ip, DATA_PORT, w.netperf_role()));
         }
     }
     if cfg.probe {
@@ -840,13 +794,13 @@ fn sample_of(sim: &BenchSim, lh: HostId, rh: HostId, cfg: &BenchConfig) -> Sampl
         };
         // The data sender is on the left host (as in `fill_flow`).
         s.sender_wakeups += st.stats.wakeups;
-        s.send_calls += st.stats.send_calls;
+        s.send_calls += st.counts().send_calls;
         if let Some(i) = st.sock.and_then(|k| l.driver.tcp_info(at, k).ok()) {
             s.bytes_sent += i.bytes_sent;
             s.segments_sent += u64::from(i.data_segs_out);
         }
         if let Some(rt) = rt {
-            s.bytes_delivered += rt.stats.bytes_received;
+            s.bytes_delivered += rt.counts().bytes_received;
             if let Some(i) = rt.sock.and_then(|k| r.driver.tcp_info(at, k).ok()) {
                 s.acks_sent += u64::from(i.segs_out);
             }
@@ -927,11 +881,11 @@ fn fill_flow(
     let (shost, rhost) = (l, rh);
     let at = Instant::from_nanos(now.0);
     let rr = m.kind == "rr" || m.kind == "probe";
-    m.bytes_written = s.stats.bytes_sent;
-    m.send_calls = s.stats.send_calls;
-    m.send_calls_full = s.stats.send_full;
-    m.epoll_waits = s.stats.epoll_waits;
-    m.bytes_per_send_call = ratio(s.stats.bytes_sent, s.stats.send_calls);
+    m.bytes_written = s.counts().bytes_sent;
+    m.send_calls = s.counts().send_calls;
+    m.send_calls_full = s.counts().send_full;
+    m.epoll_waits = s.counts().epoll_waits;
+    m.bytes_per_send_call = ratio(s.counts().bytes_sent, s.counts().send_calls);
     m.sender_wakeups = s.stats.wakeups;
     m.context_switches = s.stats.context_switches;
     if let Some(sock) = s.sock {
@@ -944,8 +898,8 @@ fn fill_flow(
         }
     }
     if let Some(r) = r {
-        m.bytes_read = r.stats.bytes_received;
-        m.recv_calls = r.stats.recv_calls;
+        m.bytes_read = r.counts().bytes_received;
+        m.recv_calls = r.counts().recv_calls;
         m.receiver_wakeups = r.stats.wakeups;
         m.context_switches += r.stats.context_switches;
         if let Some(sock) = r.sock {
@@ -966,7 +920,7 @@ fn fill_flow(
                     && r.stats.error.is_none()
                     && r.stats.sha256.is_some()
                     && r.stats.sha256 == s.stats.sha256
-                    && r.stats.bytes_received == s.stats.bytes_sent,
+                    && r.counts().bytes_received == s.counts().bytes_sent,
             );
         }
         if let Some(e) = r.stats.error {
@@ -983,8 +937,8 @@ fn fill_flow(
     if rr {
         // The client holds the latency; for RR the client is the "sender" side thread.
         let lat = &s.stats.latency;
-        m.transactions = s.stats.transactions;
-        m.transactions_per_s = s.stats.transactions as f64 / secs;
+        m.transactions = s.counts().transactions;
+        m.transactions_per_s = s.counts().transactions as f64 / secs;
         m.latency_p50_us = us(lat.quantile(0.5));
         m.latency_p90_us = us(lat.quantile(0.9));
         m.latency_p99_us = us(lat.quantile(0.99));

@@ -26,11 +26,11 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
-use sha2::{Digest, Sha256};
 use shallow_tcp::{
     driver::Driver, msgflags, pollbits::*, DeviceCaps, Errno, Family, Instant, OptVal, RxPacket,
     Shutdown, SockOpt, SocketId, Stack, TcpState, TxToken,
 };
+use shallow_workload::{Conn, Counts, Interest, Io, Next, Play, Source};
 
 use crate::cpu::{CostTable, Cpu, CpuLayout};
 use crate::endpoint::Endpoint;
@@ -41,7 +41,7 @@ use crate::pool::{BufPool, FlowMap};
 use crate::rng::SimRng;
 use crate::segment;
 use crate::time::Time;
-use crate::workload::{Client, Listener, Role, Writer};
+use crate::workload::{Client, Listener, Role};
 
 fn inst(t: Time) -> Instant {
     Instant::from_nanos(t.0)
@@ -51,30 +51,15 @@ fn inst(t: Time) -> Instant {
 /// block of any power-of-two size shows up in the receiver's SHA-256).
 const PATTERN_LEN: usize = 1_048_573;
 
-/// Counters of one application thread.
+/// Counters of one application thread beyond its role's ([`Thread::counts`]).
 #[derive(Clone, Debug, Default)]
 pub struct ThreadStats {
-    /// `send()` calls (blocking writer: one per message; epoll writer: every call,
-    /// including those that returned EAGAIN).
-    pub send_calls: u64,
-    /// Bytes accepted by `send()`.
-    pub bytes_sent: u64,
-    /// `recv()` calls.
-    pub recv_calls: u64,
-    /// Bytes returned by `recv()`.
-    pub bytes_received: u64,
-    /// `send()` calls that returned EAGAIN or accepted only part of the buffer.
-    pub send_full: u64,
-    /// `epoll_wait` calls.
-    pub epoll_waits: u64,
     /// Times the thread was woken from a blocking wait.
     pub wakeups: u64,
     /// Context switches (each wake-up is one).
     pub context_switches: u64,
     /// CPU time of the thread's system calls, ns.
     pub cpu_ns: u64,
-    /// TCP_RR transactions completed.
-    pub transactions: u64,
     /// TCP_RR round-trip latency, ns (request sent → response read).
     pub latency: Histogram,
     /// When the thread finished (end of stream read, or its last byte sent).
@@ -111,8 +96,6 @@ enum Phase {
 pub struct Thread {
     /// Flow index for clients (`None` for server-side threads and acceptors).
     pub flow: Option<usize>,
-    /// Its role (acceptors: the role of the listener).
-    pub role: Role,
     /// Its socket, once it has one.
     pub sock: Option<SocketId>,
     /// Local address once connected.
@@ -128,25 +111,14 @@ pub struct Thread {
     phase: Phase,
     ready_at: Time,
     pending_cs: bool,
-    /// Bytes of the current message still to send (or request/response bytes still to move).
-    left: usize,
-    /// TCP_RR: true while sending (client: the request; server: the response).
-    rr_sending: bool,
-    rr_start: Time,
-    hasher: Option<Sha256>,
-    buf: Vec<u8>,
+    /// Its role being played (acceptors: the role of the listener, never played).
+    play: Play,
 }
 
 impl Thread {
     fn new(role: Role, cpu: usize, phase: Phase) -> Thread {
-        let hash = matches!(
-            role,
-            Role::Sender { hash: true, .. } | Role::Receiver { hash: true, .. }
-        );
-        let rr_sending = matches!(role, Role::RrClient { .. });
         Thread {
             flow: None,
-            role,
             sock: None,
             local: None,
             peer: None,
@@ -158,12 +130,16 @@ impl Thread {
             phase,
             ready_at: Time::ZERO,
             pending_cs: false,
-            left: 0,
-            rr_sending,
-            rr_start: Time::ZERO,
-            hasher: hash.then(Sha256::new),
-            buf: Vec::new(),
+            play: Play::new(role),
         }
+    }
+    /// Its role (acceptors: the role of the listener).
+    pub fn role(&self) -> &Role {
+        self.play.role()
+    }
+    /// What its role did: calls, bytes, transactions.
+    pub fn counts(&self) -> &Counts {
+        &self.play.counts
     }
     /// True once the thread has finished.
     pub fn is_done(&self) -> bool {
@@ -752,22 +728,12 @@ impl TcpHost {
                     th.stats.done_at = Some(now + Time(total));
                 }
                 if th.stats.sha256.is_none() {
-                    if let Some(h) = th.hasher.take() {
-                        th.stats.sha256 = Some(h.finalize().into());
-                    }
+                    th.stats.sha256 = th.play.finish();
                 }
             }
             Sched::Blocked(_) => {}
         }
         self.drain_wakeups(now + Time(total));
-    }
-
-    /// `lock_sock` and `f`; `release_sock` runs when the call's CPU time is over
-    /// ([`TcpHost::run_release`]). At most one locked call per step.
-    fn locked<R>(&mut self, s: SocketId, now: Time, f: impl FnOnce(&mut Stack, Instant) -> R) -> R {
-        self.driver.lock_sock(s);
-        self.cur_lock = Some(s);
-        f(self.driver.stack_mut(), inst(now))
     }
 
     /// Block on `mask` unless the socket already reports one of its bits (`tcp_poll`).
@@ -794,15 +760,6 @@ impl TcpHost {
         let th = &mut self.threads[t];
         th.local = local;
         th.peer = peer;
-        if th.buf.is_empty() {
-            let n = match th.role {
-                Role::Receiver { buf, .. } => buf,
-                Role::RrClient { resp, .. } => resp,
-                Role::RrServer { req, .. } => req,
-                Role::Sender { .. } => 0,
-            };
-            th.buf = vec![0; n.clamp(1, 1 << 24)];
-        }
     }
 
     /// One scheduling step of thread `t`: one system call (an accept loop or a blocking
@@ -849,7 +806,6 @@ impl TcpHost {
                     Ok(TcpState::Established) => {
                         self.threads[t].phase = Phase::Run;
                         self.register(t, s);
-                        self.threads[t].rr_start = now;
                         Sched::Runnable
                     }
                     _ => {
@@ -867,14 +823,7 @@ impl TcpHost {
                 }
             }
             Phase::Accept(li) => self.step_accept(t, li, now, cost),
-            Phase::Run => match self.threads[t].role.clone() {
-                Role::Sender {
-                    msg, writer, limit, ..
-                } => self.step_sender(t, now, cost, msg, writer, limit),
-                Role::Receiver { .. } => self.step_receiver(t, now, cost),
-                Role::RrClient { req, resp } => self.step_rr(t, now, cost, true, req, resp),
-                Role::RrServer { req, resp } => self.step_rr(t, now, cost, false, req, resp),
-            },
+            Phase::Run => self.step_play(t, now, cost),
         }
     }
 
@@ -899,7 +848,6 @@ impl TcpHost {
                     let cpu = self.place_thread();
                     let mut th = Thread::new(role, cpu, Phase::Run);
                     th.sock = Some(child);
-                    th.rr_start = now;
                     let idx = self.spawn(th, now);
                     self.bind_thread(child, idx);
                     self.register(idx, child);
@@ -910,189 +858,46 @@ impl TcpHost {
         }
     }
 
-    fn step_sender(
-        &mut self,
-        t: usize,
-        now: Time,
-        cost: &mut u64,
-        msg: usize,
-        writer: Writer,
-        limit: Option<u64>,
-    ) -> Sched {
-        let sc = self.costs.syscall_ns;
+    /// One step of the thread's role ([`Play::step`]): its one socket call through
+    /// [`SimConn`], which charges the call's CPU time; the role's next move becomes the
+    /// thread's scheduling state (`epoll_wait` costs a system call).
+    fn step_play(&mut self, t: usize, now: Time, cost: &mut u64) -> Sched {
         let Some(s) = self.threads[t].sock else {
             return Sched::Done;
         };
-        let sent = self.threads[t].stats.bytes_sent;
-        if limit.is_some_and(|l| sent >= l) {
-            *cost += sc;
-            let _ = self.locked(s, now, |st, n| st.shutdown(n, s, Shutdown::Write));
-            return Sched::Done;
-        }
+        let mut conn = SimConn {
+            stack: self.driver.stack_mut(),
+            costs: &self.costs,
+            s,
+            now,
+            cost,
+            lock: &mut self.cur_lock,
+        };
         let th = &mut self.threads[t];
-        let new_call = th.left == 0 || writer == Writer::Epoll;
-        if th.left == 0 {
-            let room = limit.map_or(u64::MAX, |l| l - sent);
-            th.left = (msg.max(1) as u64).min(room) as usize;
-        }
-        if new_call {
-            th.stats.send_calls += 1;
-        }
-        // A new call enters the kernel; a blocking call that slept re-enters its loop
-        // (`sk_stream_wait_memory` → schedule → retake the lock): same order of cost.
-        *cost += sc;
-        let left = th.left;
-        let off = (sent % PATTERN_LEN as u64) as usize;
-        let pattern = std::mem::take(&mut self.pattern);
-        // The chunk may wrap the pattern: send up to its end; the rest goes next step.
-        let end = (off + left).min(pattern.len());
-        let r = self.locked(s, now, |st, n| st.send(n, s, &pattern[off..end], 0));
-        let mut result = Sched::Runnable;
-        match r {
-            Ok(n) => {
-                *cost += self.costs.copy(n);
-                let th = &mut self.threads[t];
-                th.stats.bytes_sent += n as u64;
-                if let Some(h) = th.hasher.as_mut() {
-                    h.update(&pattern[off..off + n]);
+        let step = th
+            .play
+            .step(&mut conn, now.0, Source::Pattern(&self.pattern));
+        let next = match step {
+            Ok(step) => {
+                if let Some(l) = step.latency_ns {
+                    th.stats.latency.add(l);
                 }
-                th.left -= n;
-                if n < end - off {
-                    th.stats.send_full += 1;
-                    if writer == Writer::Blocking {
-                        result = self.wait(s, POLLOUT);
-                    }
-                }
-                if limit.is_some_and(|l| self.threads[t].stats.bytes_sent >= l) {
-                    result = Sched::Runnable; // next step shuts down
-                }
+                step.next
             }
-            Err(Errno::EAGAIN) => {
-                self.threads[t].stats.send_full += 1;
-                if writer == Writer::Epoll {
-                    self.threads[t].left = 0;
-                    self.threads[t].stats.epoll_waits += 1;
-                    *cost += sc;
-                }
-                result = self.wait(s, POLLOUT);
-            }
-            Err(e) => result = self.fail(t, e),
-        }
-        if writer == Writer::Epoll && result == Sched::Runnable {
-            // A non-blocking call is over: a partial write is retried as a new call.
-            self.threads[t].left = 0;
-        }
-        self.pattern = pattern;
-        result
-    }
-
-    fn step_receiver(&mut self, t: usize, now: Time, cost: &mut u64) -> Sched {
-        let Some(s) = self.threads[t].sock else {
-            return Sched::Done;
+            Err(e) => return self.fail(t, e),
         };
-        *cost += self.costs.syscall_ns;
-        self.threads[t].stats.recv_calls += 1;
-        let mut buf = std::mem::take(&mut self.threads[t].buf);
-        // A receiver that does not hash what it reads (TCP_STREAM, TCP_MAERTS) never looks
-        // at the bytes, so the emulator discards them (MSG_TRUNC) instead of copying them:
-        // the engine's receive path is the same, and the CPU model charges the copy anyway.
-        let flags = if self.threads[t].hasher.is_some() {
-            0
-        } else {
-            msgflags::MSG_TRUNC
+        let mask = |i| match i {
+            Interest::Readable => POLLIN | POLLRDHUP,
+            Interest::Writable => POLLOUT,
         };
-        let r = self.locked(s, now, |st, n| st.recv(n, s, &mut buf, flags));
-        let res = match r {
-            Ok(0) => Sched::Done,
-            Ok(n) => {
-                *cost += self.costs.copy(n);
-                let th = &mut self.threads[t];
-                th.stats.bytes_received += n as u64;
-                if let Some(h) = th.hasher.as_mut() {
-                    h.update(&buf[..n]);
-                }
-                Sched::Runnable
+        match next {
+            Next::Run => Sched::Runnable,
+            Next::Block(i) => self.wait(s, mask(i)),
+            Next::Poll(i) => {
+                *cost += self.costs.syscall_ns;
+                self.wait(s, mask(i))
             }
-            Err(Errno::EAGAIN) => self.wait(s, POLLIN | POLLRDHUP),
-            Err(e) => self.fail(t, e),
-        };
-        self.threads[t].buf = buf;
-        res
-    }
-
-    fn step_rr(
-        &mut self,
-        t: usize,
-        now: Time,
-        cost: &mut u64,
-        client: bool,
-        req: usize,
-        resp: usize,
-    ) -> Sched {
-        let Some(s) = self.threads[t].sock else {
-            return Sched::Done;
-        };
-        *cost += self.costs.syscall_ns;
-        let th = &mut self.threads[t];
-        if th.rr_sending {
-            if th.left == 0 {
-                th.left = if client { req } else { resp }.max(1);
-                th.stats.send_calls += 1;
-                if client {
-                    th.rr_start = now;
-                }
-            }
-            let n = th.left.min(self.pattern.len());
-            let pattern = std::mem::take(&mut self.pattern);
-            let r = self.locked(s, now, |st, i| st.send(i, s, &pattern[..n], 0));
-            self.pattern = pattern;
-            match r {
-                Ok(k) => {
-                    *cost += self.costs.copy(k);
-                    let th = &mut self.threads[t];
-                    th.stats.bytes_sent += k as u64;
-                    th.left -= k;
-                    if th.left == 0 {
-                        th.rr_sending = false;
-                        Sched::Runnable
-                    } else {
-                        self.wait(s, POLLOUT)
-                    }
-                }
-                Err(Errno::EAGAIN) => self.wait(s, POLLOUT),
-                Err(e) => self.fail(t, e),
-            }
-        } else {
-            if th.left == 0 {
-                th.left = if client { resp } else { req }.max(1);
-            }
-            th.stats.recv_calls += 1;
-            let want = th.left.min(th.buf.len());
-            let mut buf = std::mem::take(&mut th.buf);
-            let r = self.locked(s, now, |st, i| st.recv(i, s, &mut buf[..want], 0));
-            self.threads[t].buf = buf;
-            match r {
-                Ok(0) => Sched::Done,
-                Ok(k) => {
-                    *cost += self.costs.copy(k);
-                    let th = &mut self.threads[t];
-                    th.stats.bytes_received += k as u64;
-                    th.left -= k;
-                    if th.left == 0 {
-                        th.rr_sending = true;
-                        if client {
-                            th.stats.transactions += 1;
-                            let end = now + Time(*cost);
-                            th.stats.latency.add((end - th.rr_start).0);
-                        } else {
-                            th.stats.transactions += 1;
-                        }
-                    }
-                    Sched::Runnable
-                }
-                Err(Errno::EAGAIN) => self.wait(s, POLLIN | POLLRDHUP),
-                Err(e) => self.fail(t, e),
-            }
+            Next::Done => Sched::Done,
         }
     }
 
@@ -1193,5 +998,63 @@ impl Endpoint for TcpHost {
 
     fn handle_timeout(&mut self, now: Time) {
         self.run(now);
+    }
+}
+
+/// A thread's socket as its role uses it: every call costs a system call and the copy of the
+/// bytes it moves, and runs owning the socket (`lock_sock` now; `release_sock` when the
+/// call's CPU time is over, [`TcpHost::run_release`]).
+struct SimConn<'a> {
+    stack: &'a mut Stack,
+    costs: &'a CostTable,
+    s: SocketId,
+    /// When the step started.
+    now: Time,
+    /// CPU time of the step so far.
+    cost: &'a mut u64,
+    /// The socket the step locked.
+    lock: &'a mut Option<SocketId>,
+}
+
+impl SimConn<'_> {
+    fn call<R>(&mut self, f: impl FnOnce(&mut Stack, SocketId, Instant) -> R) -> R {
+        *self.cost += self.costs.syscall_ns;
+        self.stack.lock_sock(self.s);
+        *self.lock = Some(self.s);
+        f(self.stack, self.s, inst(self.now))
+    }
+
+    fn moved(&mut self, r: Result<usize, Errno>) -> Result<usize, Io<Errno>> {
+        match r {
+            Ok(n) => {
+                *self.cost += self.costs.copy(n);
+                Ok(n)
+            }
+            Err(Errno::EAGAIN) => Err(Io::WouldBlock),
+            Err(e) => Err(Io::Failed(e)),
+        }
+    }
+}
+
+impl Conn for SimConn<'_> {
+    type Error = Errno;
+    fn send(&mut self, buf: &[u8]) -> Result<usize, Io<Errno>> {
+        let r = self.call(|st, s, n| st.send(n, s, buf, 0));
+        self.moved(r)
+    }
+    fn recv(&mut self, buf: &mut [u8], keep: bool) -> Result<usize, Io<Errno>> {
+        // Bytes nobody looks at are discarded (MSG_TRUNC) instead of copied: the engine's
+        // receive path is the same, and the copy is charged anyway.
+        let flags = if keep { 0 } else { msgflags::MSG_TRUNC };
+        let r = self.call(|st, s, n| st.recv(n, s, buf, flags));
+        self.moved(r)
+    }
+    /// The emulated sender ignores the result of its half-close.
+    fn shutdown_write(&mut self) -> Result<(), Io<Errno>> {
+        let _ = self.call(|st, s, n| st.shutdown(n, s, Shutdown::Write));
+        Ok(())
+    }
+    fn now_ns(&self) -> u64 {
+        self.now.0 + *self.cost
     }
 }

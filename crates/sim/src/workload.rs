@@ -1,71 +1,14 @@
-//! Workloads with netperf's names, as roles of application threads.
+//! The emulator's application threads of netperf's workloads: where they connect or listen.
 //!
-//! A *role* says what the thread does with its one socket; [`crate::host::TcpHost`] runs it
-//! as a state machine on a CPU. Client roles connect; server roles come from a listener
-//! ([`Listener`]) that accepts connections and starts one thread per connection, as
+//! What a thread does with its one socket is its [`Role`], defined once for every substrate
+//! in `shallow-workload` and played by its state machine ([`shallow_workload::Play`]);
+//! [`crate::host::TcpHost`] runs it on a CPU. Client roles connect; server roles come from a
+//! listener ([`Listener`]) that accepts connections and starts one thread per connection, as
 //! `netserver` does.
 
 use std::net::SocketAddr;
 
-/// How a bulk sender writes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Writer {
-    /// Blocking `send()` of whole messages: one call per message; a call that finds the send
-    /// buffer full sleeps until write space (`sk_stream_wait_memory`) and resumes.
-    #[default]
-    Blocking,
-    /// Non-blocking `send()` until EAGAIN, then `epoll_wait` for EPOLLOUT (level-triggered),
-    /// as an event-loop server writes (spec §12 E3).
-    Epoll,
-}
-
-impl std::str::FromStr for Writer {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "blocking" => Ok(Writer::Blocking),
-            "epoll" => Ok(Writer::Epoll),
-            _ => Err(format!("unknown writer `{s}` (expected blocking or epoll)")),
-        }
-    }
-}
-
-/// What a thread does with its socket.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// Bulk sender (TCP_STREAM's netperf side, TCP_MAERTS's netserver side, BULK).
-    Sender {
-        /// Bytes per `send()` (netperf `-m`).
-        msg: usize,
-        /// Blocking or epoll writer.
-        writer: Writer,
-        /// Stop after this many bytes and shut down the write side (BULK); `None`: forever.
-        limit: Option<u64>,
-        /// Keep a SHA-256 of the bytes sent.
-        hash: bool,
-    },
-    /// Bulk receiver: blocking `recv()` of up to `buf` bytes until end of stream.
-    Receiver {
-        /// Bytes per `recv()`.
-        buf: usize,
-        /// Keep a SHA-256 of the bytes received.
-        hash: bool,
-    },
-    /// TCP_RR client: send a request, read the whole response, repeat; records latency.
-    RrClient {
-        /// Request bytes.
-        req: usize,
-        /// Response bytes.
-        resp: usize,
-    },
-    /// TCP_RR server: read a whole request, send the response, repeat.
-    RrServer {
-        /// Request bytes.
-        req: usize,
-        /// Response bytes.
-        resp: usize,
-    },
-}
+pub use shallow_workload::{Role, Test, Workload, Writer};
 
 /// A client thread: connects to `remote`, then plays `role`. `flow` names it in reports.
 #[derive(Clone, Debug, PartialEq, Eq)]

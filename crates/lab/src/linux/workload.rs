@@ -1,8 +1,9 @@
-//! The workloads, written once over both kinds of socket: blocking senders (one thread per
-//! flow, as netperf), an edge-triggered epoll sender (one thread for all flows) over the
-//! kernel's epoll or Shallow's Poller, and the kernel receiver.
+//! The runners of the lab's TCP_STREAM over both kinds of socket: blocking senders (one
+//! thread per flow, as netperf), an edge-triggered epoll sender (one thread for all flows)
+//! over the kernel's epoll or Shallow's Poller, and the kernel receiver. What each end does
+//! is `shallow-workload`'s sender and receiver roles, as on the emulator.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -10,22 +11,29 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shallow_os::Netns;
+pub(crate) use shallow_workload::Writer;
+use shallow_workload::{wall_ns, Conn, Next, Play, Role, Source};
 
 use super::parse::thread_cpu_ns;
 use super::world::{io_err, os_err, RX_ADDR};
 use crate::LabError;
 
-/// A sending socket of either substrate.
+/// A sending socket of either substrate: the workload's [`Conn`], and its set-up.
 pub(super) trait Flow: Send + Sync {
-    fn send(&self, buf: &[u8]) -> io::Result<usize>;
+    /// The socket as a role uses it.
+    type Conn<'a>: Conn<Error = io::Error>
+    where
+        Self: 'a;
+    fn conn(&self) -> Self::Conn<'_>;
     fn set_nonblocking(&self, on: bool) -> io::Result<()>;
     fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()>;
     fn shutdown_write(&self) -> io::Result<()>;
 }
 
 impl Flow for std::net::TcpStream {
-    fn send(&self, buf: &[u8]) -> io::Result<usize> {
-        (&*self).write(buf)
+    type Conn<'a> = &'a std::net::TcpStream;
+    fn conn(&self) -> &std::net::TcpStream {
+        self
     }
     fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         std::net::TcpStream::set_nonblocking(self, on)
@@ -39,8 +47,9 @@ impl Flow for std::net::TcpStream {
 }
 
 impl Flow for shallow_os::TcpStream {
-    fn send(&self, buf: &[u8]) -> io::Result<usize> {
-        (&*self).write(buf)
+    type Conn<'a> = &'a shallow_os::TcpStream;
+    fn conn(&self) -> &shallow_os::TcpStream {
+        self
     }
     fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         shallow_os::TcpStream::set_nonblocking(self, on)
@@ -150,16 +159,7 @@ impl WritePoller for ShallowPoller {
     }
 }
 
-/// How the senders write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Writer {
-    /// One thread per flow, blocking `write()` of `msg` bytes (netperf).
-    Blocking,
-    /// One thread for all flows, non-blocking, writing until EAGAIN on every edge-triggered
-    /// EPOLLOUT (spec §12 E3).
-    Epoll,
-}
-
+/// The lab's TCP_STREAM on Linux: its flows, their sender role's settings, how long.
 #[derive(Clone, Debug)]
 pub(crate) struct Workload {
     /// Connections.
@@ -168,10 +168,24 @@ pub(crate) struct Workload {
     pub(crate) msg: usize,
     /// TCP_NODELAY (Nagle off).
     pub(crate) nodelay: bool,
-    /// How the senders write.
+    /// How the senders write: [`Writer::Blocking`], one thread per flow (netperf);
+    /// [`Writer::Epoll`], one thread for all flows, writing until EAGAIN on every
+    /// edge-triggered EPOLLOUT (spec §12 E3).
     pub(crate) writer: Writer,
     /// How long each arm sends.
     pub(crate) duration: Duration,
+}
+
+impl Workload {
+    /// Each flow's sender: `msg`-byte writes until the arm stops it.
+    fn sender(&self) -> Role {
+        Role::Sender {
+            msg: self.msg,
+            writer: self.writer,
+            limit: None,
+            hash: false,
+        }
+    }
 }
 
 /// What the senders did.
@@ -179,7 +193,8 @@ pub(crate) struct Workload {
 pub(crate) struct SendStats {
     /// Bytes written.
     pub(crate) bytes: u64,
-    /// Write calls, including those that wrote nothing.
+    /// `send()` calls as the workload counts them (`shallow_workload::Counts::send_calls`):
+    /// one per message for blocking writers, every call (EAGAIN included) for the epoll one.
     pub(crate) send_calls: u64,
     /// epoll_wait calls that returned at least one event (a wake-up of the sender thread).
     pub(crate) wakeups: u64,
@@ -187,29 +202,26 @@ pub(crate) struct SendStats {
     pub(crate) cpu_ns: u64,
 }
 
-/// Runs a sender on a new thread: `body` writes from a buffer of `msg` bytes, counting into
-/// the stats, and returns the tidy-up to do once the thread's CPU time has been taken.
+/// Runs a sender on a new thread: `body` plays the flows' roles writing from a buffer of
+/// `msg` bytes, and returns them and the tidy-up to do once the thread's CPU time has been
+/// taken.
 fn spawn_sender<D: FnOnce()>(
     msg: usize,
-    body: impl FnOnce(&[u8], &mut SendStats) -> D + Send + 'static,
+    body: impl FnOnce(Source<'_>, &mut SendStats) -> (Vec<Play>, D) + Send + 'static,
 ) -> std::thread::JoinHandle<SendStats> {
     std::thread::spawn(move || {
         let c0 = thread_cpu_ns();
         let buf = vec![0x5au8; msg];
         let mut st = SendStats::default();
-        let tidy = body(&buf, &mut st);
+        let (plays, tidy) = body(Source::Fill(&buf), &mut st);
         st.cpu_ns = thread_cpu_ns().saturating_sub(c0);
+        for p in &plays {
+            st.bytes += p.counts.bytes_sent;
+            st.send_calls += p.counts.send_calls;
+        }
         tidy();
         st
     })
-}
-
-/// One write of `buf` to `f`, counted when it wrote.
-fn send_once<F: Flow + ?Sized>(f: &F, buf: &[u8], st: &mut SendStats) -> io::Result<()> {
-    let n = f.send(buf)?;
-    st.bytes += n as u64;
-    st.send_calls += 1;
-    Ok(())
 }
 
 /// One thread per flow, blocking writes (with a 50 ms timeout, to see `stop`).
@@ -222,24 +234,16 @@ pub(super) fn blocking_senders<F: Flow + 'static>(
         .into_iter()
         .map(|f| {
             let stop = stop.clone();
-            spawn_sender(w.msg, move |buf, st| {
+            let role = w.sender();
+            spawn_sender(w.msg, move |src, _| {
                 let _ = f.set_write_timeout(Some(Duration::from_millis(50)));
-                while !stop.load(Ordering::Relaxed) {
-                    match send_once(&*f, buf, st) {
-                        Ok(()) => {}
-                        Err(e)
-                            if e.kind() == io::ErrorKind::WouldBlock
-                                || e.kind() == io::ErrorKind::TimedOut
-                                || e.kind() == io::ErrorKind::Interrupted =>
-                        {
-                            st.send_calls += 1;
-                        }
-                        Err(_) => break,
-                    }
-                }
-                move || {
+                let mut p = Play::new(role);
+                // A write error ends the flow, as a timeout does not.
+                let stopped = |_: &Play| stop.load(Ordering::Relaxed);
+                let _ = p.run_blocking(&mut f.conn(), src, stopped, |_| {});
+                (vec![p], move || {
                     let _ = f.shutdown_write();
-                }
+                })
             })
         })
         .collect()
@@ -254,17 +258,16 @@ pub(super) fn epoll_sender<F: Flow + 'static, P: WritePoller + Send + 'static>(
     stop: &Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<SendStats> {
     let stop = stop.clone();
-    spawn_sender(w.msg, move |buf, st| {
+    let role = w.sender();
+    spawn_sender(w.msg, move |src, st| {
+        let mut plays: Vec<Play> = flows.iter().map(|_| Play::new(role.clone())).collect();
         let mut dead = vec![false; flows.len()];
-        let fill = |i: usize, st: &mut SendStats, dead: &mut Vec<bool>| loop {
-            match send_once(&*flows[i], buf, st) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    st.send_calls += 1;
-                    return;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
+        // Steps flow `i`'s role until it waits for EPOLLOUT (or ends).
+        let fill = |i: usize, plays: &mut [Play], dead: &mut [bool]| loop {
+            match plays[i].step(&mut flows[i].conn(), wall_ns(), src) {
+                Ok(s) if s.next == Next::Run => {}
+                Ok(s) if s.next != Next::Done => return,
+                _ => {
                     dead[i] = true;
                     return;
                 }
@@ -272,7 +275,7 @@ pub(super) fn epoll_sender<F: Flow + 'static, P: WritePoller + Send + 'static>(
         };
         for (i, f) in flows.iter().enumerate() {
             let _ = f.set_nonblocking(true);
-            fill(i, st, &mut dead);
+            fill(i, &mut plays, &mut dead);
         }
         let mut ready = Vec::new();
         while !stop.load(Ordering::Relaxed) && dead.iter().any(|d| !d) {
@@ -285,21 +288,22 @@ pub(super) fn epoll_sender<F: Flow + 'static, P: WritePoller + Send + 'static>(
             }
             for &i in &ready {
                 if i < flows.len() && !dead[i] {
-                    fill(i, st, &mut dead);
+                    fill(i, &mut plays, &mut dead);
                 }
             }
         }
-        move || {
+        (plays, move || {
             for f in &flows {
                 let _ = f.set_nonblocking(false);
                 let _ = f.shutdown_write();
             }
-        }
+        })
     })
 }
 
 /// The kernel receiver in the receiving namespace: accepts `n` connections on `port` and
-/// reads each to EOF with 128 KB reads (netserver's default), counting bytes.
+/// reads each to EOF with 128 KB reads (netserver's default; the workload's receiver role),
+/// counting bytes.
 pub(super) struct Receiver {
     /// Bytes read so far.
     pub(super) bytes: Arc<AtomicU64>,
@@ -319,18 +323,24 @@ impl Receiver {
         let handle = std::thread::spawn(move || {
             let mut readers = Vec::new();
             for _ in 0..n {
-                let Ok((mut s, _)) = listener.accept() else {
+                let Ok((s, _)) = listener.accept() else {
                     break;
                 };
                 let b = b.clone();
                 readers.push(std::thread::spawn(move || {
-                    let mut buf = vec![0u8; 131072];
                     let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
-                    while let Ok(k) = s.read(&mut buf) {
-                        if k == 0 {
+                    let mut p = Play::new(Role::Receiver {
+                        buf: 131072,
+                        hash: false,
+                    });
+                    // To end of stream, an error, or 30 s without data.
+                    loop {
+                        let before = p.counts.bytes_received;
+                        let step = p.step(&mut &s, wall_ns(), Source::Fill(&[]));
+                        b.fetch_add(p.counts.bytes_received - before, Ordering::Relaxed);
+                        if step.map_or(true, |x| x.next != Next::Run) {
                             break;
                         }
-                        b.fetch_add(k as u64, Ordering::Relaxed);
                     }
                 }));
             }

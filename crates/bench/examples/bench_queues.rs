@@ -4,12 +4,12 @@
 //! the kernel's own figure over veth (`linux->linux`, reported under the first queue count).
 //! Needs root and `/dev/net/tun`.
 //!
-//! `cargo run --release -p shallow-os --example bench_queues -- [FLOWS] [SECONDS] [REPEATS]
+//! `cargo run --release -p shallow-bench --example bench_queues -- [FLOWS] [SECONDS] [REPEATS]
 //! [QUEUES...]` (default 4 flows, 5 s, 3 repeats, queues 1 2).
 
 use std::time::Duration;
 
-use shallow_os::bench::{run, BenchConfig, Pair, Workload};
+use shallow_bench::{run, BenchConfig, Pair, Test};
 
 /// (goodput Gbit/s, CPU-s/GB) of each repeat of one (pair, queue count).
 type Runs = Vec<((Pair, usize), Vec<(f64, f64)>)>;
@@ -46,7 +46,7 @@ fn main() {
                     continue;
                 }
                 let cfg = BenchConfig {
-                    workload: Workload::Stream,
+                    test: Test::Stream,
                     duration: Duration::from_secs_f64(secs),
                     flows,
                     queues: q,

@@ -1,5 +1,6 @@
-//! netperf-style workloads between Shallow (over a TUN) and the Linux kernel's TCP, and the
-//! kernel's own baseline over a veth pair: what `shallow bench --substrate linux` runs.
+//! `shallow-bench`: netperf's workloads between Shallow (over a TUN) and the Linux kernel's
+//! TCP, and the kernel's own baseline over a veth pair: what `shallow bench --substrate linux`
+//! runs. (The emulator's runs are `shallow_sim::bench`: they build the emulator's topology.)
 //!
 //! Every run builds its own world and removes it afterwards:
 //! - **Shallow ↔ Linux**: a fresh network namespace holding a TUN whose kernel side has the
@@ -9,10 +10,12 @@
 //! - **Linux ↔ Linux**: two fresh namespaces joined by a veth pair (MTU 1500, the kernel's
 //!   default offloads), the same addresses, kernel sockets on both ends.
 //!
-//! Workloads ([`Workload`]): `TCP_STREAM` (the netperf side sends for the run time, then
+//! Workloads ([`Test`]): `TCP_STREAM` (the netperf side sends for the run time, then
 //! half-closes; the netserver side reads to EOF), `TCP_MAERTS` (the same, data the other way),
 //! and `TCP_RR` (the client sends `req_size` bytes and waits for `resp_size` back, one
-//! transaction at a time). [`Pair`] says who is who. `flows` runs that many connections at
+//! transaction at a time): `shallow-workload`'s roles, the ones the emulator's threads play,
+//! played here on blocking sockets, one thread per connection end ([`Play::run_blocking`]).
+//! [`Pair`] says who is who. `flows` runs that many connections at
 //! once, one thread per end each (super_netperf); the result adds them up. `queues` gives the
 //! TUN that many `IFF_MULTI_QUEUE` queues and the Shallow host one I/O thread per queue.
 //!
@@ -23,19 +26,21 @@
 //! plus, for Shallow, the I/O thread's own time (`/proc/self/task/*/stat`, threads named
 //! `shallow-io-*`). Clock ticks are `USER_HZ` = 100 per second, Linux's fixed user-space unit.
 
-use std::io::{self, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown as StdShutdown, SocketAddr};
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::io::{self, Read};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant as StdInstant};
 
+use shallow_os::{
+    Device, Egress, Host, Netns, Offload, OsError, Peer, TcpListener, TcpStream, TunConfig,
+};
 use shallow_tcp::{DeviceCaps, Stack, TcpInfo};
-
-use crate::host::{Device, Egress, Host};
-use crate::net::{TcpListener, TcpStream};
-use crate::netns::{Netns, Peer};
-use crate::tun::{Offload, TunConfig};
-use crate::OsError;
+pub use shallow_workload::Test;
+use shallow_workload::{wall_ns, Conn, Play, Role, Source, Workload, Writer};
 
 /// Linux's `USER_HZ`: the unit of the tick counts in `/proc/stat` and `/proc/PID/stat`.
 pub const USER_HZ: f64 = 100.0;
@@ -51,28 +56,6 @@ pub const LOCAL6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x213, 0, 0, 0, 0, 0, 2);
 
 /// The port the netserver side listens on.
 pub const PORT: u16 = 5001;
-
-/// A netperf workload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Workload {
-    /// Bulk data from the netperf side to netserver.
-    Stream,
-    /// Bulk data from netserver to the netperf side.
-    Maerts,
-    /// Request/response transactions.
-    Rr,
-}
-
-impl Workload {
-    /// netperf's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Workload::Stream => "TCP_STREAM",
-            Workload::Maerts => "TCP_MAERTS",
-            Workload::Rr => "TCP_RR",
-        }
-    }
-}
 
 /// Who runs the netperf side and who runs netserver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,8 +82,8 @@ impl Pair {
 /// One run's settings.
 #[derive(Clone, Debug)]
 pub struct BenchConfig {
-    /// The workload.
-    pub workload: Workload,
+    /// The workload: TCP_STREAM, TCP_MAERTS or TCP_RR (BULK is the emulator's).
+    pub test: Test,
     /// How long the sender sends (stream) or the client transacts (RR).
     pub duration: Duration,
     /// Bytes per `send()` of a bulk sender (netperf `-m`).
@@ -134,7 +117,7 @@ pub struct BenchConfig {
 impl Default for BenchConfig {
     fn default() -> Self {
         BenchConfig {
-            workload: Workload::Stream,
+            test: Test::Stream,
             duration: Duration::from_secs(5),
             // netperf's TCP_STREAM send size as `shallow bench` takes it by default (--msg-size 16k).
             msg_size: 16 * 1024,
@@ -149,6 +132,22 @@ impl Default for BenchConfig {
             flows: 1,
             queues: 1,
             gso: true,
+        }
+    }
+}
+
+impl BenchConfig {
+    /// The workload these settings describe: blocking writers, no byte count.
+    pub fn workload(&self) -> Workload {
+        Workload {
+            test: self.test,
+            msg_size: self.msg_size,
+            recv_size: self.recv_size,
+            req_size: self.req_size,
+            resp_size: self.resp_size,
+            bytes: None,
+            writer: Writer::Blocking,
+            nodelay: self.nodelay,
         }
     }
 }
@@ -277,7 +276,7 @@ pub struct BenchResult {
     /// The pair measured.
     pub pair: Pair,
     /// The workload.
-    pub workload: Workload,
+    pub test: Test,
     /// Seconds from the first send to the receiver's EOF (stream), or of the transactions (RR).
     pub duration_s: f64,
     /// Bytes the data sender wrote (RR: requests and responses of the client).
@@ -323,13 +322,13 @@ impl BenchResult {
     /// CPU seconds per 10^9 bytes moved (read), or None without data or for TCP_RR, whose
     /// figure is [`BenchResult::cpu_us_per_transaction`].
     pub fn cpu_s_per_gb(&self) -> Option<f64> {
-        (self.bytes_read > 0 && self.workload != Workload::Rr)
+        (self.bytes_read > 0 && self.test != Test::Rr)
             .then(|| self.cpu.total_s() / (self.bytes_read as f64 / 1e9))
     }
 
     /// CPU microseconds per TCP_RR transaction, or None for stream workloads.
     pub fn cpu_us_per_transaction(&self) -> Option<f64> {
-        (self.transactions > 0 && self.workload == Workload::Rr)
+        (self.transactions > 0 && self.test == Test::Rr)
             .then(|| self.cpu.total_s() * 1e6 / self.transactions as f64)
     }
 }
@@ -393,93 +392,31 @@ fn join_flows(hs: Vec<JoinHandle<io::Result<Side>>>) -> io::Result<Side> {
     Ok(merge(v))
 }
 
-/// The data-sending end of a stream: `msg`-byte writes until `duration` has passed, then a
-/// half-close.
-fn stream_send(
-    w: &mut impl Write,
-    msg: usize,
-    duration: Duration,
-    shut: impl FnOnce() -> io::Result<()>,
-) -> io::Result<Side> {
-    let buf = vec![0x5au8; msg];
-    let mut side = Side::default();
+/// Plays `role` on a blocking socket to its end: a sender or an RR client until
+/// `cfg.duration` has passed, then a half-close; a receiver or an RR server until EOF.
+fn play(mut conn: impl Conn<Error = io::Error>, role: Role, cfg: &BenchConfig) -> io::Result<Side> {
+    let data = vec![0x5au8; cfg.msg_size.max(cfg.req_size).max(cfg.resp_size)];
     let t0 = StdInstant::now();
-    side.started = Some(t0);
-    let deadline = t0 + duration;
-    while StdInstant::now() < deadline {
-        w.write_all(&buf)?;
-        side.written += msg as u64;
-        side.send_calls += 1;
-    }
-    shut()?;
-    side.ended = Some(StdInstant::now());
-    Ok(side)
-}
-
-/// The data-receiving end: reads until EOF.
-fn stream_recv(r: &mut impl Read, size: usize) -> io::Result<Side> {
-    let mut buf = vec![0u8; size];
-    let mut side = Side::default();
-    loop {
-        let n = r.read(&mut buf)?;
-        side.recv_calls += 1;
-        if n == 0 {
-            side.ended = Some(StdInstant::now());
-            return Ok(side);
-        }
-        if side.started.is_none() {
-            side.started = Some(StdInstant::now());
-        }
-        side.read += n as u64;
-    }
-}
-
-/// An RR client: transactions until `duration` has passed, then a half-close and EOF.
-fn rr_client(
-    s: &mut (impl Read + Write),
-    req: usize,
-    resp: usize,
-    duration: Duration,
-) -> io::Result<Side> {
-    let out = vec![1u8; req];
-    let mut inb = vec![0u8; resp];
-    let mut side = Side::default();
-    let t0 = StdInstant::now();
-    side.started = Some(t0);
-    let deadline = t0 + duration;
-    loop {
-        let t = StdInstant::now();
-        if t >= deadline {
-            break;
-        }
-        s.write_all(&out)?;
-        s.read_exact(&mut inb)?;
-        side.latencies.push(t.elapsed().as_nanos() as u64);
-        side.transactions += 1;
-        side.written += req as u64;
-        side.read += resp as u64;
-        side.send_calls += 1;
-        side.recv_calls += 1;
-    }
-    side.ended = Some(StdInstant::now());
-    side.latencies.sort_unstable();
-    Ok(side)
-}
-
-/// An RR server: answers `req`-byte requests with `resp` bytes until EOF.
-fn rr_server(s: &mut (impl Read + Write), req: usize, resp: usize) -> io::Result<Side> {
-    let mut inb = vec![0u8; req];
-    let out = vec![2u8; resp];
-    let mut side = Side::default();
-    loop {
-        match s.read_exact(&mut inb) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(side),
-            Err(e) => return Err(e),
-        }
-        s.write_all(&out)?;
-        side.transactions += 1;
-    }
+    let mut p = Play::new(role).until(wall_ns() + cfg.duration.as_nanos() as u64);
+    let mut latencies = Vec::new();
+    p.run_blocking(
+        &mut conn,
+        Source::Fill(&data),
+        |_| false,
+        |l| latencies.push(l),
+    )?;
+    latencies.sort_unstable();
+    let c = p.counts;
+    Ok(Side {
+        written: c.bytes_sent,
+        read: c.bytes_received,
+        send_calls: c.send_calls,
+        recv_calls: c.recv_calls,
+        transactions: c.transactions,
+        latencies,
+        started: Some(t0),
+        ended: Some(StdInstant::now()),
+    })
 }
 
 fn addrs(ipv6: bool) -> (IpAddr, IpAddr) {
@@ -530,18 +467,9 @@ fn kernel_server(
 }
 
 /// netserver's part of the workload on one accepted kernel connection.
-fn kernel_serve(mut s: std::net::TcpStream, cfg: &BenchConfig) -> io::Result<Side> {
+fn kernel_serve(s: std::net::TcpStream, cfg: &BenchConfig) -> io::Result<Side> {
     s.set_nodelay(cfg.nodelay)?;
-    match cfg.workload {
-        Workload::Stream => stream_recv(&mut s, cfg.recv_size),
-        Workload::Maerts => {
-            let t = s.try_clone()?;
-            stream_send(&mut s, cfg.msg_size, cfg.duration, move || {
-                t.shutdown(StdShutdown::Write)
-            })
-        }
-        Workload::Rr => rr_server(&mut s, cfg.req_size, cfg.resp_size),
-    }
+    play(&s, cfg.workload().netserver_role(), cfg)
 }
 
 /// The kernel's side of netperf in `ns`: makes `cfg.flows` connections to `addr` and runs the
@@ -570,22 +498,9 @@ fn kernel_client(
 }
 
 /// netperf's part of the workload on one kernel connection.
-fn kernel_netperf(mut s: std::net::TcpStream, cfg: &BenchConfig) -> io::Result<Side> {
+fn kernel_netperf(s: std::net::TcpStream, cfg: &BenchConfig) -> io::Result<Side> {
     s.set_nodelay(cfg.nodelay)?;
-    match cfg.workload {
-        Workload::Stream => {
-            let t = s.try_clone()?;
-            stream_send(&mut s, cfg.msg_size, cfg.duration, move || {
-                t.shutdown(StdShutdown::Write)
-            })
-        }
-        Workload::Maerts => stream_recv(&mut s, cfg.recv_size),
-        Workload::Rr => {
-            let side = rr_client(&mut s, cfg.req_size, cfg.resp_size, cfg.duration)?;
-            s.shutdown(StdShutdown::Write)?;
-            Ok(side)
-        }
-    }
+    play(&s, cfg.workload().netperf_role(), cfg)
 }
 
 /// Retries `f` while it fails with ECONNREFUSED (the listener is not up yet), up to 5 s.
@@ -610,13 +525,13 @@ fn result_of(
     netserver: Side,
     cpu: CpuUsage,
 ) -> BenchResult {
-    let (sender, receiver) = match cfg.workload {
-        Workload::Stream => (&netperf, &netserver),
-        Workload::Maerts => (&netserver, &netperf),
-        Workload::Rr => (&netperf, &netperf),
+    let (sender, receiver) = match cfg.test {
+        Test::Maerts => (&netserver, &netperf),
+        Test::Rr => (&netperf, &netperf),
+        Test::Stream | Test::Bulk => (&netperf, &netserver),
     };
-    let duration_s = match cfg.workload {
-        Workload::Rr => match (netperf.started, netperf.ended) {
+    let duration_s = match cfg.test {
+        Test::Rr => match (netperf.started, netperf.ended) {
             (Some(a), Some(b)) => (b - a).as_secs_f64(),
             _ => 0.0,
         },
@@ -628,7 +543,7 @@ fn result_of(
     };
     BenchResult {
         pair,
-        workload: cfg.workload,
+        test: cfg.test,
         duration_s,
         bytes_written: sender.written,
         bytes_read: receiver.read,
@@ -860,10 +775,13 @@ fn run_shallow(cfg: &BenchConfig, pair: Pair) -> Result<BenchResult, BenchError>
 /// Shallow's side of a workload (`netperf`: the connecting side), with a sampler of the
 /// socket's smoothed RTT every 10 ms while Shallow sends data.
 fn shallow_side(s: &TcpStream, cfg: &BenchConfig, netperf: bool) -> io::Result<(Side, Vec<u32>)> {
-    let sends = matches!(
-        (cfg.workload, netperf),
-        (Workload::Stream, true) | (Workload::Maerts, false) | (Workload::Rr, _)
-    );
+    let w = cfg.workload();
+    let role = if netperf {
+        w.netperf_role()
+    } else {
+        w.netserver_role()
+    };
+    let sends = !matches!(role, Role::Receiver { .. });
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
         let sampler = scope.spawn(|| {
@@ -879,29 +797,15 @@ fn shallow_side(s: &TcpStream, cfg: &BenchConfig, netperf: bool) -> io::Result<(
             v.sort_unstable();
             v
         });
-        let mut rw = s;
-        let side = match (cfg.workload, netperf) {
-            (Workload::Stream, true) | (Workload::Maerts, false) => {
-                stream_send(&mut rw, cfg.msg_size, cfg.duration, || {
-                    s.shutdown(StdShutdown::Write)
-                })
-                .and_then(|side| {
-                    // Until the kernel closes too: the whole stream has been read.
-                    let mut b = [0u8; 1];
-                    while (&mut rw).read(&mut b)? > 0 {}
-                    Ok(side)
-                })
+        let bulk_sender = matches!(role, Role::Sender { .. });
+        let side = play(s, role, cfg).and_then(|side| {
+            if bulk_sender {
+                // Until the kernel closes too: the whole stream has been read.
+                let mut b = [0u8; 1];
+                while (&mut &*s).read(&mut b)? > 0 {}
             }
-            (Workload::Stream, false) | (Workload::Maerts, true) => {
-                stream_recv(&mut rw, cfg.recv_size)
-            }
-            (Workload::Rr, true) => rr_client(&mut rw, cfg.req_size, cfg.resp_size, cfg.duration)
-                .and_then(|side| {
-                    s.shutdown(StdShutdown::Write)?;
-                    Ok(side)
-                }),
-            (Workload::Rr, false) => rr_server(&mut rw, cfg.req_size, cfg.resp_size),
-        };
+            Ok(side)
+        });
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let rtts = sampler.join().unwrap_or_default();
         side.map(|sd| (sd, rtts))
@@ -928,7 +832,7 @@ mod tests {
             io_thread_s: 0.5,
         };
         let mut cfg = BenchConfig {
-            workload: Workload::Rr,
+            test: Test::Rr,
             ..BenchConfig::default()
         };
         let rr = result_of(
@@ -940,7 +844,7 @@ mod tests {
         );
         assert_eq!(rr.cpu_s_per_gb(), None);
         assert_eq!(rr.cpu_us_per_transaction(), Some(1000.0));
-        cfg.workload = Workload::Stream;
+        cfg.test = Test::Stream;
         let st = result_of(
             Pair::ShallowToLinux,
             &cfg,
@@ -1007,7 +911,7 @@ mod tests {
     /// per-queue packets add up to something on each queue used.
     #[test]
     fn stream_with_flows_over_two_queues() {
-        if !crate::skip::can_run("stream_with_flows_over_two_queues", &[]) {
+        if !shallow_os::skip::can_run("stream_with_flows_over_two_queues", &[]) {
             return;
         }
         let cfg = BenchConfig {
