@@ -136,7 +136,7 @@ impl Connection {
             state: self.state as u8,
             ca_state: self.ca_state.as_u8(),
             retransmits: self.retransmits.min(255) as u8,
-            probes: self.probes_out.min(255) as u8,
+            probes: self.probes.out().min(255) as u8,
             backoff: self.backoff.min(255) as u8,
             options: o,
             snd_wscale: self.snd_wscale,

@@ -646,7 +646,7 @@ impl Connection {
         }
         // tcp_ack: any acceptable ACK shows the peer alive: the unanswered-probe count
         // (zero-window and keepalive probes, `tcpi_probes`) starts again.
-        self.probes_out = 0;
+        self.probes.answered();
         self.rcv_tstamp = now;
         self.rcv_tsecr = seg.opts.ts.map(|t| t.1).unwrap_or(0);
         let mut flag = AckFlags::default();

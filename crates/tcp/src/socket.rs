@@ -17,6 +17,7 @@ use crate::recv::{RcvRttEst, RcvqSpace};
 use crate::rtt::Rtt;
 use crate::sysctl::{Sysctl, Sysctls};
 use crate::time::Instant;
+use crate::timer::Probes;
 use crate::SocketId;
 use bytes::{Bytes, BytesMut};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -1155,12 +1156,8 @@ pub(crate) struct Connection {
     pub retransmits: u32,
     pub total_retrans: u32,
     pub retrans_stamp: Option<Instant>,
-    /// Unanswered zero-window and keepalive probes (`icsk_probes_out`, `tcpi_probes`);
-    /// any acceptable ACK clears it.
-    pub probes_out: u32,
-    /// When the current run of zero-window/persist probes started (`icsk_probes_tstamp`), for
-    /// TCP_USER_TIMEOUT.
-    pub probes_tstamp: Option<Instant>,
+    /// Zero-window and keepalive probing (timer.rs).
+    pub probes: Probes,
     pub lsndtime: Instant,
     pub lrcvtime: Instant,
     pub rcv_tstamp: Instant,
@@ -1327,8 +1324,7 @@ impl Connection {
             retransmits: 0,
             total_retrans: 0,
             retrans_stamp: None,
-            probes_out: 0,
-            probes_tstamp: None,
+            probes: Probes::default(),
             lsndtime: Instant::ZERO,
             lrcvtime: Instant::ZERO,
             rcv_tstamp: Instant::ZERO,

@@ -12,6 +12,28 @@ use crate::time::Instant;
 use core::time::Duration;
 use shallow_wire::TcpFlags;
 
+/// The connection's probing state (`icsk_probes_out`, `icsk_probes_tstamp`), private to this
+/// file: zero-window and keepalive probes sent and not answered (reported as `tcpi_probes`;
+/// any acceptable ACK clears the count), and when the current run of zero-window probes
+/// started (for TCP_USER_TIMEOUT).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Probes {
+    out: u32,
+    tstamp: Option<Instant>,
+}
+
+impl Probes {
+    /// Probes sent and not answered (`tcpi_probes`).
+    pub fn out(&self) -> u32 {
+        self.out
+    }
+
+    /// An acceptable ACK arrived: the peer is alive (`tcp_ack` clears `icsk_probes_out`).
+    pub fn answered(&mut self) {
+        self.out = 0;
+    }
+}
+
 impl Connection {
     /// Bookkeeping after a SYN or SYN-ACK retransmission (`tcp_retransmit_timer` for the
     /// handshake states): counters, exponential backoff of the RTO up to `tcp_rto_max_ms`, and
@@ -76,20 +98,20 @@ impl Connection {
     /// otherwise after `tcp_retries2` unanswered probes.
     pub(crate) fn probe_timer(&mut self, env: &mut Env, now: Instant) {
         if self.packets_out > 0 || self.write_queue.is_empty() {
-            self.probes_out = 0;
-            self.probes_tstamp = None;
+            self.probes.out = 0;
+            self.probes.tstamp = None;
             return;
         }
         let user_timeout = Duration::from_millis(u64::from(self.opts.user_timeout_ms));
-        let timed_out = match self.probes_tstamp {
+        let timed_out = match self.probes.tstamp {
             None => {
-                self.probes_tstamp = Some(now);
+                self.probes.tstamp = Some(now);
                 false
             }
             Some(t0) => self.opts.user_timeout_ms != 0 && now - t0 >= user_timeout,
         };
         let max_probes = env.sysint(Sysctl::tcp_retries2) as u32;
-        if timed_out || self.probes_out >= max_probes {
+        if timed_out || self.probes.out >= max_probes {
             // tcp_write_err
             self.err = Some(self.err_soft.unwrap_or(Errno::ETIMEDOUT));
             env.mib.inc(Mib::TCPAbortOnTimeout);
@@ -99,12 +121,12 @@ impl Connection {
         // tcp_send_probe0
         let local_drop = self.send_probe0(env, now);
         if self.packets_out > 0 || self.write_queue.is_empty() {
-            self.probes_out = 0;
+            self.probes.out = 0;
             self.backoff = 0;
-            self.probes_tstamp = None;
+            self.probes.tstamp = None;
             return;
         }
-        self.probes_out += 1;
+        self.probes.out += 1;
         let mut when = if local_drop {
             // Not sent for local congestion: retry at TCP_RESOURCE_PROBE_INTERVAL, no backoff.
             Duration::from_millis(500)
@@ -124,7 +146,7 @@ impl Connection {
     /// no sooner than `TCP_TIMEOUT_MIN`.
     pub(crate) fn clamp_probe0_to_user_timeout(&self, now: Instant, when: Duration) -> Duration {
         let user_timeout = Duration::from_millis(u64::from(self.opts.user_timeout_ms));
-        match (self.opts.user_timeout_ms != 0, self.probes_tstamp) {
+        match (self.opts.user_timeout_ms != 0, self.probes.tstamp) {
             (true, Some(t0)) => {
                 when.min(user_timeout.saturating_sub(now - t0).max(TCP_TIMEOUT_MIN))
             }
@@ -143,7 +165,7 @@ impl Connection {
         };
         if !after(head.end_seq, self.snd_wnd_end()) {
             self.backoff = 0;
-            self.probes_tstamp = None;
+            self.probes.tstamp = None;
             if self.rtx_event == RtxEvent::Probe0 {
                 self.disarm(env, TimerKind::Retrans);
             }
@@ -241,9 +263,9 @@ impl Connection {
                 // With TCP_USER_TIMEOUT, that bounds the silence instead of the probe count.
                 let user_timeout = u64::from(self.opts.user_timeout_ms);
                 let timed_out = if user_timeout != 0 {
-                    elapsed >= Duration::from_millis(user_timeout) && self.probes_out > 0
+                    elapsed >= Duration::from_millis(user_timeout) && self.probes.out > 0
                 } else {
-                    self.probes_out >= self.keepalive_probes(env)
+                    self.probes.out >= self.keepalive_probes(env)
                 };
                 if timed_out {
                     self.send_active_reset(env, now);
@@ -254,7 +276,7 @@ impl Connection {
                     return false;
                 }
                 self.send_probe_keepalive(env, now);
-                self.probes_out += 1;
+                self.probes.out += 1;
                 let intvl = self.keepalive_intvl(env);
                 self.arm(env, TimerKind::Keepalive, now + intvl);
                 false
