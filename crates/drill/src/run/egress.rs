@@ -1,55 +1,27 @@
-//! The runner's egress: the host qdisc between the engine's transmit and packetdrill's tun
-//! device, a real one from `shallow-qdisc` (the emulator's and the Linux substrate's).
+//! The runner's egress: which host qdisc sits between the engine's transmit and
+//! packetdrill's tun device, and what the runner does with what it releases.
 //!
-//! A script picks it with `tc qdisc`: `pfifo`/`bfifo` ([`Fifo`], `limit 0` refuses everything),
-//! `fq` ([`Fq`] with the script's parameters, Linux defaults otherwise); `tc qdisc delete`
-//! and a fresh run have the device's default, `pfifo_fast` with tun's 500 packets. The engine
-//! learns a refusal at the transmit, as Linux's `__tcp_transmit_skb` gets `NET_XMIT_DROP` from
-//! `dev_queue_xmit`: the [`Gate`] installed with [`Stack::set_tx_gate`] asks the qdisc
-//! ([`Qdisc::admit`]) and holds the packet's place in an [`Admitted`] ledger until the runner
-//! enqueues it (after the engine call returns). The runner then dequeues whatever is due at
-//! its virtual `now` onto the wire, and wakes at [`Egress::next_wakeup`] for what fq holds.
+//! The qdisc itself, its admission at the transmit (the engine learns a refusal as Linux's
+//! `__tcp_transmit_skb` gets `NET_XMIT_DROP` from `dev_queue_xmit`) and the queue of the
+//! engine's transmits into it are the engine's [`Driver`], as on every other substrate. The
+//! runner keeps its own concerns: a script's `tc qdisc` as a qdisc of `shallow-qdisc`
+//! ([`QdiscSpec`]: `pfifo`/`bfifo` [`Fifo`], `limit 0` refusing everything; `fq` [`Fq`] with
+//! the script's parameters, Linux defaults otherwise; `tc qdisc delete` and a fresh run have
+//! the device's default, `pfifo_fast` with tun's 500 packets), the virtual wire the released
+//! packets go to (cut into segments when TSO or GSO is off), and their TX completions, at once
+//! or `shallow_tx_delay` later.
 //!
-//! This is the one place of the runner that knows the qdisc — the qdisc and its gate, and the
-//! runner's side: a `tc qdisc` command, the stack's transmits into the qdisc, what it releases
-//! onto the wire and their TX completions — so a driver shared with the other substrates can
-//! take it over whole.
-//!
-//! [`Stack::set_tx_gate`]: shallow_tcp::Stack::set_tx_gate
+//! [`Driver`]: shallow_tcp::Driver
 
-use std::sync::{Arc, Mutex, MutexGuard};
-
-use shallow_qdisc::{
-    tos_to_priority, Admitted, Fifo, Fq, FqConfig, Offer, PfifoFast, Qdisc, QdiscPacket, Rate,
-    NSEC_PER_SEC,
-};
-use shallow_tcp::{DeviceCaps, Transmit, TxGate, TxMeta};
-use shallow_wire::segment;
+use shallow_qdisc::{Fifo, Fq, FqConfig, PfifoFast, Rate, NSEC_PER_SEC};
+use shallow_tcp::driver::BoxedQdisc;
+use shallow_tcp::{DeviceCaps, Transmit};
 
 use super::{describe_raw, pkt, Runner, Sent};
 use crate::env::QdiscKind;
 
 /// tun's `tx_queue_len` (Linux `TUN_READQ_SIZE`): the default qdisc's limit.
 pub(crate) const TUN_TXQUEUELEN: usize = 500;
-
-/// A packet the qdisc holds: one transmit of the engine, as it will reach the wire.
-pub(crate) struct Held(pub Transmit);
-
-impl QdiscPacket for Held {
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-    fn flow_hash(&self) -> u32 {
-        self.0.flow
-    }
-    fn departure_ns(&self) -> Option<u64> {
-        self.0.departure.map(|d| d.as_nanos())
-    }
-    /// The TOS byte's priority (`rt_tos2priority`), as the admission's offer has it.
-    fn priority(&self) -> u8 {
-        segment::tos(&self.0.data).map_or(0, tos_to_priority)
-    }
-}
 
 /// Which qdisc, with its parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +78,8 @@ impl QdiscSpec {
         matches!(self, QdiscSpec::Fq { pacing: true, .. })
     }
 
-    fn build(&self) -> Box<dyn Qdisc<Held> + Send> {
+    /// The qdisc, over the engine's own packets.
+    pub fn build(&self) -> BoxedQdisc<Transmit> {
         match self {
             QdiscSpec::Default => Box::new(PfifoFast::new(TUN_TXQUEUELEN)),
             QdiscSpec::Pfifo(l) => Box::new(Fifo::pfifo(*l)),
@@ -185,109 +158,32 @@ fn tc_time_ns(s: &str) -> Option<u64> {
     Some((n * ns) as u64)
 }
 
-/// The qdisc and the places its admissions hold, shared by the runner and the [`Gate`].
-struct State {
-    qdisc: Box<dyn Qdisc<Held> + Send>,
-    admitted: Admitted,
-}
-
-type Shared = Arc<Mutex<State>>;
-
-fn lock(s: &Shared) -> MutexGuard<'_, State> {
-    s.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The admission rule installed in the engine: the qdisc decides at the transmit.
-struct Gate(Shared);
-
-impl TxGate for Gate {
-    fn admit(&mut self, m: &TxMeta) -> bool {
-        let offer = Offer {
-            len: m.len,
-            flow: m.flow,
-            priority: tos_to_priority(m.tos),
-            departure_ns: m.departure_ns,
-            header_len: m.header_len,
-            gso_size: m.gso_size.map(usize::from),
-        };
-        let mut s = lock(&self.0);
-        let State { qdisc, admitted } = &mut *s;
-        qdisc.admit(m.now.as_nanos(), &offer, admitted)
-    }
-}
-
-/// The runner's host qdisc.
-pub(crate) struct Egress {
-    spec: QdiscSpec,
-    state: Shared,
-}
-
-impl Egress {
-    /// A qdisc as `spec` says, and the gate to install in the engine for it.
-    pub fn new(spec: QdiscSpec) -> (Egress, Box<dyn TxGate>) {
-        let state = Arc::new(Mutex::new(State {
-            qdisc: spec.build(),
-            admitted: Admitted::new(),
-        }));
-        let gate = Box::new(Gate(state.clone()));
-        (Egress { spec, state }, gate)
-    }
-
-    /// What it is.
-    pub fn spec(&self) -> &QdiscSpec {
-        &self.spec
-    }
-
-    /// Queues a transmit of the engine (admitted at the transmit, so its place is held); a
-    /// packet the qdisc refuses anyway comes back.
-    pub fn enqueue(&self, now: u64, tx: Transmit) -> Result<(), Transmit> {
-        let p = Held(tx);
-        let mut s = lock(&self.state);
-        s.admitted.remove(p.len(), p.flow_hash(), p.priority());
-        s.qdisc.enqueue(now, p).map_err(|p| p.0)
-    }
-
-    /// The next packet due on the wire at `now`.
-    pub fn dequeue(&self, now: u64) -> Option<Transmit> {
-        lock(&self.state).qdisc.dequeue(now).map(|p| p.0)
-    }
-
-    /// When a held packet may leave (fq's watchdog), if any is held back by time.
-    pub fn next_wakeup(&self, now: u64) -> Option<u64> {
-        lock(&self.state).qdisc.next_wakeup(now)
-    }
-
-    /// Everything held, in dequeue order: what a replaced qdisc drops (`qdisc_reset`).
-    pub fn drain(&self) -> Vec<Transmit> {
-        std::iter::from_fn(|| self.dequeue(u64::MAX)).collect()
-    }
-}
-
 /// The runner's side of the egress: the stack's transmits into the qdisc, and what the qdisc
 /// releases onto the wire.
 impl Runner<'_> {
-    /// A transmit of the stack into the qdisc, and whatever it releases now onto the wire
-    /// (`dev_queue_xmit`, then the qdisc run).
-    pub(super) fn egress(&mut self, tx: Transmit) {
-        if let Err(tx) = self.egress.enqueue(self.now, tx) {
-            self.qdisc_drop(tx);
+    /// Moves the stack's transmits into the qdisc and whatever it releases now onto the wire
+    /// (`dev_queue_xmit`, then the qdisc run); true if the stack transmitted anything.
+    pub(super) fn egress(&mut self) -> bool {
+        let mut sent = 0usize;
+        let dropped = self.st.transmit(self.inst(), |_| sent += 1);
+        if dropped > 0 {
+            // Completed by the driver (their destructor runs).
+            self.trace(|| format!("qdisc drop: {dropped} packets"));
         }
-        self.release();
+        let refused = self.st.take_refused();
+        if refused > 0 {
+            self.trace(|| format!("qdisc refused {refused} packets at the transmit"));
+        }
+        if sent > 0 {
+            self.release();
+        }
+        sent > 0
     }
 
     /// Packets the qdisc lets go at `now`, onto the wire.
     pub(super) fn release(&mut self) {
-        while let Some(tx) = self.egress.dequeue(self.now) {
+        while let Some(tx) = self.st.poll_release(0, self.inst()) {
             self.put_on_wire(tx);
-        }
-    }
-
-    /// A packet the qdisc dropped: its destructor runs (the TX completion).
-    fn qdisc_drop(&mut self, tx: Transmit) {
-        let d = describe_raw(&tx.data);
-        self.trace(|| format!("qdisc drop: {d}"));
-        if let Some(tok) = tx.token {
-            self.st.tx_complete(self.inst(), tok);
         }
     }
 
@@ -304,30 +200,39 @@ impl Runner<'_> {
             self.wire.push_back(Sent { at: self.now, data });
         }
         if let Some(tok) = tx.token {
+            let now = self.inst();
             match self.tx_delay {
-                None | Some(0) => self.st.tx_complete(self.inst(), tok),
+                None | Some(0) => self.st.tx_complete(now, tok),
                 Some(d) => self.held.push((Some(self.now.saturating_add(d)), tok)),
             }
         }
     }
 
-    /// `tc qdisc add|replace|delete`: a new qdisc (the old one's packets are dropped, as
-    /// `qdisc_reset` frees them), its admission rule in the stack, and whether it paces.
+    /// `tc qdisc add|replace|delete`: a new qdisc in the driver (the old one's packets are
+    /// dropped, as `qdisc_reset` frees them, and their destructors run), and whether it
+    /// paces.
     pub(super) fn set_qdisc(&mut self, spec: QdiscSpec) {
-        let edt = spec.edt();
-        let (new, gate) = Egress::new(spec);
-        let old = std::mem::replace(&mut self.egress, new);
-        for tx in old.drain() {
-            self.qdisc_drop(tx);
+        let old = self.st.set_qdisc(0, Some(spec.build()));
+        for tx in old.into_iter().flat_map(drain) {
+            let d = describe_raw(&tx.data);
+            self.trace(|| format!("qdisc drop: {d}"));
+            if let Some(tok) = tx.token {
+                let now = self.inst();
+                self.st.tx_complete(now, tok);
+            }
         }
-        self.st.set_device(DeviceCaps {
-            edt_pacing: edt,
+        let caps = DeviceCaps {
+            edt_pacing: spec.edt(),
             ..self.st.device()
-        });
-        self.st.set_tx_gate(Some(gate));
-        let spec = format!("{:?}", self.egress.spec());
-        self.trace(|| format!("qdisc: {spec}"));
+        };
+        self.st.set_device(caps);
+        self.trace(|| format!("qdisc: {spec:?}"));
     }
+}
+
+/// Everything `qdisc` holds, in dequeue order.
+fn drain(mut qdisc: BoxedQdisc<Transmit>) -> Vec<Transmit> {
+    std::iter::from_fn(|| qdisc.dequeue(u64::MAX)).collect()
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! The runner: drives one [`shallow_tcp::Stack`] through a script in virtual time.
+//! The runner: drives one [`shallow_tcp::Stack`] through a script in virtual time, in the
+//! [`shallow_tcp::Driver`] every substrate runs the engine with.
 //!
 //! Each script gets a fresh stack. Events run in script order on a virtual clock (ns); time
 //! only moves forward, by jumping to the next thing that happens (a stack timer, a packet
@@ -7,8 +8,8 @@
 //! * `<` lines become IP packets given to [`Stack::input`] (one GSO aggregate with
 //!   `gso_size = --mss` when the payload does not fit the MTU).
 //! * Every packet the stack transmits goes through the host qdisc the script chose with
-//!   `tc` (a real one from `shallow-qdisc`, `egress.rs`: pfifo, bfifo, fq; `limit 0` refuses
-//!   every packet at the transmit) onto the "wire", where it waits for a `>` line. As on
+//!   `tc` (a real one from `shallow-qdisc` in the driver's egress, `egress.rs`: pfifo, bfifo,
+//!   fq; `limit 0` refuses every packet at the transmit) onto the "wire", where it waits for a `>` line. As on
 //!   packetdrill's tun device, which orphans every packet in its xmit routine, a packet
 //!   that leaves at once is completed inside the engine's send
 //!   (`DeviceCaps::orphan_at_xmit`); one fq holds is completed when it leaves, and
@@ -35,7 +36,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 
-use shallow_tcp::{DeviceCaps, Instant, RouteAttrs, SocketId, Stack, TxToken};
+use shallow_tcp::{DeviceCaps, Driver, Instant, RouteAttrs, SocketId, Stack, TxToken};
 use shallow_wire::{SackBlocks, TcpOptionRepr, TcpRepr};
 
 use crate::ast::*;
@@ -44,7 +45,7 @@ use crate::expectations::{unsupported_features, Status};
 use crate::outcome::FailKind;
 use crate::python::{self, PyEnv, PyError};
 
-use egress::{Egress, QdiscSpec};
+use egress::QdiscSpec;
 use pkt::{flags_str, opt_str, IpFields, Live};
 
 /// How to run scripts.
@@ -231,7 +232,8 @@ const MAX_TIME: u64 = 3_600 * 1_000_000_000;
 
 pub(crate) struct Runner<'a> {
     script: &'a Script,
-    st: Stack,
+    /// The engine and its egress: the host qdisc between the stack and the wire.
+    st: Driver,
     now: u64,
     line: u32,
     /// Local and remote addresses on the wire (IPv4 in the IPv4-mapped-IPv6 variant).
@@ -254,8 +256,6 @@ pub(crate) struct Runner<'a> {
     cur_flow: Option<usize>,
     next_remote_port: u16,
     wire: VecDeque<Sent>,
-    /// The host qdisc between the stack and the wire.
-    egress: Egress,
     held: Vec<(Option<u64>, TxToken)>,
     tx_delay: Option<u64>,
     tso: bool,
@@ -291,9 +291,8 @@ impl<'a> Runner<'a> {
             rx_truesize: shallow_tcp::RxTruesize::TunKmalloc,
             ..DeviceCaps::default()
         };
-        let mut st = Stack::with_device(0x5eed_d411, caps);
-        let (egress, gate) = Egress::new(QdiscSpec::Default);
-        st.set_tx_gate(Some(gate));
+        let mut st: Driver = Driver::new(Stack::with_device(0x5eed_d411, caps));
+        st.set_qdisc(0, Some(QdiscSpec::Default.build()));
         // The script's --ip_version wins over the run's variant, as packetdrill parses a
         // script's options after its command line.
         let (ipv6, mapped) = match script.option("ip_version") {
@@ -376,7 +375,6 @@ impl<'a> Runner<'a> {
             cur_flow: None,
             next_remote_port: 48_000,
             wire: VecDeque::new(),
-            egress,
             held: Vec::new(),
             tx_delay: None,
             tso: true,
@@ -523,11 +521,9 @@ impl<'a> Runner<'a> {
 
     /// The next instant something happens by itself.
     fn next_deadline(&self) -> Option<u64> {
-        let mut n: Option<u64> = self.st.poll_timeout().map(|i| i.as_nanos());
+        // The engine's timers and the qdisc's watchdog (fq's EDT hold).
+        let mut n: Option<u64> = self.st.poll_deadline(0, self.inst()).map(|i| i.as_nanos());
         let mut take = |x: u64| n = Some(n.map_or(x, |m| m.min(x)));
-        if let Some(at) = self.egress.next_wakeup(self.now) {
-            take(at);
-        }
         for (due, _) in &self.held {
             if let Some(d) = due {
                 take(*d);
@@ -563,9 +559,7 @@ impl<'a> Runner<'a> {
         }
         self.now = self.now.max(t);
         let now = self.inst();
-        if self.st.poll_timeout().is_some_and(|d| d <= now) {
-            self.st.handle_timeout(now);
-        }
+        self.st.run_timers(now);
         self.release();
         let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
             .into_iter()
@@ -602,9 +596,8 @@ impl<'a> Runner<'a> {
     fn pump(&mut self) -> R<()> {
         loop {
             let mut progress = false;
-            while let Some(tx) = self.st.poll_transmit(self.inst()) {
+            if self.egress() {
                 progress = true;
-                self.egress(tx);
             }
             while let Some(w) = self.st.poll_wakeup() {
                 progress = true;
@@ -1102,7 +1095,8 @@ impl<'a> Runner<'a> {
         // packetdrill writes the packet to tun and the kernel's receive path runs after it,
         // so TCP sees it a little after the scripted time (a syscall reaches TCP sooner).
         self.step_to(self.now + INJECT_LATENCY_NS)?;
-        self.st.input(self.inst(), &data, gso);
+        let now = self.inst();
+        self.st.input(now, &data, gso);
         Ok(())
     }
 
@@ -1168,7 +1162,8 @@ impl<'a> Runner<'a> {
             )
         });
         self.step_to(self.now + INJECT_LATENCY_NS)?;
-        self.st.input(self.inst(), &data, None);
+        let now = self.inst();
+        self.st.input(now, &data, None);
         Ok(())
     }
 

@@ -501,7 +501,8 @@ impl Runner<'_> {
                         return self.skip(format!("socket protocol {p} not supported"));
                     }
                 }
-                match self.st.socket(self.family()) {
+                let family = self.family();
+                match self.st.socket(family) {
                     Ok(s) => {
                         let fd = self.new_fd(call);
                         self.fds.insert(fd, Fd::Sock(s));
@@ -802,7 +803,8 @@ impl Runner<'_> {
         };
         let nonblock = !self.blocking(fd) || flags & MSG_DONTWAIT != 0;
         let data = vec![0u8; total - state.written];
-        match self.st.send(self.inst(), s, &data, flags) {
+        let now = self.inst();
+        match self.st.send(now, s, &data, flags) {
             Ok(n) => {
                 state.written += n;
                 if state.written >= total || nonblock {
@@ -826,7 +828,8 @@ impl Runner<'_> {
         };
         let nonblock = !self.blocking(fd) || flags & MSG_DONTWAIT != 0;
         let mut data = vec![0u8; len];
-        match self.st.recv(self.inst(), s, &mut data, flags) {
+        let now = self.inst();
+        match self.st.recv(now, s, &mut data, flags) {
             Ok(n) => {
                 if call.name == "recvmsg" {
                     self.check_msghdr(buf, s)?;
@@ -942,9 +945,10 @@ impl Runner<'_> {
                     None => return self.skip(format!("setsockopt value {other:?} not understood")),
                 },
             };
+            let now = self.inst();
             Ok(Res::Done(
                 self.st
-                    .setsockopt(self.inst(), s, opt, &v)
+                    .setsockopt(now, s, opt, &v)
                     .map(|()| 0)
                     .map_err(code),
             ))
