@@ -36,6 +36,11 @@ pub(crate) struct AckFlags {
     pub data_sacked: bool,
     /// An ECN echo on an ECN connection (`FLAG_ECE`).
     pub ece: bool,
+    /// The ACK carried a D-SACK block (`FLAG_DSACKING_ACK`).
+    pub dsack: bool,
+    /// The ACK may update the send window (`FLAG_WIN_UPDATE`: it acks new data, or is newer
+    /// than the last window update).
+    pub win_update: bool,
     /// What `tcp_xmit_recovery` sends once this ACK has updated cwnd.
     pub rexmit: Rexmit,
 }
@@ -658,6 +663,7 @@ impl Connection {
             || after(seg.seq, self.snd_wl1)
             || (seg.seq == self.snd_wl1 && (nwin > self.snd_wnd || nwin == 0))
         {
+            flag.win_update = true;
             self.snd_wl1 = seg.seq;
             if self.snd_wnd != nwin {
                 self.snd_wnd = nwin;
@@ -751,7 +757,21 @@ impl Connection {
         flag.ece = seg.has(TcpFlags::ECE)
             && !seg.has(TcpFlags::SYN)
             && self.ecn_flags & crate::socket::ecnf::OK != 0;
-        self.fastretrans_alert(env, now, prior_snd_una, is_dupack, delivered, &mut flag);
+        // tcp_ack_is_dubious: loss detection and the state machine run only for an ACK that
+        // is a duplicate (no data, no window update, nothing acked), carries SACK news, an
+        // ECN echo or a D-SACK, or arrives outside the Open state. An ordinary ACK in Open
+        // leaves RACK's record for the next dubious one (measured on 6.18, fuzz seed 100038:
+        // after an RTO undone by F-RTO, a data segment acking nothing new did not make the
+        // kernel mark the tail lost, though RACK's record would have).
+        let not_dup = !seg.payload.is_empty() || flag.win_update || acked_pkts > 0;
+        let dubious = !not_dup
+            || flag.data_sacked
+            || flag.ece
+            || flag.dsack
+            || self.ca_state != CaState::Open;
+        if dubious {
+            self.fastretrans_alert(env, now, prior_snd_una, is_dupack, delivered, &mut flag);
+        }
         // tcp_may_raise_cwnd: grow only on cumulative (in-order) delivery (RFC 5681), or on
         // any forward progress (SACKed data too) once reordering was measured above the
         // sysctl's. Open, Disorder and Loss grow cwnd (slow start after an RTO); Recovery/CWR

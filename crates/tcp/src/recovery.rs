@@ -106,6 +106,7 @@ impl Connection {
                     || (n > 1 && !before(l, seg.opts.sack[1].0) && !after(r, seg.opts.sack[1].1));
                 if is_dsack {
                     env.mib.inc(Mib::TCPDSACKRecv);
+                    flag.dsack = true;
                     env.mib.inc(Mib::TCPDSACKRecvSegs);
                     self.rack.note_dsack();
                     // tcp_check_dsack: a D-SACK for data retransmitted in this episode means
