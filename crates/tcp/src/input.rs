@@ -495,7 +495,9 @@ impl Connection {
             self.state = TcpState::SynRecv;
             self.snd_wnd = u32::from(seg.window);
             self.max_window = self.snd_wnd;
+            // tcp_send_synack: from the connection itself, so it counts.
             self.send_synack(env, now);
+            self.segs_out += 1;
         }
     }
 

@@ -424,7 +424,10 @@ impl Connection {
         self.lsndtime = now;
     }
 
-    /// Send the SYN-ACK (passive open).
+    /// Send the SYN-ACK. On a passive open Linux sends it from the request socket
+    /// (`tcp_v4_send_synack`), so it is not one of the connection's `segs_out` (measured on
+    /// 6.18: a child that sent two keepalive probes reports `tcpi_segs_out` 2); the
+    /// simultaneous open counts it at the caller.
     pub fn send_synack(&mut self, env: &mut Env, now: Instant) {
         let mut opts = Vec::with_capacity(6);
         let ecr = self.ts_recent;
@@ -438,7 +441,6 @@ impl Connection {
         };
         let seg = self.seg(env, self.iss, fl, win, &opts, &[]);
         env.emit(&seg, None, None, None);
-        self.segs_out += 1;
         self.lsndtime = now;
     }
 
@@ -1113,6 +1115,16 @@ impl Connection {
                 return false;
             }
         }
+        match self.xmit_probe_skb(env, now, Mib::TCPWinProbe) {
+            Emitted::Refused => true,
+            Emitted::Sent | Emitted::Unbuilt => false,
+        }
+    }
+
+    /// `tcp_xmit_probe_skb`: an ACK with sequence `snd_una - 1`, which the peer cannot accept
+    /// and must answer with its current window and ACK; the zero-window probe and the
+    /// keepalive probe. Counted in `mib` when it leaves.
+    pub(crate) fn xmit_probe_skb(&mut self, env: &mut Env, now: Instant, mib: Mib) -> Emitted {
         let mut opts = Vec::with_capacity(4);
         self.established_opts(now, &mut opts);
         let win = self.select_window(env);
@@ -1125,14 +1137,12 @@ impl Connection {
             &[],
         );
         let departure = self.edt_stamp(now);
-        match env.emit(&seg, None, Some(departure), None) {
-            Emitted::Sent => {}
-            Emitted::Refused => return true,
-            Emitted::Unbuilt => return false,
+        let sent = env.emit(&seg, None, Some(departure), None);
+        if sent == Emitted::Sent {
+            env.mib.inc(mib);
+            self.segs_out += 1;
         }
-        env.mib.inc(Mib::TCPWinProbe);
-        self.segs_out += 1;
-        false
+        sent
     }
 
     /// `tcp_check_space` → `tcp_new_space` → `sk_stream_write_space` (spec §4.2): if a writer

@@ -4,13 +4,11 @@
 
 use crate::errno::Errno;
 use crate::mib::Mib;
-use crate::packet::OutOpt;
 use crate::seq::after;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
 use core::time::Duration;
-use shallow_wire::TcpFlags;
 
 /// The connection's probing state (`icsk_probes_out`, `icsk_probes_tstamp`), private to this
 /// file: zero-window and keepalive probes sent and not answered (reported as `tcpi_probes`;
@@ -285,20 +283,8 @@ impl Connection {
         }
     }
 
+    /// The keepalive probe (`tcp_write_wakeup` with nothing to send: `tcp_xmit_probe_skb`).
     pub(crate) fn send_probe_keepalive(&mut self, env: &mut Env, now: Instant) {
-        let mut opts: Vec<OutOpt> = Vec::with_capacity(4);
-        self.established_opts(now, &mut opts);
-        let win = self.select_window(env);
-        let seg = self.seg(
-            env,
-            self.snd_una.wrapping_sub(1),
-            TcpFlags::ACK,
-            win,
-            &opts,
-            &[],
-        );
-        let departure = self.edt_stamp(now);
-        env.emit(&seg, None, Some(departure), None);
-        env.mib.inc(Mib::TCPKeepAlive);
+        self.xmit_probe_skb(env, now, Mib::TCPKeepAlive);
     }
 }
