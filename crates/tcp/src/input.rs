@@ -1069,7 +1069,6 @@ impl Connection {
                 self.sacks_trim();
             }
             env.wake(self.id, POLLIN | POLLRDNORM);
-            self.data_ready_check();
             return;
         }
         // Out of order (tcp_data_queue_ofo).
@@ -1080,22 +1079,15 @@ impl Connection {
         // the scaling ratio, hence the window clamp): measured on 6.18, an active opener
         // that receives only out-of-order 1460-byte segments raises its offered window with
         // each (1050, 1062, 1073, 1085, 1096 << 8), past the clamp its first buffer size gave.
-        if !payload.is_empty() {
-            let len = payload.len() as u32;
-            let truesize = self.rx_truesize(env, seg, len);
+        let len = payload.len() as u32;
+        let truesize = self.rx_truesize(env, seg, len);
+        if len > 0 {
             self.measure_rcv_mss(env, seg, len, truesize);
         }
         // tcp_data_queue_ofo: schedule an ACK; __tcp_ack_snd_check decides (SACK compression).
-        self.ofo_insert(env, seq, payload, seg.share(payload), fin);
+        self.ofo_insert(env, seq, payload, seg.share(payload), fin, truesize);
         self.ack.pending |= ackf::SCHED;
-        self.event_data_recv_ofo(seg);
-    }
-
-    fn data_ready_check(&mut self) {}
-
-    fn event_data_recv_ofo(&mut self, seg: &SegIn<'_>) {
         self.data_segs_in += seg.gso_segs;
-        self.bytes_received += 0;
     }
 
     /// Append in-order bytes to the receive queue, coalescing into the tail (`tcp_queue_rcv`).

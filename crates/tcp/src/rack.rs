@@ -29,8 +29,6 @@ pub(crate) struct Rack {
     end_seq: u32,
     /// Reordering window in units of min_rtt/4 (`rack.reo_wnd_steps`), grown by D-SACKs.
     reo_wnd_steps: u32,
-    /// A D-SACK arrived since the window last changed (`rack.dsack_seen`).
-    dsack_seen: bool,
     /// The RACK packet moved since loss detection last ran (`rack.advanced`).
     advanced: bool,
 }
@@ -42,16 +40,16 @@ impl Default for Rack {
             rtt_us: 0,
             end_seq: 0,
             reo_wnd_steps: 1,
-            dsack_seen: false,
             advanced: false,
         }
     }
 }
 
 impl Rack {
-    /// A D-SACK arrived: widen the reordering window (RFC 8985 §6.2 step 4).
+    /// A D-SACK arrived: widen the reordering window (RFC 8985 §6.2 step 4). The engine
+    /// widens it at each D-SACK; Linux's `rack.dsack_seen` defers the step to the next
+    /// round trip (`tcp_rack_update_reo_wnd`), a difference not yet measured.
     pub fn note_dsack(&mut self) {
-        self.dsack_seen = true;
         self.reo_wnd_steps = (self.reo_wnd_steps + 1).min(255);
     }
 

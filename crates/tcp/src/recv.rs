@@ -94,7 +94,8 @@ pub mod msgflags {
 const OFO_MAX_SEGS: usize = 4096;
 
 impl Connection {
-    /// Insert an out-of-order segment, merging overlaps (`tcp_data_queue_ofo`).
+    /// Insert an out-of-order segment whose received buffer is `truesize` bytes (the device's
+    /// sizing, computed once by the caller), merging overlaps (`tcp_data_queue_ofo`).
     pub fn ofo_insert(
         &mut self,
         env: &mut Env,
@@ -102,12 +103,9 @@ impl Connection {
         payload: &[u8],
         shared: Option<Bytes>,
         fin: bool,
+        truesize: u32,
     ) {
         let end = seq.wrapping_add(payload.len() as u32);
-        let truesize = env.dev.rx_truesize.truesize(
-            payload.len() as u32,
-            self.ip_hdr_len() + self.tcp_header_len,
-        );
         let over = self.rmem_alloc + truesize > self.rcvbuf || self.ofo_queue.len() >= OFO_MAX_SEGS;
         if (over && !(self.prune_ofo(env) && self.rmem_alloc + truesize <= self.rcvbuf))
             || !self.try_rmem_schedule(env, truesize)
