@@ -174,8 +174,11 @@ proptest! {
         let mut buf = vec![0u8; r.buffer_len()];
         prop_assert_eq!(r.emit(&mut buf).unwrap(), buf.len());
         prop_assert_eq!(Icmpv4Repr::parse(&buf).unwrap(), r);
-        // etherparse keeps the second word of destination-unreachable only for code 4.
-        if kind != 2 || code == 4 || a == 0 {
+        // etherparse keeps the second word of destination-unreachable only for code 4, and
+        // refuses a timestamp request or reply (types 13, 14) other than exactly 20 bytes long,
+        // which our parser takes as an opaque message.
+        let odd_timestamp = kind == 3 && matches!(type_, 13 | 14) && data.len() != 12;
+        if (kind != 2 || code == 4 || a == 0) && !odd_timestamp {
             let e = etherparse::Icmpv4Slice::from_slice(&buf).unwrap();
             prop_assert_eq!(e.checksum(), e.header().icmp_type.calc_checksum(e.payload()));
         }
