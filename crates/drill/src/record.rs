@@ -55,6 +55,14 @@ pub enum RecordError {
     /// The capture could not be read or aligned.
     #[error("capture: {0}")]
     Capture(String),
+    /// The recorded script does not pass on the kernel when replayed.
+    #[error("the recording does not replay on the kernel: line {line}: {reason}")]
+    Replay {
+        /// Line of the recorded script.
+        line: u32,
+        /// packetdrill's message.
+        reason: String,
+    },
 }
 
 /// Records scenarios on the running kernel.
@@ -303,6 +311,15 @@ impl Recorder {
             out.push_str(&l);
             out.push('\n');
         }
+        // A recording is only worth keeping if the kernel passes it as written (the judge
+        // replays every recording on the kernel).
+        let replay = self.run_on_kernel(&out)?;
+        if replay.status != Status::Pass {
+            return Err(RecordError::Replay {
+                line: replay.line,
+                reason: replay.reason,
+            });
+        }
         Ok(Recording {
             script: out,
             fixes,
@@ -348,6 +365,7 @@ impl Recorder {
         // The last event closes the recording: from then on the kernel's packets are
         // packetdrill closing its sockets at exit, not part of the scenario.
         let end = parsed.events.last().map_or(0.0, |e| e.time);
+        let ts_shift = ts_shift(parsed, &tcp);
         let mut outbound = 0;
         for (k, (c, l)) in tcp.iter().enumerate() {
             if !c.outbound || c.at.as_secs_f64() + offset >= end {
@@ -378,7 +396,10 @@ impl Recorder {
             {
                 t = e;
             }
-            let body = crate::run::describe(l, isn.unwrap_or(0));
+            let body = match ts_shift {
+                Some(d) => crate::run::describe(&shift_tsval(l, d), isn.unwrap_or(0)),
+                None => crate::run::describe(l, isn.unwrap_or(0)),
+            };
             // After every scenario event at the same time (index 2i), in capture order.
             timed.push((t, usize::MAX / 2 + k, format!("{t:.6} > {body}")));
             outbound += 1;
@@ -386,6 +407,59 @@ impl Recorder {
         timed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         Ok((timed.into_iter().map(|(_, _, l)| l).collect(), outbound))
     }
+}
+
+/// The shift from the kernel's timestamp clock to the scenario's: the scenario's first `>`
+/// anchor that names a `TS val` against the kernel's first sent packet that carries one.
+///
+/// packetdrill maps TS values this way itself (the first outbound packet with a timestamp
+/// in both the script and the live packet sets the base; later outbound values are compared
+/// as offsets from it, and inbound `ecr` values are translated through it). The scenario's
+/// inbound packets echo values in the scenario's space, so the recorded `>` lines must be in
+/// that space too, or the recording does not replay: written with the kernel's live values
+/// (a random per-connection offset), the first `>` line would set a base that the inbound
+/// `ecr` values do not refer to. `None` when the scenario names no `TS val` or the kernel
+/// sent no timestamp.
+fn ts_shift(parsed: &Parsed, tcp: &[(&Captured, crate::run::pkt::Live)]) -> Option<u32> {
+    let script = parsed
+        .events
+        .iter()
+        .filter(|e| e.outbound)
+        .find_map(|e| script_tsval(&e.text))?;
+    let live = tcp
+        .iter()
+        .filter(|(c, _)| c.outbound)
+        .find_map(|(_, l)| live_tsval(l))?;
+    Some(script.wrapping_sub(live))
+}
+
+/// The `TS val N` of a script packet line, if it names one.
+fn script_tsval(text: &str) -> Option<u32> {
+    let at = text.find("TS val ")? + "TS val ".len();
+    let digits: String = text[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// The TS value of a captured packet, if it carries the option.
+fn live_tsval(l: &crate::run::pkt::Live) -> Option<u32> {
+    l.opts.iter().find_map(|o| match o {
+        shallow_wire::TcpOptionRepr::Timestamps { tsval, .. } => Some(*tsval),
+        _ => None,
+    })
+}
+
+/// `l` with its TS value moved by `d` (modulo 2^32, as TCP timestamps wrap).
+fn shift_tsval(l: &crate::run::pkt::Live, d: u32) -> crate::run::pkt::Live {
+    let mut l = l.clone();
+    for o in &mut l.opts {
+        if let shallow_wire::TcpOptionRepr::Timestamps { tsval, .. } = o {
+            *tsval = tsval.wrapping_add(d);
+        }
+    }
+    l
 }
 
 /// How far before a scenario event a captured packet may seem to leave and still be taken
@@ -427,6 +501,52 @@ mod tests {
         );
         assert!(parse_scenario("0.2 close(3) = 0\n0.1 close(3) = 0\n").is_err());
         assert!(parse_scenario("0 close(3) = 0\n`x`\n").is_err());
+    }
+
+    #[test]
+    fn recorded_timestamps_are_moved_to_the_scenarios_space() {
+        assert_eq!(
+            script_tsval("> S. 0:0(0) ack 1 <mss 1460,TS val 100 ecr 700,nop,wscale 8>"),
+            Some(100)
+        );
+        assert_eq!(script_tsval("> S. 0:0(0) ack 1 <...>"), None);
+        let parsed = parse_scenario(
+            "0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3\n\
+             0.1 < S 0:0(0) win 1000 <mss 1000,TS val 700 ecr 0>\n\
+             0.1 > S. 0:0(0) ack 1 <mss 1460,TS val 100 ecr 700>\n",
+        )
+        .unwrap();
+        let live = |tsval: u32| crate::run::pkt::Live {
+            src: "192.168.0.1:8080".parse().unwrap(),
+            dst: "192.0.2.1:9000".parse().unwrap(),
+            seq: 1,
+            ack: 1,
+            flags: shallow_wire::TcpFlags::ACK,
+            win: 100,
+            urg: 0,
+            opts: vec![shallow_wire::TcpOptionRepr::Timestamps { tsval, tsecr: 700 }],
+            len: 0,
+            tos: 0,
+            ttl: 64,
+            flowlabel: None,
+            csum_ok: true,
+        };
+        let cap = |outbound| Captured {
+            at: Duration::ZERO,
+            outbound,
+            ip: Vec::new(),
+        };
+        let (inb, out) = (cap(false), cap(true));
+        // The kernel's clock runs 4,000,000,000 ahead: the first sent value becomes the
+        // scenario's 100, and a value 25 ticks later (across the wrap) becomes 125.
+        let tcp = vec![(&inb, live(9)), (&out, live(4_000_000_000))];
+        let d = ts_shift(&parsed, &tcp).unwrap();
+        assert_eq!(live_tsval(&shift_tsval(&live(4_000_000_000), d)), Some(100));
+        let later = 4_000_000_000u32.wrapping_add(25);
+        assert_eq!(live_tsval(&shift_tsval(&live(later), d)), Some(125));
+        assert_eq!(shift_tsval(&live(5), d).opts.len(), 1);
+        let no_ts = parse_scenario("0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3\n").unwrap();
+        assert_eq!(ts_shift(&no_ts, &tcp), None);
     }
 
     #[test]

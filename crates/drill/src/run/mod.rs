@@ -264,6 +264,9 @@ pub(crate) struct Runner<'a> {
     nstat_base: BTreeMap<String, u64>,
     ts_map: BTreeMap<u32, u32>,
     last_tsval: Option<u32>,
+    /// The first outbound timestamp matched against the script: (script TSval, live TSval),
+    /// packetdrill's base for translating an inbound `ecr` that names no sent value.
+    ts_first: Option<(u32, u32)>,
     py: PyEnv,
     sut: Option<i64>,
     last_out_event: Option<usize>,
@@ -383,6 +386,7 @@ impl<'a> Runner<'a> {
             nstat_base: BTreeMap::new(),
             ts_map: BTreeMap::new(),
             last_tsval: None,
+            ts_first: None,
             py: PyEnv::new(),
             sut: None,
             last_out_event,
@@ -419,6 +423,11 @@ impl<'a> Runner<'a> {
     }
 
     // ------------------------------------------------------------------ main loop
+
+    /// The script sets `--name` (with or without a value).
+    fn has_option(&self, name: &str) -> bool {
+        self.script.options.iter().any(|(n, _)| n == name)
+    }
 
     fn check_options(&self) -> R<()> {
         for (name, value) in &self.script.options {
@@ -890,6 +899,7 @@ impl<'a> Runner<'a> {
             }
             if let Some((script, live)) = ts {
                 self.ts_map.insert(script, live);
+                self.ts_first.get_or_insert((script, live));
             }
         }
         for o in &l.opts {
@@ -1022,6 +1032,13 @@ impl<'a> Runner<'a> {
                             0
                         } else if let Some(v) = self.ts_map.get(ecr) {
                             *v
+                        } else if let Some((script, live)) = self
+                            .ts_first
+                            .filter(|_| self.has_option("tcp_ts_ecr_scaled"))
+                        {
+                            // packetdrill's --tcp_ts_ecr_scaled: the script's value as an
+                            // offset from the first sent TSval.
+                            ecr.wrapping_sub(script).wrapping_add(live)
                         } else if let Some(v) = self.last_tsval {
                             // packetdrill errors out here; we echo the latest TSval we saw.
                             v
