@@ -857,7 +857,16 @@ impl Connection {
     ) -> (u32, i64) {
         let ack = self.snd_una;
         let mut acked = 0u32;
-        let mut seq_rtt: Option<Instant> = None;
+        // Send times of the oldest and newest acked skbs that were never retransmitted nor
+        // SACKed (Linux's `first_ackt`, `last_ackt`), and whether retransmitted data was
+        // acked (FLAG_RETRANS_DATA_ACKED: then no sequence sample at all, Karn).
+        let mut first_ackt: Option<Instant> = None;
+        let mut last_ackt: Option<Instant> = None;
+        let mut retrans_acked = false;
+        let mut note_ackt = |t: Instant| {
+            first_ackt.get_or_insert(t);
+            last_ackt = Some(t);
+        };
         // Lowest start of a never-retransmitted, not-SACKed skb acked below the highest SACK:
         // one reordering event per ACK (tcp_clean_rtx_queue → tcp_check_sack_reordering).
         let mut reord: Option<u32> = None;
@@ -899,8 +908,12 @@ impl Connection {
                 // fully acked segment): a partial ACK of a never-retransmitted segment is
                 // no RTT sample and not FLAG_ORIG_SACK_ACKED, so F-RTO does not call the
                 // RTO spurious on it.
+                if diff > 0 && head.sacked & (sacked::EVER_RETRANS | sacked::RETRANS) != 0 {
+                    retrans_acked = true;
+                } else if diff > 0 && head.sacked & sacked::ACKED == 0 {
+                    note_ackt(head.mstamp);
+                }
                 if diff > 0 && head.sacked & sacked::EVER_RETRANS == 0 {
-                    seq_rtt = Some(head.mstamp);
                     flag.orig_sack_acked = true;
                 }
                 // tcp_clean_rtx_queue treats the acked MSSes of a partially acked TSO skb
@@ -928,8 +941,10 @@ impl Connection {
             if skb.sacked & sacked::LOST != 0 {
                 self.lost_out = self.lost_out.saturating_sub(p);
             }
-            if skb.sacked & (sacked::EVER_RETRANS | sacked::ACKED) == 0 {
-                seq_rtt = Some(skb.mstamp);
+            if skb.sacked & (sacked::EVER_RETRANS | sacked::RETRANS) != 0 {
+                retrans_acked = true;
+            } else if skb.sacked & sacked::ACKED == 0 {
+                note_ackt(skb.mstamp);
             }
             self.packets_out = self.packets_out.saturating_sub(p);
             self.wmem_queued = self.wmem_queued.saturating_sub(skb.truesize);
@@ -965,23 +980,41 @@ impl Connection {
         if self.sack_seen_any && !before(self.snd_una, self.highest_sack_end) {
             self.sack_seen_any = false;
         }
-        // RTT: prefer timestamps (RFC 7323 §4.1), else Karn's rule on sequence samples.
-        let mut rtt_us: i64 = -1;
-        if let (true, Some((_, ecr))) = (self.tstamp_ok, seg.opts.ts) {
-            if ecr != 0 && acked > 0 {
-                let d = self.tsval(now).wrapping_sub(ecr);
-                if d < 0x7fff_ffff {
-                    rtt_us = i64::from(d.max(1)) * 1000;
-                }
+        // RTT (tcp_ack_update_rtt): the sequence sample is the oldest newly acked skb's send
+        // time, and there is none when the ACK covers retransmitted data (Karn's rule); the
+        // newest one's is the congestion control's sample (`ca_rtt_us`, also the min-RTT
+        // filter's). Without a sequence sample, the timestamp echo gives both (RFC 7323 §4)
+        // when the ACK acked something.
+        let us = |t: Instant| (now - t).as_micros().min(u128::from(u32::MAX)) as i64;
+        let (mut seq_rtt_us, mut ca_rtt_us) = match (first_ackt, last_ackt) {
+            (Some(f), Some(l)) if !retrans_acked => (us(f), us(l)),
+            _ => (-1, -1),
+        };
+        if seq_rtt_us < 0 && acked > 0 {
+            if let Some(ts) = self.ts_echo_rtt_us(now, seg) {
+                seq_rtt_us = ts;
+                ca_rtt_us = ts;
             }
         }
-        if let Some(t) = seq_rtt {
-            rtt_us = (now - t).as_micros() as i64;
+        if seq_rtt_us >= 0 {
+            self.rtt_samples(env, now, seq_rtt_us as u32, ca_rtt_us as u32);
         }
-        if rtt_us >= 0 {
-            self.rtt_sample(env, now, rtt_us.min(u32::MAX as i64) as u32);
+        (acked, ca_rtt_us)
+    }
+
+    /// The RTT the segment's timestamp echo gives, in µs (`tcp_rtt_tsopt_us`): our TS clock
+    /// minus the echoed value, in whole milliseconds, at least one; `None` without an echo
+    /// (or a zero one) or when the difference is not below `INT_MAX / 1000` ticks (an echo
+    /// from the future or garbage).
+    fn ts_echo_rtt_us(&self, now: Instant, seg: &SegIn<'_>) -> Option<i64> {
+        let (true, Some((_, ecr))) = (self.tstamp_ok, seg.opts.ts) else {
+            return None;
+        };
+        if ecr == 0 {
+            return None;
         }
-        (acked, rtt_us)
+        let d = self.tsval(now).wrapping_sub(ecr);
+        (d < i32::MAX as u32 / 1000).then(|| i64::from(d.max(1)) * 1000)
     }
 
     /// Queue in-window data (`tcp_data_queue`); handles FIN (`tcp_fin`).

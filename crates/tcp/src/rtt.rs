@@ -99,10 +99,18 @@ impl Connection {
         Duration::from_millis(env.sysint(Sysctl::tcp_rto_max_ms) as u64)
     }
 
-    /// Feed one RTT sample in µs (`tcp_rtt_estimator`, RFC 6298 §2 with Linux's mdev_max
-    /// smoothing so RTO >= srtt + rto_min), then recompute the RTO (`tcp_set_rto`).
+    /// Feed one RTT sample in µs to the min-RTT filter and the estimator alike (the
+    /// handshake's samples, where both are the same).
     pub fn rtt_sample(&mut self, env: &Env, now: Instant, mrtt_us: u32) {
-        let mrtt = mrtt_us.max(1);
+        self.rtt_samples(env, now, mrtt_us, mrtt_us);
+    }
+
+    /// `tcp_ack_update_rtt` with a sample: `ca_rtt_us` (the newest acked skb's) feeds the
+    /// windowed min-RTT (`tcp_update_rtt_min`), `seq_rtt_us` (the oldest's) the estimator
+    /// (`tcp_rtt_estimator`, RFC 6298 §2 with Linux's mdev_max smoothing so RTO >= srtt +
+    /// rto_min), then the RTO is recomputed (`tcp_set_rto`).
+    pub fn rtt_samples(&mut self, env: &Env, now: Instant, seq_rtt_us: u32, ca_rtt_us: u32) {
+        let mrtt = seq_rtt_us.max(1);
         if env.rtt_log_cap > 0 {
             if self.rtt.log.len() < env.rtt_log_cap {
                 self.rtt.log.push(mrtt);
@@ -110,7 +118,7 @@ impl Connection {
                 self.rtt.log_dropped += 1;
             }
         }
-        self.update_min_rtt(env, now, mrtt);
+        self.update_min_rtt(env, now, ca_rtt_us.max(1));
         let rto_min_us = self.rto_min(env).as_micros() as u32;
         let mut m = mrtt as i64;
         if self.rtt.srtt_us != 0 {
