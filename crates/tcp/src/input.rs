@@ -43,6 +43,9 @@ pub(crate) struct AckFlags {
     pub win_update: bool,
     /// What `tcp_xmit_recovery` sends once this ACK has updated cwnd.
     pub rexmit: Rexmit,
+    /// Send times of the oldest and newest never-retransmitted skbs this ACK newly SACKed
+    /// (`first_sackt`, `last_sackt` of Linux's `tcp_sacktag_state`): the SACK RTT sample.
+    pub sackt: Option<(Instant, Instant)>,
 }
 
 /// `tcp_xmit_recovery`'s work after an ACK (Linux's `REXMIT_*`).
@@ -980,8 +983,9 @@ impl Connection {
         if self.sack_seen_any && !before(self.snd_una, self.highest_sack_end) {
             self.sack_seen_any = false;
         }
-        // RTT (tcp_ack_update_rtt): the sequence sample is the oldest newly acked skb's send
-        // time, and there is none when the ACK covers retransmitted data (Karn's rule); the
+        // RTT (tcp_clean_rtx_queue, tcp_ack_update_rtt): the sequence sample is the oldest
+        // newly acked skb's send time, and there is none when the ACK covers retransmitted
+        // data (Karn's rule); the
         // newest one's is the congestion control's sample (`ca_rtt_us`, also the min-RTT
         // filter's). Without a sequence sample, the timestamp echo gives both (RFC 7323 §4)
         // when the ACK acked something.
@@ -990,6 +994,14 @@ impl Connection {
             (Some(f), Some(l)) if !retrans_acked => (us(f), us(l)),
             _ => (-1, -1),
         };
+        // Newly SACKed data gives a sample too (the SACK's newest skb is then the congestion
+        // control's), used when the cumulative ACK gave none.
+        if let Some((f, l)) = flag.sackt {
+            ca_rtt_us = us(l);
+            if seq_rtt_us < 0 {
+                seq_rtt_us = us(f);
+            }
+        }
         if seq_rtt_us < 0 && acked > 0 {
             if let Some(ts) = self.ts_echo_rtt_us(now, seg) {
                 seq_rtt_us = ts;

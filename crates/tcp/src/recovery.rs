@@ -173,6 +173,14 @@ impl Connection {
             }
             let skb = &mut self.rtx_queue[i];
             if skb.sacked & sacked::ACKED == 0 {
+                // tcp_sacktag_one: a never-retransmitted skb's send time is a SACK RTT
+                // sample (`first_sackt`, `last_sackt`: Linux tags in sequence order, which
+                // for never-retransmitted data is send order, so the oldest and newest
+                // whatever order the blocks came in).
+                if skb.sacked & (sacked::RETRANS | sacked::EVER_RETRANS) == 0 {
+                    let t = skb.mstamp;
+                    flag.sackt = Some(flag.sackt.map_or((t, t), |(f, l)| (f.min(t), l.max(t))));
+                }
                 let p = skb.pcount.max(1);
                 if skb.sacked & sacked::RETRANS != 0 {
                     self.retrans_out = self.retrans_out.saturating_sub(p);
