@@ -152,6 +152,11 @@ pub struct FuzzArgs {
     /// run-to-run variance and is counted apart (`kernel_varies`), not as a disagreement.
     #[arg(long, default_value_t = 3)]
     pub kernel_repeats: usize,
+    /// The peer negotiates TCP timestamps and every segment it sends (but an RST) carries
+    /// them: its clock, now and then an old value (PAWS), and echoes of the kernel's clock.
+    /// A seed's scenario is otherwise the same as without.
+    #[arg(long)]
+    pub timestamps: bool,
     /// Kernel runs the shrinker may spend on one divergence.
     #[arg(long, default_value_t = 12)]
     pub shrink: usize,
@@ -168,6 +173,8 @@ struct FuzzSummary {
     kernel: String,
     variant: Variant,
     seeds: String,
+    /// Scenarios with TCP timestamps (`--timestamps`).
+    timestamps: bool,
     agree: u64,
     disagree: u64,
     /// Divergences where the kernel also failed its own recording at the engine's line.
@@ -193,11 +200,13 @@ fn fuzz(args: &FuzzArgs) -> Result<()> {
         pd,
         variant,
         max_fixes: 50,
+        replays: 0,
     };
     let mut sum = FuzzSummary {
         kernel: kernel_release(),
         variant,
         seeds: format!("{}..{}", args.seed, args.seed + args.count),
+        timestamps: args.timestamps,
         agree: 0,
         disagree: 0,
         kernel_varies: 0,
@@ -209,7 +218,13 @@ fn fuzz(args: &FuzzArgs) -> Result<()> {
         divergences: Vec::new(),
     };
     for seed in args.seed..args.seed + args.count {
-        match fuzz_one(&rec, seed, args.shrink, args.kernel_repeats)? {
+        match fuzz_one(
+            &rec,
+            seed,
+            args.timestamps,
+            args.shrink,
+            args.kernel_repeats,
+        )? {
             Verdict::Agree => sum.agree += 1,
             Verdict::KernelVaries {
                 recorded,
@@ -354,6 +369,7 @@ fn record(args: &RecordArgs) -> Result<()> {
         pd,
         variant,
         max_fixes: 50,
+        replays: 3,
     };
     let mut disagree = 0;
     for sc in &args.scenarios {

@@ -86,8 +86,56 @@ impl Gen {
     }
 }
 
-/// Generates the scenario of `seed` (the same seed gives the same scenario).
+/// Generates the scenario of `seed` (the same seed gives the same scenario), without TCP
+/// timestamps.
 pub fn generate(seed: u64) -> Scenario {
+    generate_with(seed, false)
+}
+
+/// The peer's TCP timestamps in a scenario (`--timestamps`): its TSval clock, and the echo
+/// of the kernel's, in the scenario's TS space, where the kernel's `>` anchor (its SYN-ACK
+/// at 0.100 s, or its SYN at 0 s) carries TS val 100 and the kernel's clock ticks once a
+/// millisecond. Its choices come from a stream of their own, so a seed's scenario is the
+/// same with and without timestamps but for the options.
+struct PeerTs {
+    g: Gen,
+    /// Script time of the kernel's anchor (its TS val 100).
+    anchor: f64,
+}
+
+impl PeerTs {
+    /// The anchor's TS value.
+    const KERNEL_BASE: u64 = 100;
+    /// The peer's TS value at time zero.
+    const PEER_BASE: u64 = 1000;
+
+    fn new(seed: u64, anchor: f64) -> PeerTs {
+        PeerTs {
+            g: Gen {
+                rng: ChaCha8Rng::seed_from_u64(seed ^ 0x7473_7473_7473_7473),
+            },
+            anchor,
+        }
+    }
+
+    /// `TS val V ecr E` for an inbound segment at `t`: the peer's clock (now and then an
+    /// old value, which PAWS rejects), and an echo of the kernel's clock some time before
+    /// `t` (never before the anchor, never after `t`).
+    fn opt(&mut self, t: f64) -> String {
+        let ms = |x: f64| (x * 1000.0).round().max(0.0) as u64;
+        let mut val = Self::PEER_BASE + ms(t);
+        if self.g.chance(5) {
+            val = val.saturating_sub(*self.g.pick(&[1u64, 100, 10_000]));
+        }
+        let lag = *self.g.pick(&[0u64, 1, 5, 20, 100]);
+        let ecr = Self::KERNEL_BASE + ms(t - self.anchor).saturating_sub(lag);
+        format!("TS val {val} ecr {ecr}")
+    }
+}
+
+/// Generates the scenario of `seed`; with `timestamps`, the peer negotiates TCP timestamps
+/// (RFC 7323) and every segment it sends but RSTs carries them (see [`PeerTs`]).
+pub fn generate_with(seed: u64, timestamps: bool) -> Scenario {
     let mut g = Gen {
         rng: ChaCha8Rng::seed_from_u64(seed),
     };
@@ -95,38 +143,88 @@ pub fn generate(seed: u64) -> Scenario {
     let sack = g.chance(70);
     let wscale = *g.pick(&[None, Some(0u8), Some(7), Some(10)]);
     let peer_win = *g.pick(&[1000u32, 5000, 32792, 65535]);
-    // Options padded to whole words, as a real SYN's are.
-    let mut opts = vec![format!("mss {mss}")];
-    if sack {
-        opts.extend(["nop".into(), "nop".into(), "sackOK".into()]);
-    }
-    if let Some(w) = wscale {
-        opts.push("nop".into());
-        opts.push(format!("wscale {w}"));
-    }
-    let opts = opts.join(",");
-    let mut head = vec!["`../common/defaults.sh`".to_string()];
     let passive = g.chance(60);
+    let mut ts = timestamps.then(|| PeerTs::new(seed, if passive { 0.100 } else { 0.0 }));
+    // Options padded to whole words, as a real SYN's are; with timestamps in Linux's
+    // order (SACK-permitted shares the timestamp's padding).
+    let syn_opts = |ts_opt: Option<String>| {
+        let mut opts = vec![format!("mss {mss}")];
+        match (&ts_opt, sack) {
+            (Some(t), true) => opts.extend(["sackOK".into(), t.clone()]),
+            (Some(t), false) => opts.extend(["nop".into(), "nop".into(), t.clone()]),
+            (None, true) => opts.extend(["nop".into(), "nop".into(), "sackOK".into()]),
+            (None, false) => {}
+        }
+        if let Some(w) = wscale {
+            opts.push("nop".into());
+            opts.push(format!("wscale {w}"));
+        }
+        opts.join(",")
+    };
+    // The kernel's anchor with timestamps names its options exactly (packetdrill takes the
+    // TS base from it): Linux's order, MSS 1460 (MTU 1500), window scale 8 (its default
+    // buffers), and what the peer offered.
+    let kernel_opts = |ecr: u64| {
+        let base = PeerTs::KERNEL_BASE;
+        let mut o = match sack {
+            true => format!("mss 1460,sackOK,TS val {base} ecr {ecr}"),
+            false => format!("mss 1460,nop,nop,TS val {base} ecr {ecr}"),
+        };
+        if wscale.is_some() {
+            o.push_str(",nop,wscale 8");
+        }
+        o
+    };
+    let mut head = vec!["`../common/defaults.sh`".to_string()];
+    if ts.is_some() {
+        // Inbound echoes are the kernel's clock at a time, not always a value it sent.
+        head.insert(0, "--tcp_ts_ecr_scaled".into());
+    }
     let t_open = if passive {
+        let (syn, synack, ack) = match ts {
+            Some(_) => (
+                syn_opts(Some(format!("TS val {} ecr 0", PeerTs::PEER_BASE + 100))),
+                format!("<{}>", kernel_opts(PeerTs::PEER_BASE + 100)),
+                format!(
+                    " <nop,nop,TS val {} ecr {}>",
+                    PeerTs::PEER_BASE + 110,
+                    PeerTs::KERNEL_BASE
+                ),
+            ),
+            None => (syn_opts(None), "<...>".into(), String::new()),
+        };
         head.extend([
             "0.000 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3".to_string(),
             "0.000 setsockopt(3, SOL_SOCKET, SO_REUSEADDR, [1], 4) = 0".into(),
             "0.000 bind(3, ..., ...) = 0".into(),
             "0.000 listen(3, 1) = 0".into(),
-            format!("0.100 < S 0:0(0) win {peer_win} <{opts}>"),
-            "0.100 > S. 0:0(0) ack 1 <...>".into(),
-            format!("0.110 < . 1:1(0) ack 1 win {}", peer_win.min(65535)),
+            format!("0.100 < S 0:0(0) win {peer_win} <{syn}>"),
+            format!("0.100 > S. 0:0(0) ack 1 {synack}"),
+            format!("0.110 < . 1:1(0) ack 1 win {}{ack}", peer_win.min(65535)),
             "0.110 accept(3, ..., ...) = 4".into(),
             "0.110 fcntl(4, F_SETFL, O_RDWR|O_NONBLOCK) = 0".into(),
         ]);
         0.110
     } else {
+        let (syn, synack) = match ts {
+            // The SYN-ACK echoes the SYN's value (Linux resets a SYN-ACK whose echo is
+            // not between its SYN's TSval and now).
+            Some(_) => (
+                format!("<{}>", kernel_opts(0)),
+                syn_opts(Some(format!(
+                    "TS val {} ecr {}",
+                    PeerTs::PEER_BASE + 10,
+                    PeerTs::KERNEL_BASE
+                ))),
+            ),
+            None => ("<...>".into(), syn_opts(None)),
+        };
         head.extend([
             "0.000 socket(..., SOCK_STREAM, IPPROTO_TCP) = 4".to_string(),
             "0.000 fcntl(4, F_SETFL, O_RDWR|O_NONBLOCK) = 0".into(),
             "0.000 connect(4, ..., ...) = -1 EINPROGRESS (Operation now in progress)".into(),
-            "0.000 > S 0:0(0) <...>".into(),
-            format!("0.010 < S. 0:0(0) ack 1 win {peer_win} <{opts}>"),
+            format!("0.000 > S 0:0(0) {syn}"),
+            format!("0.010 < S. 0:0(0) ack 1 win {peer_win} <{synack}>"),
         ]);
         0.010
     };
@@ -179,14 +277,18 @@ pub fn generate(seed: u64) -> Scenario {
                 let top = written + 1;
                 let ack = (acked + 1 + g.below(top - acked)).min(top);
                 acked = ack - 1;
+                let tso = ts_opts(&mut ts, t);
                 if sack && written > acked + 1 && g.chance(40) {
                     let lo = ack + g.below(written - acked);
                     let hi = (lo + 1 + g.below(written + 1 - lo + 1)).min(written + 1);
                     format!(
-                        "< . {peer_seq}:{peer_seq}(0) ack {ack} win {win} <nop,nop,sack {lo}:{hi}>"
+                        "< . {peer_seq}:{peer_seq}(0) ack {ack} win {win} <{tso}nop,nop,sack {lo}:{hi}>"
                     )
                 } else {
-                    format!("< . {peer_seq}:{peer_seq}(0) ack {ack} win {win}")
+                    format!(
+                        "< . {peer_seq}:{peer_seq}(0) ack {ack} win {win}{}",
+                        opts_of(&tso)
+                    )
                 }
             }
             65..=84 if !peer_fin => {
@@ -201,14 +303,19 @@ pub fn generate(seed: u64) -> Scenario {
                 }
                 let flags = if g.chance(50) { "P." } else { "." };
                 format!(
-                    "< {flags} {start}:{}({len}) ack {} win {win}",
+                    "< {flags} {start}:{}({len}) ack {} win {win}{}",
                     start + len,
-                    acked + 1
+                    acked + 1,
+                    opts_of(&ts_opts(&mut ts, t))
                 )
             }
             85..=89 if !peer_fin => {
                 peer_fin = true;
-                let s = format!("< F. {peer_seq}:{peer_seq}(0) ack {} win {win}", acked + 1);
+                let s = format!(
+                    "< F. {peer_seq}:{peer_seq}(0) ack {} win {win}{}",
+                    acked + 1,
+                    opts_of(&ts_opts(&mut ts, t))
+                );
                 peer_seq += 1;
                 s
             }
@@ -236,6 +343,22 @@ pub fn generate(seed: u64) -> Scenario {
         head,
         actions,
         end,
+    }
+}
+
+/// `nop,nop,TS val V ecr E,` for a segment at `t` when the scenario has timestamps, else
+/// nothing (the start of an option list).
+fn ts_opts(ts: &mut Option<PeerTs>, t: f64) -> String {
+    ts.as_mut()
+        .map(|p| format!("nop,nop,{},", p.opt(t)))
+        .unwrap_or_default()
+}
+
+/// An option list from [`ts_opts`]' start: ` <...>`, or nothing when it is empty.
+fn opts_of(start: &str) -> String {
+    match start.strip_suffix(',') {
+        Some(o) => format!(" <{o}>"),
+        None => String::new(),
     }
 }
 
@@ -339,11 +462,12 @@ fn kernel_also_fails(
 pub fn fuzz_one(
     rec: &Recorder,
     seed: u64,
+    timestamps: bool,
     shrink_budget: usize,
     kernel_repeats: usize,
 ) -> Result<Verdict, RecordError> {
     let name = format!("fuzz-{seed}.pkt");
-    let sc = generate(seed);
+    let sc = generate_with(seed, timestamps);
     let diverges = |sc: &Scenario| -> Result<Option<(String, String)>, RecordError> {
         match rec.record(&name, &sc.text()) {
             Ok(r) => Ok(replay_in(&name, &r.script, rec.variant).map(|f| (r.script, f))),
@@ -411,6 +535,43 @@ mod tests {
             crate::parse_script("fuzz", &a).unwrap_or_else(|e| panic!("{e}\n{a}"));
         }
         assert_ne!(generate(1).text(), generate(2).text());
+    }
+
+    #[test]
+    fn timestamps_only_add_options() {
+        for seed in 0..200 {
+            let plain = generate(seed).text();
+            let ts = generate_with(seed, true).text();
+            assert_eq!(ts, generate_with(seed, true).text());
+            crate::parse_script("fuzz", &ts).unwrap_or_else(|e| panic!("{e}\n{ts}"));
+            assert!(ts.starts_with("--tcp_ts_ecr_scaled\n"));
+            // The same events at the same times.
+            let events = |s: &str| -> Vec<String> {
+                s.lines()
+                    .filter(|l| !l.starts_with("--"))
+                    .map(|l| l.split(" <").next().unwrap_or(l).to_string())
+                    .collect()
+            };
+            assert_eq!(events(&plain), events(&ts), "{plain}\n{ts}");
+            // Every inbound segment but an RST carries a timestamp whose echo never runs
+            // ahead of the kernel's clock at that time.
+            for l in ts
+                .lines()
+                .filter(|l| l.contains(" < ") && !l.contains(" < R"))
+            {
+                let t: f64 = l.split_whitespace().next().unwrap().parse().unwrap();
+                let ecr: u64 = l
+                    .split("ecr ")
+                    .nth(1)
+                    .and_then(|x| x.split(|c: char| !c.is_ascii_digit()).next())
+                    .and_then(|x| x.parse().ok())
+                    .unwrap_or_else(|| panic!("no TS in {l}"));
+                if !l.contains(" < S ") {
+                    let anchor = if ts.contains("listen(3") { 0.1 } else { 0.0 };
+                    assert!(ecr <= 100 + ((t - anchor) * 1000.0).round() as u64, "{l}");
+                }
+            }
+        }
     }
 
     #[test]

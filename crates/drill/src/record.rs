@@ -74,6 +74,10 @@ pub struct Recorder {
     pub variant: Variant,
     /// How many times a call's result may be rewritten before giving up.
     pub max_fixes: usize,
+    /// Kernel replays of the finished recording, one of which must pass for it to be kept
+    /// ([`RecordError::Replay`] otherwise); 0 skips the check (the fuzzer judges the
+    /// kernel's variance itself).
+    pub replays: usize,
 }
 
 /// A recorded script.
@@ -312,12 +316,20 @@ impl Recorder {
             out.push('\n');
         }
         // A recording is only worth keeping if the kernel passes it as written (the judge
-        // replays every recording on the kernel).
-        let replay = self.run_on_kernel(&out)?;
-        if replay.status != Status::Pass {
+        // replays every recording on the kernel), within its run-to-run variance.
+        let mut last = None;
+        for _ in 0..self.replays {
+            let replay = self.run_on_kernel(&out)?;
+            if replay.status == Status::Pass {
+                last = None;
+                break;
+            }
+            last = Some(replay);
+        }
+        if let Some(r) = last {
             return Err(RecordError::Replay {
-                line: replay.line,
-                reason: replay.reason,
+                line: r.line,
+                reason: r.reason,
             });
         }
         Ok(Recording {

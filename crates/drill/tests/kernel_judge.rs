@@ -142,6 +142,7 @@ fn the_suite_agrees_with_the_running_kernel() {
         pd: pd.clone(),
         variant: Variant::Ipv4,
         max_fixes: 0,
+        replays: 0,
     };
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kernel");
     let recorded = list_scripts(&dir).expect("list recordings");
