@@ -43,6 +43,12 @@ pub(crate) struct AckFlags {
     pub win_update: bool,
     /// What `tcp_xmit_recovery` sends once this ACK has updated cwnd.
     pub rexmit: Rexmit,
+    /// After this ACK, the first unacknowledged skb is one the receiver had SACKed
+    /// (`FLAG_SACK_RENEGING`, set by `tcp_clean_rtx_queue`).
+    pub sack_reneging: bool,
+    /// The ACK's processing armed the retransmit timer itself, so it is not restarted at
+    /// the end (`tcp_check_sack_reneging` clears `FLAG_SET_XMIT_TIMER`).
+    pub xmit_timer_set: bool,
     /// Send times of the oldest and newest never-retransmitted skbs this ACK newly SACKed
     /// (`first_sackt`, `last_sackt` of Linux's `tcp_sacktag_state`): the SACK RTT sample.
     pub sackt: Option<(Instant, Instant)>,
@@ -811,6 +817,8 @@ impl Connection {
             if !self.write_queue.is_empty() {
                 self.check_probe_timer(env, now);
             }
+        } else if flag.xmit_timer_set {
+            // tcp_check_sack_reneging armed it.
         } else if acked_pkts > 0 || self.rtx_event == RtxEvent::Probe0 {
             // FLAG_SET_XMIT_TIMER comes with FLAG_ACKED: a whole segment acked. A partial
             // ACK of one segment advances snd_una but leaves the timer as it was (measured
@@ -977,6 +985,10 @@ impl Connection {
             self.lost_out = 0;
             self.retrans_out = 0;
         }
+        flag.sack_reneging = self
+            .rtx_queue
+            .front()
+            .is_some_and(|h| h.sacked & sacked::ACKED != 0);
         if self.rtx_queue.is_empty() && self.write_queue.is_empty() {
             self.chrono_stop(now, crate::chrono::CHRONO_BUSY);
         }

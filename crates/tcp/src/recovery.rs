@@ -306,6 +306,32 @@ impl Connection {
         }
     }
 
+    /// `tcp_check_sack_reneging`, in every state: an ACK that advances snd_una onto an skb
+    /// the receiver had SACKed says the receiver dropped data it had SACKed (or its SACKs were
+    /// odd). The receiver gets max(srtt/2, 10 ms) to send ACKs that restore the scoreboard;
+    /// then the retransmit timer fires and `tcp_timeout_mark_lost` forgets every SACK mark.
+    /// The ACK's loss detection stops here. True when it did.
+    fn check_sack_reneging(
+        &mut self,
+        env: &mut Env,
+        now: Instant,
+        prior_snd_una: u32,
+        flag: &mut AckFlags,
+    ) -> bool {
+        if !flag.sack_reneging || !after(self.snd_una, prior_snd_una) {
+            return false;
+        }
+        let half_srtt = Duration::from_micros(u64::from(self.rtt.srtt_us() >> 4));
+        self.rtx_event = RtxEvent::Rto;
+        self.arm(
+            env,
+            TimerKind::Retrans,
+            now + half_srtt.max(Duration::from_millis(10)),
+        );
+        flag.xmit_timer_set = true;
+        true
+    }
+
     /// NewReno: mark the head lost once dupacks reach the reordering threshold.
     fn newreno_mark_lost(&mut self) {
         if self.sacked_out >= self.reordering || (self.ca_state == CaState::Recovery) {
@@ -334,6 +360,9 @@ impl Connection {
         flag: &mut AckFlags,
     ) {
         let rack = env.sysint(Sysctl::tcp_recovery) & 1 != 0;
+        if self.check_sack_reneging(env, now, prior_snd_una, flag) {
+            return;
+        }
         if self.ca_state == CaState::Loss {
             self.process_loss(env, now, prior_snd_una, is_dupack, flag);
             // tcp_identify_packet_loss: RACK also runs in Loss, so a retransmission that is
