@@ -818,7 +818,7 @@ impl Connection {
                 self.check_probe_timer(env, now);
             }
         } else if flag.xmit_timer_set {
-            // tcp_check_sack_reneging armed it.
+            // tcp_check_sack_reneging or RACK's reordering timer armed it.
         } else if acked_pkts > 0 || self.rtx_event == RtxEvent::Probe0 {
             // FLAG_SET_XMIT_TIMER comes with FLAG_ACKED: a whole segment acked. A partial
             // ACK of one segment advances snd_una but leaves the timer as it was (measured

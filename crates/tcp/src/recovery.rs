@@ -367,17 +367,25 @@ impl Connection {
             self.process_loss(env, now, prior_snd_una, is_dupack, flag);
             // tcp_identify_packet_loss: RACK also runs in Loss, so a retransmission that is
             // lost again (sent before the newly delivered one, older than an RTT) is resent
-            // at once (FLAG_LOST_RETRANS) instead of waiting for the next RTO.
-            if self.ca_state == CaState::Loss && rack && self.sack_ok && self.rack.take_advanced() {
+            // at once (FLAG_LOST_RETRANS) instead of waiting for the next RTO; and it runs
+            // after an undo too, whose ACK then goes on as one in Open (measured on 6.18,
+            // kernel recording frto-undo-rack.pkt: after an RTO undone by F-RTO, the tail
+            // sent before the RACK skb was retransmitted when its reordering window ran
+            // out, not probed or left to the RTO).
+            if rack && self.sack_ok && self.rack.take_advanced() {
                 if let Some(t) = self.rack_detect_loss(now) {
-                    self.rtx_event = RtxEvent::ReoTimeout;
-                    self.arm(env, TimerKind::Retrans, now + t);
+                    self.arm_reo_timeout(env, now, t, flag);
                 }
-                if flag.rexmit != Rexmit::New && self.lost_out > self.retrans_out {
+                if self.ca_state == CaState::Loss
+                    && flag.rexmit != Rexmit::New
+                    && self.lost_out > self.retrans_out
+                {
                     flag.rexmit = Rexmit::Lost;
                 }
             }
-            return;
+            if self.ca_state == CaState::Loss {
+                return;
+            }
         }
         // Exit recovery.
         match self.ca_state {
@@ -477,10 +485,18 @@ impl Connection {
             self.xmit_retransmit_queue(env, now);
         }
         if let Some(t) = reo_timeout {
-            if self.packets_out > 0 {
-                self.rtx_event = RtxEvent::ReoTimeout;
-                self.arm(env, TimerKind::Retrans, now + t);
-            }
+            self.arm_reo_timeout(env, now, t, flag);
+        }
+    }
+
+    /// Arms RACK's reordering timer (`tcp_rack_mark_lost`): this ACK's processing then
+    /// leaves the retransmit timer alone (`FLAG_SET_XMIT_TIMER` cleared), so the loss probe
+    /// or RTO that an ACK of new data would set does not replace it.
+    fn arm_reo_timeout(&mut self, env: &mut Env, now: Instant, t: Duration, flag: &mut AckFlags) {
+        if self.packets_out > 0 {
+            self.rtx_event = RtxEvent::ReoTimeout;
+            self.arm(env, TimerKind::Retrans, now + t);
+            flag.xmit_timer_set = true;
         }
     }
 
