@@ -119,6 +119,95 @@ fn ms_since(now: Instant, t: Instant) -> u32 {
     (now - t).as_millis().min(u128::from(u32::MAX)) as u32
 }
 
+/// The connection's statistics that `tcp_info` and `ss` report (`tcp_sock`'s `segs_in`,
+/// `bytes_acked`, `total_retrans`, …, and the socket's `sk_drops`). Private to this file:
+/// the engine counts each event through the method named after it, and only `tcp_info`,
+/// `SO_MEMINFO` and RACK (which asks whether reordering was ever seen) read them.
+#[derive(Debug, Default)]
+pub(crate) struct ConnStats {
+    /// `tcpi_bytes_acked`: sequence space acknowledged (an acked SYN or FIN counts one).
+    bytes_acked: u64,
+    /// `tcpi_bytes_received`: payload received in order.
+    bytes_received: u64,
+    /// `tcpi_bytes_sent`: payload transmitted, retransmissions included.
+    bytes_sent: u64,
+    /// `tcpi_bytes_retrans`: payload retransmitted.
+    bytes_retrans: u64,
+    /// `tcpi_data_segs_in`: segments received that carry data.
+    data_segs_in: u32,
+    /// `tcpi_data_segs_out`: wire segments transmitted that carry data.
+    data_segs_out: u32,
+    /// `tcpi_segs_in`: segments received (a GRO run counts its segments).
+    segs_in: u32,
+    /// `tcpi_segs_out`: wire segments transmitted.
+    segs_out: u32,
+    /// `tcpi_total_retrans`: segments retransmitted.
+    total_retrans: u32,
+    /// `tcpi_reord_seen`: reordering events observed.
+    reord_seen: u32,
+    /// `sk_drops`: segments dropped on input (backlog or receive-queue limits, bad checksums).
+    drops: u32,
+}
+
+impl ConnStats {
+    /// A packet of `pcount` wire segments and `len` payload bytes left (`tcp_transmit_skb`'s
+    /// and `tcp_retransmit_skb`'s counters).
+    pub fn count_xmit(&mut self, pcount: u32, len: u32, retrans: bool) {
+        self.segs_out += pcount;
+        if len > 0 {
+            self.data_segs_out += pcount;
+        }
+        self.bytes_sent += u64::from(len);
+        if retrans {
+            self.bytes_retrans += u64::from(len);
+        }
+    }
+    /// One segment without data left (an ACK, a SYN, a RST, a probe).
+    pub fn count_seg_out(&mut self) {
+        self.segs_out += 1;
+    }
+    /// Wire segments transmitted with data so far.
+    pub fn data_segs_out(&self) -> u32 {
+        self.data_segs_out
+    }
+    /// `segs` segments arrived.
+    pub fn count_segs_in(&mut self, segs: u32) {
+        self.segs_in += segs;
+    }
+    /// `segs` segments carrying data arrived.
+    pub fn count_data_segs_in(&mut self, segs: u32) {
+        self.data_segs_in += segs;
+    }
+    /// `len` payload bytes were received in order.
+    pub fn count_received(&mut self, len: u32) {
+        self.bytes_received += u64::from(len);
+    }
+    /// `n` bytes of sequence space were acknowledged (`tcp_snd_una_update`).
+    pub fn count_acked(&mut self, n: u64) {
+        self.bytes_acked += n;
+    }
+    /// Sequence space acknowledged so far.
+    pub fn bytes_acked(&self) -> u64 {
+        self.bytes_acked
+    }
+    /// `n` segments were retransmitted.
+    pub fn count_retrans(&mut self, n: u32) {
+        self.total_retrans += n;
+    }
+    /// Reordering was detected once more.
+    pub fn count_reordering(&mut self) {
+        self.reord_seen = self.reord_seen.saturating_add(1);
+    }
+    /// Reordering events seen so far.
+    pub fn reord_seen(&self) -> u32 {
+        self.reord_seen
+    }
+    /// A segment was dropped on input.
+    pub fn count_drop(&mut self) {
+        self.drops += 1;
+    }
+}
+
 impl Connection {
     pub(crate) fn tcp_info(&self, _env: &crate::socket::Env, now: Instant) -> TcpInfo {
         let mut o = 0u8;
@@ -165,32 +254,32 @@ impl Connection {
             reordering: self.reordering,
             rcv_rtt: self.rcv_rtt.rtt_us() >> 3,
             rcv_space: self.rcvq.space(),
-            total_retrans: self.total_retrans,
+            total_retrans: self.stats.total_retrans,
             pacing_rate: self.pacing_rate,
             max_pacing_rate: u64::MAX,
-            bytes_acked: self.bytes_acked,
-            bytes_received: self.bytes_received,
-            segs_out: self.segs_out,
-            segs_in: self.segs_in,
+            bytes_acked: self.stats.bytes_acked,
+            bytes_received: self.stats.bytes_received,
+            segs_out: self.stats.segs_out,
+            segs_in: self.stats.segs_in,
             notsent_bytes: self.notsent_bytes(),
             min_rtt: if self.rtt.min_rtt_us() == u32::MAX {
                 u32::MAX
             } else {
                 self.rtt.min_rtt_us()
             },
-            data_segs_in: self.data_segs_in,
-            data_segs_out: self.data_segs_out,
+            data_segs_in: self.stats.data_segs_in,
+            data_segs_out: self.stats.data_segs_out,
             delivery_rate: self.delivery_rate(),
             delivery_rate_app_limited: self.rate.sample_app_limited(),
             delivered: self.delivered,
-            bytes_sent: self.bytes_sent,
-            bytes_retrans: self.bytes_retrans,
+            bytes_sent: self.stats.bytes_sent,
+            bytes_retrans: self.stats.bytes_retrans,
             snd_wnd: self.snd_wnd,
             rcv_wnd: self.rcv_wnd,
             busy_time: chrono.iter().map(|d| d.as_micros() as u64).sum(),
             rwnd_limited: chrono[1].as_micros() as u64,
             sndbuf_limited: chrono[2].as_micros() as u64,
-            reord_seen: self.reord_seen,
+            reord_seen: self.stats.reord_seen,
         }
     }
 
@@ -204,7 +293,7 @@ impl Connection {
             wmem_queued: self.wmem_queued,
             optmem: 0,
             backlog: self.backlog_len,
-            drops: self.drops,
+            drops: self.stats.drops,
         }
     }
 

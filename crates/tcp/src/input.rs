@@ -94,7 +94,7 @@ impl Connection {
     /// Process one segment for this socket (not a listener).
     pub fn rcv(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) -> RcvOutcome {
         let mut out = RcvOutcome::default();
-        self.segs_in += seg.gso_segs;
+        self.stats.count_segs_in(seg.gso_segs);
         match self.state {
             TcpState::Close | TcpState::Listen => {
                 out.reset = !seg.has(TcpFlags::RST);
@@ -450,7 +450,7 @@ impl Connection {
         }
         if seg.has(TcpFlags::ACK) {
             // tcp_ack → tcp_snd_una_update: the acked SYN counts in tcpi_bytes_acked.
-            self.bytes_acked += u64::from(seg.ack.wrapping_sub(self.snd_una));
+            self.stats.count_acked(u64::from(seg.ack.wrapping_sub(self.snd_una)));
             self.snd_una = seg.ack;
             // RFC 7323 §2.2: the window of a SYN (or SYN-ACK) is never scaled
             // (tcp_rcv_synsent_state_process).
@@ -497,7 +497,7 @@ impl Connection {
             self.max_window = self.snd_wnd;
             // tcp_send_synack: from the connection itself, so it counts.
             self.send_synack(env, now);
-            self.segs_out += 1;
+            self.stats.count_seg_out();
         }
     }
 
@@ -632,7 +632,7 @@ impl Connection {
             // its data is dropped, with or without GSO; once 1000 bytes were acked, ack
             // snd_una - 1000 is accepted and snd_una - 1001 challenged; an active opener
             // (its SYN counts, bytes_acked 1) accepts data acking the ISS.
-            let reach = u64::from(self.max_window).min(self.bytes_acked) as u32;
+            let reach = u64::from(self.max_window).min(self.stats.bytes_acked()) as u32;
             if before(ack, prior_snd_una.wrapping_sub(reach)) {
                 self.send_challenge_ack(env, now);
                 return false;
@@ -880,7 +880,7 @@ impl Connection {
                 let old_pcount = head.pcount;
                 let start_seq = head.seq;
                 head.data.advance(cut);
-                self.bytes_acked += cut as u64;
+                self.stats.count_acked(cut as u64);
                 head.seq = ack;
                 head.truesize = head.truesize.saturating_sub(cut as u32);
                 self.wmem_queued = self.wmem_queued.saturating_sub(cut as u32);
@@ -935,7 +935,7 @@ impl Connection {
             self.wmem_queued = self.wmem_queued.saturating_sub(skb.truesize);
             // tcpi_bytes_acked counts sequence space (tcp_snd_una_update): an acked SYN or FIN
             // counts one.
-            self.bytes_acked += u64::from(skb.end_seq.wrapping_sub(skb.seq));
+            self.stats.count_acked(u64::from(skb.end_seq.wrapping_sub(skb.seq)));
             if skb.sacked & sacked::ACKED == 0 {
                 self.rate_skb_delivered(&skb.tx, skb.mstamp);
                 if skb.sacked & sacked::EVER_RETRANS == 0 {
@@ -1020,7 +1020,7 @@ impl Connection {
         let win_end = self.rcv_nxt.wrapping_add(self.receive_window());
         if !payload.is_empty() && self.receive_window() == 0 && seq == self.rcv_nxt {
             env.mib.inc(Mib::TCPZeroWindowDrop);
-            self.drops += 1;
+            self.stats.count_drop();
             self.ack.pending |= ackf::NOW | ackf::SCHED;
             return;
         }
@@ -1045,7 +1045,7 @@ impl Connection {
                     || (!self.rx_queue.is_empty() && !self.try_rmem_schedule(env, truesize)))
             {
                 env.mib.inc(Mib::TCPRcvQDrop);
-                self.drops += 1;
+                self.stats.count_drop();
                 self.ack.pending |= ackf::NOW | ackf::SCHED;
                 return;
             }
@@ -1087,7 +1087,7 @@ impl Connection {
         // tcp_data_queue_ofo: schedule an ACK; __tcp_ack_snd_check decides (SACK compression).
         self.ofo_insert(env, seq, payload, seg.share(payload), fin, truesize);
         self.ack.pending |= ackf::SCHED;
-        self.data_segs_in += seg.gso_segs;
+        self.stats.count_data_segs_in(seg.gso_segs);
     }
 
     /// Append in-order bytes to the receive queue, coalescing into the tail (`tcp_queue_rcv`).
@@ -1129,8 +1129,8 @@ impl Connection {
             }
         }
         self.rcv_nxt = seq.wrapping_add(len);
-        self.bytes_received += u64::from(len);
-        self.data_segs_in += seg.gso_segs;
+        self.stats.count_received(len);
+        self.stats.count_data_segs_in(seg.gso_segs);
         if fin {
             self.rcv_nxt = self.rcv_nxt.wrapping_add(1);
             self.fin_received = true;

@@ -348,7 +348,7 @@ impl Connection {
         let seg = self.seg(env, self.acceptable_seq(), TcpFlags::ACK, win, &opts, &[]);
         let departure = self.edt_stamp(now);
         env.emit(&seg, None, Some(departure), None);
-        self.segs_out += 1;
+        self.stats.count_seg_out();
         self.event_ack_sent(env, 1);
     }
 
@@ -420,7 +420,7 @@ impl Connection {
         }
         let seg = self.seg(env, self.iss, fl, win, &opts, &[]);
         env.emit(&seg, None, None, None);
-        self.segs_out += 1;
+        self.stats.count_seg_out();
         self.lsndtime = now;
     }
 
@@ -1012,13 +1012,8 @@ impl Connection {
             if !orphan {
                 self.wmem_alloc += truesize;
             }
-            self.segs_out += pcount;
-            if len > 0 {
-                self.data_segs_out += pcount;
-            }
-            self.bytes_sent += u64::from(len);
+            self.stats.count_xmit(pcount, len, retrans);
             if retrans {
-                self.bytes_retrans += u64::from(len);
                 env.mib.add(Mib::RetransSegs, u64::from(pcount));
             }
         }
@@ -1028,7 +1023,7 @@ impl Connection {
         // (tcp_update_skb_after_send), after the first 10 data segments. A send that found
         // the stamp in the past (the flow was late, e.g. ACK-clocked after a gap) takes that
         // lateness as credit against OS jitter, up to half of this packet's time.
-        if env.dev.edt_pacing && self.pacing_rate > 0 && self.data_segs_out >= 10 && len > 0 {
+        if env.dev.edt_pacing && self.pacing_rate > 0 && self.stats.data_segs_out() >= 10 && len > 0 {
             let len_ns = u64::from(len) * 1_000_000_000 / self.pacing_rate.max(1);
             let credit = (departure - prior_wstamp).as_nanos() as u64;
             let ns = len_ns - (len_ns / 2).min(credit);
@@ -1140,7 +1135,7 @@ impl Connection {
         let sent = env.emit(&seg, None, Some(departure), None);
         if sent == Emitted::Sent {
             env.mib.inc(mib);
-            self.segs_out += 1;
+            self.stats.count_seg_out();
         }
         sent
     }

@@ -114,7 +114,7 @@ impl Connection {
         if self.rtt.min_rtt_us() == u32::MAX {
             return Duration::ZERO;
         }
-        if self.reord_seen == 0
+        if self.stats.reord_seen() == 0
             && (matches!(self.ca_state, CaState::Recovery | CaState::Loss)
                 || self.sacked_out >= self.reordering)
         {

@@ -612,7 +612,7 @@ impl Connection {
         if metric > self.reordering.saturating_mul(mss) {
             self.reordering = metric.div_ceil(mss).min(max);
         }
-        self.reord_seen = self.reord_seen.saturating_add(1);
+        self.stats.count_reordering();
         env.mib.inc(if self.sack_ok {
             Mib::TCPSACKReorder
         } else {
@@ -824,7 +824,7 @@ impl Connection {
         }
         let s = &mut self.rtx_queue[i];
         s.sacked |= sacked::EVER_RETRANS;
-        self.total_retrans += s.pcount.max(1);
+        self.stats.count_retrans(s.pcount.max(1));
         true
     }
 

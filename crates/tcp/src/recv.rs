@@ -111,7 +111,7 @@ impl Connection {
             || !self.try_rmem_schedule(env, truesize)
         {
             env.mib.inc(Mib::TCPOFODrop);
-            self.drops += 1;
+            self.stats.count_drop();
             return;
         }
         env.mib.inc(Mib::TCPOFOQueue);
@@ -289,7 +289,7 @@ impl Connection {
                     fin: false,
                     truesize,
                 });
-                self.bytes_received += u64::from(len);
+                self.stats.count_received(len);
             }
             self.rcv_nxt = self.rcv_nxt.wrapping_add(len);
             if o.fin {

@@ -6,6 +6,7 @@ use crate::chrono::Chrono;
 use crate::device::DeviceCaps;
 pub use crate::device::{RxTruesize, SKB_OVERHEAD};
 use crate::gate::{TxGate, TxMeta};
+use crate::info::ConnStats;
 use crate::input::SackCompress;
 use crate::mib::{Counters, Mib};
 use crate::mtu::Mtup;
@@ -1154,7 +1155,6 @@ pub(crate) struct Connection {
     pub rtt: Rtt,
     pub backoff: u32,
     pub retransmits: u32,
-    pub total_retrans: u32,
     pub retrans_stamp: Option<Instant>,
     /// Zero-window and keepalive probing (timer.rs).
     pub probes: Probes,
@@ -1166,8 +1166,6 @@ pub(crate) struct Connection {
     // --- RACK (RFC 8985) ---
     /// `tp->rack` (rack.rs).
     pub rack: Rack,
-    /// Reordering events observed (`tp->reord_seen`, reported as `tcpi_reord_seen`).
-    pub reord_seen: u32,
     /// End of the highest SACKed sequence (`tcp_highest_sack_seq`).
     pub highest_sack_end: u32,
     pub sack_seen_any: bool,
@@ -1180,14 +1178,6 @@ pub(crate) struct Connection {
     pub lost_out: u32,
     pub retrans_out: u32,
     pub delivered: u32,
-    pub bytes_acked: u64,
-    pub bytes_received: u64,
-    pub bytes_sent: u64,
-    pub bytes_retrans: u64,
-    pub data_segs_in: u32,
-    pub data_segs_out: u32,
-    pub segs_in: u32,
-    pub segs_out: u32,
     pub wmem_queued: u32,
     pub wmem_alloc: u32,
     pub sndbuf: u32,
@@ -1204,7 +1194,6 @@ pub(crate) struct Connection {
     pub rx_queue: VecDeque<RxSkb>,
     pub ofo_queue: Vec<OfoSkb>,
     pub fin_received: bool,
-    pub drops: u32,
     pub ack: AckState,
     pub pacing_rate: u64,
     pub wstamp: Instant,
@@ -1218,6 +1207,8 @@ pub(crate) struct Connection {
     pub rate: RateState,
     /// Send-side chronographs (`tcp_chrono_*`, chrono.rs).
     pub chrono: Chrono,
+    /// Counters `tcp_info` reports (info.rs).
+    pub stats: ConnStats,
     /// Last time we answered an invalid segment (`last_oow_ack_time`).
     pub last_oow_ack: Instant,
 }
@@ -1322,7 +1313,6 @@ impl Connection {
             rtt: Rtt::default(),
             backoff: 0,
             retransmits: 0,
-            total_retrans: 0,
             retrans_stamp: None,
             probes: Probes::default(),
             lsndtime: Instant::ZERO,
@@ -1330,7 +1320,6 @@ impl Connection {
             rcv_tstamp: Instant::ZERO,
             synack_retries_done: 0,
             rack: Rack::default(),
-            reord_seen: 0,
             highest_sack_end: 0,
             sack_seen_any: false,
             write_queue: VecDeque::new(),
@@ -1340,14 +1329,6 @@ impl Connection {
             lost_out: 0,
             retrans_out: 0,
             delivered: 0,
-            bytes_acked: 0,
-            bytes_received: 0,
-            bytes_sent: 0,
-            bytes_retrans: 0,
-            data_segs_in: 0,
-            data_segs_out: 0,
-            segs_in: 0,
-            segs_out: 0,
             wmem_queued: 0,
             wmem_alloc: 0,
             sndbuf: wmem[1] as u32,
@@ -1359,7 +1340,6 @@ impl Connection {
             rx_queue: VecDeque::new(),
             ofo_queue: Vec::new(),
             fin_received: false,
-            drops: 0,
             ack: AckState {
                 pending: 0,
                 quick: 0,
@@ -1377,6 +1357,7 @@ impl Connection {
             rcv_rtt: RcvRttEst::default(),
             urg_data: false,
             last_oow_ack: Instant::ZERO,
+            stats: ConnStats::default(),
             chrono: Chrono::default(),
             rate: RateState::default(),
         }

@@ -38,7 +38,7 @@ impl Connection {
     /// the retransmit timer re-armed.
     pub(crate) fn syn_retransmitted(&mut self, env: &mut Env, now: Instant) {
         self.retransmits += 1;
-        self.total_retrans += 1;
+        self.stats.count_retrans(1);
         env.mib.inc(Mib::TCPSynRetrans);
         env.mib.inc(Mib::RetransSegs);
         self.rtt.backoff_rto(self.rto_max(env));

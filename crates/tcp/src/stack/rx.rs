@@ -168,7 +168,7 @@ impl Stack {
         let limit = 2u64 * u64::from(sk.rcvbuf) + u64::from(sk.sndbuf / 2) + 65536;
         if u64::from(sk.backlog_len) + u64::from(sk.rmem_alloc) > limit {
             env.mib.inc(Mib::TCPBacklogDrop);
-            sk.drops += 1;
+            sk.stats.count_drop();
             return;
         }
         sk.backlog_len += sk.rx_truesize(env, seg, seg.payload.len() as u32);
