@@ -285,12 +285,12 @@ impl Connection {
 
     pub(crate) fn meminfo(&self) -> MemInfo {
         MemInfo {
-            rmem_alloc: self.rmem_alloc,
-            rcvbuf: self.rcvbuf,
-            wmem_alloc: self.wmem_alloc,
-            sndbuf: self.sndbuf,
+            rmem_alloc: self.mem.rmem_alloc,
+            rcvbuf: self.mem.rcvbuf,
+            wmem_alloc: self.mem.wmem_alloc,
+            sndbuf: self.mem.sndbuf,
             fwd_alloc: self.forward_alloc().clamp(0, i64::from(u32::MAX)) as u32,
-            wmem_queued: self.wmem_queued,
+            wmem_queued: self.mem.wmem_queued,
             optmem: 0,
             backlog: self.backlog_len,
             drops: self.stats.drops,
@@ -399,7 +399,7 @@ impl Connection {
                 };
                 let v = v.clamp(0, max) as u32;
                 self.opts.sndbuf_lock = true;
-                self.sndbuf = (v.saturating_mul(2)).max(SOCK_MIN_SNDBUF);
+                self.mem.sndbuf = (v.saturating_mul(2)).max(SOCK_MIN_SNDBUF);
                 self.check_space(env, now);
             }
             SoRcvbuf | SoRcvbufforce => {
@@ -410,7 +410,7 @@ impl Connection {
                 };
                 let v = v.clamp(0, max) as u32;
                 self.opts.rcvbuf_lock = true;
-                self.rcvbuf = (v.saturating_mul(2)).max(SOCK_MIN_RCVBUF);
+                self.mem.rcvbuf = (v.saturating_mul(2)).max(SOCK_MIN_RCVBUF);
             }
             SoRcvlowat => {
                 self.opts.rcvlowat = (v.clamp(0, i64::from(i32::MAX)) as u32).max(1);
@@ -549,8 +549,8 @@ impl Connection {
                 Ok(OptVal::Int(i64::from(e)))
             }
             SoType => i(1),
-            SoSndbuf | SoSndbufforce => i(self.sndbuf),
-            SoRcvbuf | SoRcvbufforce => i(self.rcvbuf),
+            SoSndbuf | SoSndbufforce => i(self.mem.sndbuf),
+            SoRcvbuf | SoRcvbufforce => i(self.mem.rcvbuf),
             SoKeepalive => i(u32::from(self.opts.keepalive)),
             SoLinger => Ok(OptVal::Linger {
                 onoff: self.opts.linger.is_some(),

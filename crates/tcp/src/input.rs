@@ -450,7 +450,8 @@ impl Connection {
         }
         if seg.has(TcpFlags::ACK) {
             // tcp_ack → tcp_snd_una_update: the acked SYN counts in tcpi_bytes_acked.
-            self.stats.count_acked(u64::from(seg.ack.wrapping_sub(self.snd_una)));
+            self.stats
+                .count_acked(u64::from(seg.ack.wrapping_sub(self.snd_una)));
             self.snd_una = seg.ack;
             // RFC 7323 §2.2: the window of a SYN (or SYN-ACK) is never scaled
             // (tcp_rcv_synsent_state_process).
@@ -883,7 +884,7 @@ impl Connection {
                 self.stats.count_acked(cut as u64);
                 head.seq = ack;
                 head.truesize = head.truesize.saturating_sub(cut as u32);
-                self.wmem_queued = self.wmem_queued.saturating_sub(cut as u32);
+                self.mem.wmem_queued = self.mem.wmem_queued.saturating_sub(cut as u32);
                 let new_pcount = head.len().div_ceil(mss).max(1);
                 let diff = old_pcount.saturating_sub(new_pcount);
                 head.pcount = new_pcount;
@@ -932,10 +933,11 @@ impl Connection {
                 seq_rtt = Some(skb.mstamp);
             }
             self.packets_out = self.packets_out.saturating_sub(p);
-            self.wmem_queued = self.wmem_queued.saturating_sub(skb.truesize);
+            self.mem.wmem_queued = self.mem.wmem_queued.saturating_sub(skb.truesize);
             // tcpi_bytes_acked counts sequence space (tcp_snd_una_update): an acked SYN or FIN
             // counts one.
-            self.stats.count_acked(u64::from(skb.end_seq.wrapping_sub(skb.seq)));
+            self.stats
+                .count_acked(u64::from(skb.end_seq.wrapping_sub(skb.seq)));
             if skb.sacked & sacked::ACKED == 0 {
                 self.rate_skb_delivered(&skb.tx, skb.mstamp);
                 if skb.sacked & sacked::EVER_RETRANS == 0 {
@@ -1040,7 +1042,8 @@ impl Connection {
             // segment is queued as it came: fuzz seed 70031).
             let truesize = self.rx_truesize(env, seg, seg.payload.len() as u32);
             if !payload.is_empty()
-                && ((self.rmem_alloc + truesize > self.rcvbuf.saturating_mul(2).max(self.rcvbuf)
+                && ((self.mem.rmem_alloc + truesize
+                    > self.mem.rcvbuf.saturating_mul(2).max(self.mem.rcvbuf)
                     && !self.prune_ofo(env))
                     || (!self.rx_queue.is_empty() && !self.try_rmem_schedule(env, truesize)))
             {
@@ -1114,10 +1117,10 @@ impl Connection {
                 let t = self.rx_queue.back_mut().expect("checked");
                 t.data.push(payload, shared);
                 t.truesize += len;
-                self.rmem_alloc += len;
+                self.mem.rmem_alloc += len;
                 env.mib.inc(Mib::TCPRcvCoalesce);
             } else {
-                self.rmem_alloc += truesize;
+                self.mem.rmem_alloc += truesize;
                 let mut data = RxData::default();
                 data.push(payload, shared);
                 self.rx_queue.push_back(RxSkb {
@@ -1180,7 +1183,7 @@ impl Connection {
         // D-SACK (`tcp_fin`: skb_rbtree_purge, tcp_sack_reset). Measured on 6.18: the ACK of
         // a FIN with 1001:1101 queued out of order carries no SACK option.
         for o in self.ofo_queue.drain(..) {
-            self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
+            self.mem.rmem_alloc = self.mem.rmem_alloc.saturating_sub(o.truesize);
         }
         self.sacks.clear();
         self.dsack = None;

@@ -93,13 +93,13 @@ impl Env {
 impl Connection {
     /// Bytes this socket has charged: write/retransmit queues + receive/ofo queues.
     pub(crate) fn mem_charged(&self) -> i64 {
-        i64::from(self.wmem_queued) + i64::from(self.rmem_alloc)
+        i64::from(self.mem.wmem_queued) + i64::from(self.mem.rmem_alloc)
     }
 
     /// `sk_forward_alloc`: bytes of our pages not yet charged (negative between a forced
     /// charge and the end of the engine call that settles it).
     pub(crate) fn forward_alloc(&self) -> i64 {
-        self.mem_pages * PAGE - self.mem_charged()
+        self.mem.pages * PAGE - self.mem_charged()
     }
 
     /// `__sk_mem_raise_allocated`: take `amt` more pages for an allocation of `size` bytes.
@@ -119,10 +119,10 @@ impl Connection {
             // Guarantee the per-socket minimum.
             let below_min = match kind {
                 MemKind::Recv => {
-                    i64::from(self.rmem_alloc) < env.sysctl.triple(Sysctl::tcp_rmem)[0]
+                    i64::from(self.mem.rmem_alloc) < env.sysctl.triple(Sysctl::tcp_rmem)[0]
                 }
                 MemKind::Send => {
-                    i64::from(self.wmem_queued) < env.sysctl.triple(Sysctl::tcp_wmem)[0]
+                    i64::from(self.mem.wmem_queued) < env.sysctl.triple(Sysctl::tcp_wmem)[0]
                 }
             };
             if below_min || !env.mem.pressure {
@@ -130,13 +130,13 @@ impl Connection {
             }
             // Fairness under pressure: sockets below the average share may still grow.
             let socks = i64::from(env.mem.sockets.max(1));
-            if max > socks * (self.mem_pages + amt) {
+            if max > socks * (self.mem.pages + amt) {
                 return true;
             }
         }
         if kind == MemKind::Send {
             self.moderate_sndbuf();
-            if i64::from(self.wmem_queued) + size >= i64::from(self.sndbuf) {
+            if i64::from(self.mem.wmem_queued) + size >= i64::from(self.mem.sndbuf) {
                 return true;
             }
         }
@@ -148,7 +148,7 @@ impl Connection {
     fn mem_schedule(&mut self, env: &mut Env, delta: i64, kind: MemKind) -> bool {
         let amt = pages(delta);
         if self.mem_raise(env, delta, amt, kind) {
-            self.mem_pages += amt;
+            self.mem.pages += amt;
             true
         } else {
             false
@@ -173,16 +173,16 @@ impl Connection {
         if self.opts.sndbuf_lock {
             return;
         }
-        let val = self.sndbuf.min(self.wmem_queued >> 1);
-        self.sndbuf = val.max(SOCK_MIN_SNDBUF);
+        let val = self.mem.sndbuf.min(self.mem.wmem_queued >> 1);
+        self.mem.sndbuf = val.max(SOCK_MIN_SNDBUF);
     }
 
     /// Settle the charges made since the last call: a deficit is taken by force
     /// (`sk_forced_mem_schedule`), whole spare pages go back (`sk_mem_reclaim`).
     pub(crate) fn mem_sync(&mut self, env: &mut Env) {
-        if self.mem_wait != 0 && self.wmem_queued < self.mem_wait {
+        if self.mem.wait != 0 && self.mem.wmem_queued < self.mem.wait {
             // Queued bytes were freed: the writer may try again.
-            self.mem_wait = 0;
+            self.mem.wait = 0;
             if self.stream_is_writeable(env, 1) {
                 env.wake(self.id, POLLOUT | POLLWRNORM | POLLWRBAND);
             }
@@ -190,19 +190,19 @@ impl Connection {
         let fa = self.forward_alloc();
         if fa < 0 {
             let amt = pages(-fa);
-            self.mem_pages += amt;
+            self.mem.pages += amt;
             env.mem.allocated += amt;
         } else if fa >= PAGE {
             let amt = fa / PAGE;
-            self.mem_pages -= amt;
+            self.mem.pages -= amt;
             env.memory_reduce(amt);
         }
     }
 
     /// The socket is being freed: every page goes back (`sk_mem_reclaim_final`).
     pub(crate) fn mem_release(&mut self, env: &mut Env) {
-        let amt = self.mem_pages;
-        self.mem_pages = 0;
+        let amt = self.mem.pages;
+        self.mem.pages = 0;
         if amt > 0 {
             env.memory_reduce(amt);
         }
@@ -218,14 +218,14 @@ impl Connection {
     pub(crate) fn clamp_window(&mut self, env: &Env) {
         self.ack.quick = 0;
         let rmem2 = env.sysctl.triple(Sysctl::tcp_rmem)[2].max(0) as u32;
-        if self.rcvbuf < rmem2
+        if self.mem.rcvbuf < rmem2
             && !self.opts.rcvbuf_lock
             && !env.mem.pressure
             && env.mem.allocated < env.sysctl.triple(Sysctl::tcp_mem)[0]
         {
-            self.rcvbuf = self.rmem_alloc.min(rmem2).max(self.rcvbuf);
+            self.mem.rcvbuf = self.mem.rmem_alloc.min(rmem2).max(self.mem.rcvbuf);
         }
-        if self.rmem_alloc > self.rcvbuf {
+        if self.mem.rmem_alloc > self.mem.rcvbuf {
             self.rcv_ssthresh = self.window_clamp.min(2 * self.advmss);
         }
     }
@@ -239,7 +239,7 @@ impl Connection {
             return true;
         }
         env.mib.inc(Mib::PruneCalled);
-        if self.rmem_alloc >= self.rcvbuf {
+        if self.mem.rmem_alloc >= self.mem.rcvbuf {
             self.clamp_window(env);
         } else if env.mem.pressure {
             self.adjust_rcv_ssthresh();
@@ -253,4 +253,30 @@ impl Connection {
             }
         }
     }
+}
+
+/// A socket's buffer sizes and what its queues hold (`sock`'s `sk_sndbuf`, `sk_rcvbuf`,
+/// `sk_wmem_queued`, `sk_wmem_alloc`, `sk_rmem_alloc`, `sk_forward_alloc`). The rules over them
+/// (scheduling against `tcp_mem`, reclaim, `sndbuf` moderation, the window clamp under pressure)
+/// live in this file; the byte counters are `pub(crate)` because, as in Linux, a buffer is
+/// charged and uncharged where it is queued or freed (`sendmsg`, the transmit, the clean-up of
+/// acked data, the receive and out-of-order queues, TX completions), and the window, `tcp_poll`
+/// and TSQ read them.
+#[derive(Debug)]
+pub(crate) struct SockMem {
+    /// `sk_wmem_queued`: truesize of the write and retransmit queues.
+    pub wmem_queued: u32,
+    /// `sk_wmem_alloc` less its bias: truesize of packets below TCP, not yet completed.
+    pub wmem_alloc: u32,
+    /// `sk_sndbuf`.
+    pub sndbuf: u32,
+    /// `sk_rcvbuf`.
+    pub rcvbuf: u32,
+    /// `sk_rmem_alloc`: truesize of the receive and out-of-order queues.
+    pub rmem_alloc: u32,
+    /// Pages of the stack-wide TCP memory this socket holds (see `mem.rs`).
+    pub pages: i64,
+    /// `wmem_queued` when a send-side memory allocation failed (0: none pending); the
+    /// socket is not writable until the queues shrink below it.
+    pub wait: u32,
 }

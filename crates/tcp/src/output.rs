@@ -562,7 +562,7 @@ impl Connection {
         skb.eor = false;
         skb.truesize = skb.truesize.saturating_sub(nlen);
         rest.truesize += nlen;
-        self.wmem_queued += SKB_TX_OVERHEAD;
+        self.mem.wmem_queued += SKB_TX_OVERHEAD;
         self.write_queue.insert(1, rest);
     }
 
@@ -598,7 +598,7 @@ impl Connection {
             head.end_seq = next.end_seq;
             head.flags |= next.flags;
             head.eor = next.eor;
-            self.wmem_queued = self.wmem_queued.saturating_sub(next.truesize);
+            self.mem.wmem_queued = self.mem.wmem_queued.saturating_sub(next.truesize);
         }
     }
 
@@ -1010,7 +1010,7 @@ impl Connection {
             // OutSegs counts wire segments.
             env.mib.add(Mib::OutSegs, u64::from(pcount) - 1);
             if !orphan {
-                self.wmem_alloc += truesize;
+                self.mem.wmem_alloc += truesize;
             }
             self.stats.count_xmit(pcount, len, retrans);
             if retrans {
@@ -1023,7 +1023,8 @@ impl Connection {
         // (tcp_update_skb_after_send), after the first 10 data segments. A send that found
         // the stamp in the past (the flow was late, e.g. ACK-clocked after a gap) takes that
         // lateness as credit against OS jitter, up to half of this packet's time.
-        if env.dev.edt_pacing && self.pacing_rate > 0 && self.stats.data_segs_out() >= 10 && len > 0 {
+        if env.dev.edt_pacing && self.pacing_rate > 0 && self.stats.data_segs_out() >= 10 && len > 0
+        {
             let len_ns = u64::from(len) * 1_000_000_000 / self.pacing_rate.max(1);
             let credit = (departure - prior_wstamp).as_nanos() as u64;
             let ns = len_ns - (len_ns / 2).min(credit);
@@ -1040,7 +1041,7 @@ impl Connection {
         } else {
             let mut skb = Skb::new(self.write_seq, TcpFlags::FIN);
             skb.truesize = SKB_TX_OVERHEAD;
-            self.wmem_queued += skb.truesize;
+            self.mem.wmem_queued += skb.truesize;
             self.write_queue.push_back(skb);
         }
         self.write_seq = self.write_seq.wrapping_add(1);
@@ -1184,8 +1185,8 @@ impl Connection {
         let sndmem = u64::from(factor) * u64::from(nr_segs) * u64::from(per_mss);
         let max = env.sysctl.triple(Sysctl::tcp_wmem)[2] as u64;
         let s = sndmem.min(max) as u32;
-        if s > self.sndbuf {
-            self.sndbuf = s;
+        if s > self.mem.sndbuf {
+            self.mem.sndbuf = s;
         }
     }
 }

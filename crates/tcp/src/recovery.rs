@@ -249,7 +249,7 @@ impl Connection {
         if fl & sacked::ACKED != 0 {
             self.sacked_out += diff;
         }
-        self.wmem_queued += SKB_TX_OVERHEAD;
+        self.mem.wmem_queued += SKB_TX_OVERHEAD;
         self.rtx_queue.insert(i + 1, rest);
     }
 

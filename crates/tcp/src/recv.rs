@@ -106,8 +106,9 @@ impl Connection {
         truesize: u32,
     ) {
         let end = seq.wrapping_add(payload.len() as u32);
-        let over = self.rmem_alloc + truesize > self.rcvbuf || self.ofo_queue.len() >= OFO_MAX_SEGS;
-        if (over && !(self.prune_ofo(env) && self.rmem_alloc + truesize <= self.rcvbuf))
+        let over = self.mem.rmem_alloc + truesize > self.mem.rcvbuf
+            || self.ofo_queue.len() >= OFO_MAX_SEGS;
+        if (over && !(self.prune_ofo(env) && self.mem.rmem_alloc + truesize <= self.mem.rcvbuf))
             || !self.try_rmem_schedule(env, truesize)
         {
             env.mib.inc(Mib::TCPOFODrop);
@@ -138,14 +139,14 @@ impl Connection {
                     self.dsack_ofo_set(env, seq, p_end);
                 } else {
                     let o = self.ofo_queue.remove(pos - 1);
-                    self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
+                    self.mem.rmem_alloc = self.mem.rmem_alloc.saturating_sub(o.truesize);
                     self.dsack_extend(env, o.seq, o.end_seq);
                     env.mib.inc(Mib::TCPOFOMerge);
                     pos -= 1;
                 }
             }
         }
-        self.rmem_alloc += truesize;
+        self.mem.rmem_alloc += truesize;
         self.ofo_queue.insert(
             pos,
             OfoSkb {
@@ -169,7 +170,7 @@ impl Connection {
                 break;
             }
             let o = self.ofo_queue.remove(j);
-            self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
+            self.mem.rmem_alloc = self.mem.rmem_alloc.saturating_sub(o.truesize);
             self.dsack_extend(env, o_seq, o_end);
             env.mib.inc(Mib::TCPOFOMerge);
         }
@@ -265,7 +266,7 @@ impl Connection {
                 self.dsack_extend(env, f_seq, dsack);
             }
             let o = self.ofo_queue.remove(0);
-            self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
+            self.mem.rmem_alloc = self.mem.rmem_alloc.saturating_sub(o.truesize);
             if !after(o.end_seq, self.rcv_nxt) && (!o.fin || o.end_seq != self.rcv_nxt) {
                 continue;
             }
@@ -280,7 +281,7 @@ impl Connection {
                     RxTruesize::TunKmalloc => o.truesize,
                     RxTruesize::Overhead => len + SKB_OVERHEAD,
                 };
-                self.rmem_alloc += truesize;
+                self.mem.rmem_alloc += truesize;
                 let mut rx = RxData::default();
                 rx.push_bytes(data);
                 self.rx_queue.push_back(RxSkb {
@@ -313,10 +314,10 @@ impl Connection {
         if self.ofo_queue.is_empty() {
             return false;
         }
-        let goal = self.rcvbuf / 8;
+        let goal = self.mem.rcvbuf / 8;
         let mut freed = 0;
         while let Some(o) = self.ofo_queue.pop() {
-            self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
+            self.mem.rmem_alloc = self.mem.rmem_alloc.saturating_sub(o.truesize);
             freed += o.truesize;
             env.mib.inc(Mib::TCPOFODrop);
             if freed >= goal {
@@ -419,7 +420,7 @@ impl Connection {
             copied += r.data.read(out, want);
             if r.data.len() == 0 {
                 let r = self.rx_queue.pop_front().expect("front exists");
-                self.rmem_alloc = self.rmem_alloc.saturating_sub(r.truesize);
+                self.mem.rmem_alloc = self.mem.rmem_alloc.saturating_sub(r.truesize);
             }
         }
         self.copied_seq = self.copied_seq.wrapping_add(copied as u32);
@@ -504,8 +505,8 @@ impl Connection {
                     .space_from_win(rcvwin)
                     .min(rmem2)
                     .min(u64::from(u32::MAX)) as u32;
-                if rcvbuf > self.rcvbuf {
-                    self.rcvbuf = rcvbuf;
+                if rcvbuf > self.mem.rcvbuf {
+                    self.mem.rcvbuf = rcvbuf;
                     self.window_clamp = self.win_from_space(i64::from(rcvbuf)).max(0) as u32;
                 }
             }

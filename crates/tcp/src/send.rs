@@ -90,14 +90,14 @@ impl Connection {
                 // tcp_stream_alloc_skb: charged by force when both queues are empty.
                 let first = self.write_queue.is_empty() && self.rtx_queue.is_empty();
                 if !first && !self.wmem_schedule(env, SKB_TX_OVERHEAD) {
-                    self.mem_wait = self.wmem_queued.max(1);
+                    self.mem.wait = self.mem.wmem_queued.max(1);
                     waited = true;
                     break;
                 }
                 self.slow_start_after_idle_check(env, now);
                 let mut skb = Skb::new(self.write_seq, TcpFlags::empty());
                 skb.data = SkbData::Open(self.carve_skb_buffer(size_goal as usize));
-                self.wmem_queued += skb.truesize;
+                self.mem.wmem_queued += skb.truesize;
                 self.write_queue.push_back(skb);
             }
             let tail_len = self.write_queue.back().map_or(0, |t| t.len());
@@ -108,11 +108,11 @@ impl Connection {
                 // wait_for_space; an skb left empty goes (tcp_remove_empty_skb).
                 if tail_len == 0 {
                     if let Some(t) = self.write_queue.pop_back() {
-                        self.wmem_queued = self.wmem_queued.saturating_sub(t.truesize);
+                        self.mem.wmem_queued = self.mem.wmem_queued.saturating_sub(t.truesize);
                     }
                 }
                 if !(self.write_queue.is_empty() && self.rtx_queue.is_empty()) {
-                    self.mem_wait = self.wmem_queued.max(1);
+                    self.mem.wait = self.mem.wmem_queued.max(1);
                 }
                 waited = true;
                 break;
@@ -124,7 +124,7 @@ impl Connection {
             tail.data.extend_from_slice(&data[copied..copied + n]);
             tail.truesize += n as u32;
             tail.end_seq = tail.end_seq.wrapping_add(n as u32);
-            self.wmem_queued += n as u32;
+            self.mem.wmem_queued += n as u32;
             self.write_seq = self.write_seq.wrapping_add(n as u32);
             copied += n;
             if copied == data.len() {

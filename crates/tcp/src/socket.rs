@@ -8,6 +8,7 @@ pub use crate::device::{RxTruesize, SKB_OVERHEAD};
 use crate::gate::{TxGate, TxMeta};
 use crate::info::ConnStats;
 use crate::input::SackCompress;
+use crate::mem::SockMem;
 use crate::mib::{Counters, Mib};
 use crate::mtu::Mtup;
 use crate::packet::{self, OutOpt, SegOut};
@@ -1178,16 +1179,8 @@ pub(crate) struct Connection {
     pub lost_out: u32,
     pub retrans_out: u32,
     pub delivered: u32,
-    pub wmem_queued: u32,
-    pub wmem_alloc: u32,
-    pub sndbuf: u32,
-    pub rcvbuf: u32,
-    pub rmem_alloc: u32,
-    /// Pages of the stack-wide TCP memory this socket holds (see `mem.rs`).
-    pub mem_pages: i64,
-    /// `wmem_queued` when a send-side memory allocation failed (0: none pending); the
-    /// socket is not writable until the queues shrink below it.
-    pub mem_wait: u32,
+    /// The socket's buffers and their memory accounting (mem.rs).
+    pub mem: SockMem,
     /// A lingering `close()` waits until this time (SO_LINGER, `sk_stream_wait_close`);
     /// meanwhile the socket is closed but not yet orphaned.
     pub linger_until: Option<Instant>,
@@ -1329,13 +1322,6 @@ impl Connection {
             lost_out: 0,
             retrans_out: 0,
             delivered: 0,
-            wmem_queued: 0,
-            wmem_alloc: 0,
-            sndbuf: wmem[1] as u32,
-            rcvbuf: rmem[1] as u32,
-            rmem_alloc: 0,
-            mem_pages: 0,
-            mem_wait: 0,
             linger_until: None,
             rx_queue: VecDeque::new(),
             ofo_queue: Vec::new(),
@@ -1360,6 +1346,15 @@ impl Connection {
             stats: ConnStats::default(),
             chrono: Chrono::default(),
             rate: RateState::default(),
+            mem: SockMem {
+                wmem_queued: 0,
+                wmem_alloc: 0,
+                sndbuf: wmem[1] as u32,
+                rcvbuf: rmem[1] as u32,
+                rmem_alloc: 0,
+                pages: 0,
+                wait: 0,
+            },
         }
     }
 
@@ -1439,7 +1434,7 @@ impl Connection {
     /// `sk_wmem_alloc` as Linux compares it: bytes below TCP plus the reference bias of 1
     /// (`SK_WMEM_ALLOC_BIAS`), so one queued packet of size X counts as "more than X".
     pub fn wmem_alloc_biased(&self) -> u32 {
-        self.wmem_alloc + 1
+        self.mem.wmem_alloc + 1
     }
 
     /// Unsent bytes in the write queue (`write_seq - snd_nxt`).
@@ -1463,13 +1458,15 @@ impl Connection {
     /// Also false while a send-side TCP memory allocation failed and no queued byte has
     /// been freed since (`mem_wait`; Linux sleeps a short random time instead).
     pub fn sk_stream_memory_free(&self, env: &Env, wake: u32) -> bool {
-        self.mem_wait == 0 && self.wmem_queued < self.sndbuf && self.stream_memory_free(env, wake)
+        self.mem.wait == 0
+            && self.mem.wmem_queued < self.mem.sndbuf
+            && self.stream_memory_free(env, wake)
     }
 
     /// `__sk_stream_is_writeable(sk, wake)`: wspace >= wmem_queued/2 && memory free.
     pub fn stream_is_writeable(&self, env: &Env, wake: u32) -> bool {
-        let wspace = self.sndbuf as i64 - self.wmem_queued as i64;
-        wspace >= (self.wmem_queued / 2) as i64 && self.sk_stream_memory_free(env, wake)
+        let wspace = self.mem.sndbuf as i64 - self.mem.wmem_queued as i64;
+        wspace >= (self.mem.wmem_queued / 2) as i64 && self.sk_stream_memory_free(env, wake)
     }
 
     /// `sk_stream_closing`: our FIN is sent but not yet acknowledged.
@@ -1510,12 +1507,14 @@ impl Connection {
 
     /// `tcp_space`: window we could offer now.
     pub fn tcp_space(&self, _env: &Env) -> i64 {
-        self.win_from_space(self.rcvbuf as i64 - self.backlog_len as i64 - self.rmem_alloc as i64)
+        self.win_from_space(
+            self.mem.rcvbuf as i64 - self.backlog_len as i64 - self.mem.rmem_alloc as i64,
+        )
     }
 
     /// `tcp_full_space`.
     pub fn full_space(&self, _env: &Env) -> i64 {
-        self.win_from_space(self.rcvbuf as i64)
+        self.win_from_space(self.mem.rcvbuf as i64)
     }
 
     /// Random u32 from the stack RNG.

@@ -164,7 +164,7 @@ impl Stack {
             old.userlocks_port,
             old.userlocks_addr,
         );
-        let (osnd, orcv) = (old.sndbuf, old.rcvbuf);
+        let (osnd, orcv) = (old.mem.sndbuf, old.mem.rcvbuf);
         if !locked {
             if let Some(v) = self.ports.get_mut(&local.port()) {
                 v.retain(|x| *x != s);
@@ -188,10 +188,10 @@ impl Stack {
         let sndbuf_lock = fresh.opts.sndbuf_lock;
         let rcvbuf_lock = fresh.opts.rcvbuf_lock;
         if sndbuf_lock {
-            fresh.sndbuf = osnd;
+            fresh.mem.sndbuf = osnd;
         }
         if rcvbuf_lock {
-            fresh.rcvbuf = orcv;
+            fresh.mem.rcvbuf = orcv;
         }
         self.socks[s.0 as usize] = Some(Box::new(fresh));
         Ok(())
@@ -409,7 +409,7 @@ impl Stack {
             // the window of the emptied buffer (fuzz seed 70199). The out-of-order queue stays
             // charged until the socket goes.
             let purged: u32 = sk.rx_queue.drain(..).map(|b| b.truesize).sum();
-            sk.rmem_alloc = sk.rmem_alloc.saturating_sub(purged);
+            sk.mem.rmem_alloc = sk.mem.rmem_alloc.saturating_sub(purged);
             let linger0 = sk.opts.linger == Some(0);
             match sk.state {
                 TcpState::Close | TcpState::SynSent => {

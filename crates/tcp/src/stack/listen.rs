@@ -101,8 +101,8 @@ impl Stack {
                 l.opts.clone(),
                 l.gen,
                 l.cc.name(),
-                l.sndbuf,
-                l.rcvbuf,
+                l.mem.sndbuf,
+                l.mem.rcvbuf,
                 l.family,
             )
         };
@@ -111,8 +111,8 @@ impl Stack {
         let cc_params = self.env.cc_params.clone();
         let (sk, env) = self.sk_env(cid).ok()?;
         sk.opts = lopts;
-        sk.sndbuf = lsnd;
-        sk.rcvbuf = lrcv;
+        sk.mem.sndbuf = lsnd;
+        sk.mem.rcvbuf = lrcv;
         if let Some(cc) = shallow_cc::by_name(lcc, &cc_params) {
             sk.cc = cc;
         }

@@ -22,7 +22,7 @@ impl Stack {
         if sk.gen != token.gen {
             return;
         }
-        sk.wmem_alloc = sk.wmem_alloc.saturating_sub(token.truesize);
+        sk.mem.wmem_alloc = sk.mem.wmem_alloc.saturating_sub(token.truesize);
         // The buffer this packet came from (if not yet acked): its copy left the host.
         let i = sk
             .rtx_queue

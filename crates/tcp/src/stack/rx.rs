@@ -165,8 +165,8 @@ impl Stack {
                 return;
             }
         }
-        let limit = 2u64 * u64::from(sk.rcvbuf) + u64::from(sk.sndbuf / 2) + 65536;
-        if u64::from(sk.backlog_len) + u64::from(sk.rmem_alloc) > limit {
+        let limit = 2u64 * u64::from(sk.mem.rcvbuf) + u64::from(sk.mem.sndbuf / 2) + 65536;
+        if u64::from(sk.backlog_len) + u64::from(sk.mem.rmem_alloc) > limit {
             env.mib.inc(Mib::TCPBacklogDrop);
             sk.stats.count_drop();
             return;
