@@ -211,13 +211,13 @@ impl ConnStats {
 impl Connection {
     pub(crate) fn tcp_info(&self, _env: &crate::socket::Env, now: Instant) -> TcpInfo {
         let mut o = 0u8;
-        if self.tstamp_ok {
+        if self.rx_opt.tstamp_ok {
             o |= 1;
         }
-        if self.sack_ok {
+        if self.rx_opt.sack_ok {
             o |= 2;
         }
-        if self.wscale_ok {
+        if self.rx_opt.wscale_ok {
             o |= 4;
         }
         let chrono = self.chrono.totals(now);
@@ -228,8 +228,8 @@ impl Connection {
             probes: self.probes.out().min(255) as u8,
             backoff: self.backoff.min(255) as u8,
             options: o,
-            snd_wscale: self.snd_wscale,
-            rcv_wscale: self.rcv_wscale,
+            snd_wscale: self.rx_opt.snd_wscale,
+            rcv_wscale: self.rx_opt.rcv_wscale,
             rto: self.rtt.rto().as_micros() as u32,
             ato: self.ack.ato.as_micros() as u32,
             snd_mss: self.mss_cache,

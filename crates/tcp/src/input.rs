@@ -111,10 +111,10 @@ impl Connection {
             _ => {}
         }
         // PAWS (RFC 7323 §5).
-        if let (true, Some((tsval, _))) = (self.tstamp_ok, seg.opts.ts) {
-            if before(tsval, self.ts_recent)
+        if let (true, Some((tsval, _))) = (self.rx_opt.tstamp_ok, seg.opts.ts) {
+            if before(tsval, self.rx_opt.ts_recent)
                 && !seg.has(TcpFlags::RST)
-                && now - self.ts_recent_stamp < Duration::from_secs(24 * 86400)
+                && now - self.rx_opt.ts_recent_stamp < Duration::from_secs(24 * 86400)
             {
                 env.mib.inc(Mib::PAWSEstab);
                 if !self.oow_rate_limited(env, now, seg, Mib::TCPACKSkippedPAWS) {
@@ -184,7 +184,7 @@ impl Connection {
                 return out;
             }
             self.snd_una = seg.ack;
-            self.snd_wnd = u32::from(seg.window) << self.snd_wscale;
+            self.snd_wnd = u32::from(seg.window) << self.rx_opt.snd_wscale;
             self.snd_wl1 = seg.seq;
             self.max_window = self.max_window.max(self.snd_wnd);
             self.disarm(env, TimerKind::Retrans);
@@ -195,7 +195,7 @@ impl Connection {
             if self.synack_retries_done == 0 {
                 let rtt = (now - self.lsndtime).as_micros() as u32;
                 self.rtt_sample(env, now, rtt.max(1));
-            } else if let (true, Some((_, ecr))) = (self.tstamp_ok, seg.opts.ts) {
+            } else if let (true, Some((_, ecr))) = (self.rx_opt.tstamp_ok, seg.opts.ts) {
                 let rtt = self.tsval(now).wrapping_sub(ecr);
                 if rtt < 1_000_000 && ecr != 0 {
                     self.rtt_sample(env, now, rtt.max(1) * 1000);
@@ -213,10 +213,10 @@ impl Connection {
         }
         // tcp_replace_ts_recent (FLAG_UPDATE_TS_RECENT): only once the ACK was validated
         // (packetdrill ts_recent/invalid_ack.pkt), for segments covering rcv_wup.
-        if let (true, Some((tsval, _))) = (self.tstamp_ok, seg.opts.ts) {
-            if !after(seg.seq, self.rcv_wup) && !before(tsval, self.ts_recent) {
-                self.ts_recent = tsval;
-                self.ts_recent_stamp = now;
+        if let (true, Some((tsval, _))) = (self.rx_opt.tstamp_ok, seg.opts.ts) {
+            if !after(seg.seq, self.rcv_wup) && !before(tsval, self.rx_opt.ts_recent) {
+                self.rx_opt.ts_recent = tsval;
+                self.rx_opt.ts_recent_stamp = now;
             }
         }
         // FIN acknowledgements (RFC 9293 §3.10.7.4 "fifth, check the ACK field").
@@ -443,9 +443,9 @@ impl Connection {
             self.ecn_flags &= !crate::socket::ecnf::OK;
         }
         if let Some((tsval, _)) = seg.opts.ts {
-            if self.tstamp_ok {
-                self.ts_recent = tsval;
-                self.ts_recent_stamp = now;
+            if self.rx_opt.tstamp_ok {
+                self.rx_opt.ts_recent = tsval;
+                self.rx_opt.ts_recent_stamp = now;
             }
         }
         if seg.has(TcpFlags::ACK) {
@@ -465,7 +465,7 @@ impl Connection {
             if self.retransmits == 0 {
                 let rtt = (now - self.lsndtime).as_micros() as u32;
                 self.rtt_sample(env, now, rtt.max(1));
-            } else if let (true, Some((_, ecr))) = (self.tstamp_ok, seg.opts.ts) {
+            } else if let (true, Some((_, ecr))) = (self.rx_opt.tstamp_ok, seg.opts.ts) {
                 let rtt = self.tsval(now).wrapping_sub(ecr);
                 if rtt < 1_000_000 && ecr != 0 {
                     self.rtt_sample(env, now, rtt.max(1) * 1000);
@@ -510,25 +510,25 @@ impl Connection {
         let want_sack = env.sysctl.on(Sysctl::tcp_sack);
         let want_ws = env.sysctl.on(Sysctl::tcp_window_scaling);
         let _ = active;
-        self.tstamp_ok = want_ts && o.ts.is_some();
-        self.sack_ok = want_sack && o.sack_ok;
-        self.dsack_ok = self.sack_ok && env.sysctl.on(Sysctl::tcp_dsack);
+        self.rx_opt.tstamp_ok = want_ts && o.ts.is_some();
+        self.rx_opt.sack_ok = want_sack && o.sack_ok;
+        self.rx_opt.dsack_ok = self.rx_opt.sack_ok && env.sysctl.on(Sysctl::tcp_dsack);
         if want_ws && o.wscale.is_some() {
-            self.wscale_ok = true;
-            self.snd_wscale = o.wscale.unwrap_or(0).min(14);
+            self.rx_opt.wscale_ok = true;
+            self.rx_opt.snd_wscale = o.wscale.unwrap_or(0).min(14);
         } else {
-            self.wscale_ok = false;
-            self.snd_wscale = 0;
-            self.rcv_wscale = 0;
+            self.rx_opt.wscale_ok = false;
+            self.rx_opt.snd_wscale = 0;
+            self.rx_opt.rcv_wscale = 0;
             self.window_clamp = self.window_clamp.min(65535);
         }
         let peer_mss = u32::from(o.mss.unwrap_or(TCP_MSS_DEFAULT as u16));
         let min_mss = env.sysint(Sysctl::tcp_min_snd_mss) as u32;
-        self.mss_clamp = peer_mss.max(min_mss);
+        self.rx_opt.mss_clamp = peer_mss.max(min_mss);
         if self.opts.user_mss != 0 {
-            self.mss_clamp = self.mss_clamp.min(self.opts.user_mss);
+            self.rx_opt.mss_clamp = self.rx_opt.mss_clamp.min(self.opts.user_mss);
         }
-        self.tcp_header_len = if self.tstamp_ok { 32 } else { 20 };
+        self.tcp_header_len = if self.rx_opt.tstamp_ok { 32 } else { 20 };
     }
 
     /// Send an ACK for an unacceptable segment (`tcp_send_dupack`): old data gets a D-SACK
@@ -538,7 +538,7 @@ impl Connection {
         if end != seg.seq && before(seg.seq, self.rcv_nxt) {
             env.mib.inc(Mib::DelayedACKLost);
             self.enter_quickack(TCP_MAX_QUICKACKS);
-            if self.dsack_ok {
+            if self.rx_opt.dsack_ok {
                 let r = if after(end, self.rcv_nxt) {
                     self.rcv_nxt
                 } else {
@@ -656,12 +656,12 @@ impl Connection {
         // (zero-window and keepalive probes, `tcpi_probes`) starts again.
         self.probes.answered();
         self.rcv_tstamp = now;
-        self.rcv_tsecr = seg.opts.ts.map(|t| t.1).unwrap_or(0);
+        self.rx_opt.rcv_tsecr = seg.opts.ts.map(|t| t.1).unwrap_or(0);
         let mut flag = AckFlags::default();
         let prior_in_flight = self.packets_in_flight();
         let prior_packets = self.packets_out;
         // Window update (tcp_ack_update_window).
-        let nwin = u32::from(seg.window) << self.snd_wscale;
+        let nwin = u32::from(seg.window) << self.rx_opt.snd_wscale;
         if after(ack, self.snd_una)
             || after(seg.seq, self.snd_wl1)
             || (seg.seq == self.snd_wl1 && (nwin > self.snd_wnd || nwin == 0))
@@ -726,7 +726,7 @@ impl Connection {
         // delivered when it arrives (tcp_add_reno_sack); the cumulative ACK that follows
         // delivers only what the dupacks did not already count, at least one
         // (tcp_remove_reno_sacks).
-        if !self.sack_ok {
+        if !self.rx_opt.sack_ok {
             if is_dupack {
                 let prior = self.sacked_out;
                 if self.sacked_out + 1 < self.packets_out {
@@ -969,7 +969,7 @@ impl Connection {
         }
         // RTT: prefer timestamps (RFC 7323 §4.1), else Karn's rule on sequence samples.
         let mut rtt_us: i64 = -1;
-        if let (true, Some((_, ecr))) = (self.tstamp_ok, seg.opts.ts) {
+        if let (true, Some((_, ecr))) = (self.rx_opt.tstamp_ok, seg.opts.ts) {
             if ecr != 0 && acked > 0 {
                 let d = self.tsval(now).wrapping_sub(ecr);
                 if d < 0x7fff_ffff {
@@ -1003,7 +1003,7 @@ impl Connection {
                 self.enter_quickack(TCP_MAX_QUICKACKS);
                 // tcp_dsack_set(seq, end_seq): the block covers the FIN too, so a
                 // retransmitted bare FIN is reported as `sack SEQ:SEQ+1` (fuzz seed 70152).
-                if self.dsack_ok && seg.end_seq() != seg.seq {
+                if self.rx_opt.dsack_ok && seg.end_seq() != seg.seq {
                     self.dsack = Some((seg.seq, seg.end_seq()));
                     env.mib.inc(Mib::TCPDSACKOldSent);
                 }
@@ -1012,7 +1012,7 @@ impl Connection {
                 return;
             }
             let dup = dup.min(payload.len());
-            if dup > 0 && self.dsack_ok {
+            if dup > 0 && self.rx_opt.dsack_ok {
                 self.dsack = Some((seq, self.rcv_nxt));
             }
             payload = &payload[dup..];
@@ -1237,7 +1237,7 @@ impl Connection {
             .flags
             .intersects(TcpFlags::FIN | TcpFlags::URG | TcpFlags::SYN | TcpFlags::PSH);
         if with_hdr >= TCP_MSS_DEFAULT + 20 || (with_hdr >= TCP_MIN_MSS + 20 && !remnant) {
-            let tcp_header_len = 20 + if self.tstamp_ok { 12 } else { 0 };
+            let tcp_header_len = 20 + if self.rx_opt.tstamp_ok { 12 } else { 0 };
             let l = with_hdr.saturating_sub(tcp_header_len);
             self.ack.last_seg_size = l;
             if l == lss {
@@ -1381,7 +1381,7 @@ impl Connection {
         // Out-of-order data: SACK compression (spec §6.2). Never deferred.
         let nr = env.sysint(Sysctl::tcp_comp_sack_nr) as u32;
         let sc = &mut self.sack_compress;
-        if !self.sack_ok || sc.compressed >= nr {
+        if !self.rx_opt.sack_ok || sc.compressed >= nr {
             self.send_ack(env, now);
             return;
         }
@@ -1445,4 +1445,35 @@ impl Connection {
         self.ack.timeout = timeout;
         self.arm(env, TimerKind::Delack, timeout);
     }
+}
+
+/// What the handshake negotiated and the peer's timestamps (Linux's `tp->rx_opt`, `struct
+/// tcp_options_received`, with `tp->tsoffset`): the options in use, the window scales, the
+/// peer's MSS and the PAWS state. `pub(crate)` fields, as Linux's `rx_opt`: the handshake
+/// (input.rs, stack/listen.rs) sets them once, and every builder and reader of a segment reads
+/// them (output.rs's options and window, recv.rs's SACK blocks, recovery.rs's undo).
+#[derive(Debug)]
+pub(crate) struct RxOpt {
+    /// Timestamps (RFC 7323) in use.
+    pub tstamp_ok: bool,
+    /// SACK (RFC 2018) in use.
+    pub sack_ok: bool,
+    /// Window scaling in use.
+    pub wscale_ok: bool,
+    /// D-SACK (RFC 2883) blocks may be sent (`net.ipv4.tcp_dsack`).
+    pub dsack_ok: bool,
+    /// The peer's window scale (applied to the windows it sends).
+    pub snd_wscale: u8,
+    /// Our window scale (applied to the windows we send).
+    pub rcv_wscale: u8,
+    /// Peer's MSS (`rx_opt.mss_clamp`).
+    pub mss_clamp: u32,
+    /// TS.Recent (RFC 7323 §4.3): the peer's TSval to echo.
+    pub ts_recent: u32,
+    /// When `ts_recent` was stored (PAWS's 24-day rule).
+    pub ts_recent_stamp: Instant,
+    /// TSecr of the segment being processed (`rx_opt.rcv_tsecr`).
+    pub rcv_tsecr: u32,
+    /// Offset added to our timestamp clock (`tp->tsoffset`, keyed per connection).
+    pub ts_offset: u32,
 }

@@ -75,7 +75,7 @@ impl Connection {
             self.mtup.search_high = self.mtup.search_high.min(pmtu);
         }
         let mut m = self.pmtu().saturating_sub(self.ip_hdr_len() + 20);
-        m = m.min(self.mss_clamp);
+        m = m.min(self.rx_opt.mss_clamp);
         if self.opts.user_mss != 0 {
             m = m.min(self.opts.user_mss);
         }
@@ -94,7 +94,7 @@ impl Connection {
     pub fn mtu_to_mss(&self, env: &Env, pmtu: u32) -> u32 {
         let m = pmtu
             .saturating_sub(self.ip_hdr_len() + 20)
-            .min(self.mss_clamp)
+            .min(self.rx_opt.mss_clamp)
             .max(env.sysint(Sysctl::tcp_min_snd_mss) as u32);
         m.saturating_sub(self.base_opt_len())
     }
@@ -108,7 +108,7 @@ impl Connection {
     /// the MTU of `tcp_base_mss` up to what the peer's MSS allows.
     pub fn mtup_init(&mut self, env: &Env, now: Instant) {
         self.mtup.enabled = env.sysint(Sysctl::tcp_mtu_probing) > 1;
-        self.mtup.search_high = self.mss_clamp + 20 + self.ip_hdr_len();
+        self.mtup.search_high = self.rx_opt.mss_clamp + 20 + self.ip_hdr_len();
         self.mtup.search_low = self.mss_to_mtu(env.sysint(Sysctl::tcp_base_mss) as u32);
         self.mtup.probe_size = 0;
         self.mtup.probe_ts = now;
@@ -129,7 +129,7 @@ impl Connection {
         if now - self.mtup.probe_ts >= interval {
             let mss = self.current_mss();
             self.mtup.probe_size = 0;
-            self.mtup.search_high = self.mss_clamp + 20 + self.ip_hdr_len();
+            self.mtup.search_high = self.rx_opt.mss_clamp + 20 + self.ip_hdr_len();
             self.mtup.search_low = self.mss_to_mtu(mss);
             self.mtup.probe_ts = now;
         }

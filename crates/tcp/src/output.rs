@@ -41,11 +41,11 @@ impl Connection {
 
     /// Number of SACK blocks the next ACK will carry (D-SACK first), limited so all options fit.
     fn num_sack_blocks(&self) -> usize {
-        if !self.sack_ok {
+        if !self.rx_opt.sack_ok {
             return 0;
         }
         let n = self.sacks.len() + usize::from(self.dsack.is_some());
-        let max = if self.tstamp_ok { 3 } else { 4 };
+        let max = if self.rx_opt.tstamp_ok { 3 } else { 4 };
         n.min(max)
     }
 
@@ -123,7 +123,7 @@ impl Connection {
             self.advmss
         } else {
             self.advmss
-                .saturating_sub(if self.tstamp_ok { 12 } else { 0 })
+                .saturating_sub(if self.rx_opt.tstamp_ok { 12 } else { 0 })
         };
         if self.opts.rcvbuf_lock {
             let full = self.full_space(env).max(0) as u32;
@@ -131,7 +131,7 @@ impl Connection {
                 self.window_clamp = full;
             }
         }
-        let ws = self.wscale_ok;
+        let ws = self.rx_opt.wscale_ok;
         self.select_initial_window(env, mss_for_win, ws);
     }
 
@@ -165,15 +165,15 @@ impl Connection {
         if self.route.initrwnd != 0 {
             rcv_wnd = rcv_wnd.min(self.route.initrwnd * mss);
         }
-        self.rcv_wscale = 0;
+        self.rx_opt.rcv_wscale = 0;
         if wscale_ok {
             let rmem2 = env.sysctl.triple(Sysctl::tcp_rmem)[2] as u32;
             let rmem_max = env.sysint(Sysctl::rmem_max) as u32;
             let s = rmem2.max(rmem_max).min(self.window_clamp).max(1);
             let ilog2 = 31 - s.leading_zeros();
-            self.rcv_wscale = ilog2.saturating_sub(15).min(14) as u8;
+            self.rx_opt.rcv_wscale = ilog2.saturating_sub(15).min(14) as u8;
         }
-        self.window_clamp = self.window_clamp.min(65535u32 << self.rcv_wscale);
+        self.window_clamp = self.window_clamp.min(65535u32 << self.rx_opt.rcv_wscale);
         self.rcv_wnd = rcv_wnd;
         self.rcv_ssthresh = rcv_wnd;
     }
@@ -209,7 +209,7 @@ impl Connection {
             if env.mem.pressure {
                 rcv_ssthresh = rcv_ssthresh.min(4 * self.advmss);
             }
-            free_space = free_space >> self.rcv_wscale << self.rcv_wscale;
+            free_space = free_space >> self.rx_opt.rcv_wscale << self.rx_opt.rcv_wscale;
             if free_space < mss {
                 return (0, true);
             }
@@ -218,9 +218,9 @@ impl Connection {
             free_space = rcv_ssthresh;
         }
         let mut window = self.rcv_wnd;
-        if self.rcv_wscale != 0 {
+        if self.rx_opt.rcv_wscale != 0 {
             window = free_space;
-            let unit = 1u32 << self.rcv_wscale;
+            let unit = 1u32 << self.rx_opt.rcv_wscale;
             if window % unit != 0 {
                 window = (window / unit + 1) * unit;
             }
@@ -242,17 +242,19 @@ impl Connection {
             if new_win == 0 {
                 env.mib.inc(Mib::TCPWantZeroWindowAdv);
             }
-            let unit = 1u32 << self.rcv_wscale;
+            let unit = 1u32 << self.rx_opt.rcv_wscale;
             new_win = cur_win.div_ceil(unit) * unit;
         }
         self.rcv_wnd = new_win;
         self.rcv_wup = self.rcv_nxt;
-        let cap = if self.rcv_wscale == 0 && env.sysctl.on(Sysctl::tcp_workaround_signed_windows) {
+        let cap = if self.rx_opt.rcv_wscale == 0
+            && env.sysctl.on(Sysctl::tcp_workaround_signed_windows)
+        {
             32767
         } else {
-            65535u32 << self.rcv_wscale
+            65535u32 << self.rx_opt.rcv_wscale
         };
-        let w = new_win.min(cap) >> self.rcv_wscale;
+        let w = new_win.min(cap) >> self.rx_opt.rcv_wscale;
         if w == 0 {
             if old_win != 0 {
                 env.mib.inc(Mib::TCPToZeroWindowAdv);
@@ -265,10 +267,10 @@ impl Connection {
 
     /// Options of an established-state segment: TS, then SACK blocks (D-SACK first).
     pub fn established_opts(&self, now: Instant, out: &mut Vec<OutOpt>) {
-        if self.tstamp_ok {
+        if self.rx_opt.tstamp_ok {
             out.push(OutOpt::Nop);
             out.push(OutOpt::Nop);
-            out.push(OutOpt::Ts(self.tsval(now), self.ts_recent));
+            out.push(OutOpt::Ts(self.tsval(now), self.rx_opt.ts_recent));
         }
         let n = self.num_sack_blocks();
         if n > 0 {
@@ -295,22 +297,22 @@ impl Connection {
     /// `mss,sackOK,TS,nop,wscale` / `mss,nop,nop,sackOK,nop,wscale`).
     pub fn syn_opts(&self, now: Instant, out: &mut Vec<OutOpt>, tsecr: u32) {
         out.push(OutOpt::Mss(self.advmss.min(65535) as u16));
-        if self.tstamp_ok {
-            if self.sack_ok {
+        if self.rx_opt.tstamp_ok {
+            if self.rx_opt.sack_ok {
                 out.push(OutOpt::SackOk);
             } else {
                 out.push(OutOpt::Nop);
                 out.push(OutOpt::Nop);
             }
             out.push(OutOpt::Ts(self.tsval(now), tsecr));
-        } else if self.sack_ok {
+        } else if self.rx_opt.sack_ok {
             out.push(OutOpt::Nop);
             out.push(OutOpt::Nop);
             out.push(OutOpt::SackOk);
         }
-        if self.wscale_ok {
+        if self.rx_opt.wscale_ok {
             out.push(OutOpt::Nop);
-            out.push(OutOpt::Wscale(self.rcv_wscale));
+            out.push(OutOpt::Wscale(self.rx_opt.rcv_wscale));
         }
     }
 
@@ -375,7 +377,9 @@ impl Connection {
     pub fn acceptable_seq(&self) -> u32 {
         let end = self.snd_wnd_end();
         let over = self.snd_nxt.wrapping_sub(end);
-        if !before(end, self.snd_nxt) || (self.wscale_ok && over < 1u32 << self.rcv_wscale) {
+        if !before(end, self.snd_nxt)
+            || (self.rx_opt.wscale_ok && over < 1u32 << self.rx_opt.rcv_wscale)
+        {
             self.snd_nxt
         } else {
             end
@@ -430,7 +434,7 @@ impl Connection {
     /// simultaneous open counts it at the caller.
     pub fn send_synack(&mut self, env: &mut Env, now: Instant) {
         let mut opts = Vec::with_capacity(6);
-        let ecr = self.ts_recent;
+        let ecr = self.rx_opt.ts_recent;
         self.syn_opts(now, &mut opts, ecr);
         let win = self.rcv_wnd.min(65535) as u16;
         // tcp_ecn_make_synack: ECE on the SYN-ACK when the request was ECN-capable.
@@ -1178,8 +1182,9 @@ impl Connection {
         if self.opts.sndbuf_lock {
             return;
         }
-        let per_mss =
-            (self.mss_clamp.max(self.mss_cache) + MAX_TCP_HEADER + 320).next_power_of_two() + 256;
+        let per_mss = (self.rx_opt.mss_clamp.max(self.mss_cache) + MAX_TCP_HEADER + 320)
+            .next_power_of_two()
+            + 256;
         let nr_segs = TCP_INIT_CWND.max(self.snd_cwnd()).max(self.reordering + 1);
         let factor = self.cc.sndbuf_expand().unwrap_or(2);
         let sndmem = u64::from(factor) * u64::from(nr_segs) * u64::from(per_mss);

@@ -199,7 +199,7 @@ impl Connection {
         }
         let er = env.sysint(Sysctl::tcp_early_retrans);
         let tlp_ok = (er == 3 || er == 4)
-            && self.sack_ok
+            && self.rx_opt.sack_ok
             && matches!(self.ca_state, CaState::Open | CaState::Cwr)
             && self.tlp.high_seq.is_none();
         let rto_at = self.rto_deadline(now, advancing);

@@ -90,7 +90,7 @@ impl Connection {
         seg: &SegIn<'_>,
         flag: &mut AckFlags,
     ) -> u32 {
-        if !self.sack_ok {
+        if !self.rx_opt.sack_ok {
             return 0;
         }
         let n = seg.opts.num_sacks as usize;
@@ -331,7 +331,11 @@ impl Connection {
             // tcp_identify_packet_loss: RACK also runs in Loss, so a retransmission that is
             // lost again (sent before the newly delivered one, older than an RTT) is resent
             // at once (FLAG_LOST_RETRANS) instead of waiting for the next RTO.
-            if self.ca_state == CaState::Loss && rack && self.sack_ok && self.rack.take_advanced() {
+            if self.ca_state == CaState::Loss
+                && rack
+                && self.rx_opt.sack_ok
+                && self.rack.take_advanced()
+            {
                 if let Some(t) = self.rack_detect_loss(now) {
                     self.rtx_event = RtxEvent::ReoTimeout;
                     self.arm(env, TimerKind::Retrans, now + t);
@@ -393,7 +397,7 @@ impl Connection {
         let lost_before = self.lost_out;
         let mut reo_timeout = None;
         if !self.rtx_queue.is_empty() {
-            if !self.sack_ok {
+            if !self.rx_opt.sack_ok {
                 if is_dupack || self.ca_state == CaState::Recovery {
                     self.newreno_mark_lost();
                 }
@@ -540,7 +544,7 @@ impl Connection {
             }
             return;
         }
-        if !self.sack_ok && is_dupack {
+        if !self.rx_opt.sack_ok && is_dupack {
             self.newreno_mark_lost();
         }
         if send_new {
@@ -613,7 +617,7 @@ impl Connection {
             self.reordering = metric.div_ceil(mss).min(max);
         }
         self.stats.count_reordering();
-        env.mib.inc(if self.sack_ok {
+        env.mib.inc(if self.rx_opt.sack_ok {
             Mib::TCPSACKReorder
         } else {
             Mib::TCPRenoReorder
@@ -634,7 +638,11 @@ impl Connection {
     /// so the original transmission got through.
     fn packet_delayed(&self) -> bool {
         match self.undo.retrans_ts {
-            Some(t) => self.tstamp_ok && self.rcv_tsecr != 0 && before(self.rcv_tsecr, t),
+            Some(t) => {
+                self.rx_opt.tstamp_ok
+                    && self.rx_opt.rcv_tsecr != 0
+                    && before(self.rx_opt.rcv_tsecr, t)
+            }
             None => false,
         }
     }
@@ -665,7 +673,7 @@ impl Connection {
 
     /// Enter fast recovery (`tcp_enter_recovery` + `tcp_init_cwnd_reduction`).
     pub(crate) fn enter_recovery(&mut self, env: &mut Env, now: Instant, ece: bool) {
-        env.mib.inc(if self.sack_ok {
+        env.mib.inc(if self.rx_opt.sack_ok {
             Mib::TCPSackRecovery
         } else {
             Mib::TCPRenoRecovery

@@ -180,7 +180,7 @@ impl Connection {
         // sender sees duplicate ACKs). Measured on 6.18: 1460 bytes out of order on a fresh
         // passive connection raised the offered window from 1050 to 1061 (<< 8), fuzz seed
         // 80194; each further one by about 2 × 1460 bytes.
-        if self.sack_ok {
+        if self.rx_opt.sack_ok {
             self.grow_window(env, payload.len() as u32, truesize);
         }
     }
@@ -188,7 +188,7 @@ impl Connection {
     /// `tcp_dsack_set` for out-of-order data: the duplicate range goes first in the next
     /// ACK's SACK option (RFC 2883), when D-SACK is on.
     fn dsack_ofo_set(&mut self, env: &mut Env, seq: u32, end: u32) {
-        if self.dsack_ok {
+        if self.rx_opt.dsack_ok {
             self.dsack = Some((seq, end));
             env.mib.inc(if before(seq, self.rcv_nxt) {
                 Mib::TCPDSACKOldSent
@@ -214,7 +214,7 @@ impl Connection {
     /// Maintain our SACK blocks: the block containing the newest segment goes first
     /// (RFC 2018 §4), merged with neighbours.
     fn update_sack_blocks(&mut self, seq: u32, end: u32) {
-        if !self.sack_ok {
+        if !self.rx_opt.sack_ok {
             return;
         }
         // Recompute the block containing [seq, end) from the ofo queue.
@@ -466,8 +466,8 @@ impl Connection {
 
     fn clone_window_probe(&self, env: &Env) -> i64 {
         let free = self.tcp_space(env).min(i64::from(self.rcv_ssthresh));
-        if self.rcv_wscale != 0 {
-            free >> self.rcv_wscale << self.rcv_wscale
+        if self.rx_opt.rcv_wscale != 0 {
+            free >> self.rx_opt.rcv_wscale << self.rx_opt.rcv_wscale
         } else {
             free
         }
@@ -542,7 +542,7 @@ impl Connection {
 
     /// `tcp_rcv_rtt_measure_ts`: a full-sized segment echoing our timestamp.
     pub fn rcv_rtt_measure_ts(&mut self, now: Instant, tsecr: u32, seg_len: u32) {
-        if !self.tstamp_ok || tsecr == 0 || tsecr == self.rcv_rtt.last_tsecr {
+        if !self.rx_opt.tstamp_ok || tsecr == 0 || tsecr == self.rcv_rtt.last_tsecr {
             return;
         }
         self.rcv_rtt.last_tsecr = tsecr;

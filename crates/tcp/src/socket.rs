@@ -7,7 +7,7 @@ use crate::device::DeviceCaps;
 pub use crate::device::{RxTruesize, SKB_OVERHEAD};
 use crate::gate::{TxGate, TxMeta};
 use crate::info::ConnStats;
-use crate::input::SackCompress;
+use crate::input::{RxOpt, SackCompress};
 use crate::mem::SockMem;
 use crate::mib::{Counters, Mib};
 use crate::mtu::Mtup;
@@ -1082,8 +1082,6 @@ pub(crate) struct Connection {
     pub snd_wnd: u32,
     pub snd_wl1: u32,
     pub max_window: u32,
-    pub snd_wscale: u8,
-    pub rcv_wscale: u8,
     pub rcv_nxt: u32,
     pub rcv_wup: u32,
     pub rcv_wnd: u32,
@@ -1100,8 +1098,6 @@ pub(crate) struct Connection {
     // --- options / MSS ---
     pub mss_cache: u32,
     pub advmss: u32,
-    /// Peer's MSS (`rx_opt.mss_clamp`).
-    pub mss_clamp: u32,
     /// Path MTU `mss_cache` was last computed for (`icsk_pmtu_cookie`).
     pub pmtu_cookie: u32,
     /// A route change not yet picked up: applied at the next transmit, as Linux revalidates
@@ -1113,13 +1109,8 @@ pub(crate) struct Connection {
     /// leaves as one segment larger than the MSS).
     pub xmit_mss_override: u32,
     pub tcp_header_len: u32,
-    pub tstamp_ok: bool,
-    pub sack_ok: bool,
-    pub wscale_ok: bool,
-    pub dsack_ok: bool,
-    pub ts_recent: u32,
-    pub ts_recent_stamp: Instant,
-    pub ts_offset: u32,
+    /// Options negotiated on the handshake and the timestamp state (`rx_opt`, input.rs).
+    pub rx_opt: RxOpt,
     /// Pending D-SACK block to send (`duplicate_sack`).
     pub dsack: Option<(u32, u32)>,
     /// SACK blocks we advertise (`selective_acks`), most recent first.
@@ -1133,8 +1124,6 @@ pub(crate) struct Connection {
     /// What undoing a reduction needs (recovery.rs).
     pub undo: Undo,
     pub high_seq: u32,
-    /// TSecr of the segment being processed (`rx_opt.rcv_tsecr`).
-    pub rcv_tsecr: u32,
     pub reordering: u32,
     pub snd_cwnd_stamp: Instant,
     pub max_packets_out: u32,
@@ -1260,8 +1249,6 @@ impl Connection {
             snd_wnd: 0,
             snd_wl1: 0,
             max_window: 0,
-            snd_wscale: 0,
-            rcv_wscale: 0,
             rcv_nxt: 0,
             rcv_wup: 0,
             rcv_wnd: 0,
@@ -1271,19 +1258,11 @@ impl Connection {
             scaling_ratio: TCP_DEFAULT_SCALING_RATIO,
             mss_cache: TCP_MSS_DEFAULT,
             advmss: TCP_MSS_DEFAULT,
-            mss_clamp: TCP_MSS_DEFAULT,
             pmtu_cookie: 0,
             route_pending: None,
             mtup: Mtup::default(),
             xmit_mss_override: 0,
             tcp_header_len: 20,
-            tstamp_ok: false,
-            sack_ok: false,
-            wscale_ok: false,
-            dsack_ok: false,
-            ts_recent: 0,
-            ts_recent_stamp: Instant::ZERO,
-            ts_offset: 0,
             dsack: None,
             sacks: Vec::new(),
             gso_segs_cache: 0,
@@ -1292,7 +1271,6 @@ impl Connection {
             ca_state: CaState::Open,
             undo: Undo::default(),
             high_seq: 0,
-            rcv_tsecr: 0,
             reordering: env.sysint(Sysctl::tcp_reordering) as u32,
             snd_cwnd_stamp: Instant::ZERO,
             max_packets_out: 0,
@@ -1354,6 +1332,19 @@ impl Connection {
                 rmem_alloc: 0,
                 pages: 0,
                 wait: 0,
+            },
+            rx_opt: RxOpt {
+                tstamp_ok: false,
+                sack_ok: false,
+                wscale_ok: false,
+                dsack_ok: false,
+                snd_wscale: 0,
+                rcv_wscale: 0,
+                mss_clamp: TCP_MSS_DEFAULT,
+                ts_recent: 0,
+                ts_recent_stamp: Instant::ZERO,
+                rcv_tsecr: 0,
+                ts_offset: 0,
             },
         }
     }
@@ -1419,7 +1410,7 @@ impl Connection {
 
     /// TCP timestamp clock value for `now` (ms clock + per-connection offset).
     pub fn tsval(&self, now: Instant) -> u32 {
-        (now.as_millis() as u32).wrapping_add(self.ts_offset)
+        (now.as_millis() as u32).wrapping_add(self.rx_opt.ts_offset)
     }
 
     /// `tcp_notsent_lowat`: per-socket value or the sysctl.

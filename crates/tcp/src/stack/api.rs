@@ -261,14 +261,14 @@ impl Stack {
         sk.route = route;
         sk.hashed = true;
         sk.iss = iss;
-        sk.ts_offset = ts_off;
+        sk.rx_opt.ts_offset = ts_off;
         sk.snd_una = iss;
         sk.snd_nxt = iss.wrapping_add(1);
         sk.write_seq = sk.snd_nxt;
         sk.pushed_seq = sk.write_seq;
-        sk.tstamp_ok = env.sysint(Sysctl::tcp_timestamps) != 0;
-        sk.sack_ok = env.sysctl.on(Sysctl::tcp_sack);
-        sk.wscale_ok = env.sysctl.on(Sysctl::tcp_window_scaling);
+        sk.rx_opt.tstamp_ok = env.sysint(Sysctl::tcp_timestamps) != 0;
+        sk.rx_opt.sack_ok = env.sysctl.on(Sysctl::tcp_sack);
+        sk.rx_opt.wscale_ok = env.sysctl.on(Sysctl::tcp_window_scaling);
         sk.init_rcv_window(env, true);
         sk.state = TcpState::SynSent;
         sk.send_syn(env, now);

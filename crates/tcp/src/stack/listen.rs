@@ -122,7 +122,7 @@ impl Stack {
         sk.bound = true;
         sk.parent = Some((lid, lgen));
         sk.iss = iss;
-        sk.ts_offset = ts_off;
+        sk.rx_opt.ts_offset = ts_off;
         sk.snd_una = iss;
         sk.snd_nxt = iss.wrapping_add(1);
         sk.write_seq = sk.snd_nxt;
@@ -145,9 +145,9 @@ impl Stack {
         {
             sk.ecn_flags = crate::socket::ecnf::OK;
         }
-        if let (true, Some((tsval, _))) = (sk.tstamp_ok, syn_like.opts.ts) {
-            sk.ts_recent = tsval;
-            sk.ts_recent_stamp = now;
+        if let (true, Some((tsval, _))) = (sk.rx_opt.tstamp_ok, syn_like.opts.ts) {
+            sk.rx_opt.ts_recent = tsval;
+            sk.rx_opt.ts_recent_stamp = now;
         }
         sk.init_rcv_window(env, false);
         sk.snd_wnd = u32::from(seg.window);
@@ -196,18 +196,18 @@ impl Stack {
         if let Ok((sk, env)) = self.sk_env(cid) {
             // With timestamps, encode wscale and SACK in the low 6 bits of TSval
             // (cookie_init_timestamp) so they survive.
-            if sk.tstamp_ok {
-                let mut o = if sk.wscale_ok {
-                    u32::from(sk.snd_wscale)
+            if sk.rx_opt.tstamp_ok {
+                let mut o = if sk.rx_opt.wscale_ok {
+                    u32::from(sk.rx_opt.snd_wscale)
                 } else {
                     0xf
                 };
-                if sk.sack_ok {
+                if sk.rx_opt.sack_ok {
                     o |= 1 << 4;
                 }
                 let ts = sk.tsval(now);
                 let want = (ts & !0x3f) | o;
-                sk.ts_offset = sk.ts_offset.wrapping_add(want.wrapping_sub(ts));
+                sk.rx_opt.ts_offset = sk.rx_opt.ts_offset.wrapping_add(want.wrapping_sub(ts));
             }
             sk.send_synack(env, now);
             env.mib.inc(Mib::SyncookiesSent);
@@ -284,10 +284,10 @@ impl Stack {
         };
         if let Ok(sk) = self.sock_mut(cid) {
             // Keep the timestamp clock continuous with the cookie SYN-ACK's TSval.
-            if let (true, Some((_, ecr))) = (sk.tstamp_ok, seg.opts.ts) {
+            if let (true, Some((_, ecr))) = (sk.rx_opt.tstamp_ok, seg.opts.ts) {
                 let ts = sk.tsval(now);
                 if after(ecr, ts) {
-                    sk.ts_offset = sk.ts_offset.wrapping_add(ecr.wrapping_sub(ts));
+                    sk.rx_opt.ts_offset = sk.rx_opt.ts_offset.wrapping_add(ecr.wrapping_sub(ts));
                 }
             }
             sk.synack_retries_done = 1; // no RTT sample from the SYN-ACK
