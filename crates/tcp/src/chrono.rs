@@ -4,8 +4,9 @@
 //! `tcpi_sndbuf_limited`). One chronograph runs at a time; a higher-numbered type takes over
 //! from a lower one. [`Chrono`]'s fields are private to this file.
 
-use crate::socket::{Connection, JIFFY};
+use crate::socket::Connection;
 use crate::time::Instant;
+use crate::timer::JIFFY;
 use core::time::Duration;
 
 /// Chronograph types (`enum tcp_chrono`): busy sending.

@@ -7,6 +7,7 @@ use crate::socket::*;
 use crate::sockopt::{OptVal, SockOpt};
 use crate::sysctl::{Sysctl, CC_NAMES};
 use crate::time::Instant;
+use crate::timer::TimerKind;
 use crate::Mib;
 
 /// `struct tcp_info` (the fields Shallow fills; Linux names without the `tcpi_` prefix).
@@ -224,9 +225,9 @@ impl Connection {
         TcpInfo {
             state: self.state as u8,
             ca_state: self.ca_state.as_u8(),
-            retransmits: self.retransmits.min(255) as u8,
-            probes: self.probes.out().min(255) as u8,
-            backoff: self.backoff.min(255) as u8,
+            retransmits: self.timer.retransmits.min(255) as u8,
+            probes: self.timer.probes.out().min(255) as u8,
+            backoff: self.timer.backoff.min(255) as u8,
             options: o,
             snd_wscale: self.rx_opt.snd_wscale,
             rcv_wscale: self.rx_opt.rcv_wscale,

@@ -9,6 +9,7 @@ use crate::socket::pollbits::*;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
+use crate::timer::{RtxEvent, TimerKind};
 use crate::Mib;
 use core::time::Duration;
 use shallow_cc::{AckSample, CaState};
@@ -188,11 +189,11 @@ impl Connection {
             self.snd_wl1 = seg.seq;
             self.max_window = self.max_window.max(self.snd_wnd);
             self.disarm(env, TimerKind::Retrans);
-            self.retransmits = 0;
-            self.backoff = 0;
+            self.timer.retransmits = 0;
+            self.timer.backoff = 0;
             // tcp_synack_rtt_meas: the SYN-ACK's own send time gives a µs sample unless it
             // was retransmitted (Karn); then only the timestamp echo can (tcp_ack_update_rtt).
-            if self.synack_retries_done == 0 {
+            if self.timer.synack_retries_done == 0 {
                 let rtt = (now - self.lsndtime).as_micros() as u32;
                 self.rtt_sample(env, now, rtt.max(1));
             } else if let (true, Some((_, ecr))) = (self.rx_opt.tstamp_ok, seg.opts.ts) {
@@ -462,7 +463,7 @@ impl Connection {
             self.packets_out = 0;
             // RTT from the SYN (tcp_clean_rtx_queue → tcp_ack_update_rtt): its send time
             // unless it was retransmitted (Karn), else the timestamp echo.
-            if self.retransmits == 0 {
+            if self.timer.retransmits == 0 {
                 let rtt = (now - self.lsndtime).as_micros() as u32;
                 self.rtt_sample(env, now, rtt.max(1));
             } else if let (true, Some((_, ecr))) = (self.rx_opt.tstamp_ok, seg.opts.ts) {
@@ -471,9 +472,9 @@ impl Connection {
                     self.rtt_sample(env, now, rtt.max(1) * 1000);
                 }
             }
-            self.retransmits = 0;
-            self.backoff = 0;
-            self.retrans_stamp = None;
+            self.timer.retransmits = 0;
+            self.timer.backoff = 0;
+            self.timer.retrans_stamp = None;
             self.become_established(env, now);
             // The SYN was outstanding: tcp_ack's tcp_cong_control sets the pacing rate.
             self.update_pacing_rate(env);
@@ -654,7 +655,7 @@ impl Connection {
         }
         // tcp_ack: any acceptable ACK shows the peer alive: the unanswered-probe count
         // (zero-window and keepalive probes, `tcpi_probes`) starts again.
-        self.probes.answered();
+        self.timer.probes.answered();
         self.rcv_tstamp = now;
         self.rx_opt.rcv_tsecr = seg.opts.ts.map(|t| t.1).unwrap_or(0);
         let mut flag = AckFlags::default();
@@ -714,11 +715,11 @@ impl Connection {
         // TLP: an ACK above tlp_high_seq ends the episode.
         self.tlp_process_ack(ack);
         if acked_pkts > 0 || rtt_us >= 0 {
-            self.backoff = 0;
-            self.retransmits = 0;
+            self.timer.backoff = 0;
+            self.timer.retransmits = 0;
         }
         if self.retrans_out == 0 && self.lost_out == 0 && self.ca_state == CaState::Open {
-            self.retrans_stamp = None;
+            self.timer.retrans_stamp = None;
             self.undo.forget_retrans_stamp();
         }
         let mut delivered = acked_pkts + sack_newly;
@@ -803,13 +804,13 @@ impl Connection {
         }
         // Timers: restart RTO/TLP, or clear when nothing is outstanding.
         if self.packets_out == 0 {
-            if self.rtx_event != RtxEvent::Probe0 {
+            if self.timer.rtx_event != RtxEvent::Probe0 {
                 self.disarm(env, TimerKind::Retrans);
             }
             if !self.write_queue.is_empty() {
                 self.check_probe_timer(env, now);
             }
-        } else if acked_pkts > 0 || self.rtx_event == RtxEvent::Probe0 {
+        } else if acked_pkts > 0 || self.timer.rtx_event == RtxEvent::Probe0 {
             // FLAG_SET_XMIT_TIMER comes with FLAG_ACKED: a whole segment acked. A partial
             // ACK of one segment advances snd_una but leaves the timer as it was (measured
             // on 6.18: `ack 84` of a 100-byte segment 30 ms after it left, and the timer
@@ -1395,7 +1396,7 @@ impl Connection {
             return;
         }
         sc.compressed += 1;
-        if self.timers[TimerKind::CompSack as usize].is_some() {
+        if self.timer.armed(TimerKind::CompSack) {
             return;
         }
         let mut rtt_us = u64::from(self.rcv_rtt.rtt_us() >> 3);

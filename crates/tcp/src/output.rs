@@ -8,6 +8,7 @@ use crate::seq::*;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
+use crate::timer::{RtxEvent, TimerKind};
 use crate::Mib;
 use core::time::Duration;
 use shallow_wire::TcpFlags;
@@ -415,7 +416,7 @@ impl Connection {
         // tcp_ecn_send_syn (RFC 3168 §6.1.1): with tcp_ecn=1 the SYN asks for ECN with
         // ECE|CWR; a retransmitted SYN drops them (tcp_ecn_clear_syn, tcp_ecn_fallback=1).
         let mut fl = TcpFlags::SYN;
-        if self.retransmits == 0 {
+        if self.timer.retransmits == 0 {
             self.ecn_flags = 0;
             if env.sysint(Sysctl::tcp_ecn) == 1 {
                 self.ecn_flags = ecnf::OK;
@@ -851,7 +852,7 @@ impl Connection {
         // place of whatever the shared timer held, the persist timer included (armed by
         // tcp_check_probe_timer while data waited under TCP_CORK or Nagle); the caller arms it.
         if prior_packets == 0 {
-            self.rtx_event = RtxEvent::Rto;
+            self.timer.rtx_event = RtxEvent::Rto;
         }
         self.chrono.start(now, CHRONO_BUSY);
         // tcp_check_space from the output path (4bfe744ff164).
@@ -1065,8 +1066,8 @@ impl Connection {
     /// `tcp_check_probe_timer`: arm the persist timer when nothing is in flight and no
     /// timer is pending.
     pub fn check_probe_timer(&mut self, env: &mut Env, now: Instant) {
-        if self.packets_out == 0 && self.timers[TimerKind::Retrans as usize].is_none() {
-            self.rtx_event = RtxEvent::Probe0;
+        if self.packets_out == 0 && !self.timer.armed(TimerKind::Retrans) {
+            self.timer.rtx_event = RtxEvent::Probe0;
             let when = self.probe0_when();
             self.arm(env, TimerKind::Retrans, now + when);
         }
@@ -1075,7 +1076,7 @@ impl Connection {
     /// Persist-timer interval: RTO backed off by `backoff`, capped at TCP_RTO_MAX.
     pub fn probe0_when(&self) -> Duration {
         let base = self.rtt.rto().max(Duration::from_millis(200));
-        let d = base.saturating_mul(1u32 << self.backoff.min(20));
+        let d = base.saturating_mul(1u32 << self.timer.backoff.min(20));
         d.min(TCP_RTO_MAX)
     }
 

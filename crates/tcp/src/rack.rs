@@ -12,6 +12,7 @@ use crate::seq::*;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
+use crate::timer::{RtxEvent, TimerKind};
 use crate::Mib;
 use core::time::Duration;
 use shallow_cc::CaState;
@@ -176,7 +177,7 @@ impl Connection {
         }
         if let Some(t) = timeout {
             if self.packets_out > 0 {
-                self.rtx_event = RtxEvent::ReoTimeout;
+                self.timer.rtx_event = RtxEvent::ReoTimeout;
                 self.arm(env, TimerKind::Retrans, now + t);
             }
         }
@@ -218,11 +219,11 @@ impl Connection {
             if rto_delta > Duration::ZERO {
                 pto = pto.min(rto_delta);
             }
-            self.rtx_event = RtxEvent::LossProbe;
+            self.timer.rtx_event = RtxEvent::LossProbe;
             self.arm(env, TimerKind::Retrans, now + pto);
             return;
         }
-        self.rtx_event = RtxEvent::Rto;
+        self.timer.rtx_event = RtxEvent::Rto;
         self.arm(env, TimerKind::Retrans, rto_at);
     }
 
@@ -268,7 +269,7 @@ impl Connection {
         } else {
             true
         };
-        self.rtx_event = RtxEvent::Rto;
+        self.timer.rtx_event = RtxEvent::Rto;
         if !sent {
             let at = self.rto_deadline(now, false);
             self.arm(env, TimerKind::Retrans, at);

@@ -9,6 +9,7 @@ use crate::seq::*;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
+use crate::timer::{RtxEvent, TimerKind};
 use crate::Mib;
 use core::time::Duration;
 use shallow_cc::{CaEvent, CaState};
@@ -337,7 +338,7 @@ impl Connection {
                 && self.rack.take_advanced()
             {
                 if let Some(t) = self.rack_detect_loss(now) {
-                    self.rtx_event = RtxEvent::ReoTimeout;
+                    self.timer.rtx_event = RtxEvent::ReoTimeout;
                     self.arm(env, TimerKind::Retrans, now + t);
                 }
                 if flag.rexmit != Rexmit::New && self.lost_out > self.retrans_out {
@@ -445,7 +446,7 @@ impl Connection {
         }
         if let Some(t) = reo_timeout {
             if self.packets_out > 0 {
-                self.rtx_event = RtxEvent::ReoTimeout;
+                self.timer.rtx_event = RtxEvent::ReoTimeout;
                 self.arm(env, TimerKind::Retrans, now + t);
             }
         }
@@ -758,8 +759,8 @@ impl Connection {
             s.sacked |= sacked::RETRANS;
             self.retrans_out += p;
         }
-        if self.retrans_stamp.is_none() {
-            self.retrans_stamp = Some(s.first_tx);
+        if self.timer.retrans_stamp.is_none() {
+            self.timer.retrans_stamp = Some(s.first_tx);
         }
         if self.undo.retrans_ts.is_none() {
             self.undo.retrans_ts = Some(self.tsval(now));
@@ -842,7 +843,7 @@ impl Connection {
         if self.packets_out == 0 {
             return;
         }
-        self.rtx_event = RtxEvent::Rto;
+        self.timer.rtx_event = RtxEvent::Rto;
         let at = self.rto_deadline(now, false);
         self.arm(env, TimerKind::Retrans, at);
     }
@@ -875,7 +876,7 @@ impl Connection {
             CaState::Open | CaState::Disorder | CaState::Cwr
         );
         self.undo.frto =
-            env.sysint(Sysctl::tcp_frto) != 0 && (new_recovery || self.retransmits > 0);
+            env.sysint(Sysctl::tcp_frto) != 0 && (new_recovery || self.timer.retransmits > 0);
         if !matches!(self.ca_state, CaState::Loss) {
             self.undo.prior_ssthresh = self.cc_st.snd_ssthresh;
             self.undo.prior_cwnd = self.snd_cwnd();
@@ -908,10 +909,10 @@ impl Connection {
                 self.retransmit_skb(env, now, 0, 1);
             }
         }
-        self.backoff += 1;
-        self.retransmits += 1;
+        self.timer.backoff += 1;
+        self.timer.retransmits += 1;
         self.rtt.backoff_rto(self.rto_max(env));
-        self.rtx_event = RtxEvent::Rto;
+        self.timer.rtx_event = RtxEvent::Rto;
         let at = now + self.rtt.rto();
         self.arm(env, TimerKind::Retrans, at);
         false
@@ -935,12 +936,12 @@ impl Connection {
             }
             (r, self.rto_min(env))
         };
-        let start = self.retrans_stamp.unwrap_or(now);
+        let start = self.timer.retrans_stamp.unwrap_or(now);
         let elapsed = now - start;
         let expired = if self.opts.user_timeout_ms != 0 && !syn {
             elapsed >= Duration::from_millis(u64::from(self.opts.user_timeout_ms))
         } else if syn {
-            self.retransmits >= boundary
+            self.timer.retransmits >= boundary
         } else {
             elapsed >= retrans_timeout(base, boundary)
         };

@@ -19,7 +19,8 @@ use crate::recv::{RcvRttEst, RcvqSpace};
 use crate::rtt::Rtt;
 use crate::sysctl::{Sysctl, Sysctls};
 use crate::time::Instant;
-use crate::timer::Probes;
+use crate::timer::TimerKind;
+use crate::timer::Timers;
 use crate::SocketId;
 use bytes::{Bytes, BytesMut};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -200,30 +201,6 @@ pub struct Wakeup {
 /// Wake-up queue length beyond which wake-ups of one socket are merged.
 pub const MAX_WAKEUPS: usize = 4096;
 
-/// Per-socket timers. Linux multiplexes several events on the retransmit timer
-/// (`icsk_pending`); so do we ([`RtxEvent`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum TimerKind {
-    /// RTO, SYN/SYN-ACK retransmit, zero-window probe, TLP, RACK reordering timer.
-    Retrans = 0,
-    /// Delayed ACK.
-    Delack = 1,
-    /// Keepalive; also FIN_WAIT2 and TIME_WAIT expiry (Linux uses the keepalive timer / tw timer).
-    Keepalive = 2,
-    /// Compressed-SACK hrtimer (`tcp_compressed_ack_kick`).
-    CompSack = 3,
-}
-pub(crate) const NTIMERS: usize = 4;
-
-/// What the retransmit timer is armed for (`icsk_pending`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RtxEvent {
-    Rto,
-    Probe0,
-    LossProbe,
-    ReoTimeout,
-}
-
 /// `sk_tsq_flags` bits (include/linux/tcp.h `enum tsq_enum`).
 pub(crate) mod tsq {
     pub const THROTTLED: u8 = 1 << 0;
@@ -278,82 +255,6 @@ pub(crate) const SOCK_MIN_SNDBUF: u32 = 2 * (2048 + 256);
 pub(crate) const SOCK_MIN_RCVBUF: u32 = 2048 + 256;
 /// Initial RTO (RFC 6298 §2.1: 1 s).
 pub(crate) const TCP_TIMEOUT_INIT: Duration = Duration::from_secs(1);
-/// One jiffy of the judge kernel, which is built with CONFIG_HZ=250.
-pub(crate) const JIFFY: Duration = Duration::from_millis(4);
-/// `TCP_TIMEOUT_MIN`: two jiffies (8 ms at HZ=250), the floor of a zero-window probe
-/// clamped to TCP_USER_TIMEOUT and the slack of the loss-probe and RACK timers
-/// ([`tick_timer_delay`]).
-pub(crate) const TCP_TIMEOUT_MIN: Duration = Duration::from_millis(8);
-
-/// How long after arming a Linux timer in level 0 of the timer wheel (armed less than 63
-/// jiffies ahead) fires: a jiffy timer fires on a tick, so the delay is a whole number of
-/// ticks less the time since the tick before arming. Measured on the loss-probe
-/// (`tcp_schedule_loss_probe`, x = 2*srtt with more than one packet out) and RACK
-/// reordering timers (`tcp_rack_reo_timeout`, x = the time left in the reordering window);
-/// the delayed-ACK timer follows the same rule (40 ms ACKs 4.7–7.7 ms late in the
-/// differential fuzzer's kernel recordings). Measured on 6.18 (HZ=250)
-/// with packetdrill: the timer fires on the n-th tick after arming with
-/// n = ceil((x - 2 ms) / 4 ms) + 2 (CUBIC; RACK with x = 10, 15, 20, 22.5, 25, 26, 30, 40,
-/// 50 ms: n = 5, 6, 7, 8, 8, 9, 10, 12, 15, the same in every run; loss probe with x = 2.2,
-/// 6.2, 10.2, 20.2, 40.3, 60.5, 100.6 ms: n = 3, 4, 5, 7, 12, 17 or 18, 27 or 28; shifting
-/// the send in 1 ms steps moved the firing tick by one jiffy every 4 ms). The engine has no
-/// tick grid, so it takes the mean over the phase: n ticks less half a jiffy.
-pub(crate) fn tick_timer_delay(x: Duration) -> Duration {
-    let j = JIFFY.as_nanos() as u64;
-    let y = (x.as_nanos() as u64).saturating_sub(2_000_000);
-    let n = y.div_ceil(j) + 2;
-    Duration::from_nanos(n * j - j / 2)
-}
-
-/// How much later than its deadline a Linux timer on the jiffy timer wheel fires, on average
-/// over the tick phase. The wheel keeps a timer armed `d` jiffies ahead in level 0 (one-tick
-/// buckets) when d < 63, and otherwise in the level n whose buckets of 8^n jiffies start at
-/// 63·8^(n-1) jiffies; a timer fires when its bucket does, at the first bucket boundary after
-/// its deadline, so a level-n timer is late by up to 8^n jiffies (32 ms for 252 ms–2 s, 256 ms
-/// for 2–16 s at HZ=250), half that on average. Measured on 6.18: retransmission and
-/// persist timers of 300 and 600 ms fire 8–28 ms late, always on the same 32 ms grid
-/// (crates/drill/scripts/kernel/: rto-retransmit-backoff, zero-window-probe,
-/// cork-then-uncork). Zero in level 0 (see [`tick_timer_delay`]). The engine has no tick
-/// grid, so it takes the mean: a timer's
-/// error stays within half a bucket instead of growing with every rearm from a late firing.
-/// When a Linux delayed-ACK timer armed `x` ahead fires, on average: it is armed for
-/// d = ceil(x / jiffy) jiffies from the current jiffy and fires on the (d+1)-th tick after
-/// arming, so (d + 1/2) jiffies later on average. Measured on 6.18 (HZ=250) with a 40 ms
-/// delayed ACK repeated at 117.3 ms intervals: 5 of 6 ACKs left on the 11th tick after the
-/// data (1.2–4.0 ms late, the tick grid's phase read off the ACK times), the first on the
-/// 12th (7.7 ms late).
-pub(crate) fn delack_timer_delay(x: Duration) -> Duration {
-    let j = JIFFY.as_nanos() as u64;
-    let d = (x.as_nanos() as u64).div_ceil(j);
-    Duration::from_nanos(d * j + j / 2)
-}
-
-/// When a Linux timer-wheel timer armed `delay` ahead fires, on average: level 0 by the
-/// measured tick rule ([`tick_timer_delay`]), the levels above half a bucket late
-/// ([`wheel_slack`]). The one place the engine applies the kernel's timer granularity.
-pub(crate) fn wheel_delay(delay: Duration) -> Duration {
-    let slack = wheel_slack(delay);
-    if slack.is_zero() {
-        tick_timer_delay(delay)
-    } else {
-        delay + slack
-    }
-}
-
-pub(crate) fn wheel_slack(delay: Duration) -> Duration {
-    let j = JIFFY.as_nanos() as u64;
-    let jiffies = (delay.as_nanos() as u64).div_ceil(j);
-    let (mut gran, mut start) = (1u64, 63u64);
-    while jiffies >= start && gran < 1 << 24 {
-        gran *= 8;
-        start *= 8;
-    }
-    if gran == 1 {
-        return Duration::ZERO;
-    }
-    Duration::from_nanos(gran * j / 2)
-}
-
 /// `TCP_ATO_MIN` / `TCP_DELACK_MIN`: 40 ms.
 pub(crate) const TCP_ATO_MIN: Duration = Duration::from_millis(40);
 /// `TCP_DELACK_MAX`: 200 ms.
@@ -1065,8 +966,6 @@ pub(crate) struct Connection {
     pub backlog: VecDeque<crate::packet::OwnedSeg>,
     pub backlog_len: u32,
     pub tsq_flags: u8,
-    pub timers: [Option<Instant>; NTIMERS],
-    pub rtx_event: RtxEvent,
 
     // --- sequence space (RFC 9293 §3.3.1) ---
     pub iss: u32,
@@ -1143,15 +1042,11 @@ pub(crate) struct Connection {
     // --- RTT / RTO (RFC 6298) ---
     /// RTT estimator and RTO (rtt.rs).
     pub rtt: Rtt,
-    pub backoff: u32,
-    pub retransmits: u32,
-    pub retrans_stamp: Option<Instant>,
-    /// Zero-window and keepalive probing (timer.rs).
-    pub probes: Probes,
+    /// The connection's timers and their retry bookkeeping (timer.rs).
+    pub timer: Timers,
     pub lsndtime: Instant,
     pub lrcvtime: Instant,
     pub rcv_tstamp: Instant,
-    pub synack_retries_done: u32,
 
     // --- RACK (RFC 8985) ---
     /// `tp->rack` (rack.rs).
@@ -1237,8 +1132,6 @@ impl Connection {
             backlog: VecDeque::new(),
             backlog_len: 0,
             tsq_flags: 0,
-            timers: [None; NTIMERS],
-            rtx_event: RtxEvent::Rto,
             iss: 0,
             irs: 0,
             snd_una: 0,
@@ -1282,14 +1175,9 @@ impl Connection {
             ecn_flags: 0,
             tlp: Tlp::default(),
             rtt: Rtt::default(),
-            backoff: 0,
-            retransmits: 0,
-            retrans_stamp: None,
-            probes: Probes::default(),
             lsndtime: Instant::ZERO,
             lrcvtime: Instant::ZERO,
             rcv_tstamp: Instant::ZERO,
-            synack_retries_done: 0,
             rack: Rack::default(),
             highest_sack_end: 0,
             sack_seen_any: false,
@@ -1346,54 +1234,7 @@ impl Connection {
                 rcv_tsecr: 0,
                 ts_offset: 0,
             },
-        }
-    }
-
-    /// Arm (or re-arm) a timer for `at`; a timer-wheel timer fires when [`wheel_delay`] (or,
-    /// for the delayed ACK, [`delack_timer_delay`]) says.
-    pub fn arm(&mut self, env: &mut Env, kind: TimerKind, at: Instant) {
-        // The retransmit (RTO, persist, SYN, loss probe, RACK), delayed-ACK and keepalive
-        // (FIN_WAIT2, TIME_WAIT) timers live on the jiffy timer wheel (`sk_reset_timer`);
-        // the compressed-SACK timer is an hrtimer and fires on time.
-        // A timer due at once is the engine's "at the end of this step" and stays so, but
-        // for a delayed ACK due at once (`ato` 0: a bare FIN before any data): Linux arms
-        // the wheel for the current jiffy, which runs at a later tick (kernel recordings of
-        // fuzz seeds 60046, 60057, 60105: 4.7 to 5.7 ms after the FIN of an active opener;
-        // a passive child's within 4 ms, close-remote-fin-then-close), so it leaves half a
-        // jiffy later, as `delack_timer_delay` gives for a zero delay.
-        let at = if kind == TimerKind::Delack && at <= env.clock {
-            env.clock + delack_timer_delay(Duration::ZERO)
-        } else if at <= env.clock {
-            at
-        } else if kind == TimerKind::Delack {
-            env.clock + delack_timer_delay(at - env.clock)
-        } else if matches!(kind, TimerKind::Retrans | TimerKind::Keepalive) {
-            env.clock + wheel_delay(at - env.clock)
-        } else {
-            at
-        };
-        if let Some(old) = self.timers[kind as usize].take() {
-            env.timers.remove(&(old, self.id.0, self.gen, kind));
-        }
-        self.timers[kind as usize] = Some(at);
-        env.timers.insert((at, self.id.0, self.gen, kind));
-    }
-
-    /// Cancel a timer.
-    pub fn disarm(&mut self, env: &mut Env, kind: TimerKind) {
-        if let Some(old) = self.timers[kind as usize].take() {
-            env.timers.remove(&(old, self.id.0, self.gen, kind));
-        }
-    }
-
-    pub fn disarm_all(&mut self, env: &mut Env) {
-        for k in [
-            TimerKind::Retrans,
-            TimerKind::Delack,
-            TimerKind::Keepalive,
-            TimerKind::CompSack,
-        ] {
-            self.disarm(env, k);
+            timer: Timers::new(),
         }
     }
 

@@ -43,6 +43,7 @@ use crate::socket::*;
 use crate::sockopt::{OptVal, SockOpt};
 use crate::sysctl::{Sysctl, SysctlError};
 use crate::time::Instant;
+use crate::timer::{RtxEvent, TimerKind};
 use core::net::{IpAddr, SocketAddr};
 use core::time::Duration;
 use std::collections::HashMap;

@@ -272,9 +272,9 @@ impl Stack {
         sk.init_rcv_window(env, true);
         sk.state = TcpState::SynSent;
         sk.send_syn(env, now);
-        sk.rtx_event = RtxEvent::Rto;
+        sk.timer.rtx_event = RtxEvent::Rto;
         sk.rtt.reset_rto();
-        sk.retrans_stamp = Some(now);
+        sk.timer.retrans_stamp = Some(now);
         sk.arm(env, TimerKind::Retrans, now + TCP_TIMEOUT_INIT);
         env.mib.inc(Mib::ActiveOpens);
         Err(Errno::EINPROGRESS)

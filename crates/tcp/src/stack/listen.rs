@@ -73,7 +73,7 @@ impl Stack {
         };
         let (sk, env) = self.sk_env(cid).expect("just created");
         sk.send_synack(env, now);
-        sk.rtx_event = RtxEvent::Rto;
+        sk.timer.rtx_event = RtxEvent::Rto;
         sk.rtt.reset_rto();
         sk.arm(env, TimerKind::Retrans, now + TCP_TIMEOUT_INIT);
         if let Ok(l) = self.sock_mut(lid) {
@@ -290,7 +290,7 @@ impl Stack {
                     sk.rx_opt.ts_offset = sk.rx_opt.ts_offset.wrapping_add(ecr.wrapping_sub(ts));
                 }
             }
-            sk.synack_retries_done = 1; // no RTT sample from the SYN-ACK
+            sk.timer.synack_retries_done = 1; // no RTT sample from the SYN-ACK
         }
         self.rcv_conn(now, cid, seg);
     }

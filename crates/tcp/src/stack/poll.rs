@@ -59,10 +59,7 @@ impl Stack {
             self.env.timers.pop_first();
             let id = SocketId(idx);
             let valid = match self.sock_mut(id) {
-                Ok(sk) if sk.gen == gen && sk.timers[kind as usize] == Some(at) => {
-                    sk.timers[kind as usize] = None;
-                    true
-                }
+                Ok(sk) => sk.gen == gen && sk.timer.fire(kind, at),
                 _ => false,
             };
             if valid {
