@@ -198,9 +198,7 @@ impl Connection {
         };
         self.rtx_queue.push_back(skb);
         let idx = self.rtx_queue.len() - 1;
-        self.xmit_mss_override = probe;
-        let sent = self.transmit_skb(env, now, idx, false);
-        self.xmit_mss_override = 0;
+        let sent = self.transmit_skb_mss(env, now, idx, false, Some(probe));
         if !sent {
             if let Some(skb) = self.rtx_queue.pop_back() {
                 self.write_queue.push_front(skb);

@@ -22,6 +22,16 @@ pub(crate) const NAGLE_OFF: u8 = 1;
 pub(crate) const NAGLE_CORK: u8 = 2;
 pub(crate) const NAGLE_PUSH: u8 = 4;
 
+/// Why one run of the output loop (`tcp_write_xmit`) stopped short, found while it runs and
+/// read at its end (its `is_cwnd_limited` and `is_rwnd_limited`): a value local to the run.
+#[derive(Clone, Copy, Debug, Default)]
+struct XmitLimits {
+    /// Stopped (or deferred a TSO packet) for want of congestion window.
+    cwnd: bool,
+    /// Stopped (or deferred) for want of the peer's receive window.
+    rwnd: bool,
+}
+
 impl Connection {
     /// Socket's Nagle mode (`tp->nonagle`).
     pub fn nonagle(&self) -> u8 {
@@ -607,8 +617,16 @@ impl Connection {
         }
     }
 
-    /// `tcp_tso_should_defer`: hold a partial TSO packet when more room is expected soon.
-    fn tso_should_defer(&mut self, env: &Env, now: Instant, max_segs: u32, is_tail: bool) -> bool {
+    /// `tcp_tso_should_defer`: hold a partial TSO packet when more room is expected soon;
+    /// a deferral for want of cwnd or of the peer's window is noted in `limits`.
+    fn tso_should_defer(
+        &self,
+        env: &Env,
+        now: Instant,
+        max_segs: u32,
+        is_tail: bool,
+        limits: &mut XmitLimits,
+    ) -> bool {
         if matches!(
             self.ca_state,
             shallow_cc::CaState::Recovery | shallow_cc::CaState::Loss
@@ -657,11 +675,11 @@ impl Connection {
         }
         if cong_win < send_win {
             if cong_win <= len {
-                self.cwnd_limited_now = true;
+                limits.cwnd = true;
                 return true;
             }
         } else if send_win <= len {
-            self.rwnd_limited_now = true;
+            limits.rwnd = true;
             return true;
         }
         if fin || eor {
@@ -700,8 +718,7 @@ impl Connection {
         let mss_now = self.current_mss();
         let mut sent_pkts = 0u32;
         let mut sent_segs = 0u32;
-        self.cwnd_limited_now = false;
-        self.rwnd_limited_now = false;
+        let mut limits = XmitLimits::default();
         if !push_one {
             match self.mtu_probe(env, now) {
                 0 => return false,
@@ -727,13 +744,13 @@ impl Connection {
                 // cwnd 10, shutdown()'s or close()'s FIN waits and leaves as the loss probe;
                 // with 9 out it leaves at once).
                 if !self.tlp.forces_quota() {
-                    self.cwnd_limited_now = true;
+                    limits.cwnd = true;
                     break;
                 }
                 cwnd_quota = 1;
             }
             if !self.snd_wnd_test(head, mss_now) {
-                self.rwnd_limited_now = true;
+                limits.rwnd = true;
                 break;
             }
             cwnd_quota = cwnd_quota.min(max_segs);
@@ -754,7 +771,7 @@ impl Connection {
                 if ng & NAGLE_PUSH == 0 && !head_fin && self.nagle_check(partial, ng) {
                     break;
                 }
-            } else if !push_one && self.tso_should_defer(env, now, max_segs, is_tail) {
+            } else if !push_one && self.tso_should_defer(env, now, max_segs, is_tail, &mut limits) {
                 break;
             }
             // tcp_mss_split_point
@@ -807,7 +824,7 @@ impl Connection {
                 break;
             }
         }
-        if self.rwnd_limited_now {
+        if limits.rwnd {
             self.chrono.start(now, CHRONO_RWND_LIMITED);
         } else {
             self.chrono_stop(now, CHRONO_RWND_LIMITED);
@@ -815,7 +832,7 @@ impl Connection {
         if self.write_queue.is_empty() && self.nospace {
             self.chrono.start(now, CHRONO_SNDBUF_LIMITED);
         }
-        let limited = self.cwnd_limited_now || self.packets_in_flight() >= self.snd_cwnd();
+        let limited = limits.cwnd || self.packets_in_flight() >= self.snd_cwnd();
         if sent_pkts > 0 {
             // tcp_write_xmit: new data sent during a cwnd reduction counts towards PRR's
             // prr_out (tcp_in_cwnd_reduction: CWR or Recovery).
@@ -866,15 +883,27 @@ impl Connection {
     /// attempt is counted as Linux counts it before its `queue_xmit` (OutSegs for new data,
     /// RetransSegs for a retransmission; the caller adds TCPRetransFail).
     pub fn transmit_skb(&mut self, env: &mut Env, now: Instant, idx: usize, retrans: bool) -> bool {
+        self.transmit_skb_mss(env, now, idx, retrans, None)
+    }
+
+    /// [`Connection::transmit_skb`] with the segment size given (`mss_override`: an MTU probe
+    /// leaves as one segment larger than the current MSS) instead of the current MSS.
+    pub fn transmit_skb_mss(
+        &mut self,
+        env: &mut Env,
+        now: Instant,
+        idx: usize,
+        retrans: bool,
+        mss_override: Option<u32>,
+    ) -> bool {
         // ip_queue_xmit: a stale cached route is looked up again for this packet; the MSS
         // follows at the next tcp_current_mss.
         if let Some(r) = self.route_pending.take() {
             self.route = r;
         }
-        let mss = if self.xmit_mss_override != 0 {
-            self.xmit_mss_override
-        } else {
-            self.current_mss()
+        let mss = match mss_override {
+            Some(m) => m,
+            None => self.current_mss(),
         };
         let mut opts = Vec::with_capacity(6);
         self.established_opts(now, &mut opts);

@@ -1004,9 +1004,6 @@ pub(crate) struct Connection {
     pub route_pending: Option<RouteAttrs>,
     /// MTU probing (`icsk_mtup`, mtu.rs).
     pub mtup: Mtup,
-    /// Segment size for the next `transmit_skb` instead of the current MSS (an MTU probe
-    /// leaves as one segment larger than the MSS).
-    pub xmit_mss_override: u32,
     pub tcp_header_len: u32,
     /// Options negotiated on the handshake and the timestamp state (`rx_opt`, input.rs).
     pub rx_opt: RxOpt,
@@ -1027,10 +1024,6 @@ pub(crate) struct Connection {
     pub snd_cwnd_stamp: Instant,
     pub max_packets_out: u32,
     pub is_cwnd_limited: bool,
-    /// Set by the output loop when it stopped on cwnd (tcp_write_xmit's `is_cwnd_limited`).
-    pub cwnd_limited_now: bool,
-    /// Set by the output loop when it stopped on the peer's window (`is_rwnd_limited`).
-    pub rwnd_limited_now: bool,
     pub cwnd_usage_seq: u32,
     /// PRR counters of the current reduction (recovery.rs).
     pub prr: Prr,
@@ -1078,8 +1071,6 @@ pub(crate) struct Connection {
     pub rcvq: RcvqSpace,
     /// Receiver RTT estimate (`rcv_rtt_est`, recv.rs).
     pub rcv_rtt: RcvRttEst,
-    #[allow(dead_code)]
-    pub urg_data: bool,
     /// Delivery-rate estimation (tcp_rate.c, rate.rs).
     pub rate: RateState,
     /// Send-side chronographs (`tcp_chrono_*`, chrono.rs).
@@ -1154,7 +1145,6 @@ impl Connection {
             pmtu_cookie: 0,
             route_pending: None,
             mtup: Mtup::default(),
-            xmit_mss_override: 0,
             tcp_header_len: 20,
             dsack: None,
             sacks: Vec::new(),
@@ -1168,8 +1158,6 @@ impl Connection {
             snd_cwnd_stamp: Instant::ZERO,
             max_packets_out: 0,
             is_cwnd_limited: false,
-            cwnd_limited_now: false,
-            rwnd_limited_now: false,
             cwnd_usage_seq: 0,
             prr: Prr::default(),
             ecn_flags: 0,
@@ -1207,7 +1195,6 @@ impl Connection {
             wstamp: Instant::ZERO,
             rcvq: RcvqSpace::default(),
             rcv_rtt: RcvRttEst::default(),
-            urg_data: false,
             last_oow_ack: Instant::ZERO,
             stats: ConnStats::default(),
             chrono: Chrono::default(),
