@@ -275,7 +275,7 @@ impl Connection {
             delivered: self.delivered,
             bytes_sent: self.stats.bytes_sent,
             bytes_retrans: self.stats.bytes_retrans,
-            snd_wnd: self.snd_wnd,
+            snd_wnd: self.snd.wnd,
             rcv_wnd: self.rcv_wnd,
             busy_time: chrono.iter().map(|d| d.as_micros() as u64).sum(),
             rwnd_limited: chrono[1].as_micros() as u64,

@@ -165,7 +165,7 @@ impl Connection {
             && seg.has(TcpFlags::SYN)
             && seg.has(TcpFlags::ACK)
             && seg.seq.wrapping_add(1) == self.rcv_nxt
-            && seg.ack == self.snd_nxt;
+            && seg.ack == self.snd.nxt;
         if seg.has(TcpFlags::SYN) && !simopen_synack {
             if self.state == TcpState::SynRecv && seg.seq == self.irs {
                 self.send_synack(env, now);
@@ -180,14 +180,14 @@ impl Connection {
         }
         // ACK processing.
         if self.state == TcpState::SynRecv {
-            if !after(seg.ack, self.snd_una) || after(seg.ack, self.snd_nxt) {
+            if !after(seg.ack, self.snd.una) || after(seg.ack, self.snd.nxt) {
                 out.reset = true;
                 return out;
             }
-            self.snd_una = seg.ack;
-            self.snd_wnd = u32::from(seg.window) << self.rx_opt.snd_wscale;
-            self.snd_wl1 = seg.seq;
-            self.max_window = self.max_window.max(self.snd_wnd);
+            self.snd.una = seg.ack;
+            self.snd.wnd = u32::from(seg.window) << self.rx_opt.snd_wscale;
+            self.snd.wl1 = seg.seq;
+            self.snd.max_window = self.snd.max_window.max(self.snd.wnd);
             self.disarm(env, TimerKind::Retrans);
             self.timer.retransmits = 0;
             self.timer.backoff = 0;
@@ -221,7 +221,7 @@ impl Connection {
             }
         }
         // FIN acknowledgements (RFC 9293 §3.10.7.4 "fifth, check the ACK field").
-        let fin_acked = self.snd_una == self.write_seq && self.fin_queued();
+        let fin_acked = self.snd.una == self.snd.write_seq && self.fin_queued();
         match self.state {
             TcpState::FinWait1 if fin_acked => {
                 self.state = TcpState::FinWait2;
@@ -379,8 +379,8 @@ impl Connection {
             TCP_INIT_CWND
         };
         self.cc_st.snd_cwnd = initcwnd;
-        self.cc_st.snd_nxt = self.snd_nxt;
-        self.cc_st.snd_una = self.snd_una;
+        self.cc_st.snd_nxt = self.snd.nxt;
+        self.cc_st.snd_una = self.snd.una;
         let now_us = now.as_micros();
         self.cc.init(&mut self.cc_st, now_us);
         // tcp_init_buffer_space
@@ -416,7 +416,8 @@ impl Connection {
 
     /// SYN_SENT processing (`tcp_rcv_synsent_state_process`, RFC 9293 §3.10.7.3).
     fn rcv_synsent(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>, out: &mut RcvOutcome) {
-        if seg.has(TcpFlags::ACK) && (!after(seg.ack, self.iss) || after(seg.ack, self.snd_nxt)) {
+        if seg.has(TcpFlags::ACK) && (!after(seg.ack, self.snd.iss) || after(seg.ack, self.snd.nxt))
+        {
             if !seg.has(TcpFlags::RST) {
                 out.reset = true;
             }
@@ -452,13 +453,13 @@ impl Connection {
         if seg.has(TcpFlags::ACK) {
             // tcp_ack → tcp_snd_una_update: the acked SYN counts in tcpi_bytes_acked.
             self.stats
-                .count_acked(u64::from(seg.ack.wrapping_sub(self.snd_una)));
-            self.snd_una = seg.ack;
+                .count_acked(u64::from(seg.ack.wrapping_sub(self.snd.una)));
+            self.snd.una = seg.ack;
             // RFC 7323 §2.2: the window of a SYN (or SYN-ACK) is never scaled
             // (tcp_rcv_synsent_state_process).
-            self.snd_wnd = u32::from(seg.window);
-            self.snd_wl1 = seg.seq;
-            self.max_window = self.snd_wnd;
+            self.snd.wnd = u32::from(seg.window);
+            self.snd.wl1 = seg.seq;
+            self.snd.max_window = self.snd.wnd;
             self.disarm(env, TimerKind::Retrans);
             self.packets_out = 0;
             // RTT from the SYN (tcp_clean_rtx_queue → tcp_ack_update_rtt): its send time
@@ -495,8 +496,8 @@ impl Connection {
         } else {
             // Simultaneous open (RFC 9293 §3.5 figure 8).
             self.state = TcpState::SynRecv;
-            self.snd_wnd = u32::from(seg.window);
-            self.max_window = self.snd_wnd;
+            self.snd.wnd = u32::from(seg.window);
+            self.snd.max_window = self.snd.wnd;
             // tcp_send_synack: from the connection itself, so it counts.
             self.send_synack(env, now);
             self.stats.count_seg_out();
@@ -613,8 +614,8 @@ impl Connection {
     /// `tcp_ack`: process the acknowledgment field. Returns false if the segment must be dropped.
     fn tcp_ack(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) -> bool {
         let ack = seg.ack;
-        let prior_snd_una = self.snd_una;
-        if after(ack, self.snd_nxt) {
+        let prior_snd_una = self.snd.una;
+        if after(ack, self.snd.nxt) {
             // RFC 9293 §3.10.7.4 / RFC 5961 §5.2: ACK of unsent data: drop the segment
             // (its FIN, data and timestamp too) and answer with a rate-limited challenge
             // ACK, in every state. Measured on Linux 6.18 (ts_recent/invalid_ack.pkt
@@ -634,7 +635,7 @@ impl Connection {
             // its data is dropped, with or without GSO; once 1000 bytes were acked, ack
             // snd_una - 1000 is accepted and snd_una - 1001 challenged; an active opener
             // (its SYN counts, bytes_acked 1) accepts data acking the ISS.
-            let reach = u64::from(self.max_window).min(self.stats.bytes_acked()) as u32;
+            let reach = u64::from(self.snd.max_window).min(self.stats.bytes_acked()) as u32;
             if before(ack, prior_snd_una.wrapping_sub(reach)) {
                 self.send_challenge_ack(env, now);
                 return false;
@@ -663,21 +664,21 @@ impl Connection {
         let prior_packets = self.packets_out;
         // Window update (tcp_ack_update_window).
         let nwin = u32::from(seg.window) << self.rx_opt.snd_wscale;
-        if after(ack, self.snd_una)
-            || after(seg.seq, self.snd_wl1)
-            || (seg.seq == self.snd_wl1 && (nwin > self.snd_wnd || nwin == 0))
+        if after(ack, self.snd.una)
+            || after(seg.seq, self.snd.wl1)
+            || (seg.seq == self.snd.wl1 && (nwin > self.snd.wnd || nwin == 0))
         {
             flag.win_update = true;
-            self.snd_wl1 = seg.seq;
-            if self.snd_wnd != nwin {
-                self.snd_wnd = nwin;
+            self.snd.wl1 = seg.seq;
+            if self.snd.wnd != nwin {
+                self.snd.wnd = nwin;
                 // tcp_ack_update_window: a window change with data queued is a restart point
                 // for the idle check (tcp_slow_start_after_idle_check).
-                if !self.write_queue.is_empty() {
+                if !self.snd.write_queue.is_empty() {
                     self.slow_start_after_idle_check(env, now);
                 }
-                if nwin > self.max_window {
-                    self.max_window = nwin;
+                if nwin > self.snd.max_window {
+                    self.snd.max_window = nwin;
                     self.sync_mss(env);
                 }
             }
@@ -697,7 +698,7 @@ impl Connection {
         let is_dupack = ack == prior_snd_una
             && seg.payload.is_empty()
             && !seg.has(TcpFlags::FIN)
-            && nwin == self.snd_wnd
+            && nwin == self.snd.wnd
             && prior_packets > 0;
         if after(ack, prior_snd_una) {
             if seg.payload.is_empty() {
@@ -706,10 +707,10 @@ impl Connection {
         } else if seg.payload.is_empty() {
             env.mib.inc(Mib::TCPPureAcks);
         }
-        self.snd_una = ack;
+        self.snd.una = ack;
         let (acked_pkts, rtt_us) = self.clean_rtx_queue(env, now, prior_fack, seg, &mut flag);
         // tcp_clean_rtx_queue: the MTU probe was cumulatively acked.
-        if self.mtup.probe_acked(self.snd_una) {
+        if self.mtup.probe_acked(self.snd.una) {
             self.mtup_probe_success(env, now);
         }
         // TLP: an ACK above tlp_high_seq ends the episode.
@@ -737,7 +738,7 @@ impl Connection {
             } else if acked_pkts > 0 {
                 delivered = acked_pkts.saturating_sub(self.sacked_out).max(1);
                 self.sacked_out = self.sacked_out.saturating_sub(acked_pkts.saturating_sub(1));
-                if ack == self.snd_nxt {
+                if ack == self.snd.nxt {
                     self.sacked_out = 0;
                 }
             }
@@ -807,7 +808,7 @@ impl Connection {
             if self.timer.rtx_event != RtxEvent::Probe0 {
                 self.disarm(env, TimerKind::Retrans);
             }
-            if !self.write_queue.is_empty() {
+            if !self.snd.write_queue.is_empty() {
                 self.check_probe_timer(env, now);
             }
         } else if acked_pkts > 0 || self.timer.rtx_event == RtxEvent::Probe0 {
@@ -835,8 +836,8 @@ impl Connection {
         self.cc_st.srtt_us = self.rtt.srtt_us();
         self.cc_st.min_rtt_us = self.rtt.min_rtt_us();
         self.cc_st.delivered = self.delivered;
-        self.cc_st.snd_nxt = self.snd_nxt;
-        self.cc_st.snd_una = self.snd_una;
+        self.cc_st.snd_nxt = self.snd.nxt;
+        self.cc_st.snd_una = self.snd.una;
         self.cc_st.lsndtime_us = self.lsndtime.as_micros();
         self.cc_st.sk_pacing_rate = if self.pacing_rate == u64::MAX {
             0
@@ -857,7 +858,7 @@ impl Connection {
         seg: &SegIn<'_>,
         flag: &mut AckFlags,
     ) -> (u32, i64) {
-        let ack = self.snd_una;
+        let ack = self.snd.una;
         let mut acked = 0u32;
         let mut seq_rtt: Option<Instant> = None;
         // Lowest start of a never-retransmitted, not-SACKed skb acked below the highest SACK:
@@ -962,10 +963,10 @@ impl Connection {
             self.lost_out = 0;
             self.retrans_out = 0;
         }
-        if self.rtx_queue.is_empty() && self.write_queue.is_empty() {
+        if self.rtx_queue.is_empty() && self.snd.write_queue.is_empty() {
             self.chrono_stop(now, crate::chrono::CHRONO_BUSY);
         }
-        if self.sack_seen_any && !before(self.snd_una, self.highest_sack_end) {
+        if self.sack_seen_any && !before(self.snd.una, self.highest_sack_end) {
             self.sack_seen_any = false;
         }
         // RTT: prefer timestamps (RFC 7323 §4.1), else Karn's rule on sequence samples.

@@ -159,10 +159,11 @@ impl Connection {
             self.mtu_check_reprobe(env, now);
             return -1;
         }
-        if self.write_seq.wrapping_sub(self.snd_nxt) < size_needed || self.snd_wnd < size_needed {
+        if self.snd.write_seq.wrapping_sub(self.snd.nxt) < size_needed || self.snd.wnd < size_needed
+        {
             return -1;
         }
-        if after(self.snd_nxt.wrapping_add(size_needed), self.snd_wnd_end()) {
+        if after(self.snd.nxt.wrapping_add(size_needed), self.snd_wnd_end()) {
             return 0;
         }
         let in_flight = self.packets_in_flight();
@@ -171,7 +172,7 @@ impl Connection {
         }
         // tcp_can_coalesce_send_queue_head: the skbs the probe covers may be merged.
         let mut covered = 0;
-        for s in &self.write_queue {
+        for s in &self.snd.write_queue {
             if covered >= probe {
                 break;
             }
@@ -181,19 +182,24 @@ impl Connection {
             }
         }
         // Build the probe: grow the head to probe bytes, then cut it there.
-        while self.write_queue.front().is_some_and(|h| h.len() < probe) {
-            let before = self.write_queue.len();
-            let need = probe - self.write_queue[0].len();
+        while self
+            .snd
+            .write_queue
+            .front()
+            .is_some_and(|h| h.len() < probe)
+        {
+            let before = self.snd.write_queue.len();
+            let need = probe - self.snd.write_queue[0].len();
             self.grow_head(need);
-            if self.write_queue.len() == before && self.write_queue[0].len() < probe {
+            if self.snd.write_queue.len() == before && self.snd.write_queue[0].len() < probe {
                 break;
             }
         }
-        if self.write_queue.front().map_or(0, |h| h.len()) < probe {
+        if self.snd.write_queue.front().map_or(0, |h| h.len()) < probe {
             return -1;
         }
         self.split_write_head(probe);
-        let Some(skb) = self.write_queue.pop_front() else {
+        let Some(skb) = self.snd.write_queue.pop_front() else {
             return -1;
         };
         self.rtx_queue.push_back(skb);
@@ -201,7 +207,7 @@ impl Connection {
         let sent = self.transmit_skb_mss(env, now, idx, false, Some(probe));
         if !sent {
             if let Some(skb) = self.rtx_queue.pop_back() {
-                self.write_queue.push_front(skb);
+                self.snd.write_queue.push_front(skb);
             }
             return -1;
         }

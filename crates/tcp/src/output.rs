@@ -69,10 +69,10 @@ impl Connection {
 
     /// `tcp_bound_to_half_wnd`.
     pub fn bound_to_half_wnd(&self, x: u32) -> u32 {
-        let cutoff = if self.max_window > TCP_MSS_DEFAULT {
-            self.max_window / 2
+        let cutoff = if self.snd.max_window > TCP_MSS_DEFAULT {
+            self.snd.max_window / 2
         } else {
-            self.max_window
+            self.snd.max_window
         };
         if cutoff != 0 && x > cutoff {
             cutoff.max(68u32.saturating_sub(self.tcp_header_len))
@@ -387,11 +387,11 @@ impl Connection {
     /// 1000 bytes out and `ack 84 win 0`, the kernel's ACKs carry seq 84, not 1001.
     pub fn acceptable_seq(&self) -> u32 {
         let end = self.snd_wnd_end();
-        let over = self.snd_nxt.wrapping_sub(end);
-        if !before(end, self.snd_nxt)
+        let over = self.snd.nxt.wrapping_sub(end);
+        if !before(end, self.snd.nxt)
             || (self.rx_opt.wscale_ok && over < 1u32 << self.rx_opt.rcv_wscale)
         {
-            self.snd_nxt
+            self.snd.nxt
         } else {
             end
         }
@@ -433,7 +433,7 @@ impl Connection {
                 fl |= TcpFlags::ECE | TcpFlags::CWR;
             }
         }
-        let seg = self.seg(env, self.iss, fl, win, &opts, &[]);
+        let seg = self.seg(env, self.snd.iss, fl, win, &opts, &[]);
         env.emit(&seg, None, None, None);
         self.stats.count_seg_out();
         self.lsndtime = now;
@@ -454,7 +454,7 @@ impl Connection {
         } else {
             TcpFlags::SYN | TcpFlags::ACK
         };
-        let seg = self.seg(env, self.iss, fl, win, &opts, &[]);
+        let seg = self.seg(env, self.snd.iss, fl, win, &opts, &[]);
         env.emit(&seg, None, None, None);
         self.lsndtime = now;
     }
@@ -498,7 +498,7 @@ impl Connection {
 
     /// `tcp_snd_wnd_test` end: right edge of the peer's window.
     pub fn snd_wnd_end(&self) -> u32 {
-        self.snd_una.wrapping_add(self.snd_wnd)
+        self.snd.una.wrapping_add(self.snd.wnd)
     }
 
     /// `tcp_snd_wnd_test`: whether the first segment of `skb` (its first MSS, or the whole
@@ -535,7 +535,7 @@ impl Connection {
 
     /// Minshall: a small segment is still unacknowledged (`tcp_minshall_check`).
     fn minshall_check(&self) -> bool {
-        after(self.snd_sml, self.snd_una) && !after(self.snd_sml, self.snd_nxt)
+        after(self.snd.sml, self.snd.una) && !after(self.snd.sml, self.snd.nxt)
     }
 
     /// `tcp_small_queue_check` (spec §2.5): true = stop, too many bytes below TCP.
@@ -559,7 +559,7 @@ impl Connection {
     /// Split the write-queue head so it holds at most `len` payload bytes (`tso_fragment`):
     /// the remainder gets a new buffer (and its own overhead); FIN/PSH stay on the remainder.
     pub(crate) fn split_write_head(&mut self, len: u32) {
-        let Some(skb) = self.write_queue.front_mut() else {
+        let Some(skb) = self.snd.write_queue.front_mut() else {
             return;
         };
         if skb.len() <= len {
@@ -578,38 +578,38 @@ impl Connection {
         skb.truesize = skb.truesize.saturating_sub(nlen);
         rest.truesize += nlen;
         self.mem.wmem_queued += SKB_TX_OVERHEAD;
-        self.write_queue.insert(1, rest);
+        self.snd.write_queue.insert(1, rest);
     }
 
     /// `tcp_grow_skb`: pull up to `amount` bytes from the next write-queue skb into the head so
     /// one TSO packet can fill the cwnd quota (6.x). An emptied next skb is freed and its
     /// flags (PSH/FIN) and EOR move to the head.
     pub(crate) fn grow_head(&mut self, amount: u32) {
-        if self.write_queue.len() < 2 || amount == 0 {
+        if self.snd.write_queue.len() < 2 || amount == 0 {
             return;
         }
-        let (head_eor, next_len) = (self.write_queue[0].eor, self.write_queue[1].len());
-        if head_eor || self.write_queue[0].flags.intersects(TcpFlags::FIN) {
+        let (head_eor, next_len) = (self.snd.write_queue[0].eor, self.snd.write_queue[1].len());
+        if head_eor || self.snd.write_queue[0].flags.intersects(TcpFlags::FIN) {
             return;
         }
         let nlen = amount.min(next_len);
         if nlen == 0 {
             return;
         }
-        let moved = self.write_queue[1].data.split_to(nlen as usize);
+        let moved = self.snd.write_queue[1].data.split_to(nlen as usize);
         {
-            let next = &mut self.write_queue[1];
+            let next = &mut self.snd.write_queue[1];
             next.seq = next.seq.wrapping_add(nlen);
             next.truesize = next.truesize.saturating_sub(nlen);
         }
-        let head = &mut self.write_queue[0];
+        let head = &mut self.snd.write_queue[0];
         // O(1) when the two were split from one buffer, else a copy.
         head.data.unsplit(moved);
         head.end_seq = head.end_seq.wrapping_add(nlen);
         head.truesize += nlen;
-        if self.write_queue[1].data.is_empty() {
-            let next = self.write_queue.remove(1).expect("checked length");
-            let head = &mut self.write_queue[0];
+        if self.snd.write_queue[1].data.is_empty() {
+            let next = self.snd.write_queue.remove(1).expect("checked length");
+            let head = &mut self.snd.write_queue[0];
             head.end_seq = next.end_seq;
             head.flags |= next.flags;
             head.eor = next.eor;
@@ -637,7 +637,7 @@ impl Connection {
         if now > self.wstamp + Duration::from_millis(1) {
             return false;
         }
-        let Some(head) = self.write_queue.front() else {
+        let Some(head) = self.snd.write_queue.front() else {
             return false;
         };
         let (seq, len, fin, eor) = (
@@ -659,7 +659,7 @@ impl Connection {
             return false;
         }
         let div = env.sysint(Sysctl::tcp_tso_win_divisor) as u32;
-        match self.snd_wnd.min(cwnd * mss).checked_div(div) {
+        match self.snd.wnd.min(cwnd * mss).checked_div(div) {
             Some(chunk) if limit >= chunk => return false,
             Some(_) => {}
             None if limit > 3 * mss => return false,
@@ -690,13 +690,13 @@ impl Connection {
 
     /// `tcp_cwnd_validate`: remember whether the flow used its whole cwnd in this window.
     fn cwnd_validate(&mut self, is_cwnd_limited: bool) {
-        if !before(self.snd_una, self.cwnd_usage_seq)
+        if !before(self.snd.una, self.cwnd_usage_seq)
             || is_cwnd_limited
             || (!self.is_cwnd_limited && self.packets_out > self.max_packets_out)
         {
             self.is_cwnd_limited = is_cwnd_limited;
             self.max_packets_out = self.packets_out;
-            self.cwnd_usage_seq = self.snd_nxt;
+            self.cwnd_usage_seq = self.snd.nxt;
         }
     }
 
@@ -734,7 +734,7 @@ impl Connection {
         } else {
             1
         };
-        while let Some(head) = self.write_queue.front() {
+        while let Some(head) = self.snd.write_queue.front() {
             let head_len = head.len();
             let head_fin = head.flags.intersects(TcpFlags::FIN);
             let mut cwnd_quota = self.cwnd_quota();
@@ -758,11 +758,11 @@ impl Connection {
             if missing > 0 {
                 self.grow_head(missing);
             }
-            let Some(head) = self.write_queue.front() else {
+            let Some(head) = self.snd.write_queue.front() else {
                 break;
             };
             let head_len = head.len();
-            let is_tail = self.write_queue.len() == 1;
+            let is_tail = self.snd.write_queue.len() == 1;
             let tso_segs = head_len.div_ceil(mss_now).max(1);
             if tso_segs == 1 {
                 // tcp_nagle_test: only the tail is subject to Nagle.
@@ -775,7 +775,7 @@ impl Connection {
                 break;
             }
             // tcp_mss_split_point
-            let Some(head) = self.write_queue.front() else {
+            let Some(head) = self.snd.write_queue.front() else {
                 break;
             };
             let window = self.snd_wnd_end().wrapping_sub(head.seq);
@@ -801,11 +801,16 @@ impl Connection {
                 }
                 self.split_write_head(limit);
             }
-            let truesize = self.write_queue.front().map(|s| s.truesize).unwrap_or(0);
+            let truesize = self
+                .snd
+                .write_queue
+                .front()
+                .map(|s| s.truesize)
+                .unwrap_or(0);
             if self.small_queue_check(env, truesize, 0) {
                 break;
             }
-            let Some(skb) = self.write_queue.pop_front() else {
+            let Some(skb) = self.snd.write_queue.pop_front() else {
                 break;
             };
             self.rtx_queue.push_back(skb);
@@ -813,7 +818,7 @@ impl Connection {
             if !self.transmit_skb(env, now, idx, false) {
                 // tcp_write_xmit: a failed transmit leaves the skb at the send head.
                 if let Some(skb) = self.rtx_queue.pop_back() {
-                    self.write_queue.push_front(skb);
+                    self.snd.write_queue.push_front(skb);
                 }
                 break;
             }
@@ -829,7 +834,7 @@ impl Connection {
         } else {
             self.chrono_stop(now, CHRONO_RWND_LIMITED);
         }
-        if self.write_queue.is_empty() && self.nospace {
+        if self.snd.write_queue.is_empty() && self.nospace {
             self.chrono.start(now, CHRONO_SNDBUF_LIMITED);
         }
         let limited = limits.cwnd || self.packets_in_flight() >= self.snd_cwnd();
@@ -852,7 +857,7 @@ impl Connection {
         if limited {
             self.cwnd_validate(true);
         }
-        !self.write_queue.is_empty() && self.packets_out == 0
+        !self.snd.write_queue.is_empty() && self.packets_out == 0
     }
 
     /// `tcp_event_new_data_sent`: snd_nxt advanced.
@@ -862,7 +867,7 @@ impl Connection {
             (s.end_seq, s.pcount)
         };
         let prior_packets = self.packets_out;
-        self.snd_nxt = end;
+        self.snd.nxt = end;
         self.packets_out += pcount;
         env.mib.add(Mib::TCPOrigDataSent, u64::from(pcount));
         // tcp_rearm_rto when nothing was in flight: the retransmission timer takes the
@@ -1038,7 +1043,7 @@ impl Connection {
         self.rtx_queue[idx].data = payload;
         // tcp_minshall_update: remember the end of a packet with a short last segment.
         if len < pcount * mss {
-            self.snd_sml = seq.wrapping_add(len);
+            self.snd.sml = seq.wrapping_add(len);
         }
         if ok {
             // OutSegs counts wire segments.
@@ -1069,22 +1074,22 @@ impl Connection {
 
     /// `tcp_send_fin`: append FIN to the tail skb, or queue a FIN-only skb, and push.
     pub fn send_fin(&mut self, env: &mut Env, now: Instant) {
-        if let Some(tail) = self.write_queue.back_mut() {
+        if let Some(tail) = self.snd.write_queue.back_mut() {
             tail.flags |= TcpFlags::FIN;
             tail.end_seq = tail.end_seq.wrapping_add(1);
         } else {
-            let mut skb = Skb::new(self.write_seq, TcpFlags::FIN);
+            let mut skb = Skb::new(self.snd.write_seq, TcpFlags::FIN);
             skb.truesize = SKB_TX_OVERHEAD;
             self.mem.wmem_queued += skb.truesize;
-            self.write_queue.push_back(skb);
+            self.snd.write_queue.push_back(skb);
         }
-        self.write_seq = self.write_seq.wrapping_add(1);
+        self.snd.write_seq = self.snd.write_seq.wrapping_add(1);
         self.push_pending_frames(env, now, NAGLE_OFF);
     }
 
     /// `__tcp_push_pending_frames`: write_xmit, and arm the zero-window probe if stuck.
     pub fn push_pending_frames(&mut self, env: &mut Env, now: Instant, nonagle: u8) {
-        if self.write_queue.is_empty() {
+        if self.snd.write_queue.is_empty() {
             return;
         }
         if self.write_xmit(env, now, nonagle, false) {
@@ -1116,22 +1121,22 @@ impl Connection {
     pub fn send_probe0(&mut self, env: &mut Env, now: Instant) -> bool {
         // tcp_write_wakeup: if the window allows, send (part of) the head with PSH, ignoring
         // Nagle, cork and cwnd.
-        if let Some(head) = self.write_queue.front() {
+        if let Some(head) = self.snd.write_queue.front() {
             let wnd_end = self.snd_wnd_end();
-            if before(head.seq, wnd_end) && self.snd_wnd > 0 {
+            if before(head.seq, wnd_end) && self.snd.wnd > 0 {
                 let mss = self.current_mss();
                 let seg_size = wnd_end.wrapping_sub(head.seq).min(mss);
                 if head.len() > seg_size {
                     self.split_write_head(seg_size);
                 }
-                if let Some(skb) = self.write_queue.pop_front() {
+                if let Some(skb) = self.snd.write_queue.pop_front() {
                     let mut skb = skb;
                     skb.flags |= TcpFlags::PSH;
                     self.rtx_queue.push_back(skb);
                     let idx = self.rtx_queue.len() - 1;
                     if !self.transmit_skb(env, now, idx, false) {
                         if let Some(skb) = self.rtx_queue.pop_back() {
-                            self.write_queue.push_front(skb);
+                            self.snd.write_queue.push_front(skb);
                         }
                         return true;
                     }
@@ -1160,7 +1165,7 @@ impl Connection {
         let win = self.select_window(env);
         let seg = self.seg(
             env,
-            self.snd_una.wrapping_sub(1),
+            self.snd.una.wrapping_sub(1),
             TcpFlags::ACK,
             win,
             &opts,

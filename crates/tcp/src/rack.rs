@@ -233,10 +233,11 @@ impl Connection {
     /// not counted, sets no `tlp_high_seq`, and the RTO is re-armed from the head's send time
     /// (`goto rearm_timer`), so a local drop never turns into a retransmission of the tail.
     pub fn send_loss_probe(&mut self, env: &mut Env, now: Instant) {
-        let before_nxt = self.snd_nxt;
+        let before_nxt = self.snd.nxt;
         self.tlp.retrans = false;
         let mss = self.current_mss();
         let head_fits = self
+            .snd
             .write_queue
             .front()
             .is_some_and(|h| self.snd_wnd_test(h, mss));
@@ -245,7 +246,7 @@ impl Connection {
             self.tlp.force_quota = true;
             self.write_xmit(env, now, crate::output::NAGLE_PUSH, true);
             self.tlp.force_quota = false;
-            self.snd_nxt != before_nxt
+            self.snd.nxt != before_nxt
         } else if let Some(last) = self.rtx_queue.len().checked_sub(1) {
             let len = self.rtx_queue[last].len();
             if len > mss {
@@ -276,7 +277,7 @@ impl Connection {
             return;
         }
         env.mib.inc(Mib::TCPLossProbes);
-        self.tlp.high_seq = Some(self.snd_nxt);
+        self.tlp.high_seq = Some(self.snd.nxt);
         let at = self.rto_deadline(now, true);
         self.arm(env, TimerKind::Retrans, at);
     }

@@ -131,7 +131,7 @@ impl Connection {
 
     /// `tcp_rate_check_app_limited`: the application is not keeping the pipe full.
     pub fn rate_check_app_limited(&mut self) {
-        if self.write_seq.wrapping_sub(self.snd_nxt) < self.mss_cache
+        if self.snd.write_seq.wrapping_sub(self.snd.nxt) < self.mss_cache
             && self.mem.wmem_alloc == 0
             && self.packets_in_flight() < self.snd_cwnd()
             && self.lost_out <= self.retrans_out

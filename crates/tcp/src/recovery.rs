@@ -121,7 +121,7 @@ impl Connection {
                     continue;
                 }
             }
-            if !after(r, self.snd_una) || after(r, self.snd_nxt) {
+            if !after(r, self.snd.una) || after(r, self.snd.nxt) {
                 env.mib.inc(Mib::TCPSACKDiscard);
                 continue;
             }
@@ -349,7 +349,7 @@ impl Connection {
         }
         // Exit recovery.
         match self.ca_state {
-            CaState::Recovery if !before(self.snd_una, self.high_seq) => {
+            CaState::Recovery if !before(self.snd.una, self.high_seq) => {
                 if self.may_undo() {
                     // tcp_try_undo_recovery / tcp_try_undo_loss.
                     env.mib.inc(if self.ca_state == CaState::Loss {
@@ -374,8 +374,8 @@ impl Connection {
         // CWR ends once something above high_seq is acked, so the CWR bit reached the
         // receiver (tcp_fastretrans_alert, state exit conditions).
         if self.ca_state == CaState::Cwr
-            && !before(self.snd_una, self.high_seq)
-            && self.snd_una != self.high_seq
+            && !before(self.snd.una, self.high_seq)
+            && self.snd.una != self.high_seq
         {
             if self.cc_st.snd_ssthresh < shallow_cc::TCP_INFINITE_SSTHRESH {
                 self.cc_st.snd_cwnd = self.cc_st.snd_ssthresh.max(1);
@@ -394,7 +394,7 @@ impl Connection {
             self.undo_cwnd_reduction(now);
         }
         // Loss detection.
-        let una_advanced = after(self.snd_una, prior_snd_una);
+        let una_advanced = after(self.snd.una, prior_snd_una);
         let lost_before = self.lost_out;
         let mut reo_timeout = None;
         if !self.rtx_queue.is_empty() {
@@ -417,7 +417,7 @@ impl Connection {
         // a congestion response.
         if self.lost_out > 0
             && matches!(self.ca_state, CaState::Open | CaState::Disorder)
-            && self.mtup.probe_at_head(self.snd_una)
+            && self.mtup.probe_at_head(self.snd.una)
         {
             self.mtup_probe_failed(env, now);
             self.cc_st.snd_cwnd += 1;
@@ -503,8 +503,8 @@ impl Connection {
         is_dupack: bool,
         flag: &mut AckFlags,
     ) {
-        let una_advanced = after(self.snd_una, prior_snd_una);
-        let recovered = !before(self.snd_una, self.high_seq);
+        let una_advanced = after(self.snd.una, prior_snd_una);
+        let recovered = !before(self.snd.una, self.high_seq);
         if una_advanced && self.may_undo() {
             // tcp_try_undo_loss(sk, false): timestamps show the original got through.
             env.mib.inc(Mib::TCPLossUndo);
@@ -520,14 +520,14 @@ impl Connection {
                 self.undo_cwnd_reduction(now);
                 return;
             }
-            if after(self.snd_nxt, self.high_seq) {
+            if after(self.snd.nxt, self.high_seq) {
                 if flag.data_sacked || is_dupack {
                     self.undo.frto = false; // step 3.a: the loss was real
                 }
             } else if una_advanced && !recovered {
-                self.high_seq = self.snd_nxt;
+                self.high_seq = self.snd.nxt;
                 // Step 2.b: send new data instead of retransmitting, if any fits.
-                if !self.write_queue.is_empty() && after(self.snd_wnd_end(), self.snd_nxt) {
+                if !self.snd.write_queue.is_empty() && after(self.snd_wnd_end(), self.snd.nxt) {
                     send_new = true;
                 } else {
                     self.undo.frto = false;
@@ -570,7 +570,7 @@ impl Connection {
             return;
         }
         self.push_pending_frames(env, now, crate::output::NAGLE_OFF);
-        if after(self.snd_nxt, self.high_seq) {
+        if after(self.snd.nxt, self.high_seq) {
             return;
         }
         self.undo.frto = false;
@@ -595,7 +595,7 @@ impl Connection {
             return;
         }
         if self.ca_state != CaState::Loss {
-            self.high_seq = self.snd_nxt;
+            self.high_seq = self.snd.nxt;
             self.cc_st.snd_ssthresh = self
                 .cc_st
                 .snd_ssthresh
@@ -627,7 +627,7 @@ impl Connection {
 
     /// `tcp_init_undo`.
     fn init_undo(&mut self) {
-        self.undo.marker = Some(self.snd_una);
+        self.undo.marker = Some(self.snd.una);
         self.undo.retrans = if self.retrans_out > 0 {
             self.retrans_out as i32
         } else {
@@ -679,7 +679,7 @@ impl Connection {
         } else {
             Mib::TCPRenoRecovery
         });
-        self.high_seq = self.snd_nxt;
+        self.high_seq = self.snd.nxt;
         self.init_undo();
         // tcp_enter_recovery: a reduction already under way (CWR after ECE) is kept.
         if self.ca_state != CaState::Cwr {
@@ -692,7 +692,7 @@ impl Connection {
     /// `tcp_init_cwnd_reduction`: start a PRR episode (ssthresh from CC, prior_cwnd, PRR
     /// counters) and queue CWR for the peer when ECN is on (`tcp_ecn_queue_cwr`).
     fn init_cwnd_reduction(&mut self, now: Instant) {
-        self.high_seq = self.snd_nxt;
+        self.high_seq = self.snd.nxt;
         self.undo.prior_cwnd = self.snd_cwnd();
         self.sync_cc_state(now);
         self.cc_st.snd_ssthresh = self.cc.ssthresh(&self.cc_st);
@@ -802,7 +802,7 @@ impl Connection {
         let wnd_end = self.snd_wnd_end();
         let avail_wnd = if after(wnd_end, seq) {
             wnd_end.wrapping_sub(seq)
-        } else if seq == self.snd_una {
+        } else if seq == self.snd.una {
             mss
         } else {
             env.mib.add(
@@ -899,7 +899,7 @@ impl Connection {
         {
             self.reordering = self.reordering.min(sysctl_reo);
         }
-        self.high_seq = self.snd_nxt;
+        self.high_seq = self.snd.nxt;
         self.tlp.end();
         self.set_ca_state(now, CaState::Loss);
         // Retransmit the head.

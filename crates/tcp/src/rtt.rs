@@ -132,11 +132,11 @@ impl Connection {
                     self.rtt.rttvar_us = self.rtt.mdev_max_us;
                 }
             }
-            if crate::seq::after(self.snd_una, self.rtt.rtt_seq) {
+            if crate::seq::after(self.snd.una, self.rtt.rtt_seq) {
                 if self.rtt.mdev_max_us < self.rtt.rttvar_us {
                     self.rtt.rttvar_us -= (self.rtt.rttvar_us - self.rtt.mdev_max_us) >> 2;
                 }
-                self.rtt.rtt_seq = self.snd_nxt;
+                self.rtt.rtt_seq = self.snd.nxt;
                 self.rtt.mdev_max_us = rto_min_us;
             }
         } else {
@@ -144,7 +144,7 @@ impl Connection {
             self.rtt.mdev_us = mrtt << 1;
             self.rtt.rttvar_us = self.rtt.mdev_us.max(rto_min_us);
             self.rtt.mdev_max_us = self.rtt.rttvar_us;
-            self.rtt.rtt_seq = self.snd_nxt;
+            self.rtt.rtt_seq = self.snd.nxt;
         }
         self.cc_st.srtt_us = self.rtt.srtt_us;
         self.set_rto(env);
@@ -182,7 +182,7 @@ mod tests {
         assert_eq!(s.rtt.rto, Duration::from_millis(300));
         // Steady samples keep RTO >= srtt + 200 ms (Linux mdev_max floor).
         for i in 0..50 {
-            s.snd_una = s.snd_una.wrapping_add(1000);
+            s.snd.una = s.snd.una.wrapping_add(1000);
             s.rtt_sample(&env, Instant::from_secs(2 + i), 100_000);
         }
         assert!(s.rtt.rto >= Duration::from_millis(300));

@@ -17,6 +17,7 @@ use crate::rate::{RateState, TxRate};
 use crate::recovery::{Prr, Undo};
 use crate::recv::{RcvRttEst, RcvqSpace};
 use crate::rtt::Rtt;
+use crate::send::SndSeq;
 use crate::sysctl::{Sysctl, Sysctls};
 use crate::time::Instant;
 use crate::timer::TimerKind;
@@ -968,19 +969,9 @@ pub(crate) struct Connection {
     pub tsq_flags: u8,
 
     // --- sequence space (RFC 9293 §3.3.1) ---
-    pub iss: u32,
     pub irs: u32,
-    pub snd_una: u32,
-    pub snd_nxt: u32,
-    /// Sequence after the last byte queued by the application.
-    pub write_seq: u32,
-    /// `pushed_seq`: last sequence marked with PSH (forced_push).
-    pub pushed_seq: u32,
-    /// End of the last small (< MSS) segment sent (Minshall's Nagle variant).
-    pub snd_sml: u32,
-    pub snd_wnd: u32,
-    pub snd_wl1: u32,
-    pub max_window: u32,
+    /// Send sequence space and the write queue (RFC 9293 §3.3.1, send.rs).
+    pub snd: SndSeq,
     pub rcv_nxt: u32,
     pub rcv_wup: u32,
     pub rcv_wnd: u32,
@@ -1049,7 +1040,6 @@ pub(crate) struct Connection {
     pub sack_seen_any: bool,
 
     // --- queues and memory ---
-    pub write_queue: VecDeque<Skb>,
     pub rtx_queue: VecDeque<Skb>,
     pub packets_out: u32,
     pub sacked_out: u32,
@@ -1123,16 +1113,7 @@ impl Connection {
             backlog: VecDeque::new(),
             backlog_len: 0,
             tsq_flags: 0,
-            iss: 0,
             irs: 0,
-            snd_una: 0,
-            snd_nxt: 0,
-            write_seq: 0,
-            pushed_seq: 0,
-            snd_sml: 0,
-            snd_wnd: 0,
-            snd_wl1: 0,
-            max_window: 0,
             rcv_nxt: 0,
             rcv_wup: 0,
             rcv_wnd: 0,
@@ -1169,7 +1150,6 @@ impl Connection {
             rack: Rack::default(),
             highest_sack_end: 0,
             sack_seen_any: false,
-            write_queue: VecDeque::new(),
             rtx_queue: VecDeque::new(),
             packets_out: 0,
             sacked_out: 0,
@@ -1222,6 +1202,18 @@ impl Connection {
                 ts_offset: 0,
             },
             timer: Timers::new(),
+            snd: SndSeq {
+                iss: 0,
+                una: 0,
+                nxt: 0,
+                write_seq: 0,
+                pushed_seq: 0,
+                sml: 0,
+                wnd: 0,
+                wl1: 0,
+                max_window: 0,
+                write_queue: VecDeque::new(),
+            },
         }
     }
 
@@ -1258,7 +1250,7 @@ impl Connection {
 
     /// Unsent bytes in the write queue (`write_seq - snd_nxt`).
     pub fn notsent_bytes(&self) -> u32 {
-        let n = self.write_seq.wrapping_sub(self.snd_nxt) as i32;
+        let n = self.snd.write_seq.wrapping_sub(self.snd.nxt) as i32;
         n.max(0) as u32
     }
 
@@ -1397,8 +1389,8 @@ mod writable_tests {
         let mut env = Env::new(1);
         let mut s = Connection::new(SocketId(0), 1, Family::V4, &env);
         s.opts.notsent_lowat = 4000;
-        s.snd_nxt = 1000;
-        s.write_seq = 1000 + 3000; // 3000 unsent: X/2 <= notsent < X
+        s.snd.nxt = 1000;
+        s.snd.write_seq = 1000 + 3000; // 3000 unsent: X/2 <= notsent < X
         assert!(s.stream_memory_free(&env, 0), "may queue more");
         assert!(!s.stream_memory_free(&env, 1), "not woken at 3000 >= X/2");
         env.sysctl
@@ -1408,7 +1400,7 @@ mod writable_tests {
             s.stream_memory_free(&env, 1),
             "woken below X with the switch off"
         );
-        s.write_seq = 1000 + 4000;
+        s.snd.write_seq = 1000 + 4000;
         assert!(!s.stream_memory_free(&env, 1));
     }
 }

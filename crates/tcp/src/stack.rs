@@ -488,7 +488,7 @@ impl Stack {
     #[cfg(test)]
     pub(crate) fn seqs(&self, s: SocketId) -> (u32, u32, u32) {
         let sk = self.sock(s).expect("socket");
-        (sk.snd_una, sk.snd_nxt, sk.rcv_nxt)
+        (sk.snd.una, sk.snd.nxt, sk.rcv_nxt)
     }
 
     /// `/proc/net/sockstat`-style totals: sockets in use, orphans, TIME_WAIT, and TCP memory
@@ -536,7 +536,7 @@ impl Stack {
                 local: dualstack::to_api(sk.family, sk.local),
                 remote: dualstack::to_api(sk.family, sk.remote),
                 state: sk.state,
-                tx_queue: sk.write_seq.wrapping_sub(sk.snd_una),
+                tx_queue: sk.snd.write_seq.wrapping_sub(sk.snd.una),
                 rx_queue: sk.inq(),
                 listen_queue: sk
                     .listen

@@ -196,7 +196,7 @@ impl Connection {
     /// of probes ends after that long (counted from the first probe, `icsk_probes_tstamp`),
     /// otherwise after `tcp_retries2` unanswered probes.
     pub(crate) fn probe_timer(&mut self, env: &mut Env, now: Instant) {
-        if self.packets_out > 0 || self.write_queue.is_empty() {
+        if self.packets_out > 0 || self.snd.write_queue.is_empty() {
             self.timer.probes.out = 0;
             self.timer.probes.tstamp = None;
             return;
@@ -219,7 +219,7 @@ impl Connection {
         }
         // tcp_send_probe0
         let local_drop = self.send_probe0(env, now);
-        if self.packets_out > 0 || self.write_queue.is_empty() {
+        if self.packets_out > 0 || self.snd.write_queue.is_empty() {
             self.timer.probes.out = 0;
             self.timer.backoff = 0;
             self.timer.probes.tstamp = None;
@@ -259,7 +259,7 @@ impl Connection {
     /// interval from this ACK (measured on 6.18: probes answered at 0.70 s and 1.30 s were
     /// followed by the next probe 0.6157 s after the answer, not on the old schedule).
     pub(crate) fn ack_probe(&mut self, env: &mut Env, now: Instant) {
-        let Some(head) = self.write_queue.front() else {
+        let Some(head) = self.snd.write_queue.front() else {
             return;
         };
         if !after(head.end_seq, self.snd_wnd_end()) {
@@ -347,7 +347,7 @@ impl Connection {
             // acceptable ACK clears (tcp_ack).
             TcpState::Close | TcpState::Listen | TcpState::SynSent => false,
             _ if self.opts.keepalive => {
-                if self.packets_out > 0 || !self.write_queue.is_empty() {
+                if self.packets_out > 0 || !self.snd.write_queue.is_empty() {
                     let idle = self.keepalive_time(env);
                     self.arm(env, TimerKind::Keepalive, now + idle);
                     return false;

@@ -260,12 +260,12 @@ impl Stack {
         sk.remote = remote;
         sk.route = route;
         sk.hashed = true;
-        sk.iss = iss;
+        sk.snd.iss = iss;
         sk.rx_opt.ts_offset = ts_off;
-        sk.snd_una = iss;
-        sk.snd_nxt = iss.wrapping_add(1);
-        sk.write_seq = sk.snd_nxt;
-        sk.pushed_seq = sk.write_seq;
+        sk.snd.una = iss;
+        sk.snd.nxt = iss.wrapping_add(1);
+        sk.snd.write_seq = sk.snd.nxt;
+        sk.snd.pushed_seq = sk.snd.write_seq;
         sk.rx_opt.tstamp_ok = env.sysint(Sysctl::tcp_timestamps) != 0;
         sk.rx_opt.sack_ok = env.sysctl.on(Sysctl::tcp_sack);
         sk.rx_opt.wscale_ok = env.sysctl.on(Sysctl::tcp_window_scaling);
@@ -509,7 +509,7 @@ impl Stack {
         }
         Ok(match req {
             Ioctl::SiocInq => sk.inq(),
-            Ioctl::SiocOutq => sk.write_seq.wrapping_sub(sk.snd_una),
+            Ioctl::SiocOutq => sk.snd.write_seq.wrapping_sub(sk.snd.una),
             Ioctl::SiocOutqNsd => sk.notsent_bytes(),
         })
     }

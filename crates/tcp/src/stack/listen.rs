@@ -121,12 +121,12 @@ impl Stack {
         sk.remote = seg.src;
         sk.bound = true;
         sk.parent = Some((lid, lgen));
-        sk.iss = iss;
+        sk.snd.iss = iss;
         sk.rx_opt.ts_offset = ts_off;
-        sk.snd_una = iss;
-        sk.snd_nxt = iss.wrapping_add(1);
-        sk.write_seq = sk.snd_nxt;
-        sk.pushed_seq = sk.write_seq;
+        sk.snd.una = iss;
+        sk.snd.nxt = iss.wrapping_add(1);
+        sk.snd.write_seq = sk.snd.nxt;
+        sk.snd.pushed_seq = sk.snd.write_seq;
         sk.irs = seg.seq;
         sk.rcv_nxt = seg.seq.wrapping_add(1);
         sk.rcv_wup = sk.rcv_nxt;
@@ -150,9 +150,9 @@ impl Stack {
             sk.rx_opt.ts_recent_stamp = now;
         }
         sk.init_rcv_window(env, false);
-        sk.snd_wnd = u32::from(seg.window);
-        sk.snd_wl1 = seg.seq;
-        sk.max_window = sk.snd_wnd;
+        sk.snd.wnd = u32::from(seg.window);
+        sk.snd.wl1 = seg.seq;
+        sk.snd.max_window = sk.snd.wnd;
         sk.state = TcpState::SynRecv;
         sk.hashed = true;
         self.conns.insert((seg.dst, seg.src), cid);

@@ -110,7 +110,7 @@ impl Stack {
             return;
         };
         if !matches!(sk.state, TcpState::SynSent | TcpState::SynRecv)
-            && !between(icmp.seq, sk.snd_una, sk.snd_nxt)
+            && !between(icmp.seq, sk.snd.una, sk.snd.nxt)
         {
             env.mib.inc(Mib::OutOfWindowIcmps);
             return;
