@@ -77,7 +77,7 @@ impl Connection {
     /// `tcp_chrono_stop`: with nothing left to send every chronograph stops; otherwise the
     /// end of type `t` falls back to busy.
     pub fn chrono_stop(&mut self, now: Instant, t: u8) {
-        if self.snd.write_queue.is_empty() && self.rtx_queue.is_empty() {
+        if self.snd.write_queue.is_empty() && self.rtx.queue.is_empty() {
             if self.chrono.ty != 0 {
                 self.chrono.set(now, 0);
             }

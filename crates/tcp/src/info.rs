@@ -235,10 +235,10 @@ impl Connection {
             ato: self.ack.ato.as_micros() as u32,
             snd_mss: self.mss_cache,
             rcv_mss: self.ack.rcv_mss,
-            unacked: self.packets_out,
-            sacked: self.sacked_out,
-            lost: self.lost_out,
-            retrans: self.retrans_out,
+            unacked: self.rtx.packets_out,
+            sacked: self.rtx.sacked_out,
+            lost: self.rtx.lost_out,
+            retrans: self.rtx.retrans_out,
             last_data_sent: ms_since(now, self.lsndtime),
             // icsk_ack.lrcvtime: also stamped when the connection is established
             // (tcp_finish_connect / tcp_create_openreq_child), so it counts from the
@@ -272,7 +272,7 @@ impl Connection {
             data_segs_out: self.stats.data_segs_out,
             delivery_rate: self.delivery_rate(),
             delivery_rate_app_limited: self.rate.sample_app_limited(),
-            delivered: self.delivered,
+            delivered: self.rtx.delivered,
             bytes_sent: self.stats.bytes_sent,
             bytes_retrans: self.stats.bytes_retrans,
             snd_wnd: self.snd.wnd,

@@ -461,7 +461,7 @@ impl Connection {
             self.snd.wl1 = seg.seq;
             self.snd.max_window = self.snd.wnd;
             self.disarm(env, TimerKind::Retrans);
-            self.packets_out = 0;
+            self.rtx.packets_out = 0;
             // RTT from the SYN (tcp_clean_rtx_queue → tcp_ack_update_rtt): its send time
             // unless it was retransmitted (Karn), else the timestamp echo.
             if self.timer.retransmits == 0 {
@@ -647,7 +647,7 @@ impl Connection {
             if seg.opts.num_sacks > 0 {
                 let mut flag = AckFlags::default();
                 let newly = self.sacktag(env, now, seg, &mut flag);
-                self.delivered += newly;
+                self.rtx.delivered += newly;
                 env.mib.add(Mib::TCPDelivered, u64::from(newly));
                 self.fastretrans_alert(env, now, prior_snd_una, false, newly, &mut flag);
                 self.frto_xmit_new(env, now, &flag);
@@ -661,7 +661,7 @@ impl Connection {
         self.rx_opt.rcv_tsecr = seg.opts.ts.map(|t| t.1).unwrap_or(0);
         let mut flag = AckFlags::default();
         let prior_in_flight = self.packets_in_flight();
-        let prior_packets = self.packets_out;
+        let prior_packets = self.rtx.packets_out;
         // Window update (tcp_ack_update_window).
         let nwin = u32::from(seg.window) << self.rx_opt.snd_wscale;
         if after(ack, self.snd.una)
@@ -685,8 +685,8 @@ impl Connection {
         }
         // prior_fack: the highest SACKed sequence before this ACK's SACK blocks (snd_una when
         // nothing is SACKed), for tcp_clean_rtx_queue's reordering check.
-        let prior_fack = if self.sack_seen_any && self.sacked_out > 0 {
-            self.highest_sack_end
+        let prior_fack = if self.rtx.sack_seen_any && self.rtx.sacked_out > 0 {
+            self.rtx.highest_sack_end
         } else {
             prior_snd_una
         };
@@ -719,7 +719,7 @@ impl Connection {
             self.timer.backoff = 0;
             self.timer.retransmits = 0;
         }
-        if self.retrans_out == 0 && self.lost_out == 0 && self.ca_state == CaState::Open {
+        if self.rtx.retrans_out == 0 && self.rtx.lost_out == 0 && self.ca_state == CaState::Open {
             self.timer.retrans_stamp = None;
             self.undo.forget_retrans_stamp();
         }
@@ -730,20 +730,23 @@ impl Connection {
         // (tcp_remove_reno_sacks).
         if !self.rx_opt.sack_ok {
             if is_dupack {
-                let prior = self.sacked_out;
-                if self.sacked_out + 1 < self.packets_out {
-                    self.sacked_out += 1;
+                let prior = self.rtx.sacked_out;
+                if self.rtx.sacked_out + 1 < self.rtx.packets_out {
+                    self.rtx.sacked_out += 1;
                 }
-                delivered = self.sacked_out - prior;
+                delivered = self.rtx.sacked_out - prior;
             } else if acked_pkts > 0 {
-                delivered = acked_pkts.saturating_sub(self.sacked_out).max(1);
-                self.sacked_out = self.sacked_out.saturating_sub(acked_pkts.saturating_sub(1));
+                delivered = acked_pkts.saturating_sub(self.rtx.sacked_out).max(1);
+                self.rtx.sacked_out = self
+                    .rtx
+                    .sacked_out
+                    .saturating_sub(acked_pkts.saturating_sub(1));
                 if ack == self.snd.nxt {
-                    self.sacked_out = 0;
+                    self.rtx.sacked_out = 0;
                 }
             }
         }
-        self.delivered += delivered;
+        self.rtx.delivered += delivered;
         self.rate_gen(now, delivered);
         self.cc_st.app_limited = self.rate.app_limited();
         env.mib.add(Mib::TCPDelivered, u64::from(delivered));
@@ -804,7 +807,7 @@ impl Connection {
             self.ack_probe(env, now);
         }
         // Timers: restart RTO/TLP, or clear when nothing is outstanding.
-        if self.packets_out == 0 {
+        if self.rtx.packets_out == 0 {
             if self.timer.rtx_event != RtxEvent::Probe0 {
                 self.disarm(env, TimerKind::Retrans);
             }
@@ -835,7 +838,7 @@ impl Connection {
         self.cc_st.packets_in_flight = self.packets_in_flight();
         self.cc_st.srtt_us = self.rtt.srtt_us();
         self.cc_st.min_rtt_us = self.rtt.min_rtt_us();
-        self.cc_st.delivered = self.delivered;
+        self.cc_st.delivered = self.rtx.delivered;
         self.cc_st.snd_nxt = self.snd.nxt;
         self.cc_st.snd_una = self.snd.una;
         self.cc_st.lsndtime_us = self.lsndtime.as_micros();
@@ -868,7 +871,7 @@ impl Connection {
             Some(x) if !after(x, seq) => Some(x),
             _ => Some(seq),
         };
-        while let Some(head) = self.rtx_queue.front_mut() {
+        while let Some(head) = self.rtx.queue.front_mut() {
             if !after(ack, head.seq) {
                 break;
             }
@@ -890,12 +893,12 @@ impl Connection {
                 let new_pcount = head.len().div_ceil(mss).max(1);
                 let diff = old_pcount.saturating_sub(new_pcount);
                 head.pcount = new_pcount;
-                self.packets_out = self.packets_out.saturating_sub(diff);
+                self.rtx.packets_out = self.rtx.packets_out.saturating_sub(diff);
                 if head.sacked & sacked::RETRANS != 0 {
-                    self.retrans_out = self.retrans_out.saturating_sub(diff);
+                    self.rtx.retrans_out = self.rtx.retrans_out.saturating_sub(diff);
                 }
                 if head.sacked & sacked::LOST != 0 {
-                    self.lost_out = self.lost_out.saturating_sub(diff);
+                    self.rtx.lost_out = self.rtx.lost_out.saturating_sub(diff);
                 }
                 acked += diff;
                 // Only whole MSSes acked count (tcp_clean_rtx_queue stops at an skb with no
@@ -918,23 +921,23 @@ impl Connection {
                 }
                 break;
             }
-            let skb = self.rtx_queue.pop_front().expect("front exists");
+            let skb = self.rtx.queue.pop_front().expect("front exists");
             let p = skb.pcount.max(1);
             if skb.sacked & sacked::ACKED != 0 {
-                self.sacked_out = self.sacked_out.saturating_sub(p);
+                self.rtx.sacked_out = self.rtx.sacked_out.saturating_sub(p);
             } else {
                 acked += p;
             }
             if skb.sacked & sacked::RETRANS != 0 {
-                self.retrans_out = self.retrans_out.saturating_sub(p);
+                self.rtx.retrans_out = self.rtx.retrans_out.saturating_sub(p);
             }
             if skb.sacked & sacked::LOST != 0 {
-                self.lost_out = self.lost_out.saturating_sub(p);
+                self.rtx.lost_out = self.rtx.lost_out.saturating_sub(p);
             }
             if skb.sacked & (sacked::EVER_RETRANS | sacked::ACKED) == 0 {
                 seq_rtt = Some(skb.mstamp);
             }
-            self.packets_out = self.packets_out.saturating_sub(p);
+            self.rtx.packets_out = self.rtx.packets_out.saturating_sub(p);
             self.mem.wmem_queued = self.mem.wmem_queued.saturating_sub(skb.truesize);
             // tcpi_bytes_acked counts sequence space (tcp_snd_una_update): an acked SYN or FIN
             // counts one.
@@ -958,16 +961,16 @@ impl Connection {
         if let Some(r) = reord.filter(|&r| before(r, prior_fack)) {
             self.note_reordering(env, r);
         }
-        if self.packets_out == 0 {
-            self.sacked_out = 0;
-            self.lost_out = 0;
-            self.retrans_out = 0;
+        if self.rtx.packets_out == 0 {
+            self.rtx.sacked_out = 0;
+            self.rtx.lost_out = 0;
+            self.rtx.retrans_out = 0;
         }
-        if self.rtx_queue.is_empty() && self.snd.write_queue.is_empty() {
+        if self.rtx.queue.is_empty() && self.snd.write_queue.is_empty() {
             self.chrono_stop(now, crate::chrono::CHRONO_BUSY);
         }
-        if self.sack_seen_any && !before(self.snd.una, self.highest_sack_end) {
-            self.sack_seen_any = false;
+        if self.rtx.sack_seen_any && !before(self.snd.una, self.rtx.highest_sack_end) {
+            self.rtx.sack_seen_any = false;
         }
         // RTT: prefer timestamps (RFC 7323 §4.1), else Karn's rule on sequence samples.
         let mut rtt_us: i64 = -1;

@@ -202,11 +202,11 @@ impl Connection {
         let Some(skb) = self.snd.write_queue.pop_front() else {
             return -1;
         };
-        self.rtx_queue.push_back(skb);
-        let idx = self.rtx_queue.len() - 1;
+        self.rtx.queue.push_back(skb);
+        let idx = self.rtx.queue.len() - 1;
         let sent = self.transmit_skb_mss(env, now, idx, false, Some(probe));
         if !sent {
-            if let Some(skb) = self.rtx_queue.pop_back() {
+            if let Some(skb) = self.rtx.queue.pop_back() {
                 self.snd.write_queue.push_front(skb);
             }
             return -1;
@@ -214,7 +214,7 @@ impl Connection {
         // Two packets' worth leave as one: take one back from cwnd.
         self.cc_st.snd_cwnd = self.snd_cwnd().saturating_sub(1).max(1);
         self.event_new_data_sent(env, now, idx);
-        let (seq, end) = (self.rtx_queue[idx].seq, self.rtx_queue[idx].end_seq);
+        let (seq, end) = (self.rtx.queue[idx].seq, self.rtx.queue[idx].end_seq);
         self.mtup.probe_size = self.mss_to_mtu(end.wrapping_sub(seq));
         self.mtup.probe_seq = (seq, end);
         let _ = mss_now;

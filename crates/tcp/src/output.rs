@@ -488,7 +488,7 @@ impl Connection {
         } else {
             rate = rate * env.sysint(Sysctl::tcp_pacing_ca_ratio) as u64 / 100;
         }
-        rate *= u64::from(cwnd.max(self.packets_out));
+        rate *= u64::from(cwnd.max(self.rtx.packets_out));
         if self.rtt.srtt_us() != 0 {
             rate /= u64::from(self.rtt.srtt_us());
         }
@@ -530,7 +530,7 @@ impl Connection {
     fn nagle_check(&self, partial: bool, nonagle: u8) -> bool {
         partial
             && (nonagle & NAGLE_CORK != 0
-                || (nonagle == 0 && self.packets_out > 0 && self.minshall_check()))
+                || (nonagle == 0 && self.rtx.packets_out > 0 && self.minshall_check()))
     }
 
     /// Minshall: a small segment is still unacknowledged (`tcp_minshall_check`).
@@ -549,7 +549,7 @@ impl Connection {
         if u64::from(self.wmem_alloc_biased()) <= limit {
             return false;
         }
-        if self.rtx_queue.len() <= 1 {
+        if self.rtx.queue.len() <= 1 {
             return false;
         }
         self.tsq_flags |= tsq::THROTTLED;
@@ -665,7 +665,7 @@ impl Connection {
             None if limit > 3 * mss => return false,
             None => {}
         }
-        let Some(rhead) = self.rtx_queue.front() else {
+        let Some(rhead) = self.rtx.queue.front() else {
             return false;
         };
         // If the next ACK is likely to come too late (half srtt), do not defer.
@@ -692,10 +692,10 @@ impl Connection {
     fn cwnd_validate(&mut self, is_cwnd_limited: bool) {
         if !before(self.snd.una, self.cwnd_usage_seq)
             || is_cwnd_limited
-            || (!self.is_cwnd_limited && self.packets_out > self.max_packets_out)
+            || (!self.is_cwnd_limited && self.rtx.packets_out > self.max_packets_out)
         {
             self.is_cwnd_limited = is_cwnd_limited;
-            self.max_packets_out = self.packets_out;
+            self.max_packets_out = self.rtx.packets_out;
             self.cwnd_usage_seq = self.snd.nxt;
         }
     }
@@ -813,18 +813,18 @@ impl Connection {
             let Some(skb) = self.snd.write_queue.pop_front() else {
                 break;
             };
-            self.rtx_queue.push_back(skb);
-            let idx = self.rtx_queue.len() - 1;
+            self.rtx.queue.push_back(skb);
+            let idx = self.rtx.queue.len() - 1;
             if !self.transmit_skb(env, now, idx, false) {
                 // tcp_write_xmit: a failed transmit leaves the skb at the send head.
-                if let Some(skb) = self.rtx_queue.pop_back() {
+                if let Some(skb) = self.rtx.queue.pop_back() {
                     self.snd.write_queue.push_front(skb);
                 }
                 break;
             }
             self.event_new_data_sent(env, now, idx);
             sent_pkts += 1;
-            sent_segs += self.rtx_queue.get(idx).map_or(1, |s| s.pcount);
+            sent_segs += self.rtx.queue.get(idx).map_or(1, |s| s.pcount);
             if push_one {
                 break;
             }
@@ -857,18 +857,18 @@ impl Connection {
         if limited {
             self.cwnd_validate(true);
         }
-        !self.snd.write_queue.is_empty() && self.packets_out == 0
+        !self.snd.write_queue.is_empty() && self.rtx.packets_out == 0
     }
 
     /// `tcp_event_new_data_sent`: snd_nxt advanced.
     pub(crate) fn event_new_data_sent(&mut self, env: &mut Env, now: Instant, idx: usize) {
         let (end, pcount) = {
-            let s = &self.rtx_queue[idx];
+            let s = &self.rtx.queue[idx];
             (s.end_seq, s.pcount)
         };
-        let prior_packets = self.packets_out;
+        let prior_packets = self.rtx.packets_out;
         self.snd.nxt = end;
-        self.packets_out += pcount;
+        self.rtx.packets_out += pcount;
         env.mib.add(Mib::TCPOrigDataSent, u64::from(pcount));
         // tcp_rearm_rto when nothing was in flight: the retransmission timer takes the
         // place of whatever the shared timer held, the persist timer included (armed by
@@ -913,7 +913,7 @@ impl Connection {
         let mut opts = Vec::with_capacity(6);
         self.established_opts(now, &mut opts);
         let (seq, fl, len, truesize) = {
-            let s = &self.rtx_queue[idx];
+            let s = &self.rtx.queue[idx];
             (s.seq, s.flags, s.len(), s.truesize)
         };
         let pcount = len.div_ceil(mss).max(1);
@@ -971,7 +971,7 @@ impl Connection {
         let win = self.select_window(env);
         let prior_wstamp = self.wstamp;
         let departure = self.edt_stamp(now);
-        if len_of(&self.rtx_queue[idx]) > 0 {
+        if len_of(&self.rtx.queue[idx]) > 0 {
             // tcp_event_data_sent: CA_EVENT_TX_START after idle; a reply within ato of the
             // last received segment counts towards pingpong (interactive) mode.
             if self.packets_in_flight() == 0 {
@@ -997,7 +997,7 @@ impl Connection {
         });
         let tx_rate = self.rate_skb_sent(now);
         {
-            let s = &mut self.rtx_queue[idx];
+            let s = &mut self.rtx.queue[idx];
             s.tx = tx_rate;
             s.pcount = pcount;
             s.mstamp = now;
@@ -1031,8 +1031,8 @@ impl Connection {
         }
         // With scatter-gather the packet shares the skb's bytes (which become read-only);
         // without, they are copied behind the headers.
-        let frag = (env.dev.sg && len > 0).then(|| self.rtx_queue[idx].data.share());
-        let payload = std::mem::take(&mut self.rtx_queue[idx].data);
+        let frag = (env.dev.sg && len > 0).then(|| self.rtx.queue[idx].data.share());
+        let payload = std::mem::take(&mut self.rtx.queue[idx].data);
         let mut seg = self.seg(env, seq, flags, win, &opts, &payload);
         if ecn_ok {
             seg.tos = (seg.tos & !0x3) | if ect { 0x2 } else { 0 };
@@ -1040,7 +1040,7 @@ impl Connection {
         let ok = env
             .emit_frag(&seg, frag, gso, Some(departure), token, true)
             .sent();
-        self.rtx_queue[idx].data = payload;
+        self.rtx.queue[idx].data = payload;
         // tcp_minshall_update: remember the end of a packet with a short last segment.
         if len < pcount * mss {
             self.snd.sml = seq.wrapping_add(len);
@@ -1100,7 +1100,7 @@ impl Connection {
     /// `tcp_check_probe_timer`: arm the persist timer when nothing is in flight and no
     /// timer is pending.
     pub fn check_probe_timer(&mut self, env: &mut Env, now: Instant) {
-        if self.packets_out == 0 && !self.timer.armed(TimerKind::Retrans) {
+        if self.rtx.packets_out == 0 && !self.timer.armed(TimerKind::Retrans) {
             self.timer.rtx_event = RtxEvent::Probe0;
             let when = self.probe0_when();
             self.arm(env, TimerKind::Retrans, now + when);
@@ -1132,10 +1132,10 @@ impl Connection {
                 if let Some(skb) = self.snd.write_queue.pop_front() {
                     let mut skb = skb;
                     skb.flags |= TcpFlags::PSH;
-                    self.rtx_queue.push_back(skb);
-                    let idx = self.rtx_queue.len() - 1;
+                    self.rtx.queue.push_back(skb);
+                    let idx = self.rtx.queue.len() - 1;
                     if !self.transmit_skb(env, now, idx, false) {
-                        if let Some(skb) = self.rtx_queue.pop_back() {
+                        if let Some(skb) = self.rtx.queue.pop_back() {
                             self.snd.write_queue.push_front(skb);
                         }
                         return true;
@@ -1235,7 +1235,7 @@ impl Connection {
     /// `tcp_slow_start_after_idle_check` → `tcp_cwnd_restart` (RFC 5681 §4.1): after an idle
     /// period longer than the RTO, cwnd is halved per RTO idle, down to the initial window.
     pub(crate) fn slow_start_after_idle_check(&mut self, env: &Env, now: Instant) {
-        if !env.sysctl.on(Sysctl::tcp_slow_start_after_idle) || self.packets_out > 0 {
+        if !env.sysctl.on(Sysctl::tcp_slow_start_after_idle) || self.rtx.packets_out > 0 {
             return;
         }
         if self.lsndtime == Instant::ZERO
@@ -1290,7 +1290,9 @@ impl Connection {
                 | TcpState::CloseWait
                 | TcpState::LastAck
         ) {
-            if self.lost_out > self.retrans_out && self.snd_cwnd() > self.packets_in_flight() {
+            if self.rtx.lost_out > self.rtx.retrans_out
+                && self.snd_cwnd() > self.packets_in_flight()
+            {
                 self.xmit_retransmit_queue(env, now);
             }
             let ng = self.nonagle();

@@ -117,7 +117,7 @@ impl Connection {
         }
         if self.stats.reord_seen() == 0
             && (matches!(self.ca_state, CaState::Recovery | CaState::Loss)
-                || self.sacked_out >= self.reordering)
+                || self.rtx.sacked_out >= self.reordering)
         {
             return Duration::ZERO;
         }
@@ -133,8 +133,8 @@ impl Connection {
         let reo = self.rack_reo_wnd();
         let rtt = Duration::from_micros(u64::from(self.rack.rtt_us));
         let mut timeout: Option<Duration> = None;
-        for i in 0..self.rtx_queue.len() {
-            let skb = &self.rtx_queue[i];
+        for i in 0..self.rtx.queue.len() {
+            let skb = &self.rtx.queue[i];
             if skb.sacked & sacked::ACKED != 0 {
                 continue;
             }
@@ -165,18 +165,18 @@ impl Connection {
     /// still within the window.
     pub(crate) fn rack_reo_timeout(&mut self, env: &mut Env, now: Instant) {
         let prior_inflight = self.packets_in_flight();
-        let lost_before = self.lost_out;
+        let lost_before = self.rtx.lost_out;
         let timeout = self.rack_detect_loss(now);
         if prior_inflight != self.packets_in_flight() {
             if self.ca_state != CaState::Recovery {
                 self.enter_recovery(env, now, false); // a timer: no ACK, no ECE
-                let newly_lost = self.lost_out.saturating_sub(lost_before);
+                let newly_lost = self.rtx.lost_out.saturating_sub(lost_before);
                 self.cwnd_reduction(1, newly_lost, false);
             }
             self.xmit_retransmit_queue(env, now);
         }
         if let Some(t) = timeout {
-            if self.packets_out > 0 {
+            if self.rtx.packets_out > 0 {
                 self.timer.rtx_event = RtxEvent::ReoTimeout;
                 self.arm(env, TimerKind::Retrans, now + t);
             }
@@ -195,7 +195,7 @@ impl Connection {
 
     /// Arm TLP if allowed, else the RTO (`tcp_schedule_loss_probe` / `tcp_rearm_rto`).
     pub fn schedule_loss_probe_or_rto(&mut self, env: &mut Env, now: Instant, advancing: bool) {
-        if self.packets_out == 0 {
+        if self.rtx.packets_out == 0 {
             return;
         }
         let er = env.sysint(Sysctl::tcp_early_retrans);
@@ -207,7 +207,7 @@ impl Connection {
         if tlp_ok {
             let mut pto = if self.rtt.srtt_us() != 0 {
                 let t = Duration::from_micros(u64::from(self.rtt.srtt_us() >> 2));
-                if self.packets_out == 1 {
+                if self.rtx.packets_out == 1 {
                     t + self.rto_min(env)
                 } else {
                     t
@@ -247,8 +247,8 @@ impl Connection {
             self.write_xmit(env, now, crate::output::NAGLE_PUSH, true);
             self.tlp.force_quota = false;
             self.snd.nxt != before_nxt
-        } else if let Some(last) = self.rtx_queue.len().checked_sub(1) {
-            let len = self.rtx_queue[last].len();
+        } else if let Some(last) = self.rtx.queue.len().checked_sub(1) {
+            let len = self.rtx.queue[last].len();
             if len > mss {
                 // Probe with the last MSS only.
                 let off = (len - 1) / mss * mss;
@@ -256,10 +256,10 @@ impl Connection {
                     self.split_rtx(last, off);
                 }
             }
-            let last = self.rtx_queue.len() - 1;
+            let last = self.rtx.queue.len() - 1;
             // tcp_send_loss_probe resends with __tcp_retransmit_skb: the probe is not
             // counted in retrans_out, so an RTO still deems that segment lost.
-            if self.rtx_queue[last].sacked & sacked::ACKED != 0 {
+            if self.rtx.queue[last].sacked & sacked::ACKED != 0 {
                 true
             } else if self.resend_skb(env, now, last, 1) {
                 self.tlp.retrans = true;

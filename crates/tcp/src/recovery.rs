@@ -14,6 +14,7 @@ use crate::Mib;
 use core::time::Duration;
 use shallow_cc::{CaEvent, CaState};
 use shallow_wire::TcpFlags;
+use std::collections::VecDeque;
 
 /// What undoing a congestion-window reduction needs (RFC 6675 / RFC 5682 / Linux's
 /// `tcp_try_undo_*`), private to this file: `undo_marker` (snd_una when the reduction
@@ -143,9 +144,9 @@ impl Connection {
         let mss = self.mss_cache.max(1);
         let mut newly = 0;
         // First buffer that ends after the block's left edge (the queue is in seq order).
-        let mut i = self.rtx_queue.partition_point(|s| !after(s.end_seq, l));
-        while i < self.rtx_queue.len() {
-            let (seq, end) = (self.rtx_queue[i].seq, self.rtx_queue[i].end_seq);
+        let mut i = self.rtx.queue.partition_point(|s| !after(s.end_seq, l));
+        while i < self.rtx.queue.len() {
+            let (seq, end) = (self.rtx.queue[i].seq, self.rtx.queue[i].end_seq);
             if !after(end, l) {
                 i += 1;
                 continue;
@@ -157,7 +158,7 @@ impl Connection {
             if before(seq, l) {
                 let off = l.wrapping_sub(seq);
                 let off = off / mss * mss;
-                if off > 0 && off < self.rtx_queue[i].len() {
+                if off > 0 && off < self.rtx.queue[i].len() {
                     self.split_rtx(i, off);
                 }
                 i += 1;
@@ -166,25 +167,25 @@ impl Connection {
             if after(end, r) {
                 let off = r.wrapping_sub(seq);
                 let off = off / mss * mss;
-                if off > 0 && off < self.rtx_queue[i].len() {
+                if off > 0 && off < self.rtx.queue[i].len() {
                     self.split_rtx(i, off);
                 } else {
                     break;
                 }
             }
-            let skb = &mut self.rtx_queue[i];
+            let skb = &mut self.rtx.queue[i];
             if skb.sacked & sacked::ACKED == 0 {
                 let p = skb.pcount.max(1);
                 if skb.sacked & sacked::RETRANS != 0 {
-                    self.retrans_out = self.retrans_out.saturating_sub(p);
+                    self.rtx.retrans_out = self.rtx.retrans_out.saturating_sub(p);
                     skb.sacked &= !sacked::RETRANS;
                 }
                 if skb.sacked & sacked::LOST != 0 {
-                    self.lost_out = self.lost_out.saturating_sub(p);
+                    self.rtx.lost_out = self.rtx.lost_out.saturating_sub(p);
                     skb.sacked &= !sacked::LOST;
                 }
                 skb.sacked |= sacked::ACKED;
-                self.sacked_out += p;
+                self.rtx.sacked_out += p;
                 newly += p;
                 let (m, e, rt) = (
                     skb.mstamp,
@@ -197,12 +198,12 @@ impl Connection {
                 flag.data_sacked = true;
                 // tcp_check_sack_reordering: SACK for never-retransmitted data below the
                 // highest SACKed sequence means the network reordered.
-                if !rt && self.sack_seen_any && before(send, self.highest_sack_end) {
+                if !rt && self.rtx.sack_seen_any && before(send, self.rtx.highest_sack_end) {
                     self.note_reordering(env, sseq);
                 }
-                if !self.sack_seen_any || after(send, self.highest_sack_end) {
-                    self.highest_sack_end = send;
-                    self.sack_seen_any = true;
+                if !self.rtx.sack_seen_any || after(send, self.rtx.highest_sack_end) {
+                    self.rtx.highest_sack_end = send;
+                    self.rtx.sack_seen_any = true;
                 }
                 if !rt {
                     flag.orig_sack_acked = true;
@@ -219,7 +220,7 @@ impl Connection {
     /// Split `rtx_queue[i]` after `off` payload bytes (`tcp_fragment` on the rtx queue).
     pub(crate) fn split_rtx(&mut self, i: usize, off: u32) {
         let mss = self.mss_cache.max(1);
-        let skb = &mut self.rtx_queue[i];
+        let skb = &mut self.rtx.queue[i];
         let tail = skb.data.split_off(off as usize);
         let nlen = tail.len() as u32;
         let mut rest = Skb::new(skb.seq.wrapping_add(off), TcpFlags::empty());
@@ -240,25 +241,25 @@ impl Connection {
         rest.pcount = rest.len().div_ceil(mss).max(1);
         let diff = (skb.pcount + rest.pcount).saturating_sub(old);
         let fl = skb.sacked;
-        self.packets_out += diff;
+        self.rtx.packets_out += diff;
         if fl & sacked::LOST != 0 {
-            self.lost_out += diff;
+            self.rtx.lost_out += diff;
         }
         if fl & sacked::RETRANS != 0 {
-            self.retrans_out += diff;
+            self.rtx.retrans_out += diff;
         }
         if fl & sacked::ACKED != 0 {
-            self.sacked_out += diff;
+            self.rtx.sacked_out += diff;
         }
         self.mem.wmem_queued += SKB_TX_OVERHEAD;
-        self.rtx_queue.insert(i + 1, rest);
+        self.rtx.queue.insert(i + 1, rest);
     }
 
     /// Mark `rtx_queue[i]` lost (`tcp_mark_skb_lost`). A retransmission already marked lost
     /// is lost again (its retransmission no longer counts in flight); one retransmitted
     /// without having been deemed lost (a TLP probe) becomes lost and stays in flight.
     pub(crate) fn mark_lost(&mut self, i: usize) {
-        let skb = &mut self.rtx_queue[i];
+        let skb = &mut self.rtx.queue[i];
         let p = skb.pcount.max(1);
         if skb.sacked & sacked::ACKED != 0 {
             return;
@@ -266,11 +267,11 @@ impl Connection {
         if skb.sacked & sacked::LOST != 0 {
             if skb.sacked & sacked::RETRANS != 0 {
                 skb.sacked &= !sacked::RETRANS;
-                self.retrans_out = self.retrans_out.saturating_sub(p);
+                self.rtx.retrans_out = self.rtx.retrans_out.saturating_sub(p);
             }
         } else {
             skb.sacked |= sacked::LOST;
-            self.lost_out += p;
+            self.rtx.lost_out += p;
         }
     }
 
@@ -281,18 +282,19 @@ impl Connection {
     fn timeout_mark_lost(&mut self, env: &mut Env, now: Instant) {
         let rtt = self.rack.rtt();
         let reneg = self
-            .rtx_queue
+            .rtx
+            .queue
             .front()
             .is_some_and(|h| h.sacked & sacked::ACKED != 0);
         if reneg {
             env.mib.inc(Mib::TCPSACKReneging);
-            self.sacked_out = 0;
-            for s in self.rtx_queue.iter_mut() {
+            self.rtx.sacked_out = 0;
+            for s in self.rtx.queue.iter_mut() {
                 s.sacked &= !sacked::ACKED;
             }
         }
-        for i in 0..self.rtx_queue.len() {
-            if !reneg && i > 0 && now - self.rtx_queue[i].mstamp < rtt {
+        for i in 0..self.rtx.queue.len() {
+            if !reneg && i > 0 && now - self.rtx.queue[i].mstamp < rtt {
                 continue;
             }
             self.mark_lost(i);
@@ -301,8 +303,8 @@ impl Connection {
 
     /// NewReno: mark the head lost once dupacks reach the reordering threshold.
     fn newreno_mark_lost(&mut self) {
-        if self.sacked_out >= self.reordering || (self.ca_state == CaState::Recovery) {
-            if let Some(h) = self.rtx_queue.front() {
+        if self.rtx.sacked_out >= self.reordering || (self.ca_state == CaState::Recovery) {
+            if let Some(h) = self.rtx.queue.front() {
                 if h.sacked & (sacked::LOST | sacked::RETRANS) == 0 {
                     // tcp_newreno_mark_lost: only the head's first MSS is deemed lost; a
                     // multi-segment head is fragmented (tcp_fragment) before marking.
@@ -341,7 +343,7 @@ impl Connection {
                     self.timer.rtx_event = RtxEvent::ReoTimeout;
                     self.arm(env, TimerKind::Retrans, now + t);
                 }
-                if flag.rexmit != Rexmit::New && self.lost_out > self.retrans_out {
+                if flag.rexmit != Rexmit::New && self.rtx.lost_out > self.rtx.retrans_out {
                     flag.rexmit = Rexmit::Lost;
                 }
             }
@@ -395,9 +397,9 @@ impl Connection {
         }
         // Loss detection.
         let una_advanced = after(self.snd.una, prior_snd_una);
-        let lost_before = self.lost_out;
+        let lost_before = self.rtx.lost_out;
         let mut reo_timeout = None;
-        if !self.rtx_queue.is_empty() {
+        if !self.rtx.queue.is_empty() {
             if !self.rx_opt.sack_ok {
                 if is_dupack || self.ca_state == CaState::Recovery {
                     self.newreno_mark_lost();
@@ -406,16 +408,19 @@ impl Connection {
                 reo_timeout = self.rack_detect_loss(now);
             }
         }
-        if self.ca_state == CaState::Open && (self.sacked_out > 0) {
+        if self.ca_state == CaState::Open && (self.rtx.sacked_out > 0) {
             self.set_ca_state(now, CaState::Disorder);
-        } else if self.ca_state == CaState::Disorder && self.sacked_out == 0 && self.lost_out == 0 {
+        } else if self.ca_state == CaState::Disorder
+            && self.rtx.sacked_out == 0
+            && self.rtx.lost_out == 0
+        {
             self.set_ca_state(now, CaState::Open);
         }
-        let newly_lost = self.lost_out.saturating_sub(lost_before);
+        let newly_lost = self.rtx.lost_out.saturating_sub(lost_before);
         // MTU probe failure (tcp_fastretrans_alert): the lost head is the probe; shrink the
         // search, give back the cwnd the probe took, and resend at the current MSS without
         // a congestion response.
-        if self.lost_out > 0
+        if self.rtx.lost_out > 0
             && matches!(self.ca_state, CaState::Open | CaState::Disorder)
             && self.mtup.probe_at_head(self.snd.una)
         {
@@ -425,7 +430,7 @@ impl Connection {
             return;
         }
         // Enter recovery on the first loss.
-        if self.lost_out > 0
+        if self.rtx.lost_out > 0
             && matches!(
                 self.ca_state,
                 CaState::Open | CaState::Disorder | CaState::Cwr
@@ -434,18 +439,18 @@ impl Connection {
             self.enter_recovery(env, now, flag.ece);
         }
         // tcp_try_to_open: an ECN echo without loss starts a CWR episode.
-        if flag.ece && self.lost_out == 0 {
+        if flag.ece && self.rtx.lost_out == 0 {
             self.enter_cwr(now);
         }
         if matches!(self.ca_state, CaState::Recovery | CaState::Cwr) {
             self.cwnd_reduction(delivered, newly_lost, una_advanced);
         }
         let _ = prior_snd_una;
-        if self.lost_out > self.retrans_out {
+        if self.rtx.lost_out > self.rtx.retrans_out {
             self.xmit_retransmit_queue(env, now);
         }
         if let Some(t) = reo_timeout {
-            if self.packets_out > 0 {
+            if self.rtx.packets_out > 0 {
                 self.timer.rtx_event = RtxEvent::ReoTimeout;
                 self.arm(env, TimerKind::Retrans, now + t);
             }
@@ -554,7 +559,7 @@ impl Connection {
             return;
         }
         // tcp_xmit_recovery with REXMIT_LOST, after this ACK's slow-start growth.
-        if self.lost_out > self.retrans_out {
+        if self.rtx.lost_out > self.rtx.retrans_out {
             flag.rexmit = Rexmit::Lost;
         }
         let _ = env;
@@ -563,7 +568,7 @@ impl Connection {
     /// `tcp_xmit_recovery`, run by an ACK once cwnd is updated: the deferred F-RTO "send new
     /// data" step, or the Loss state's retransmissions.
     pub fn frto_xmit_new(&mut self, env: &mut Env, now: Instant, flag: &AckFlags) {
-        if flag.rexmit == Rexmit::Lost && self.lost_out > self.retrans_out {
+        if flag.rexmit == Rexmit::Lost && self.rtx.lost_out > self.rtx.retrans_out {
             self.xmit_retransmit_queue(env, now);
         }
         if flag.rexmit != Rexmit::New {
@@ -574,7 +579,7 @@ impl Connection {
             return;
         }
         self.undo.frto = false;
-        if self.lost_out > self.retrans_out {
+        if self.rtx.lost_out > self.rtx.retrans_out {
             self.xmit_retransmit_queue(env, now);
         }
     }
@@ -583,15 +588,15 @@ impl Connection {
     /// MSS (entering Loss without a cwnd reduction beyond ssthresh).
     pub fn simple_retransmit(&mut self, env: &mut Env, now: Instant) {
         let mss = self.mss_cache;
-        let prior_lost = self.lost_out;
-        for i in 0..self.rtx_queue.len() {
-            let s = &self.rtx_queue[i];
+        let prior_lost = self.rtx.lost_out;
+        for i in 0..self.rtx.queue.len() {
+            let s = &self.rtx.queue[i];
             if s.len() > mss && s.sacked & sacked::ACKED == 0 {
-                self.rtx_queue[i].in_host = 0;
+                self.rtx.queue[i].in_host = 0;
                 self.mark_lost(i);
             }
         }
-        if prior_lost == self.lost_out {
+        if prior_lost == self.rtx.lost_out {
             return;
         }
         if self.ca_state != CaState::Loss {
@@ -612,7 +617,7 @@ impl Connection {
     /// reordering window.
     pub fn note_reordering(&mut self, env: &mut Env, seq: u32) {
         let mss = self.mss_cache.max(1);
-        let metric = self.highest_sack_end.wrapping_sub(seq);
+        let metric = self.rtx.highest_sack_end.wrapping_sub(seq);
         let max = env.sysint(Sysctl::tcp_max_reordering) as u32;
         if metric > self.reordering.saturating_mul(mss) {
             self.reordering = metric.div_ceil(mss).min(max);
@@ -628,8 +633,8 @@ impl Connection {
     /// `tcp_init_undo`.
     fn init_undo(&mut self) {
         self.undo.marker = Some(self.snd.una);
-        self.undo.retrans = if self.retrans_out > 0 {
-            self.retrans_out as i32
+        self.undo.retrans = if self.rtx.retrans_out > 0 {
+            self.rtx.retrans_out as i32
         } else {
             -1
         };
@@ -655,10 +660,10 @@ impl Connection {
 
     /// `tcp_undo_cwnd_reduction`: restore cwnd/ssthresh, forget LOST marks, back to Open.
     fn undo_cwnd_reduction(&mut self, now: Instant) {
-        for s in self.rtx_queue.iter_mut() {
+        for s in self.rtx.queue.iter_mut() {
             s.sacked &= !sacked::LOST;
         }
-        self.lost_out = 0;
+        self.rtx.lost_out = 0;
         if self.undo.prior_ssthresh > 0 {
             let c = self.cc.undo_cwnd(&self.cc_st, self.undo.prior_cwnd);
             self.cc_st.snd_cwnd = self.cc_st.snd_cwnd.max(c);
@@ -717,11 +722,11 @@ impl Connection {
     /// Retransmit lost skbs as cwnd allows (`tcp_xmit_retransmit_queue`).
     pub fn xmit_retransmit_queue(&mut self, env: &mut Env, now: Instant) {
         let mut i = 0;
-        while i < self.rtx_queue.len() {
+        while i < self.rtx.queue.len() {
             if self.packets_in_flight() >= self.snd_cwnd() {
                 break;
             }
-            let s = &self.rtx_queue[i];
+            let s = &self.rtx.queue[i];
             if s.sacked & sacked::LOST == 0 || s.sacked & (sacked::RETRANS | sacked::ACKED) != 0 {
                 i += 1;
                 continue;
@@ -731,13 +736,13 @@ impl Connection {
                 .max(self.pacing_rate >> 10)
                 .min(env.sysint(Sysctl::tcp_limit_output_bytes) as u64)
                 << 1;
-            if u64::from(self.wmem_alloc_biased()) > limit && self.rtx_queue.len() > 1 {
+            if u64::from(self.wmem_alloc_biased()) > limit && self.rtx.queue.len() > 1 {
                 self.tsq_flags |= tsq::THROTTLED;
                 break;
             }
             self.retransmit_skb(env, now, i, 0);
             if self.ca_state == CaState::Recovery {
-                self.prr.sent(self.rtx_queue[i].pcount);
+                self.prr.sent(self.rtx.queue[i].pcount);
                 env.mib.inc(Mib::TCPFastRetrans);
             } else if self.ca_state == CaState::Loss {
                 env.mib.inc(Mib::TCPSlowStartRetrans);
@@ -753,11 +758,11 @@ impl Connection {
         if !self.resend_skb(env, now, i, segs_limit) {
             return;
         }
-        let s = &mut self.rtx_queue[i];
+        let s = &mut self.rtx.queue[i];
         let p = s.pcount.max(1);
         if s.sacked & sacked::RETRANS == 0 {
             s.sacked |= sacked::RETRANS;
-            self.retrans_out += p;
+            self.rtx.retrans_out += p;
         }
         if self.timer.retrans_stamp.is_none() {
             self.timer.retrans_stamp = Some(s.first_tx);
@@ -798,7 +803,7 @@ impl Connection {
         // Only what the peer's window takes: a segment past the window's edge is cut to it;
         // one wholly past it goes out (one MSS) only at snd_una, else not at all (-EAGAIN).
         // Measured on 6.18: with `ack 707 win 1`, the retransmission is `. 707:708(1)`.
-        let seq = self.rtx_queue[i].seq;
+        let seq = self.rtx.queue[i].seq;
         let wnd_end = self.snd_wnd_end();
         let avail_wnd = if after(wnd_end, seq) {
             wnd_end.wrapping_sub(seq)
@@ -807,15 +812,15 @@ impl Connection {
         } else {
             env.mib.add(
                 Mib::TCPRetransFail,
-                u64::from(self.rtx_queue[i].pcount.max(1)),
+                u64::from(self.rtx.queue[i].pcount.max(1)),
             );
             return false;
         };
         let max_len = segs.saturating_mul(mss).min(avail_wnd);
-        if self.rtx_queue[i].len() > max_len && max_len > 0 {
+        if self.rtx.queue[i].len() > max_len && max_len > 0 {
             self.split_rtx(i, max_len);
         }
-        if self.rtx_queue[i].in_host > 0 {
+        if self.rtx.queue[i].in_host > 0 {
             // skb_still_in_host_queue: the original is still below us.
             env.mib.inc(Mib::TCPSpuriousRtxHostQueues);
             self.tsq_flags |= tsq::THROTTLED;
@@ -826,12 +831,12 @@ impl Connection {
             // EVER_RETRANS so that no RTT sample is taken from a send that never happened.
             env.mib.add(
                 Mib::TCPRetransFail,
-                u64::from(self.rtx_queue[i].pcount.max(1)),
+                u64::from(self.rtx.queue[i].pcount.max(1)),
             );
-            self.rtx_queue[i].sacked |= sacked::EVER_RETRANS;
+            self.rtx.queue[i].sacked |= sacked::EVER_RETRANS;
             return false;
         }
-        let s = &mut self.rtx_queue[i];
+        let s = &mut self.rtx.queue[i];
         s.sacked |= sacked::EVER_RETRANS;
         self.stats.count_retrans(s.pcount.max(1));
         true
@@ -840,7 +845,7 @@ impl Connection {
     /// `tcp_rearm_rto`: the retransmission timer for the head of the retransmit queue
     /// (nothing when no packet is out).
     pub(crate) fn rearm_rto(&mut self, env: &mut Env, now: Instant) {
-        if self.packets_out == 0 {
+        if self.rtx.packets_out == 0 {
             return;
         }
         self.timer.rtx_event = RtxEvent::Rto;
@@ -855,7 +860,7 @@ impl Connection {
         if advancing {
             return now + rto;
         }
-        match self.rtx_queue.front() {
+        match self.rtx.queue.front() {
             Some(h) if h.mstamp != Instant::ZERO && h.mstamp + rto > now => h.mstamp + rto,
             _ => now + rto,
         }
@@ -863,7 +868,7 @@ impl Connection {
 
     /// RTO expiry for an established connection (`tcp_retransmit_timer`).
     pub fn retransmit_timer(&mut self, env: &mut Env, now: Instant) -> bool {
-        if self.packets_out == 0 || self.rtx_queue.is_empty() {
+        if self.rtx.packets_out == 0 || self.rtx.queue.is_empty() {
             return false;
         }
         if self.write_timeout(env, now) {
@@ -895,7 +900,7 @@ impl Connection {
         // Timeout in Disorder after many dupacks: reordering was over-estimated.
         let sysctl_reo = env.sysint(Sysctl::tcp_reordering) as u32;
         if matches!(self.ca_state, CaState::Open | CaState::Disorder)
-            && self.sacked_out >= sysctl_reo
+            && self.rtx.sacked_out >= sysctl_reo
         {
             self.reordering = self.reordering.min(sysctl_reo);
         }
@@ -903,9 +908,9 @@ impl Connection {
         self.tlp.end();
         self.set_ca_state(now, CaState::Loss);
         // Retransmit the head.
-        if let Some(h) = self.rtx_queue.front() {
+        if let Some(h) = self.rtx.queue.front() {
             if h.sacked & sacked::ACKED == 0 {
-                self.rtx_queue[0].in_host = 0;
+                self.rtx.queue[0].in_host = 0;
                 self.retransmit_skb(env, now, 0, 1);
             }
         }
@@ -970,6 +975,43 @@ fn retrans_timeout(base: Duration, boundary: u32) -> Duration {
         ((2u64 << thresh) - 1) * base_ms + u64::from(boundary - thresh) * max_ms
     };
     Duration::from_millis(ms)
+}
+
+/// The retransmit queue (`tcp_rtx_queue`: sent buffers not yet cumulatively acknowledged)
+/// and the scoreboard over it (`tcp_sock`'s `packets_out`, `sacked_out`, `lost_out`,
+/// `retrans_out`, `delivered`, the highest SACKed sequence). `pub(crate)` fields, as in
+/// Linux's `tcp_sock`: the output (output.rs) appends and counts what it sends, the ACK
+/// processing (input.rs) removes what is acked, the SACK and loss rules here and in rack.rs
+/// mark buffers and move the counters, and rate.rs, the congestion control and `tcp_info` read
+/// them. Its invariant: each counter is the sum of the `pcount` of the buffers with the
+/// matching `sacked` bit (`packets_out` of all).
+#[derive(Debug)]
+pub(crate) struct RtxQueue {
+    /// Sent buffers in sequence order (`tcp_rtx_queue`).
+    pub queue: VecDeque<Skb>,
+    /// Segments sent and not cumulatively acked (`packets_out`).
+    pub packets_out: u32,
+    /// Of those, SACKed (`sacked_out`).
+    pub sacked_out: u32,
+    /// Of those, marked lost (`lost_out`).
+    pub lost_out: u32,
+    /// Of those, retransmitted and not yet acked or lost again (`retrans_out`).
+    pub retrans_out: u32,
+    /// Segments delivered, cumulatively or by SACK (`tp->delivered`, rate.rs's clock).
+    pub delivered: u32,
+    /// End of the highest SACKed sequence (`tcp_highest_sack_seq`).
+    pub highest_sack_end: u32,
+    /// `highest_sack_end` holds a SACKed sequence above SND.UNA.
+    pub sack_seen_any: bool,
+}
+
+impl RtxQueue {
+    /// `tcp_packets_in_flight()`: packets_out - (sacked_out + lost_out) + retrans_out.
+    pub fn in_flight(&self) -> u32 {
+        self.packets_out
+            .saturating_sub(self.sacked_out + self.lost_out)
+            .saturating_add(self.retrans_out)
+    }
 }
 
 #[cfg(test)]

@@ -90,7 +90,7 @@ impl Connection {
                     break;
                 }
                 // tcp_stream_alloc_skb: charged by force when both queues are empty.
-                let first = self.snd.write_queue.is_empty() && self.rtx_queue.is_empty();
+                let first = self.snd.write_queue.is_empty() && self.rtx.queue.is_empty();
                 if !first && !self.wmem_schedule(env, SKB_TX_OVERHEAD) {
                     self.mem.wait = self.mem.wmem_queued.max(1);
                     waited = true;
@@ -113,7 +113,7 @@ impl Connection {
                         self.mem.wmem_queued = self.mem.wmem_queued.saturating_sub(t.truesize);
                     }
                 }
-                if !(self.snd.write_queue.is_empty() && self.rtx_queue.is_empty()) {
+                if !(self.snd.write_queue.is_empty() && self.rtx.queue.is_empty()) {
                     self.mem.wait = self.mem.wmem_queued.max(1);
                 }
                 waited = true;
@@ -152,7 +152,7 @@ impl Connection {
                 self.tcp_push(env, now, flags & !MSG_MORE, mss_now, NAGLE_PUSH, size_goal);
                 return Ok(copied);
             }
-            if self.snd.write_queue.is_empty() && self.rtx_queue.is_empty() {
+            if self.snd.write_queue.is_empty() && self.rtx.queue.is_empty() {
                 env.wake(self.id, POLLOUT | POLLWRNORM | POLLWRBAND);
             }
             return Err(Errno::EAGAIN);
@@ -173,7 +173,7 @@ impl Connection {
     pub(crate) fn carve_skb_buffer(&mut self, want: usize) -> BytesMut {
         let prev = match self.snd.write_queue.back_mut() {
             Some(t) => Some(t),
-            None => self.rtx_queue.back_mut(),
+            None => self.rtx.queue.back_mut(),
         };
         if let Some(spare) = prev.and_then(|p| p.data.spare(want)) {
             return spare;
@@ -219,7 +219,7 @@ impl Connection {
         };
         let autocork = tlen < size_goal
             && env.sysctl.on(Sysctl::tcp_autocorking)
-            && !self.rtx_queue.is_empty()
+            && !self.rtx.queue.is_empty()
             && self.wmem_alloc_biased() > ttrue
             && !teor;
         if autocork {

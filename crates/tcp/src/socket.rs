@@ -14,7 +14,7 @@ use crate::mtu::Mtup;
 use crate::packet::{self, OutOpt, SegOut};
 use crate::rack::{Rack, Tlp};
 use crate::rate::{RateState, TxRate};
-use crate::recovery::{Prr, Undo};
+use crate::recovery::{Prr, RtxQueue, Undo};
 use crate::recv::{RcvRttEst, RcvqSpace};
 use crate::rtt::Rtt;
 use crate::send::SndSeq;
@@ -1035,17 +1035,8 @@ pub(crate) struct Connection {
     // --- RACK (RFC 8985) ---
     /// `tp->rack` (rack.rs).
     pub rack: Rack,
-    /// End of the highest SACKed sequence (`tcp_highest_sack_seq`).
-    pub highest_sack_end: u32,
-    pub sack_seen_any: bool,
 
     // --- queues and memory ---
-    pub rtx_queue: VecDeque<Skb>,
-    pub packets_out: u32,
-    pub sacked_out: u32,
-    pub lost_out: u32,
-    pub retrans_out: u32,
-    pub delivered: u32,
     /// The socket's buffers and their memory accounting (mem.rs).
     pub mem: SockMem,
     /// A lingering `close()` waits until this time (SO_LINGER, `sk_stream_wait_close`);
@@ -1056,6 +1047,8 @@ pub(crate) struct Connection {
     pub fin_received: bool,
     pub ack: AckState,
     pub pacing_rate: u64,
+    /// The retransmit queue and its SACK scoreboard (recovery.rs).
+    pub rtx: RtxQueue,
     pub wstamp: Instant,
     /// Autotuning's per-RTT measurement (`rcvq_space`, recv.rs).
     pub rcvq: RcvqSpace,
@@ -1148,14 +1141,6 @@ impl Connection {
             lrcvtime: Instant::ZERO,
             rcv_tstamp: Instant::ZERO,
             rack: Rack::default(),
-            highest_sack_end: 0,
-            sack_seen_any: false,
-            rtx_queue: VecDeque::new(),
-            packets_out: 0,
-            sacked_out: 0,
-            lost_out: 0,
-            retrans_out: 0,
-            delivered: 0,
             linger_until: None,
             rx_queue: VecDeque::new(),
             ofo_queue: Vec::new(),
@@ -1214,6 +1199,16 @@ impl Connection {
                 max_window: 0,
                 write_queue: VecDeque::new(),
             },
+            rtx: RtxQueue {
+                queue: VecDeque::new(),
+                packets_out: 0,
+                sacked_out: 0,
+                lost_out: 0,
+                retrans_out: 0,
+                delivered: 0,
+                highest_sack_end: 0,
+                sack_seen_any: false,
+            },
         }
     }
 
@@ -1223,9 +1218,7 @@ impl Connection {
 
     /// `tcp_packets_in_flight()`: packets_out - (sacked_out + lost_out) + retrans_out.
     pub fn packets_in_flight(&self) -> u32 {
-        self.packets_out
-            .saturating_sub(self.sacked_out + self.lost_out)
-            .saturating_add(self.retrans_out)
+        self.rtx.in_flight()
     }
 
     /// TCP timestamp clock value for `now` (ms clock + per-connection offset).

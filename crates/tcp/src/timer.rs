@@ -196,7 +196,7 @@ impl Connection {
     /// of probes ends after that long (counted from the first probe, `icsk_probes_tstamp`),
     /// otherwise after `tcp_retries2` unanswered probes.
     pub(crate) fn probe_timer(&mut self, env: &mut Env, now: Instant) {
-        if self.packets_out > 0 || self.snd.write_queue.is_empty() {
+        if self.rtx.packets_out > 0 || self.snd.write_queue.is_empty() {
             self.timer.probes.out = 0;
             self.timer.probes.tstamp = None;
             return;
@@ -219,7 +219,7 @@ impl Connection {
         }
         // tcp_send_probe0
         let local_drop = self.send_probe0(env, now);
-        if self.packets_out > 0 || self.snd.write_queue.is_empty() {
+        if self.rtx.packets_out > 0 || self.snd.write_queue.is_empty() {
             self.timer.probes.out = 0;
             self.timer.backoff = 0;
             self.timer.probes.tstamp = None;
@@ -347,7 +347,7 @@ impl Connection {
             // acceptable ACK clears (tcp_ack).
             TcpState::Close | TcpState::Listen | TcpState::SynSent => false,
             _ if self.opts.keepalive => {
-                if self.packets_out > 0 || !self.snd.write_queue.is_empty() {
+                if self.rtx.packets_out > 0 || !self.snd.write_queue.is_empty() {
                     let idle = self.keepalive_time(env);
                     self.arm(env, TimerKind::Keepalive, now + idle);
                     return false;

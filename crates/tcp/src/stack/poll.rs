@@ -25,9 +25,10 @@ impl Stack {
         sk.mem.wmem_alloc = sk.mem.wmem_alloc.saturating_sub(token.truesize);
         // The buffer this packet came from (if not yet acked): its copy left the host.
         let i = sk
-            .rtx_queue
+            .rtx
+            .queue
             .partition_point(|s| !after(s.end_seq, token.seq));
-        if let Some(s) = sk.rtx_queue.get_mut(i) {
+        if let Some(s) = sk.rtx.queue.get_mut(i) {
             // A head trimmed by a partial ACK starts after the token's sequence.
             if !before(token.seq, s.seq) || i == 0 {
                 s.in_host = s.in_host.saturating_sub(1);
