@@ -246,7 +246,7 @@ impl Connection {
             last_data_recv: ms_since(now, self.lrcvtime),
             last_ack_recv: ms_since(now, self.rcv_tstamp),
             pmtu: self.pmtu(),
-            rcv_ssthresh: self.rcv_ssthresh,
+            rcv_ssthresh: self.rcv.ssthresh,
             rtt: self.rtt.srtt_us() >> 3,
             rttvar: self.rtt.mdev_us() >> 2,
             snd_ssthresh: self.cc_st.snd_ssthresh,
@@ -276,7 +276,7 @@ impl Connection {
             bytes_sent: self.stats.bytes_sent,
             bytes_retrans: self.stats.bytes_retrans,
             snd_wnd: self.snd.wnd,
-            rcv_wnd: self.rcv_wnd,
+            rcv_wnd: self.rcv.wnd,
             busy_time: chrono.iter().map(|d| d.as_micros() as u64).sum(),
             rwnd_limited: chrono[1].as_micros() as u64,
             sndbuf_limited: chrono[2].as_micros() as u64,
@@ -315,7 +315,7 @@ impl Connection {
         }
         if self.state != TcpState::SynSent && self.state != TcpState::SynRecv {
             let target = self.opts.rcvlowat.max(1);
-            if self.inq() >= target || self.rx_queue.iter().any(|r| r.fin) {
+            if self.inq() >= target || self.rcv.rx_queue.iter().any(|r| r.fin) {
                 mask |= POLLIN | POLLRDNORM;
             }
             if self.shutdown & SEND_SHUTDOWN == 0 {

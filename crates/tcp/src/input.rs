@@ -126,8 +126,8 @@ impl Connection {
         }
         // Sequence acceptability (tcp_sequence).
         let end = seg.end_seq();
-        let win_end = self.rcv_nxt.wrapping_add(self.receive_window());
-        let acceptable = !before(end, self.rcv_wup) && !after(seg.seq, win_end);
+        let win_end = self.rcv.nxt.wrapping_add(self.receive_window());
+        let acceptable = !before(end, self.rcv.wup) && !after(seg.seq, win_end);
         if !acceptable {
             if seg.has(TcpFlags::RST) {
                 return out;
@@ -151,7 +151,7 @@ impl Connection {
         }
         // RST (RFC 5961 §3.2).
         if seg.has(TcpFlags::RST) {
-            if seg.seq == self.rcv_nxt || (self.state == TcpState::SynRecv) {
+            if seg.seq == self.rcv.nxt || (self.state == TcpState::SynRecv) {
                 self.reset_received(env, now);
                 out.closed = true;
             } else {
@@ -164,10 +164,10 @@ impl Connection {
         let simopen_synack = self.state == TcpState::SynRecv
             && seg.has(TcpFlags::SYN)
             && seg.has(TcpFlags::ACK)
-            && seg.seq.wrapping_add(1) == self.rcv_nxt
+            && seg.seq.wrapping_add(1) == self.rcv.nxt
             && seg.ack == self.snd.nxt;
         if seg.has(TcpFlags::SYN) && !simopen_synack {
-            if self.state == TcpState::SynRecv && seg.seq == self.irs {
+            if self.state == TcpState::SynRecv && seg.seq == self.rcv.irs {
                 self.send_synack(env, now);
                 return out;
             }
@@ -215,7 +215,7 @@ impl Connection {
         // tcp_replace_ts_recent (FLAG_UPDATE_TS_RECENT): only once the ACK was validated
         // (packetdrill ts_recent/invalid_ack.pkt), for segments covering rcv_wup.
         if let (true, Some((tsval, _))) = (self.rx_opt.tstamp_ok, seg.opts.ts) {
-            if !after(seg.seq, self.rcv_wup) && !before(tsval, self.rx_opt.ts_recent) {
+            if !after(seg.seq, self.rcv.wup) && !before(tsval, self.rx_opt.ts_recent) {
                 self.rx_opt.ts_recent = tsval;
                 self.rx_opt.ts_recent_stamp = now;
             }
@@ -248,7 +248,7 @@ impl Connection {
         if matches!(self.state, TcpState::FinWait1 | TcpState::FinWait2)
             && self.shutdown & RCV_SHUTDOWN != 0
             && !seg.payload.is_empty()
-            && after(seg.seq.wrapping_add(seg.payload.len() as u32), self.rcv_nxt)
+            && after(seg.seq.wrapping_add(seg.payload.len() as u32), self.rcv.nxt)
         {
             env.mib.inc(Mib::TCPAbortOnData);
             self.err = Some(Errno::ECONNRESET);
@@ -265,7 +265,7 @@ impl Connection {
                 }
                 // Data after the peer's FIN: ignore (RFC 9293), but ACK if it's new.
                 TcpState::CloseWait | TcpState::Closing | TcpState::LastAck
-                    if after(seg.end_seq(), self.rcv_nxt) =>
+                    if after(seg.end_seq(), self.rcv.nxt) =>
                 {
                     self.send_ack(env, now);
                 }
@@ -273,7 +273,7 @@ impl Connection {
                 // peer's FIN (tcp_rcv_state_process: seq below rcv_nxt falls through): D-SACK
                 // and an immediate ACK.
                 TcpState::CloseWait | TcpState::Closing | TcpState::LastAck
-                    if before(seg.seq, self.rcv_nxt) =>
+                    if before(seg.seq, self.rcv.nxt) =>
                 {
                     self.data_queue(env, now, seg);
                 }
@@ -354,7 +354,7 @@ impl Connection {
         if seg.has(TcpFlags::RST) {
             return;
         }
-        if seg.has(TcpFlags::FIN) && seg.end_seq() == self.rcv_nxt {
+        if seg.has(TcpFlags::FIN) && seg.end_seq() == self.rcv.nxt {
             self.arm(env, TimerKind::Keepalive, now + TCP_TIMEWAIT_LEN);
         }
         if seg.has(TcpFlags::SYN) && !seg.has(TcpFlags::ACK) {
@@ -388,23 +388,23 @@ impl Connection {
             self.sndbuf_expand(env);
         }
         let maxwin = self.full_space(env).max(0) as u32;
-        if self.window_clamp >= maxwin {
-            self.window_clamp = maxwin;
+        if self.rcv.window_clamp >= maxwin {
+            self.rcv.window_clamp = maxwin;
         }
         // Force reservation of one segment (tcp_app_win).
         if env.sysint(Sysctl::tcp_app_win) != 0
-            && self.window_clamp > 2 * self.advmss
-            && self.window_clamp + self.advmss > maxwin
+            && self.rcv.window_clamp > 2 * self.advmss
+            && self.rcv.window_clamp + self.advmss > maxwin
         {
-            self.window_clamp = (2 * self.advmss).max(maxwin.saturating_sub(self.advmss));
+            self.rcv.window_clamp = (2 * self.advmss).max(maxwin.saturating_sub(self.advmss));
         }
-        self.rcv_ssthresh = self.rcv_ssthresh.min(self.window_clamp);
+        self.rcv.ssthresh = self.rcv.ssthresh.min(self.rcv.window_clamp);
         self.init_rcvq_space(now);
         // tcp_initialize_rcv_mss: a conservative hint until data shows the peer's size.
         self.ack.rcv_mss = self
             .advmss
             .min(self.mss_cache)
-            .min(self.rcv_wnd / 2)
+            .min(self.rcv.wnd / 2)
             .clamp(TCP_MIN_MSS, TCP_MSS_DEFAULT);
 
         if self.opts.keepalive {
@@ -434,10 +434,10 @@ impl Connection {
         if !seg.has(TcpFlags::SYN) {
             return;
         }
-        self.irs = seg.seq;
-        self.rcv_nxt = seg.seq.wrapping_add(1);
-        self.rcv_wup = self.rcv_nxt;
-        self.copied_seq = self.rcv_nxt;
+        self.rcv.irs = seg.seq;
+        self.rcv.nxt = seg.seq.wrapping_add(1);
+        self.rcv.wup = self.rcv.nxt;
+        self.rcv.copied_seq = self.rcv.nxt;
         self.apply_syn_options(env, seg, true);
         // tcp_ecn_rcv_synack (RFC 3168 §6.1.1): ECN is on only if the SYN-ACK has ECE
         // without CWR.
@@ -522,7 +522,7 @@ impl Connection {
             self.rx_opt.wscale_ok = false;
             self.rx_opt.snd_wscale = 0;
             self.rx_opt.rcv_wscale = 0;
-            self.window_clamp = self.window_clamp.min(65535);
+            self.rcv.window_clamp = self.rcv.window_clamp.min(65535);
         }
         let peer_mss = u32::from(o.mss.unwrap_or(TCP_MSS_DEFAULT as u16));
         let min_mss = env.sysint(Sysctl::tcp_min_snd_mss) as u32;
@@ -537,16 +537,16 @@ impl Connection {
     /// and quickack.
     fn send_dupack(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) {
         let end = seg.end_seq();
-        if end != seg.seq && before(seg.seq, self.rcv_nxt) {
+        if end != seg.seq && before(seg.seq, self.rcv.nxt) {
             env.mib.inc(Mib::DelayedACKLost);
             self.enter_quickack(TCP_MAX_QUICKACKS);
             if self.rx_opt.dsack_ok {
-                let r = if after(end, self.rcv_nxt) {
-                    self.rcv_nxt
+                let r = if after(end, self.rcv.nxt) {
+                    self.rcv.nxt
                 } else {
                     end
                 };
-                self.dsack = Some((seg.seq, r));
+                self.rcv.dsack = Some((seg.seq, r));
                 env.mib.inc(Mib::TCPDSACKOldSent);
             }
         }
@@ -590,7 +590,7 @@ impl Connection {
 
     /// `tcp_incr_quickack`: allow up to `max` immediate ACKs (rcv_wnd / 2 rcv_mss, or 2).
     pub fn incr_quickack(&mut self, max: u8) {
-        let mut q = self.rcv_wnd / (2 * self.ack.rcv_mss.max(1));
+        let mut q = self.rcv.wnd / (2 * self.ack.rcv_mss.max(1));
         if q == 0 {
             q = 2;
         }
@@ -1000,16 +1000,16 @@ impl Connection {
             // SHUT_RD: Linux still queues; keep queueing (data is discarded on read).
         }
         // Trim what we already have.
-        if before(seq, self.rcv_nxt) {
-            let dup = self.rcv_nxt.wrapping_sub(seq) as usize;
-            if dup >= payload.len() && !(fin && seg.end_seq() == self.rcv_nxt.wrapping_add(1)) {
+        if before(seq, self.rcv.nxt) {
+            let dup = self.rcv.nxt.wrapping_sub(seq) as usize;
+            if dup >= payload.len() && !(fin && seg.end_seq() == self.rcv.nxt.wrapping_add(1)) {
                 // Entirely duplicate (retransmission): D-SACK + quickack.
                 env.mib.inc(Mib::DelayedACKLost);
                 self.enter_quickack(TCP_MAX_QUICKACKS);
                 // tcp_dsack_set(seq, end_seq): the block covers the FIN too, so a
                 // retransmitted bare FIN is reported as `sack SEQ:SEQ+1` (fuzz seed 70152).
                 if self.rx_opt.dsack_ok && seg.end_seq() != seg.seq {
-                    self.dsack = Some((seg.seq, seg.end_seq()));
+                    self.rcv.dsack = Some((seg.seq, seg.end_seq()));
                     env.mib.inc(Mib::TCPDSACKOldSent);
                 }
                 self.ack.pending |= ackf::NOW;
@@ -1018,14 +1018,14 @@ impl Connection {
             }
             let dup = dup.min(payload.len());
             if dup > 0 && self.rx_opt.dsack_ok {
-                self.dsack = Some((seq, self.rcv_nxt));
+                self.rcv.dsack = Some((seq, self.rcv.nxt));
             }
             payload = &payload[dup..];
-            seq = self.rcv_nxt;
+            seq = self.rcv.nxt;
         }
         // Receive window: never accept beyond what we offered.
-        let win_end = self.rcv_nxt.wrapping_add(self.receive_window());
-        if !payload.is_empty() && self.receive_window() == 0 && seq == self.rcv_nxt {
+        let win_end = self.rcv.nxt.wrapping_add(self.receive_window());
+        if !payload.is_empty() && self.receive_window() == 0 && seq == self.rcv.nxt {
             env.mib.inc(Mib::TCPZeroWindowDrop);
             self.stats.count_drop();
             self.ack.pending |= ackf::NOW | ackf::SCHED;
@@ -1037,7 +1037,7 @@ impl Connection {
             payload = &payload[..keep.min(payload.len())];
             fin = false;
         }
-        if seq == self.rcv_nxt {
+        if seq == self.rcv.nxt {
             if payload.is_empty() && !fin {
                 return;
             }
@@ -1050,7 +1050,7 @@ impl Connection {
                 && ((self.mem.rmem_alloc + truesize
                     > self.mem.rcvbuf.saturating_mul(2).max(self.mem.rcvbuf)
                     && !self.prune_ofo(env))
-                    || (!self.rx_queue.is_empty() && !self.try_rmem_schedule(env, truesize)))
+                    || (!self.rcv.rx_queue.is_empty() && !self.try_rmem_schedule(env, truesize)))
             {
                 env.mib.inc(Mib::TCPRcvQDrop);
                 self.stats.count_drop();
@@ -1063,17 +1063,17 @@ impl Connection {
             if !payload.is_empty() {
                 self.event_data_recv(env, now, seg, payload.len() as u32, truesize);
             }
-            if !self.ofo_queue.is_empty() {
+            if !self.rcv.ofo_queue.is_empty() {
                 self.ofo_drain(env);
-                if self.ofo_queue.is_empty() {
+                if self.rcv.ofo_queue.is_empty() {
                     // Filling the last hole: ACK now (RFC 5681 §4.2).
                     self.ack.pending |= ackf::NOW;
                 }
             }
-            if self.fin_received {
+            if self.rcv.fin_received {
                 self.process_fin(env, now);
             }
-            if !self.sacks.is_empty() {
+            if !self.rcv.sacks.is_empty() {
                 self.sacks_trim();
             }
             env.wake(self.id, POLLIN | POLLRDNORM);
@@ -1113,13 +1113,14 @@ impl Connection {
         if len > 0 {
             let coalesce = env.dev.rx_truesize.coalesces()
                 && self
+                    .rcv
                     .rx_queue
                     .back()
                     .map(|t| !t.fin && t.data.len() + payload.len() <= 65536)
                     .unwrap_or(false);
             let shared = seg.share(payload);
             if coalesce {
-                let t = self.rx_queue.back_mut().expect("checked");
+                let t = self.rcv.rx_queue.back_mut().expect("checked");
                 t.data.push(payload, shared);
                 t.truesize += len;
                 self.mem.rmem_alloc += len;
@@ -1128,7 +1129,7 @@ impl Connection {
                 self.mem.rmem_alloc += truesize;
                 let mut data = RxData::default();
                 data.push(payload, shared);
-                self.rx_queue.push_back(RxSkb {
+                self.rcv.rx_queue.push_back(RxSkb {
                     seq,
                     data,
                     fin: false,
@@ -1136,14 +1137,14 @@ impl Connection {
                 });
             }
         }
-        self.rcv_nxt = seq.wrapping_add(len);
+        self.rcv.nxt = seq.wrapping_add(len);
         self.stats.count_received(len);
         self.stats.count_data_segs_in(seg.gso_segs);
         if fin {
-            self.rcv_nxt = self.rcv_nxt.wrapping_add(1);
-            self.fin_received = true;
+            self.rcv.nxt = self.rcv.nxt.wrapping_add(1);
+            self.rcv.fin_received = true;
             // A zero-length marker so readers see EOF in order.
-            self.rx_queue.push_back(RxSkb {
+            self.rcv.rx_queue.push_back(RxSkb {
                 seq: seq.wrapping_add(len),
                 data: RxData::default(),
                 fin: true,
@@ -1187,11 +1188,11 @@ impl Connection {
         // Data queued beyond the FIN is dropped, and with it the SACK blocks and any pending
         // D-SACK (`tcp_fin`: skb_rbtree_purge, tcp_sack_reset). Measured on 6.18: the ACK of
         // a FIN with 1001:1101 queued out of order carries no SACK option.
-        for o in self.ofo_queue.drain(..) {
+        for o in self.rcv.ofo_queue.drain(..) {
             self.mem.rmem_alloc = self.mem.rmem_alloc.saturating_sub(o.truesize);
         }
-        self.sacks.clear();
-        self.dsack = None;
+        self.rcv.sacks.clear();
+        self.rcv.dsack = None;
         env.wake(self.id, POLLIN | POLLRDNORM | POLLRDHUP);
     }
 
@@ -1221,12 +1222,12 @@ impl Connection {
             if seg_size != self.ack.rcv_mss && truesize > 0 {
                 let ratio = ((u64::from(len) << TCP_RMEM_TO_WIN_SCALE) / u64::from(truesize))
                     .clamp(1, 255) as u8;
-                let old = self.scaling_ratio;
-                self.scaling_ratio = ratio;
+                let old = self.rcv.scaling_ratio;
+                self.rcv.scaling_ratio = ratio;
                 if ratio != old {
                     let clamp = self.full_space(env).max(0) as u32;
                     self.set_window_clamp(clamp);
-                    self.rcv_ssthresh = self.rcv_ssthresh.min(self.window_clamp);
+                    self.rcv.ssthresh = self.rcv.ssthresh.min(self.rcv.window_clamp);
                 }
             }
             self.ack.rcv_mss = seg_size.min(self.advmss);
@@ -1311,8 +1312,8 @@ impl Connection {
     /// truesize 2304): rcv_ssthresh 48896 → 51816 → 54736 → 56963 (room-bound) on three
     /// segments.
     pub(crate) fn grow_window(&mut self, env: &Env, len: u32, truesize: u32) {
-        let room =
-            i64::from(self.window_clamp).min(self.tcp_space(env)) - i64::from(self.rcv_ssthresh);
+        let room = i64::from(self.rcv.window_clamp).min(self.tcp_space(env))
+            - i64::from(self.rcv.ssthresh);
         if room <= 0 || env.mem.pressure {
             return;
         }
@@ -1323,7 +1324,7 @@ impl Connection {
             let rmem2 = env.sysctl.triple(Sysctl::tcp_rmem)[2];
             let mut window = self.win_from_space(rmem2) >> 1;
             let mut incr = 0;
-            while i64::from(self.rcv_ssthresh) <= window {
+            while i64::from(self.rcv.ssthresh) <= window {
                 if share <= i64::from(len) {
                     incr = 2 * self.ack.rcv_mss;
                     break;
@@ -1335,7 +1336,7 @@ impl Connection {
         };
         if incr > 0 {
             let incr = incr.max(2 * len);
-            self.rcv_ssthresh += (incr as i64).min(room) as u32;
+            self.rcv.ssthresh += (incr as i64).min(room) as u32;
             self.ack.quick |= 1;
         }
     }
@@ -1344,16 +1345,16 @@ impl Connection {
     /// (`__tcp_adjust_rcv_ssthresh`), a larger one lets it rise to the window last offered.
     /// The clamp is never below half of `SOCK_MIN_RCVBUF`.
     pub(crate) fn set_window_clamp(&mut self, val: u32) {
-        let old = self.window_clamp;
+        let old = self.rcv.window_clamp;
         let new = val.max(SOCK_MIN_RCVBUF / 2);
         if new == old {
             return;
         }
-        self.window_clamp = new;
+        self.rcv.window_clamp = new;
         if new < old {
-            self.rcv_ssthresh = self.rcv_ssthresh.min(new);
+            self.rcv.ssthresh = self.rcv.ssthresh.min(new);
         } else {
-            self.rcv_ssthresh = self.rcv_ssthresh.max(self.rcv_wnd.min(new));
+            self.rcv.ssthresh = self.rcv.ssthresh.max(self.rcv.wnd.min(new));
         }
     }
 
@@ -1362,12 +1363,12 @@ impl Connection {
         if self.ack.pending & ackf::SCHED == 0 {
             return;
         }
-        let unacked = self.rcv_nxt.wrapping_sub(self.rcv_wup);
-        let lowat_wants = self.rcv_nxt.wrapping_sub(self.copied_seq) < self.opts.rcvlowat;
+        let unacked = self.rcv.nxt.wrapping_sub(self.rcv.wup);
+        let lowat_wants = self.rcv.nxt.wrapping_sub(self.rcv.copied_seq) < self.opts.rcvlowat;
         let immediate = (unacked > self.ack.rcv_mss
             && (lowat_wants || {
                 let (w, _) = self.offer_window(env);
-                w >= self.rcv_wnd
+                w >= self.rcv.wnd
             }))
             || self.in_quickack_mode()
             || self.ack.pending & ackf::NOW != 0;
@@ -1379,7 +1380,7 @@ impl Connection {
             self.send_ack(env, now);
             return;
         }
-        if self.ofo_queue.is_empty() {
+        if self.rcv.ofo_queue.is_empty() {
             self.send_delayed_ack(env, now);
             return;
         }
@@ -1390,8 +1391,8 @@ impl Connection {
             self.send_ack(env, now);
             return;
         }
-        if sc.rcv_nxt != self.rcv_nxt {
-            sc.rcv_nxt = self.rcv_nxt;
+        if sc.rcv_nxt != self.rcv.nxt {
+            sc.rcv_nxt = self.rcv.nxt;
             sc.dup_acks = 0;
         }
         if sc.dup_acks < 3 {

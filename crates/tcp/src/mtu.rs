@@ -144,8 +144,8 @@ impl Connection {
             || self.mtup.probe_size != 0
             || self.ca_state != shallow_cc::CaState::Open
             || self.snd_cwnd() < 11
-            || !self.sacks.is_empty()
-            || self.dsack.is_some()
+            || !self.rcv.sacks.is_empty()
+            || self.rcv.dsack.is_some()
         {
             return -1;
         }

@@ -55,7 +55,7 @@ impl Connection {
         if !self.rx_opt.sack_ok {
             return 0;
         }
-        let n = self.sacks.len() + usize::from(self.dsack.is_some());
+        let n = self.rcv.sacks.len() + usize::from(self.rcv.dsack.is_some());
         let max = if self.rx_opt.tstamp_ok { 3 } else { 4 };
         n.min(max)
     }
@@ -138,8 +138,8 @@ impl Connection {
         };
         if self.opts.rcvbuf_lock {
             let full = self.full_space(env).max(0) as u32;
-            if self.window_clamp == 0 || self.window_clamp > full {
-                self.window_clamp = full;
+            if self.rcv.window_clamp == 0 || self.rcv.window_clamp > full {
+                self.rcv.window_clamp = full;
             }
         }
         let ws = self.rx_opt.wscale_ok;
@@ -155,10 +155,10 @@ impl Connection {
     /// (= 184 × 1460, window field 1050 at scale 8) before any data arrives; SO_RCVBUF 100000
     /// (clamp 100000, scale 1) gives 99280 = 68 × 1460.
     pub fn select_initial_window(&mut self, env: &Env, mss: u32, wscale_ok: bool) {
-        if self.window_clamp == 0 {
-            self.window_clamp = 65535u32 << 14;
+        if self.rcv.window_clamp == 0 {
+            self.rcv.window_clamp = 65535u32 << 14;
         }
-        let mut space = (self.full_space(env).max(0) as u32).min(self.window_clamp);
+        let mut space = (self.full_space(env).max(0) as u32).min(self.rcv.window_clamp);
         if space > mss && mss > 0 {
             space = space / mss * mss;
         }
@@ -180,13 +180,16 @@ impl Connection {
         if wscale_ok {
             let rmem2 = env.sysctl.triple(Sysctl::tcp_rmem)[2] as u32;
             let rmem_max = env.sysint(Sysctl::rmem_max) as u32;
-            let s = rmem2.max(rmem_max).min(self.window_clamp).max(1);
+            let s = rmem2.max(rmem_max).min(self.rcv.window_clamp).max(1);
             let ilog2 = 31 - s.leading_zeros();
             self.rx_opt.rcv_wscale = ilog2.saturating_sub(15).min(14) as u8;
         }
-        self.window_clamp = self.window_clamp.min(65535u32 << self.rx_opt.rcv_wscale);
-        self.rcv_wnd = rcv_wnd;
-        self.rcv_ssthresh = rcv_wnd;
+        self.rcv.window_clamp = self
+            .rcv
+            .window_clamp
+            .min(65535u32 << self.rx_opt.rcv_wscale);
+        self.rcv.wnd = rcv_wnd;
+        self.rcv.ssthresh = rcv_wnd;
     }
 
     /// `__tcp_select_window`: the window we would like to offer now.
@@ -195,7 +198,7 @@ impl Connection {
         if tight {
             self.ack.quick = 0;
             if env.mem.pressure {
-                self.rcv_ssthresh = self.rcv_ssthresh.min(4 * self.advmss);
+                self.rcv.ssthresh = self.rcv.ssthresh.min(4 * self.advmss);
             }
         }
         window
@@ -210,8 +213,8 @@ impl Connection {
         let mut mss = self.ack.rcv_mss;
         let mut free_space = self.tcp_space(env).max(0) as u32;
         let allowed_space = self.full_space(env).max(0) as u32;
-        let full_space = self.window_clamp.min(allowed_space);
-        let mut rcv_ssthresh = self.rcv_ssthresh;
+        let full_space = self.rcv.window_clamp.min(allowed_space);
+        let mut rcv_ssthresh = self.rcv.ssthresh;
         if mss > full_space {
             mss = full_space;
         }
@@ -228,7 +231,7 @@ impl Connection {
         if free_space > rcv_ssthresh {
             free_space = rcv_ssthresh;
         }
-        let mut window = self.rcv_wnd;
+        let mut window = self.rcv.wnd;
         if self.rx_opt.rcv_wscale != 0 {
             window = free_space;
             let unit = 1u32 << self.rx_opt.rcv_wscale;
@@ -246,7 +249,7 @@ impl Connection {
     /// `tcp_select_window`: choose the window field for an outgoing segment and record it
     /// (`rcv_wnd`, `rcv_wup`). Never shrinks the offered window unless `tcp_shrink_window`.
     pub fn select_window(&mut self, env: &mut Env) -> u16 {
-        let old_win = self.rcv_wnd;
+        let old_win = self.rcv.wnd;
         let cur_win = self.receive_window();
         let mut new_win = self.raw_select_window(env);
         if new_win < cur_win && !env.sysctl.on(Sysctl::tcp_shrink_window) {
@@ -256,8 +259,8 @@ impl Connection {
             let unit = 1u32 << self.rx_opt.rcv_wscale;
             new_win = cur_win.div_ceil(unit) * unit;
         }
-        self.rcv_wnd = new_win;
-        self.rcv_wup = self.rcv_nxt;
+        self.rcv.wnd = new_win;
+        self.rcv.wup = self.rcv.nxt;
         let cap = if self.rx_opt.rcv_wscale == 0
             && env.sysctl.on(Sysctl::tcp_workaround_signed_windows)
         {
@@ -287,11 +290,11 @@ impl Connection {
         if n > 0 {
             let mut b = [(0u32, 0u32); 4];
             let mut i = 0;
-            if let Some(d) = self.dsack {
+            if let Some(d) = self.rcv.dsack {
                 b[0] = d;
                 i = 1;
             }
-            for s in &self.sacks {
+            for s in &self.rcv.sacks {
                 if i >= n {
                     break;
                 }
@@ -347,7 +350,7 @@ impl Connection {
         }
         self.ack.pending = 0;
         self.disarm(env, TimerKind::Delack);
-        self.dsack = None;
+        self.rcv.dsack = None;
     }
 
     /// Send a pure ACK now (`tcp_send_ack`). Carries no TX token.
@@ -422,7 +425,7 @@ impl Connection {
     pub fn send_syn(&mut self, env: &mut Env, now: Instant) {
         let mut opts = Vec::with_capacity(6);
         self.syn_opts(now, &mut opts, 0);
-        let win = self.rcv_wnd.min(65535) as u16;
+        let win = self.rcv.wnd.min(65535) as u16;
         // tcp_ecn_send_syn (RFC 3168 §6.1.1): with tcp_ecn=1 the SYN asks for ECN with
         // ECE|CWR; a retransmitted SYN drops them (tcp_ecn_clear_syn, tcp_ecn_fallback=1).
         let mut fl = TcpFlags::SYN;
@@ -447,7 +450,7 @@ impl Connection {
         let mut opts = Vec::with_capacity(6);
         let ecr = self.rx_opt.ts_recent;
         self.syn_opts(now, &mut opts, ecr);
-        let win = self.rcv_wnd.min(65535) as u16;
+        let win = self.rcv.wnd.min(65535) as u16;
         // tcp_ecn_make_synack: ECE on the SYN-ACK when the request was ECN-capable.
         let fl = if self.ecn_flags & ecnf::OK != 0 {
             TcpFlags::SYN | TcpFlags::ACK | TcpFlags::ECE

@@ -15,7 +15,7 @@ use crate::packet::{self, OutOpt, SegOut};
 use crate::rack::{Rack, Tlp};
 use crate::rate::{RateState, TxRate};
 use crate::recovery::{Prr, RtxQueue, Undo};
-use crate::recv::{RcvRttEst, RcvqSpace};
+use crate::recv::{RcvRttEst, RcvSeq, RcvqSpace};
 use crate::rtt::Rtt;
 use crate::send::SndSeq;
 use crate::sysctl::{Sysctl, Sysctls};
@@ -969,22 +969,11 @@ pub(crate) struct Connection {
     pub tsq_flags: u8,
 
     // --- sequence space (RFC 9293 §3.3.1) ---
-    pub irs: u32,
     /// Send sequence space and the write queue (RFC 9293 §3.3.1, send.rs).
     pub snd: SndSeq,
-    pub rcv_nxt: u32,
-    pub rcv_wup: u32,
-    pub rcv_wnd: u32,
-    /// Next byte the application will read.
-    pub copied_seq: u32,
-    pub window_clamp: u32,
-    pub rcv_ssthresh: u32,
-    /// Bytes of payload per byte of receive buffer, in 1/256ths (`tp->scaling_ratio`): the
-    /// share of `rcvbuf` the window may offer ([`Connection::win_from_space`]). Starts at
-    /// [`TCP_DEFAULT_SCALING_RATIO`] and is learnt from received buffers' `len / truesize`
-    /// (`tcp_measure_rcv_mss`).
-    pub scaling_ratio: u8,
 
+    /// Receive sequence space, the offered window and the receive queues (recv.rs).
+    pub rcv: RcvSeq,
     // --- options / MSS ---
     pub mss_cache: u32,
     pub advmss: u32,
@@ -998,10 +987,6 @@ pub(crate) struct Connection {
     pub tcp_header_len: u32,
     /// Options negotiated on the handshake and the timestamp state (`rx_opt`, input.rs).
     pub rx_opt: RxOpt,
-    /// Pending D-SACK block to send (`duplicate_sack`).
-    pub dsack: Option<(u32, u32)>,
-    /// SACK blocks we advertise (`selective_acks`), most recent first.
-    pub sacks: Vec<(u32, u32)>,
     pub gso_segs_cache: u32,
 
     // --- congestion control ---
@@ -1042,9 +1027,6 @@ pub(crate) struct Connection {
     /// A lingering `close()` waits until this time (SO_LINGER, `sk_stream_wait_close`);
     /// meanwhile the socket is closed but not yet orphaned.
     pub linger_until: Option<Instant>,
-    pub rx_queue: VecDeque<RxSkb>,
-    pub ofo_queue: Vec<OfoSkb>,
-    pub fin_received: bool,
     pub ack: AckState,
     pub pacing_rate: u64,
     /// The retransmit queue and its SACK scoreboard (recovery.rs).
@@ -1106,22 +1088,12 @@ impl Connection {
             backlog: VecDeque::new(),
             backlog_len: 0,
             tsq_flags: 0,
-            irs: 0,
-            rcv_nxt: 0,
-            rcv_wup: 0,
-            rcv_wnd: 0,
-            copied_seq: 0,
-            window_clamp: 0,
-            rcv_ssthresh: 0,
-            scaling_ratio: TCP_DEFAULT_SCALING_RATIO,
             mss_cache: TCP_MSS_DEFAULT,
             advmss: TCP_MSS_DEFAULT,
             pmtu_cookie: 0,
             route_pending: None,
             mtup: Mtup::default(),
             tcp_header_len: 20,
-            dsack: None,
-            sacks: Vec::new(),
             gso_segs_cache: 0,
             cc,
             cc_st: CcState::default(),
@@ -1142,9 +1114,6 @@ impl Connection {
             rcv_tstamp: Instant::ZERO,
             rack: Rack::default(),
             linger_until: None,
-            rx_queue: VecDeque::new(),
-            ofo_queue: Vec::new(),
-            fin_received: false,
             ack: AckState {
                 pending: 0,
                 quick: 0,
@@ -1208,6 +1177,21 @@ impl Connection {
                 delivered: 0,
                 highest_sack_end: 0,
                 sack_seen_any: false,
+            },
+            rcv: RcvSeq {
+                irs: 0,
+                nxt: 0,
+                wup: 0,
+                wnd: 0,
+                copied_seq: 0,
+                window_clamp: 0,
+                ssthresh: 0,
+                scaling_ratio: TCP_DEFAULT_SCALING_RATIO,
+                rx_queue: VecDeque::new(),
+                ofo_queue: Vec::new(),
+                fin_received: false,
+                sacks: Vec::new(),
+                dsack: None,
             },
         }
     }
@@ -1291,9 +1275,10 @@ impl Connection {
     /// Sequence-space receive window still offered (`tcp_receive_window`).
     pub fn receive_window(&self) -> u32 {
         let w = self
-            .rcv_wup
-            .wrapping_add(self.rcv_wnd)
-            .wrapping_sub(self.rcv_nxt) as i32;
+            .rcv
+            .wup
+            .wrapping_add(self.rcv.wnd)
+            .wrapping_sub(self.rcv.nxt) as i32;
         w.max(0) as u32
     }
 
@@ -1301,12 +1286,12 @@ impl Connection {
     /// `space × scaling_ratio / 256`. `tcp_adv_win_scale` no longer plays a part (measured:
     /// setting it to 2 leaves every window of the 540000-byte scenario unchanged).
     pub fn win_from_space(&self, space: i64) -> i64 {
-        (space * i64::from(self.scaling_ratio)) >> TCP_RMEM_TO_WIN_SCALE
+        (space * i64::from(self.rcv.scaling_ratio)) >> TCP_RMEM_TO_WIN_SCALE
     }
 
     /// `tcp_space_from_win`: the buffer that yields a window of `win` at the current ratio.
     pub fn space_from_win(&self, win: u64) -> u64 {
-        (win << TCP_RMEM_TO_WIN_SCALE) / u64::from(self.scaling_ratio.max(1))
+        (win << TCP_RMEM_TO_WIN_SCALE) / u64::from(self.rcv.scaling_ratio.max(1))
     }
 
     /// `tcp_space`: window we could offer now.
@@ -1352,7 +1337,7 @@ impl Connection {
             remote: self.remote,
             seq,
             ack: if flags.intersects(TcpFlags::ACK) {
-                self.rcv_nxt
+                self.rcv.nxt
             } else {
                 0
             },

@@ -488,7 +488,7 @@ impl Stack {
     #[cfg(test)]
     pub(crate) fn seqs(&self, s: SocketId) -> (u32, u32, u32) {
         let sk = self.sock(s).expect("socket");
-        (sk.snd.una, sk.snd.nxt, sk.rcv_nxt)
+        (sk.snd.una, sk.snd.nxt, sk.rcv.nxt)
     }
 
     /// `/proc/net/sockstat`-style totals: sockets in use, orphans, TIME_WAIT, and TCP memory

@@ -408,7 +408,7 @@ impl Stack {
             // tcp_close purges the receive queue first: a RST for unread data already offers
             // the window of the emptied buffer (fuzz seed 70199). The out-of-order queue stays
             // charged until the socket goes.
-            let purged: u32 = sk.rx_queue.drain(..).map(|b| b.truesize).sum();
+            let purged: u32 = sk.rcv.rx_queue.drain(..).map(|b| b.truesize).sum();
             sk.mem.rmem_alloc = sk.mem.rmem_alloc.saturating_sub(purged);
             let linger0 = sk.opts.linger == Some(0);
             match sk.state {

@@ -127,10 +127,10 @@ impl Stack {
         sk.snd.nxt = iss.wrapping_add(1);
         sk.snd.write_seq = sk.snd.nxt;
         sk.snd.pushed_seq = sk.snd.write_seq;
-        sk.irs = seg.seq;
-        sk.rcv_nxt = seg.seq.wrapping_add(1);
-        sk.rcv_wup = sk.rcv_nxt;
-        sk.copied_seq = sk.rcv_nxt;
+        sk.rcv.irs = seg.seq;
+        sk.rcv.nxt = seg.seq.wrapping_add(1);
+        sk.rcv.wup = sk.rcv.nxt;
+        sk.rcv.copied_seq = sk.rcv.nxt;
         let syn_like = SegIn {
             opts: opts.unwrap_or(seg.opts),
             ..*seg

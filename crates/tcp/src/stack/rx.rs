@@ -183,7 +183,7 @@ impl Stack {
                 && seg.has(TcpFlags::SYN)
                 && !seg.has(TcpFlags::ACK)
                 && !seg.has(TcpFlags::RST)
-                && after(seg.seq, sk.rcv_nxt)
+                && after(seg.seq, sk.rcv.nxt)
             {
                 if let Some(l) = self.listener_for(seg.dst) {
                     if sk.orphan {
