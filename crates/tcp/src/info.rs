@@ -1,6 +1,7 @@
 //! Introspection: `tcp_info` (Linux field names), `SO_MEMINFO`, `tcp_poll`, and the socket
 //! option handlers.
 
+use crate::env::Env;
 use crate::errno::Errno;
 use crate::socket::pollbits::*;
 use crate::socket::*;
@@ -210,7 +211,7 @@ impl ConnStats {
 }
 
 impl Connection {
-    pub(crate) fn tcp_info(&self, _env: &crate::socket::Env, now: Instant) -> TcpInfo {
+    pub(crate) fn tcp_info(&self, _env: &crate::env::Env, now: Instant) -> TcpInfo {
         let mut o = 0u8;
         if self.rx_opt.tstamp_ok {
             o |= 1;
@@ -356,7 +357,7 @@ impl Connection {
                 if !CC_NAMES.contains(&name.as_str()) {
                     return Err(Errno::ENOENT);
                 }
-                let cc = shallow_cc::by_name(name, &env.cc_params).ok_or(Errno::ENOENT)?;
+                let cc = shallow_cc::by_name(name, &env.config.cc_params).ok_or(Errno::ENOENT)?;
                 self.cc = cc;
                 if self.state == TcpState::Established {
                     self.sync_cc_state(now);
@@ -532,7 +533,7 @@ impl Connection {
     fn check_space_force(&mut self, env: &mut Env) {
         if self.stream_is_writeable(env, 1) {
             self.nospace = false;
-            env.wake(self.id, POLLOUT | POLLWRNORM | POLLWRBAND);
+            env.out.wake(self.id, POLLOUT | POLLWRNORM | POLLWRBAND);
         }
     }
 

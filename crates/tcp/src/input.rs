@@ -2,6 +2,7 @@
 //! `tcp_rcv_synsent_state_process`, `tcp_ack`, `tcp_data_queue`, `tcp_event_data_recv`,
 //! `__tcp_ack_snd_check`).
 
+use crate::env::Env;
 use crate::errno::Errno;
 use crate::packet::SegIn;
 use crate::seq::*;
@@ -226,7 +227,7 @@ impl Connection {
             TcpState::FinWait1 if fin_acked => {
                 self.state = TcpState::FinWait2;
                 self.shutdown |= SEND_SHUTDOWN;
-                env.wake(self.id, POLLOUT | POLLIN | POLLHUP);
+                env.out.wake(self.id, POLLOUT | POLLIN | POLLHUP);
                 if self.orphan {
                     let t = self.fin_timeout(env);
                     self.arm(env, TimerKind::Keepalive, now + t);
@@ -313,7 +314,8 @@ impl Connection {
         self.state = TcpState::Close;
         self.shutdown = RCV_SHUTDOWN | SEND_SHUTDOWN;
         self.disarm_all(env);
-        env.wake(self.id, POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP);
+        env.out
+            .wake(self.id, POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP);
     }
 
     /// `tcp_reset`: the peer reset the connection.
@@ -340,7 +342,8 @@ impl Connection {
         self.disarm_all(env);
         self.arm(env, TimerKind::Keepalive, now + TCP_TIMEWAIT_LEN);
         env.mib.inc(Mib::TW);
-        env.wake(self.id, POLLIN | POLLOUT | POLLHUP | POLLRDHUP);
+        env.out
+            .wake(self.id, POLLIN | POLLOUT | POLLHUP | POLLRDHUP);
     }
 
     fn rcv_timewait(
@@ -411,7 +414,7 @@ impl Connection {
             let idle = self.keepalive_time(env);
             self.arm(env, TimerKind::Keepalive, now + idle);
         }
-        env.wake(self.id, POLLOUT | POLLWRNORM | POLLIN);
+        env.out.wake(self.id, POLLOUT | POLLWRNORM | POLLIN);
     }
 
     /// SYN_SENT processing (`tcp_rcv_synsent_state_process`, RFC 9293 §3.10.7.3).
@@ -509,12 +512,12 @@ impl Connection {
     pub fn apply_syn_options(&mut self, env: &Env, seg: &SegIn<'_>, active: bool) {
         let o = &seg.opts;
         let want_ts = env.sysint(Sysctl::tcp_timestamps) != 0;
-        let want_sack = env.sysctl.on(Sysctl::tcp_sack);
-        let want_ws = env.sysctl.on(Sysctl::tcp_window_scaling);
+        let want_sack = env.config.sysctl.on(Sysctl::tcp_sack);
+        let want_ws = env.config.sysctl.on(Sysctl::tcp_window_scaling);
         let _ = active;
         self.rx_opt.tstamp_ok = want_ts && o.ts.is_some();
         self.rx_opt.sack_ok = want_sack && o.sack_ok;
-        self.rx_opt.dsack_ok = self.rx_opt.sack_ok && env.sysctl.on(Sysctl::tcp_dsack);
+        self.rx_opt.dsack_ok = self.rx_opt.sack_ok && env.config.sysctl.on(Sysctl::tcp_dsack);
         if want_ws && o.wscale.is_some() {
             self.rx_opt.wscale_ok = true;
             self.rx_opt.snd_wscale = o.wscale.unwrap_or(0).min(14);
@@ -559,7 +562,10 @@ impl Connection {
         if self.oow_ack_limited(env, now, Mib::TCPACKSkippedChallenge) {
             return;
         }
-        if !env.challenge_ack_allowed(now) {
+        if !env
+            .limits
+            .challenge_ack_allowed(now, env.sysint(Sysctl::tcp_challenge_ack_limit))
+        {
             return;
         }
         env.mib.inc(Mib::TCPChallengeACK);
@@ -1076,7 +1082,7 @@ impl Connection {
             if !self.rcv.sacks.is_empty() {
                 self.sacks_trim();
             }
-            env.wake(self.id, POLLIN | POLLRDNORM);
+            env.out.wake(self.id, POLLIN | POLLRDNORM);
             return;
         }
         // Out of order (tcp_data_queue_ofo).
@@ -1111,7 +1117,7 @@ impl Connection {
     ) {
         let len = payload.len() as u32;
         if len > 0 {
-            let coalesce = env.dev.rx_truesize.coalesces()
+            let coalesce = env.device.caps.rx_truesize.coalesces()
                 && self
                     .rcv
                     .rx_queue
@@ -1193,7 +1199,7 @@ impl Connection {
         }
         self.rcv.sacks.clear();
         self.rcv.dsack = None;
-        env.wake(self.id, POLLIN | POLLRDNORM | POLLRDHUP);
+        env.out.wake(self.id, POLLIN | POLLRDNORM | POLLRDHUP);
     }
 
     /// `tcp_measure_rcv_mss`: learn the peer's segment size from data (the GRO segment size
@@ -1298,7 +1304,7 @@ impl Connection {
     /// sizing, [`crate::RxTruesize`]).
     pub(crate) fn rx_truesize(&self, env: &Env, seg: &SegIn<'_>, len: u32) -> u32 {
         let headers = self.ip_hdr_len() + u32::from(seg.opts.hdr_len).max(20);
-        env.dev.rx_truesize.truesize(len, headers)
+        env.device.caps.rx_truesize.truesize(len, headers)
     }
 
     /// `tcp_grow_window`: raise `rcv_ssthresh` (the window we are willing to offer) towards
@@ -1321,7 +1327,7 @@ impl Connection {
             2 * self.advmss
         } else {
             let mut share = self.win_from_space(i64::from(truesize)) >> 1;
-            let rmem2 = env.sysctl.triple(Sysctl::tcp_rmem)[2];
+            let rmem2 = env.config.sysctl.triple(Sysctl::tcp_rmem)[2];
             let mut window = self.win_from_space(rmem2) >> 1;
             let mut incr = 0;
             while i64::from(self.rcv.ssthresh) <= window {
@@ -1373,7 +1379,7 @@ impl Connection {
             || self.in_quickack_mode()
             || self.ack.pending & ackf::NOW != 0;
         if immediate {
-            if self.owned && env.sysctl.on(Sysctl::tcp_backlog_ack_defer) {
+            if self.owned && env.config.sysctl.on(Sysctl::tcp_backlog_ack_defer) {
                 self.tsq_flags |= tsq::ACK_DEFERRED;
                 return;
             }
@@ -1482,4 +1488,48 @@ pub(crate) struct RxOpt {
     pub rcv_tsecr: u32,
     /// Offset added to our timestamp clock (`tp->tsoffset`, keyed per connection).
     pub ts_offset: u32,
+}
+
+/// Host-wide rules that count packets: the global challenge-ACK limiter (RFC 5961 §7, Linux's
+/// `tcp_send_challenge_ack` limit of `tcp_challenge_ack_limit` per second) and the IPv4
+/// identification counter. Private: used through their methods.
+pub(crate) struct Limits {
+    /// The IPv4 identification counter.
+    ip_ident: u16,
+    /// Challenge ACKs sent in the current second: (second, count).
+    challenge: (u64, u32),
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            ip_ident: 0,
+            challenge: (u64::MAX, 0),
+        }
+    }
+}
+
+impl Limits {
+    /// The next IPv4 identification.
+    pub fn next_ident(&mut self) -> u16 {
+        self.ip_ident = self.ip_ident.wrapping_add(1);
+        self.ip_ident
+    }
+
+    /// RFC 5961 §7 / Linux `tcp_send_challenge_ack` global limit: true if one may be sent now.
+    pub fn challenge_ack_allowed(&mut self, now: Instant, limit: i64) -> bool {
+        if limit >= i32::MAX as i64 {
+            return true;
+        }
+        let sec = now.as_nanos() / 1_000_000_000;
+        if self.challenge.0 != sec {
+            self.challenge = (sec, 0);
+        }
+        if i64::from(self.challenge.1) < limit {
+            self.challenge.1 += 1;
+            true
+        } else {
+            false
+        }
+    }
 }

@@ -31,9 +31,11 @@
 //!   `Stack::reap`), so forced charges and reclaims are per call rather than per skb.
 //! - A freed socket returns all its pages ([`Connection::mem_release`]).
 
+use crate::env::Env;
 use crate::socket::pollbits::{POLLOUT, POLLWRBAND, POLLWRNORM};
-use crate::socket::{Connection, Env, SOCK_MIN_SNDBUF};
+use crate::socket::{Connection, SOCK_MIN_SNDBUF};
 use crate::sysctl::Sysctl;
+use crate::time::Instant;
 use crate::Mib;
 
 /// Page size of the accounting (`PAGE_SIZE`).
@@ -53,6 +55,20 @@ pub(crate) enum MemKind {
 /// `sk_mem_pages`: bytes rounded up to pages.
 fn pages(bytes: i64) -> i64 {
     (bytes.max(0) + PAGE - 1) / PAGE
+}
+
+/// Host-wide TCP memory accounting (Linux's `tcp_memory_allocated`, `tcp_memory_pressure`,
+/// `tcp_sockets_allocated`), against `net.ipv4.tcp_mem` (`mem.rs`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct HostMem {
+    /// Global TCP memory in pages (`tcp_memory_allocated`).
+    pub allocated: i64,
+    /// Under TCP memory pressure (`tcp_memory_pressure`).
+    pub pressure: bool,
+    /// When pressure was entered (for `TcpExtTCPMemoryPressuresChrono`).
+    pub pressure_since: Instant,
+    /// Live TCP sockets (`tcp_sockets_allocated`; our TIME_WAIT sockets are full sockets).
+    pub sockets: u32,
 }
 
 impl Env {
@@ -84,7 +100,7 @@ impl Env {
     pub(crate) fn memory_reduce(&mut self, amt: i64) {
         self.mem.allocated -= amt;
         debug_assert!(self.mem.allocated >= 0, "tcp memory underflow");
-        if self.mem.pressure && self.mem.allocated < self.sysctl.triple(Sysctl::tcp_mem)[0] {
+        if self.mem.pressure && self.mem.allocated < self.config.sysctl.triple(Sysctl::tcp_mem)[0] {
             self.leave_memory_pressure();
         }
     }
@@ -106,7 +122,7 @@ impl Connection {
     fn mem_raise(&mut self, env: &mut Env, size: i64, amt: i64, kind: MemKind) -> bool {
         env.mem.allocated += amt;
         let allocated = env.mem.allocated;
-        let [min, pressure, max] = env.sysctl.triple(Sysctl::tcp_mem);
+        let [min, pressure, max] = env.config.sysctl.triple(Sysctl::tcp_mem);
         if allocated <= min {
             env.leave_memory_pressure();
             return true;
@@ -119,10 +135,10 @@ impl Connection {
             // Guarantee the per-socket minimum.
             let below_min = match kind {
                 MemKind::Recv => {
-                    i64::from(self.mem.rmem_alloc) < env.sysctl.triple(Sysctl::tcp_rmem)[0]
+                    i64::from(self.mem.rmem_alloc) < env.config.sysctl.triple(Sysctl::tcp_rmem)[0]
                 }
                 MemKind::Send => {
-                    i64::from(self.mem.wmem_queued) < env.sysctl.triple(Sysctl::tcp_wmem)[0]
+                    i64::from(self.mem.wmem_queued) < env.config.sysctl.triple(Sysctl::tcp_wmem)[0]
                 }
             };
             if below_min || !env.mem.pressure {
@@ -184,7 +200,7 @@ impl Connection {
             // Queued bytes were freed: the writer may try again.
             self.mem.wait = 0;
             if self.stream_is_writeable(env, 1) {
-                env.wake(self.id, POLLOUT | POLLWRNORM | POLLWRBAND);
+                env.out.wake(self.id, POLLOUT | POLLWRNORM | POLLWRBAND);
             }
         }
         let fa = self.forward_alloc();
@@ -217,11 +233,11 @@ impl Connection {
     /// when memory allows, else clamp the window we offer.
     pub(crate) fn clamp_window(&mut self, env: &Env) {
         self.ack.quick = 0;
-        let rmem2 = env.sysctl.triple(Sysctl::tcp_rmem)[2].max(0) as u32;
+        let rmem2 = env.config.sysctl.triple(Sysctl::tcp_rmem)[2].max(0) as u32;
         if self.mem.rcvbuf < rmem2
             && !self.opts.rcvbuf_lock
             && !env.mem.pressure
-            && env.mem.allocated < env.sysctl.triple(Sysctl::tcp_mem)[0]
+            && env.mem.allocated < env.config.sysctl.triple(Sysctl::tcp_mem)[0]
         {
             self.mem.rcvbuf = self.mem.rmem_alloc.min(rmem2).max(self.mem.rcvbuf);
         }

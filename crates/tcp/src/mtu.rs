@@ -7,6 +7,7 @@
 //!
 //! [`Mtup`]'s fields are private to this file.
 
+use crate::env::Env;
 use crate::mib::Mib;
 use crate::seq::*;
 use crate::socket::*;

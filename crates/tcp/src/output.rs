@@ -2,6 +2,7 @@
 //! transmission with TX-completion tokens, pure ACKs, RSTs, SYN/SYN-ACK and FIN.
 
 use crate::chrono::{CHRONO_BUSY, CHRONO_RWND_LIMITED, CHRONO_SNDBUF_LIMITED};
+use crate::env::{Emitted, Env};
 use crate::gate::TxMeta;
 use crate::packet::{self, OutOpt, SegOut};
 use crate::seq::*;
@@ -178,7 +179,7 @@ impl Connection {
         }
         self.rx_opt.rcv_wscale = 0;
         if wscale_ok {
-            let rmem2 = env.sysctl.triple(Sysctl::tcp_rmem)[2] as u32;
+            let rmem2 = env.config.sysctl.triple(Sysctl::tcp_rmem)[2] as u32;
             let rmem_max = env.sysint(Sysctl::rmem_max) as u32;
             let s = rmem2.max(rmem_max).min(self.rcv.window_clamp).max(1);
             let ilog2 = 31 - s.leading_zeros();
@@ -252,7 +253,7 @@ impl Connection {
         let old_win = self.rcv.wnd;
         let cur_win = self.receive_window();
         let mut new_win = self.raw_select_window(env);
-        if new_win < cur_win && !env.sysctl.on(Sysctl::tcp_shrink_window) {
+        if new_win < cur_win && !env.config.sysctl.on(Sysctl::tcp_shrink_window) {
             if new_win == 0 {
                 env.mib.inc(Mib::TCPWantZeroWindowAdv);
             }
@@ -262,7 +263,7 @@ impl Connection {
         self.rcv.wnd = new_win;
         self.rcv.wup = self.rcv.nxt;
         let cap = if self.rx_opt.rcv_wscale == 0
-            && env.sysctl.on(Sysctl::tcp_workaround_signed_windows)
+            && env.config.sysctl.on(Sysctl::tcp_workaround_signed_windows)
         {
             32767
         } else {
@@ -543,7 +544,7 @@ impl Connection {
 
     /// `tcp_small_queue_check` (spec §2.5): true = stop, too many bytes below TCP.
     fn small_queue_check(&mut self, env: &Env, truesize: u32, factor: u32) -> bool {
-        if !env.sysctl.on(Sysctl::shallow_tcp_tsq) {
+        if !env.config.sysctl.on(Sysctl::shallow_tcp_tsq) {
             return false;
         }
         let mut limit = (2 * u64::from(truesize)).max(self.pacing_rate >> 10);
@@ -732,7 +733,7 @@ impl Connection {
                 _ => {}
             }
         }
-        let max_segs = if env.dev.gso {
+        let max_segs = if env.device.caps.gso {
             self.tso_segs(env, mss_now)
         } else {
             1
@@ -943,7 +944,7 @@ impl Connection {
             payload: &[],
         });
         let meta = TxMeta {
-            flow: env.flow_hash(self.local, self.remote),
+            flow: env.keys.flow_hash(self.local, self.remote),
             len: header_len + len as usize,
             header_len,
             gso_size: gso,
@@ -955,7 +956,7 @@ impl Connection {
             departure_ns: Some(self.wstamp.max(now).as_nanos()),
             now,
         };
-        if !env.admit(&meta) {
+        if !env.device.admit(&meta) {
             if !matches!(
                 self.ca_state,
                 shallow_cc::CaState::Cwr
@@ -991,7 +992,8 @@ impl Connection {
         }
         // An orphaning device (Env::tx_orphan) frees the packet inside the send unless an EDT
         // qdisc holds it for a later departure.
-        let orphan = env.dev.orphan_at_xmit && !(env.dev.edt_pacing && departure > now);
+        let orphan =
+            env.device.caps.orphan_at_xmit && !(env.device.caps.edt_pacing && departure > now);
         let token = (!orphan).then_some(TxToken {
             idx: self.id.0,
             gen: self.gen,
@@ -1034,7 +1036,7 @@ impl Connection {
         }
         // With scatter-gather the packet shares the skb's bytes (which become read-only);
         // without, they are copied behind the headers.
-        let frag = (env.dev.sg && len > 0).then(|| self.rtx.queue[idx].data.share());
+        let frag = (env.device.caps.sg && len > 0).then(|| self.rtx.queue[idx].data.share());
         let payload = std::mem::take(&mut self.rtx.queue[idx].data);
         let mut seg = self.seg(env, seq, flags, win, &opts, &payload);
         if ecn_ok {
@@ -1065,7 +1067,10 @@ impl Connection {
         // (tcp_update_skb_after_send), after the first 10 data segments. A send that found
         // the stamp in the past (the flow was late, e.g. ACK-clocked after a gap) takes that
         // lateness as credit against OS jitter, up to half of this packet's time.
-        if env.dev.edt_pacing && self.pacing_rate > 0 && self.stats.data_segs_out() >= 10 && len > 0
+        if env.device.caps.edt_pacing
+            && self.pacing_rate > 0
+            && self.stats.data_segs_out() >= 10
+            && len > 0
         {
             let len_ns = u64::from(len) * 1_000_000_000 / self.pacing_rate.max(1);
             let credit = (departure - prior_wstamp).as_nanos() as u64;
@@ -1195,7 +1200,7 @@ impl Connection {
         if self.stream_is_writeable(env, 1) {
             self.nospace = false;
             self.chrono_stop(now, CHRONO_SNDBUF_LIMITED);
-            env.wake(
+            env.out.wake(
                 self.id,
                 crate::socket::pollbits::POLLOUT
                     | crate::socket::pollbits::POLLWRNORM
@@ -1209,7 +1214,7 @@ impl Connection {
         if self.opts.sndbuf_lock || env.mem.pressure {
             return false;
         }
-        if env.mem.allocated >= env.sysctl.triple(Sysctl::tcp_mem)[0] {
+        if env.mem.allocated >= env.config.sysctl.triple(Sysctl::tcp_mem)[0] {
             return false;
         }
         self.packets_in_flight() < self.snd_cwnd()
@@ -1226,7 +1231,7 @@ impl Connection {
         let nr_segs = TCP_INIT_CWND.max(self.snd_cwnd()).max(self.reordering + 1);
         let factor = self.cc.sndbuf_expand().unwrap_or(2);
         let sndmem = u64::from(factor) * u64::from(nr_segs) * u64::from(per_mss);
-        let max = env.sysctl.triple(Sysctl::tcp_wmem)[2] as u64;
+        let max = env.config.sysctl.triple(Sysctl::tcp_wmem)[2] as u64;
         let s = sndmem.min(max) as u32;
         if s > self.mem.sndbuf {
             self.mem.sndbuf = s;
@@ -1238,7 +1243,7 @@ impl Connection {
     /// `tcp_slow_start_after_idle_check` → `tcp_cwnd_restart` (RFC 5681 §4.1): after an idle
     /// period longer than the RTO, cwnd is halved per RTO idle, down to the initial window.
     pub(crate) fn slow_start_after_idle_check(&mut self, env: &Env, now: Instant) {
-        if !env.sysctl.on(Sysctl::tcp_slow_start_after_idle) || self.rtx.packets_out > 0 {
+        if !env.config.sysctl.on(Sysctl::tcp_slow_start_after_idle) || self.rtx.packets_out > 0 {
             return;
         }
         if self.lsndtime == Instant::ZERO

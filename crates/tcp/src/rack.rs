@@ -8,6 +8,7 @@
 //!
 //! [`Rack`]'s and [`Tlp`]'s fields are private to this file.
 
+use crate::env::Env;
 use crate::seq::*;
 use crate::socket::*;
 use crate::sysctl::Sysctl;

@@ -2,6 +2,7 @@
 //! (RFC 6937), NewReno dupack fallback, RTO (`tcp_retransmit_timer`, `tcp_enter_loss`), and the
 //! retransmit queue walk (`tcp_xmit_retransmit_queue`).
 
+use crate::env::Env;
 use crate::errno::Errno;
 use crate::input::{AckFlags, Rexmit};
 use crate::packet::SegIn;
@@ -795,7 +796,7 @@ impl Connection {
         // tcp_xmit_retransmit_queue: no more than a TSO packet's worth (tcp_tso_segs), so a
         // segment marked lost for a smaller MTU goes out as autosized TSO packets (measured
         // on 6.18: 2920 bytes resent at MSS 1160 with a slow pacing rate as 2320 + 600).
-        let segs = if env.dev.gso {
+        let segs = if env.device.caps.gso {
             segs.min(self.tso_segs(env, mss))
         } else {
             1

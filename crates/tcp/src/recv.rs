@@ -2,6 +2,7 @@
 //! path (`tcp_recvmsg`), ACK-on-read (`tcp_cleanup_rbuf`) and receive-buffer autotuning
 //! (`tcp_rcv_space_adjust`).
 
+use crate::env::Env;
 use crate::errno::Errno;
 use crate::seq::*;
 use crate::socket::*;
@@ -282,7 +283,7 @@ impl Connection {
                 // The buffer moves to the receive queue as it is (`tcp_ofo_queue`), so a tun
                 // device's keeps its kmalloc truesize; the emulator's model charges the moved
                 // bytes anew (it is the same figure unless the buffer was trimmed).
-                let truesize = match env.dev.rx_truesize {
+                let truesize = match env.device.caps.rx_truesize {
                     RxTruesize::TunKmalloc => o.truesize,
                     RxTruesize::Overhead => len + SKB_OVERHEAD,
                 };
@@ -498,12 +499,12 @@ impl Connection {
         }
         let copied = self.rcv.copied_seq.wrapping_sub(self.rcvq.seq);
         if copied > self.rcvq.space {
-            if env.sysctl.on(Sysctl::tcp_moderate_rcvbuf) && !self.opts.rcvbuf_lock {
+            if env.config.sysctl.on(Sysctl::tcp_moderate_rcvbuf) && !self.opts.rcvbuf_lock {
                 let space = u64::from(self.rcvq.space.max(1));
                 let mut rcvwin = (u64::from(copied) << 1) + 16 * u64::from(self.advmss);
                 let grow = rcvwin * (u64::from(copied) - space) / space;
                 rcvwin += grow << 1;
-                let rmem2 = env.sysctl.triple(Sysctl::tcp_rmem)[2] as u64;
+                let rmem2 = env.config.sysctl.triple(Sysctl::tcp_rmem)[2] as u64;
                 // tcp_space_from_win: the buffer that yields this window at the socket's
                 // scaling ratio; the clamp follows the buffer (`tcp_win_from_space`).
                 let rcvbuf = self

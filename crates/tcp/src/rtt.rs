@@ -1,6 +1,7 @@
 //! RTT estimation and RTO (RFC 6298 with Linux's `tcp_rtt_estimator` / `tcp_set_rto`), and the
 //! windowed min-RTT filter.
 
+use crate::env::Env;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
@@ -103,8 +104,8 @@ impl Connection {
     /// smoothing so RTO >= srtt + rto_min), then recompute the RTO (`tcp_set_rto`).
     pub fn rtt_sample(&mut self, env: &Env, now: Instant, mrtt_us: u32) {
         let mrtt = mrtt_us.max(1);
-        if env.rtt_log_cap > 0 {
-            if self.rtt.log.len() < env.rtt_log_cap {
+        if env.config.rtt_log_cap > 0 {
+            if self.rtt.log.len() < env.config.rtt_log_cap {
                 self.rtt.log.push(mrtt);
             } else {
                 self.rtt.log_dropped += 1;
@@ -197,7 +198,7 @@ mod tests {
         let mut s = Connection::new(SocketId(0), 1, Family::V4, &env);
         s.rtt_sample(&env, Instant::from_secs(1), 100);
         assert!(s.rtt.log.is_empty());
-        env.rtt_log_cap = 3;
+        env.config.rtt_log_cap = 3;
         for (i, us) in [0, 200, 300, 400, 500].into_iter().enumerate() {
             s.rtt_sample(&env, Instant::from_secs(2 + i as u64), us);
         }

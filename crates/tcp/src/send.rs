@@ -2,6 +2,7 @@
 //! carved from one buffer), `tcp_push` with autocorking and MSG_MORE/TCP_CORK, and
 //! `tcp_close_state` + `tcp_send_fin`.
 
+use crate::env::Env;
 use crate::errno::Errno;
 use crate::mib::Mib;
 use crate::output::{NAGLE_CORK, NAGLE_PUSH};
@@ -40,7 +41,7 @@ impl Connection {
             // nothing in flight
         }
         self.send_fin(env, now);
-        env.wake(self.id, POLLOUT | POLLWRNORM);
+        env.out.wake(self.id, POLLOUT | POLLWRNORM);
     }
 
     /// `tcp_sendmsg_locked` (non-blocking).
@@ -70,7 +71,7 @@ impl Connection {
         // tcp_send_mss → tcp_current_mss: pick up a path MTU change.
         self.refresh_mss(env);
         let mss_now = self.current_mss();
-        let size_goal = if env.dev.gso {
+        let size_goal = if env.device.caps.gso {
             self.size_goal(mss_now)
         } else {
             mss_now
@@ -153,7 +154,7 @@ impl Connection {
                 return Ok(copied);
             }
             if self.snd.write_queue.is_empty() && self.rtx.queue.is_empty() {
-                env.wake(self.id, POLLOUT | POLLWRNORM | POLLWRBAND);
+                env.out.wake(self.id, POLLOUT | POLLWRNORM | POLLWRBAND);
             }
             return Err(Errno::EAGAIN);
         }
@@ -218,7 +219,7 @@ impl Connection {
             (t.len(), t.truesize, t.eor)
         };
         let autocork = tlen < size_goal
-            && env.sysctl.on(Sysctl::tcp_autocorking)
+            && env.config.sysctl.on(Sysctl::tcp_autocorking)
             && !self.rtx.queue.is_empty()
             && self.wmem_alloc_biased() > ttrue
             && !teor;

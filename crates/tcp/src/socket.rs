@@ -1,36 +1,32 @@
-//! Socket state: [`TcpState`], the per-connection control block (`Connection`), the write-queue
-//! buffer (`Skb`) and the environment a socket acts on (`Env`: sysctls, counters, output
-//! queue, wake-ups, timer set, RNG). Logic lives in the other modules as `impl Connection` blocks.
+//! Socket state: [`TcpState`], the per-connection control block (`Connection`, its sub-states
+//! defined in the files of their rules), the write-queue buffer (`Skb`) and the receive
+//! buffers. The environment a socket acts on is `env.rs`'s `Env`. Logic lives in the other
+//! modules as `impl Connection` blocks.
 
 use crate::chrono::Chrono;
-use crate::device::DeviceCaps;
 pub use crate::device::{RxTruesize, SKB_OVERHEAD};
-use crate::gate::{TxGate, TxMeta};
+use crate::env::Env;
 use crate::info::ConnStats;
 use crate::input::{RxOpt, SackCompress};
 use crate::mem::SockMem;
-use crate::mib::{Counters, Mib};
 use crate::mtu::Mtup;
-use crate::packet::{self, OutOpt, SegOut};
+use crate::packet::{OutOpt, SegOut};
 use crate::rack::{Rack, Tlp};
 use crate::rate::{RateState, TxRate};
 use crate::recovery::{Prr, RtxQueue, Undo};
 use crate::recv::{RcvRttEst, RcvSeq, RcvqSpace};
 use crate::rtt::Rtt;
 use crate::send::SndSeq;
-use crate::sysctl::{Sysctl, Sysctls};
+use crate::sysctl::Sysctl;
 use crate::time::Instant;
-use crate::timer::TimerKind;
 use crate::timer::Timers;
 use crate::SocketId;
 use bytes::{Bytes, BytesMut};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use core::time::Duration;
-use rand_chacha::rand_core::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use shallow_cc::{CaState, CcState, CongestionControl};
 use shallow_wire::TcpFlags;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 
 /// TCP states with Linux's numbering (`tcpi_state`, `/proc/net/tcp` `st`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -576,270 +572,6 @@ pub(crate) struct AckState {
     pub last_seg_size: u32,
 }
 
-/// The shared environment of all sockets of one stack.
-/// What became of a segment the engine emitted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Emitted {
-    /// Queued for the substrate.
-    Sent,
-    /// Refused by the device side (NET_XMIT_DROP, [`Env::admit`]).
-    Refused,
-    /// Could not be built (mixed address families; a bug guard).
-    Unbuilt,
-}
-
-impl Emitted {
-    pub fn sent(self) -> bool {
-        self == Emitted::Sent
-    }
-}
-
-/// What every socket of one stack shares, grouped by what it is. Sockets get it as `&mut Env`
-/// beside themselves (the split borrow of `Stack::sk_env`).
-pub(crate) struct Env {
-    // --- configuration
-    /// The sysctl table.
-    pub sysctl: Sysctls,
-    /// Congestion-control module parameters.
-    pub cc_params: shallow_cc::CcParams,
-    /// Per-socket bound of the RTT-sample log; 0 = not recording (the default).
-    pub rtt_log_cap: usize,
-    // --- the device side
-    /// What the device below can do (`DeviceCaps`).
-    pub dev: DeviceCaps,
-    /// The device side's admission rule (`crate::gate`): a packet it refuses fails with
-    /// NET_XMIT_DROP, which TCP sees as a local error (`__tcp_transmit_skb` enters CWR,
-    /// `tcp_write_xmit` keeps the data queued, a retransmission is not one in flight). `None`
-    /// accepts everything; [`DropAll`](crate::gate::DropAll) is `pfifo limit 0`.
-    pub gate: Option<Box<dyn TxGate>>,
-    // --- time
-    /// The latest time the stack was given (for events noticed without a `now`).
-    pub clock: Instant,
-    /// Armed timers: (deadline, socket slot, generation, kind).
-    pub timers: BTreeSet<(Instant, u32, u32, TimerKind)>,
-    // --- outputs and host-wide state
-    /// What waits for the substrate.
-    pub out: Outputs,
-    /// Host-wide TCP memory (`mem.rs`).
-    pub mem: HostMem,
-    /// SNMP counters.
-    pub mib: Counters,
-    /// The IPv4 identification counter.
-    pub ip_ident: u16,
-    /// Challenge-ACK rate limiter: (second, count) (RFC 5961 §7).
-    pub challenge: (u64, u32),
-    // --- keyed randomness (from the stack's seed only)
-    /// The stack's random stream.
-    pub rng: ChaCha8Rng,
-    /// The secret of its keyed hashes (ISNs, timestamp offsets, flow hashes, tables).
-    pub key: (u64, u64),
-}
-
-/// The engine's outputs waiting for the substrate (`Stack::poll_transmit`,
-/// `Stack::poll_wakeup`).
-#[derive(Default)]
-pub(crate) struct Outputs {
-    /// Packets to transmit, in order.
-    pub txq: VecDeque<Transmit>,
-    /// Socket wake-ups, merged per socket (`Env::wake`).
-    pub wakeups: VecDeque<Wakeup>,
-}
-
-/// Host-wide TCP memory accounting (Linux's `tcp_memory_allocated`, `tcp_memory_pressure`,
-/// `tcp_sockets_allocated`), against `net.ipv4.tcp_mem` (`mem.rs`).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct HostMem {
-    /// Global TCP memory in pages (`tcp_memory_allocated`).
-    pub allocated: i64,
-    /// Under TCP memory pressure (`tcp_memory_pressure`).
-    pub pressure: bool,
-    /// When pressure was entered (for `TcpExtTCPMemoryPressuresChrono`).
-    pub pressure_since: Instant,
-    /// Live TCP sockets (`tcp_sockets_allocated`; our TIME_WAIT sockets are full sockets).
-    pub sockets: u32,
-}
-
-impl Env {
-    pub fn new(seed: u64) -> Env {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let key = (rng.next_u64(), rng.next_u64());
-        Env {
-            sysctl: Sysctls::default(),
-            cc_params: shallow_cc::CcParams::default(),
-            rtt_log_cap: 0,
-            dev: DeviceCaps::default(),
-            gate: None,
-            clock: Instant::ZERO,
-            timers: BTreeSet::new(),
-            out: Outputs::default(),
-            mem: HostMem {
-                allocated: 0,
-                pressure: false,
-                pressure_since: Instant::ZERO,
-                sockets: 0,
-            },
-            mib: Counters::default(),
-            ip_ident: 0,
-            challenge: (u64::MAX, 0),
-            rng,
-            key,
-        }
-    }
-
-    /// Queue a wake-up, merging with the previous one for the same socket. If the substrate
-    /// lets the queue grow past [`MAX_WAKEUPS`], wake-ups merge per socket (level-triggered
-    /// waiters lose nothing; edge-triggered ones see fewer edges).
-    pub fn wake(&mut self, socket: SocketId, events: u32) {
-        if let Some(last) = self.out.wakeups.back_mut() {
-            if last.socket == socket {
-                last.events |= events;
-                return;
-            }
-        }
-        if self.out.wakeups.len() >= MAX_WAKEUPS {
-            if let Some(w) = self.out.wakeups.iter_mut().find(|w| w.socket == socket) {
-                w.events |= events;
-                return;
-            }
-        }
-        self.out.wakeups.push_back(Wakeup { socket, events });
-    }
-
-    pub fn sysint(&self, s: Sysctl) -> i64 {
-        self.sysctl.int(s)
-    }
-
-    /// Keyed hash (SipHash-1-3) over the connection 4-tuple, for ISNs and TS offsets.
-    pub fn hash4(&self, local: SocketAddr, remote: SocketAddr, salt: u8) -> u64 {
-        use core::hash::Hasher;
-        let mut h = siphasher::sip::SipHasher13::new_with_keys(self.key.0, self.key.1);
-        h.write_u8(salt);
-        match local.ip() {
-            IpAddr::V4(a) => h.write(&a.octets()),
-            IpAddr::V6(a) => h.write(&a.octets()),
-        }
-        match remote.ip() {
-            IpAddr::V4(a) => h.write(&a.octets()),
-            IpAddr::V6(a) => h.write(&a.octets()),
-        }
-        h.write_u16(local.port());
-        h.write_u16(remote.port());
-        h.finish()
-    }
-
-    /// The device side's verdict on a packet about to be transmitted (`crate::gate`): the one
-    /// place where a local drop (NET_XMIT_DROP) is decided.
-    pub fn admit(&mut self, meta: &TxMeta) -> bool {
-        self.gate.as_mut().is_none_or(|g| g.admit(meta))
-    }
-
-    /// The flow hash of a connection (`skb->hash`, fq's key): [`Transmit::flow`].
-    pub fn flow_hash(&self, local: SocketAddr, remote: SocketAddr) -> u32 {
-        (self.hash4(local, remote, 3) & 0xffff_ffff) as u32
-    }
-
-    /// Build and queue a segment, after asking the device side ([`Env::admit`]).
-    pub fn emit(
-        &mut self,
-        seg: &SegOut<'_>,
-        gso_size: Option<u16>,
-        departure: Option<Instant>,
-        token: Option<TxToken>,
-    ) -> Emitted {
-        self.emit_inner(seg, None, gso_size, departure, token, false)
-    }
-
-    /// [`Env::emit`] for a segment whose payload (`seg.payload`) is `frag`'s bytes: when the
-    /// device does scatter-gather, the packet carries a share of them instead of a copy.
-    /// `admitted`: the caller already had the packet admitted ([`Env::admit`], with the
-    /// length [`packet::header_len`] gives), so it is not asked again.
-    pub fn emit_frag(
-        &mut self,
-        seg: &SegOut<'_>,
-        frag: Option<Bytes>,
-        gso_size: Option<u16>,
-        departure: Option<Instant>,
-        token: Option<TxToken>,
-        admitted: bool,
-    ) -> Emitted {
-        self.emit_inner(seg, frag, gso_size, departure, token, admitted)
-    }
-
-    fn emit_inner(
-        &mut self,
-        seg: &SegOut<'_>,
-        frag: Option<Bytes>,
-        gso_size: Option<u16>,
-        departure: Option<Instant>,
-        token: Option<TxToken>,
-        admitted: bool,
-    ) -> Emitted {
-        let flow = self.flow_hash(seg.local, seg.remote);
-        if !admitted {
-            let header_len = packet::header_len(seg);
-            let meta = TxMeta {
-                flow,
-                len: header_len + seg.payload.len(),
-                header_len,
-                gso_size,
-                tos: seg.tos,
-                departure_ns: departure.map(|d| d.as_nanos()),
-                now: self.clock,
-            };
-            if !self.admit(&meta) {
-                return Emitted::Refused;
-            }
-        }
-        let partial = self.dev.tso_csum_offload
-            && gso_size.is_some_and(|g| g > 0 && seg.payload.len() > usize::from(g));
-        // `frag` must be the very bytes of `seg.payload` (a share of the same buffer).
-        let frag = frag.filter(|f| {
-            self.dev.sg
-                && !f.is_empty()
-                && f.as_ptr() == seg.payload.as_ptr()
-                && f.len() == seg.payload.len()
-        });
-        match packet::build_with(seg, partial, frag.is_some()) {
-            Some(data) => {
-                self.mib.inc(Mib::OutSegs);
-                self.out.txq.push_back(Transmit {
-                    data,
-                    frag: frag.unwrap_or_default(),
-                    gso_size,
-                    departure,
-                    token,
-                    flow,
-                });
-                Emitted::Sent
-            }
-            None => Emitted::Unbuilt,
-        }
-    }
-
-    pub fn next_ident(&mut self) -> u16 {
-        self.ip_ident = self.ip_ident.wrapping_add(1);
-        self.ip_ident
-    }
-
-    /// RFC 5961 §7 / Linux `tcp_send_challenge_ack` global limit: true if one may be sent now.
-    pub fn challenge_ack_allowed(&mut self, now: Instant) -> bool {
-        let limit = self.sysint(Sysctl::tcp_challenge_ack_limit);
-        if limit >= i32::MAX as i64 {
-            return true;
-        }
-        let sec = now.as_nanos() / 1_000_000_000;
-        if self.challenge.0 != sec {
-            self.challenge = (sec, 0);
-        }
-        if i64::from(self.challenge.1) < limit {
-            self.challenge.1 += 1;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 /// Route attributes that matter to TCP (`ip route ... mtu N advmss N initcwnd N quickack 1`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct RouteAttrs {
@@ -1050,13 +782,13 @@ use crate::Errno;
 
 impl Connection {
     pub fn new(id: SocketId, gen: u32, family: Family, env: &Env) -> Connection {
-        let wmem = env.sysctl.triple(Sysctl::tcp_wmem);
-        let rmem = env.sysctl.triple(Sysctl::tcp_rmem);
+        let wmem = env.config.sysctl.triple(Sysctl::tcp_wmem);
+        let rmem = env.config.sysctl.triple(Sysctl::tcp_rmem);
         let cc = shallow_cc::by_name(
-            env.sysctl.str(Sysctl::tcp_congestion_control),
-            &env.cc_params,
+            env.config.sysctl.str(Sysctl::tcp_congestion_control),
+            &env.config.cc_params,
         )
-        .or_else(|| shallow_cc::by_name("reno", &env.cc_params))
+        .or_else(|| shallow_cc::by_name("reno", &env.config.cc_params))
         .expect("reno is always available");
         let unspec = SocketAddr::new(family.unspecified(), 0);
         Connection {
@@ -1074,7 +806,7 @@ impl Connection {
             listen: None,
             parent: None,
             opts: SockOpts {
-                v6only: family == Family::V6 && env.sysctl.on(Sysctl::bindv6only),
+                v6only: family == Family::V6 && env.config.sysctl.on(Sysctl::bindv6only),
                 ..SockOpts::default()
             },
             route: RouteAttrs::default(),
@@ -1234,7 +966,11 @@ impl Connection {
     /// `tcp_stream_memory_free(sk, wake)`: `(notsent << wake) < lowat`. The extension sysctl
     /// `shallow.tcp_notsent_lowat_wake_half = 0` drops the shift (wake at X, not X/2).
     pub fn stream_memory_free(&self, env: &Env, wake: u32) -> bool {
-        let wake = if env.sysctl.on(Sysctl::shallow_tcp_notsent_lowat_wake_half) {
+        let wake = if env
+            .config
+            .sysctl
+            .on(Sysctl::shallow_tcp_notsent_lowat_wake_half)
+        {
             wake
         } else {
             0
@@ -1306,11 +1042,6 @@ impl Connection {
         self.win_from_space(self.mem.rcvbuf as i64)
     }
 
-    /// Random u32 from the stack RNG.
-    pub fn rand(env: &mut Env) -> u32 {
-        env.rng.next_u32()
-    }
-
     /// IPv4/IPv6 header length of the connection's packets: of the wire, not of the
     /// socket's family (an AF_INET6 socket with an IPv4-mapped peer sends IPv4 packets, as
     /// Linux's `ipv6_mapped` operations do: `net_header_len` is an IPv4 header's).
@@ -1349,7 +1080,7 @@ impl Connection {
                 self.opts.tclass
             },
             ttl: 64,
-            ident: env.next_ident(),
+            ident: env.limits.next_ident(),
             opts,
             payload,
         }
@@ -1371,7 +1102,8 @@ mod writable_tests {
         s.snd.write_seq = 1000 + 3000; // 3000 unsent: X/2 <= notsent < X
         assert!(s.stream_memory_free(&env, 0), "may queue more");
         assert!(!s.stream_memory_free(&env, 1), "not woken at 3000 >= X/2");
-        env.sysctl
+        env.config
+            .sysctl
             .set("shallow.tcp_notsent_lowat_wake_half", "0")
             .unwrap();
         assert!(

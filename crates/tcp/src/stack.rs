@@ -32,6 +32,7 @@ mod rx;
 
 use crate::device::{DeviceCaps, RxBytes, RxChecksum, RxPacket};
 use crate::dualstack::{self, BindScope};
+use crate::env::Env;
 use crate::errno::{Errno, SocketId};
 use crate::info::{MemInfo, TcpInfo};
 use crate::input::RcvOutcome;
@@ -218,8 +219,8 @@ impl Stack {
     /// A stack with no addresses over a device that can do what `caps` says.
     pub fn with_device(seed: u64, caps: DeviceCaps) -> Stack {
         let mut env = Env::new(seed);
-        env.dev = caps;
-        let tables = TableHasher::new(env.key);
+        env.device.caps = caps;
+        let tables = TableHasher::new(env.keys.key());
         Stack {
             env,
             socks: Vec::new(),
@@ -235,17 +236,17 @@ impl Stack {
 
     /// Set a sysctl by Linux name.
     pub fn sysctl_set(&mut self, name: &str, value: &str) -> Result<(), SysctlError> {
-        self.env.sysctl.set(name, value)
+        self.env.config.sysctl.set(name, value)
     }
 
     /// Read a sysctl by Linux name.
     pub fn sysctl_get(&self, name: &str) -> Result<String, SysctlError> {
-        self.env.sysctl.get(name)
+        self.env.config.sysctl.get(name)
     }
 
     /// Congestion-control module parameters (`/sys/module/tcp_cubic/parameters/...`).
     pub fn cc_params_mut(&mut self) -> &mut shallow_cc::CcParams {
-        &mut self.env.cc_params
+        &mut self.env.config.cc_params
     }
 
     /// Record every RTT sample the estimator takes (`tcp_rtt_estimator`'s input: one per ACK
@@ -254,7 +255,7 @@ impl Stack {
     /// until [`Stack::take_rtt_samples`] takes them; further ones are counted and dropped, so
     /// memory stays bounded. 0 (the default) stops recording.
     pub fn set_rtt_log(&mut self, per_socket: usize) {
-        self.env.rtt_log_cap = per_socket;
+        self.env.config.rtt_log_cap = per_socket;
     }
 
     /// Move socket `s`'s recorded RTT samples (µs, oldest first; see [`Stack::set_rtt_log`])
@@ -273,18 +274,18 @@ impl Stack {
     /// retransmission in flight, a refused persist probe retries after 500 ms — a local drop
     /// is never taken for a loss in the network.
     pub fn set_tx_gate(&mut self, gate: Option<Box<dyn crate::TxGate>>) {
-        self.env.gate = gate;
+        self.env.device.set_gate(gate);
     }
 
     /// The device's description (what [`Stack::set_device`] last gave).
     pub fn device(&self) -> DeviceCaps {
-        self.env.dev
+        self.env.device.caps
     }
 
     /// Describe the device anew, as `ethtool -K` or `tc qdisc replace` changes it at run
     /// time; packets already handed over keep what they were built with.
     pub fn set_device(&mut self, caps: DeviceCaps) {
-        self.env.dev = caps;
+        self.env.device.caps = caps;
     }
 
     /// The SNMP counters.
@@ -519,7 +520,7 @@ impl Stack {
             sockets: self.env.mem.sockets,
             memory_pages: self.env.mem.allocated.max(0) as u64,
             pressure: self.env.mem.pressure,
-            limits: self.env.sysctl.triple(Sysctl::tcp_mem),
+            limits: self.env.config.sysctl.triple(Sysctl::tcp_mem),
         }
     }
 
@@ -567,7 +568,7 @@ mod table_hasher_tests {
             "10.0.0.1:80".parse().unwrap(),
             "10.0.0.2:40000".parse().unwrap(),
         );
-        let hash = move |seed: u64| TableHasher::new(Env::new(seed).key).hash_one(key);
+        let hash = move |seed: u64| TableHasher::new(Env::new(seed).keys.key()).hash_one(key);
         let here = hash(7);
         let there = std::thread::spawn(move || hash(7)).join().unwrap();
         assert_eq!(here, there);

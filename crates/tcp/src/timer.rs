@@ -3,6 +3,7 @@
 //! kernel's timer granularity (`wheel_delay`, `delack_timer_delay`) and the one rule that
 //! arms a timer (`Connection::arm`) are here too.
 
+use crate::env::Env;
 use crate::errno::Errno;
 use crate::mib::Mib;
 use crate::seq::after;
@@ -10,6 +11,7 @@ use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
 use core::time::Duration;
+use std::collections::BTreeSet;
 
 /// Per-socket timers. Linux multiplexes several events on the retransmit timer
 /// (`icsk_pending`); so do we ([`RtxEvent`]).
@@ -416,6 +418,34 @@ pub(crate) struct Timers {
     pub probes: Probes,
 }
 
+/// The armed timers of all sockets of one stack, in deadline order: (deadline, socket slot,
+/// generation, kind). Private to this file: entries are added and removed only by
+/// [`Connection::arm`] and [`Connection::disarm`], which keep each socket's [`Timers`] in
+/// step, and taken by the stack when due.
+#[derive(Debug, Default)]
+pub(crate) struct TimerSet {
+    set: BTreeSet<(Instant, u32, u32, TimerKind)>,
+}
+
+impl TimerSet {
+    /// The earliest deadline.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.set.first().map(|t| t.0)
+    }
+
+    /// Take the earliest timer if it is due at `now`: (deadline, socket slot, generation,
+    /// kind). The socket's own record says whether it still stands ([`Timers::fire`]).
+    pub fn pop_due(&mut self, now: Instant) -> Option<(Instant, u32, u32, TimerKind)> {
+        match self.set.first() {
+            Some(&e) if e.0 <= now => {
+                self.set.pop_first();
+                Some(e)
+            }
+            _ => None,
+        }
+    }
+}
+
 impl Timers {
     pub fn new() -> Timers {
         Timers {
@@ -472,16 +502,16 @@ impl Connection {
             at
         };
         if let Some(old) = self.timer.at[kind as usize].take() {
-            env.timers.remove(&(old, self.id.0, self.gen, kind));
+            env.timers.set.remove(&(old, self.id.0, self.gen, kind));
         }
         self.timer.at[kind as usize] = Some(at);
-        env.timers.insert((at, self.id.0, self.gen, kind));
+        env.timers.set.insert((at, self.id.0, self.gen, kind));
     }
 
     /// Cancel a timer.
     pub fn disarm(&mut self, env: &mut Env, kind: TimerKind) {
         if let Some(old) = self.timer.at[kind as usize].take() {
-            env.timers.remove(&(old, self.id.0, self.gen, kind));
+            env.timers.set.remove(&(old, self.id.0, self.gen, kind));
         }
     }
 

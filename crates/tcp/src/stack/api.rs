@@ -17,10 +17,10 @@ impl Stack {
         local_ip: IpAddr,
         remote: Option<SocketAddr>,
     ) -> Result<u16, Errno> {
-        let r = self.env.sysctl.triple(Sysctl::ip_local_port_range);
+        let r = self.env.config.sysctl.triple(Sysctl::ip_local_port_range);
         let (lo, hi) = (r[0] as u32, r[1] as u32);
         let n = hi - lo + 1;
-        let start = Connection::rand(&mut self.env) % n;
+        let start = self.env.keys.rand() % n;
         for i in 0..n {
             let port = (lo + (start + i) % n) as u16;
             let busy = match remote {
@@ -267,8 +267,8 @@ impl Stack {
         sk.snd.write_seq = sk.snd.nxt;
         sk.snd.pushed_seq = sk.snd.write_seq;
         sk.rx_opt.tstamp_ok = env.sysint(Sysctl::tcp_timestamps) != 0;
-        sk.rx_opt.sack_ok = env.sysctl.on(Sysctl::tcp_sack);
-        sk.rx_opt.wscale_ok = env.sysctl.on(Sysctl::tcp_window_scaling);
+        sk.rx_opt.sack_ok = env.config.sysctl.on(Sysctl::tcp_sack);
+        sk.rx_opt.wscale_ok = env.config.sysctl.on(Sysctl::tcp_window_scaling);
         sk.init_rcv_window(env, true);
         sk.state = TcpState::SynSent;
         sk.send_syn(env, now);
@@ -320,7 +320,7 @@ impl Stack {
             }
             if matches!(how, Shutdown::Read | Shutdown::Both) {
                 sk.shutdown |= RCV_SHUTDOWN;
-                env.wake(s, POLLIN | POLLRDNORM | POLLRDHUP);
+                env.out.wake(s, POLLIN | POLLRDNORM | POLLRDHUP);
             }
             if matches!(how, Shutdown::Write | Shutdown::Both) && sk.shutdown & SEND_SHUTDOWN == 0 {
                 sk.close_state_and_fin(env, now);

@@ -18,7 +18,7 @@ impl Stack {
                     l.syn_queue.retain(|x| *x != id);
                     l.accept_queue.push_back(id);
                 }
-                self.env.wake(p, POLLIN | POLLRDNORM);
+                self.env.out.wake(p, POLLIN | POLLRDNORM);
             }
         }
     }
@@ -108,7 +108,7 @@ impl Stack {
         };
         let cid = self.alloc(family);
         let ts_off = self.ts_offset(seg.dst, seg.src);
-        let cc_params = self.env.cc_params.clone();
+        let cc_params = self.env.config.cc_params.clone();
         let (sk, env) = self.sk_env(cid).ok()?;
         sk.opts = lopts;
         sk.mem.sndbuf = lsnd;
@@ -170,9 +170,9 @@ impl Stack {
         count: u32,
         data: u32,
     ) -> u32 {
-        let h1 = self.env.hash4(local, remote, 4) as u32;
-        let h2 =
-            (self.env.hash4(local, remote, 5) as u32).wrapping_add(count.wrapping_mul(0x9e37_79b9));
+        let h1 = self.env.keys.hash4(local, remote, 4) as u32;
+        let h2 = (self.env.keys.hash4(local, remote, 5) as u32)
+            .wrapping_add(count.wrapping_mul(0x9e37_79b9));
         h1.wrapping_add(irs)
             .wrapping_add(count << 24)
             .wrapping_add(h2.wrapping_add(data) & 0x00ff_ffff)
@@ -220,7 +220,7 @@ impl Stack {
     pub(super) fn cookie_check(&mut self, now: Instant, seg: &SegIn<'_>) -> Option<packet::RxOpts> {
         let cookie = seg.ack.wrapping_sub(1);
         let irs = seg.seq.wrapping_sub(1);
-        let h1 = self.env.hash4(seg.dst, seg.src, 4) as u32;
+        let h1 = self.env.keys.hash4(seg.dst, seg.src, 4) as u32;
         let c = cookie.wrapping_sub(h1).wrapping_sub(irs);
         let enc = c >> 24;
         let cur = (now.as_nanos() / 64_000_000_000) as u32;
@@ -230,7 +230,7 @@ impl Stack {
             return None;
         }
         let count = cur.wrapping_sub(age);
-        let h2 = (self.env.hash4(seg.dst, seg.src, 5) as u32)
+        let h2 = (self.env.keys.hash4(seg.dst, seg.src, 5) as u32)
             .wrapping_add(count.wrapping_mul(0x9e37_79b9));
         let data = (c.wrapping_sub(count << 24).wrapping_sub(h2)) & 0x00ff_ffff;
         if data as usize >= SYNCOOKIE_MSS.len() {
@@ -297,12 +297,12 @@ impl Stack {
 
     /// ISN per RFC 6528: keyed hash of the 4-tuple plus a 64 ns clock.
     pub(super) fn isn(&self, now: Instant, local: SocketAddr, remote: SocketAddr) -> u32 {
-        let h = self.env.hash4(local, remote, 1) as u32;
+        let h = self.env.keys.hash4(local, remote, 1) as u32;
         h.wrapping_add((now.as_nanos() >> 6) as u32)
     }
 
     /// Per-connection timestamp offset (Linux `secure_tcp_ts_off`).
     pub(super) fn ts_offset(&self, local: SocketAddr, remote: SocketAddr) -> u32 {
-        self.env.hash4(local, remote, 2) as u32
+        self.env.keys.hash4(local, remote, 2) as u32
     }
 }

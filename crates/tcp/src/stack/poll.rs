@@ -47,17 +47,13 @@ impl Stack {
 
     /// Earliest timer deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.env.timers.first().map(|t| t.0)
+        self.env.timers.next_deadline()
     }
 
     /// Run every timer due at or before `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.tick(now);
-        while let Some(&(at, idx, gen, kind)) = self.env.timers.first() {
-            if at > now {
-                break;
-            }
-            self.env.timers.pop_first();
+        while let Some((at, idx, gen, kind)) = self.env.timers.pop_due(now) {
             let id = SocketId(idx);
             let valid = match self.sock_mut(id) {
                 Ok(sk) => sk.gen == gen && sk.timer.fire(kind, at),

@@ -157,7 +157,7 @@ impl Stack {
         if let Some(tail) = sk
             .backlog
             .back_mut()
-            .filter(|_| env.dev.rx_truesize.coalesces())
+            .filter(|_| env.device.caps.rx_truesize.coalesces())
         {
             if tail.try_coalesce(seg) {
                 sk.backlog_len += seg.payload.len() as u32;
@@ -228,7 +228,7 @@ impl Stack {
             if full {
                 self.env.mib.inc(Mib::ListenOverflows);
                 self.env.mib.inc(Mib::ListenDrops);
-                if self.env.sysctl.on(Sysctl::tcp_abort_on_overflow) {
+                if self.env.config.sysctl.on(Sysctl::tcp_abort_on_overflow) {
                     self.send_reset_for(seg);
                     self.free(id);
                 }
@@ -260,7 +260,7 @@ impl Stack {
         } else {
             (0, seg.end_seq(), TcpFlags::RST | TcpFlags::ACK)
         };
-        let ident = self.env.next_ident();
+        let ident = self.env.limits.next_ident();
         let out = SegOut {
             local: seg.dst,
             remote: seg.src,
