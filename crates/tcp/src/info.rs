@@ -234,7 +234,7 @@ impl Connection {
             rcv_wscale: self.rx_opt.rcv_wscale,
             rto: self.rtt.rto().as_micros() as u32,
             ato: self.ack.ato.as_micros() as u32,
-            snd_mss: self.mss_cache,
+            snd_mss: self.mss.cache,
             rcv_mss: self.ack.rcv_mss,
             unacked: self.rtx.packets_out,
             sacked: self.rtx.sacked_out,
@@ -252,7 +252,7 @@ impl Connection {
             rttvar: self.rtt.mdev_us() >> 2,
             snd_ssthresh: self.cc_st.snd_ssthresh,
             snd_cwnd: self.cc_st.snd_cwnd,
-            advmss: self.advmss,
+            advmss: self.mss.advmss,
             reordering: self.reordering,
             rcv_rtt: self.rcv_rtt.rtt_us() >> 3,
             rcv_space: self.rcvq.space(),
@@ -563,7 +563,7 @@ impl Connection {
             TcpCork => i(u32::from(self.opts.cork)),
             TcpMaxseg => {
                 if self.is_synchronized() {
-                    i(self.mss_cache)
+                    i(self.mss.cache)
                 } else if self.opts.user_mss != 0 {
                     i(self.opts.user_mss)
                 } else {

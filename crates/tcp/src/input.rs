@@ -396,17 +396,19 @@ impl Connection {
         }
         // Force reservation of one segment (tcp_app_win).
         if env.sysint(Sysctl::tcp_app_win) != 0
-            && self.rcv.window_clamp > 2 * self.advmss
-            && self.rcv.window_clamp + self.advmss > maxwin
+            && self.rcv.window_clamp > 2 * self.mss.advmss
+            && self.rcv.window_clamp + self.mss.advmss > maxwin
         {
-            self.rcv.window_clamp = (2 * self.advmss).max(maxwin.saturating_sub(self.advmss));
+            self.rcv.window_clamp =
+                (2 * self.mss.advmss).max(maxwin.saturating_sub(self.mss.advmss));
         }
         self.rcv.ssthresh = self.rcv.ssthresh.min(self.rcv.window_clamp);
         self.init_rcvq_space(now);
         // tcp_initialize_rcv_mss: a conservative hint until data shows the peer's size.
         self.ack.rcv_mss = self
+            .mss
             .advmss
-            .min(self.mss_cache)
+            .min(self.mss.cache)
             .min(self.rcv.wnd / 2)
             .clamp(TCP_MIN_MSS, TCP_MSS_DEFAULT);
 
@@ -533,7 +535,7 @@ impl Connection {
         if self.opts.user_mss != 0 {
             self.rx_opt.mss_clamp = self.rx_opt.mss_clamp.min(self.opts.user_mss);
         }
-        self.tcp_header_len = if self.rx_opt.tstamp_ok { 32 } else { 20 };
+        self.mss.tcp_header_len = if self.rx_opt.tstamp_ok { 32 } else { 20 };
     }
 
     /// Send an ACK for an unacceptable segment (`tcp_send_dupack`): old data gets a D-SACK
@@ -840,7 +842,7 @@ impl Connection {
 
     /// Copy engine fields the CC reads into its state.
     pub fn sync_cc_state(&mut self, now: Instant) {
-        self.cc_st.mss_cache = self.mss_cache;
+        self.cc_st.mss_cache = self.mss.cache;
         self.cc_st.packets_in_flight = self.packets_in_flight();
         self.cc_st.srtt_us = self.rtt.srtt_us();
         self.cc_st.min_rtt_us = self.rtt.min_rtt_us();
@@ -888,7 +890,7 @@ impl Connection {
                 if cut == 0 {
                     break;
                 }
-                let mss = self.mss_cache.max(1);
+                let mss = self.mss.cache.max(1);
                 let old_pcount = head.pcount;
                 let start_seq = head.seq;
                 head.data.advance(cut);
@@ -1236,7 +1238,7 @@ impl Connection {
                     self.rcv.ssthresh = self.rcv.ssthresh.min(self.rcv.window_clamp);
                 }
             }
-            self.ack.rcv_mss = seg_size.min(self.advmss);
+            self.ack.rcv_mss = seg_size.min(self.mss.advmss);
             if seg.has(TcpFlags::PSH) {
                 self.ack.pending |= ackf::PUSHED;
             }
@@ -1324,7 +1326,7 @@ impl Connection {
             return;
         }
         let incr = if self.win_from_space(i64::from(truesize)) <= i64::from(len) {
-            2 * self.advmss
+            2 * self.mss.advmss
         } else {
             let mut share = self.win_from_space(i64::from(truesize)) >> 1;
             let rmem2 = env.config.sysctl.triple(Sysctl::tcp_rmem)[2];

@@ -226,7 +226,7 @@ impl Connection {
 
     /// `tcp_adjust_rcv_ssthresh`: under memory pressure, offer at most 4 MSS more.
     pub(crate) fn adjust_rcv_ssthresh(&mut self) {
-        self.rcv.ssthresh = self.rcv.ssthresh.min(4 * self.advmss);
+        self.rcv.ssthresh = self.rcv.ssthresh.min(4 * self.mss.advmss);
     }
 
     /// `tcp_clamp_window`: the receive queue reached rcvbuf; grow rcvbuf to what is queued
@@ -242,7 +242,7 @@ impl Connection {
             self.mem.rcvbuf = self.mem.rmem_alloc.min(rmem2).max(self.mem.rcvbuf);
         }
         if self.mem.rmem_alloc > self.mem.rcvbuf {
-            self.rcv.ssthresh = self.rcv.window_clamp.min(2 * self.advmss);
+            self.rcv.ssthresh = self.rcv.window_clamp.min(2 * self.mss.advmss);
         }
     }
 

@@ -71,7 +71,7 @@ impl Connection {
     /// size proven to work (`search_low`).
     pub fn sync_mss(&mut self, env: &Env) {
         let pmtu = self.pmtu();
-        self.pmtu_cookie = pmtu;
+        self.mss.pmtu_cookie = pmtu;
         if self.mtup.enabled {
             self.mtup.search_high = self.mtup.search_high.min(pmtu);
         }
@@ -86,8 +86,8 @@ impl Connection {
         if self.mtup.enabled {
             m = m.min(self.mtu_to_mss(env, self.mtup.search_low));
         }
-        self.mss_cache = m.max(8);
-        self.cc_st.mss_cache = self.mss_cache;
+        self.mss.cache = m.max(8);
+        self.cc_st.mss_cache = self.mss.cache;
     }
 
     /// `tcp_mtu_to_mss`: payload of a full segment on a path of MTU `pmtu` (IP and TCP
@@ -102,7 +102,7 @@ impl Connection {
 
     /// `tcp_mss_to_mtu`: the packet size of a full segment of `mss` payload bytes.
     pub fn mss_to_mtu(&self, mss: u32) -> u32 {
-        mss + self.tcp_header_len + self.ip_hdr_len()
+        mss + self.mss.tcp_header_len + self.ip_hdr_len()
     }
 
     /// `tcp_mtup_init` (RFC 4821): probing on with `tcp_mtu_probing` = 2; the search runs from
@@ -118,7 +118,7 @@ impl Connection {
     /// `tcp_current_mss`'s route check: if the path MTU changed since `mss_cache` was
     /// computed, recompute it.
     pub fn refresh_mss(&mut self, env: &Env) {
-        if self.pmtu() != self.pmtu_cookie {
+        if self.pmtu() != self.mss.pmtu_cookie {
             self.sync_mss(env);
         }
     }
@@ -152,7 +152,7 @@ impl Connection {
         }
         let mss_now = self.current_mss();
         let probe = self.mtu_to_mss(env, (self.mtup.search_high + self.mtup.search_low) >> 1);
-        let size_needed = probe + (self.reordering + 1) * self.mss_cache;
+        let size_needed = probe + (self.reordering + 1) * self.mss.cache;
         let interval = self.mtup.search_high.saturating_sub(self.mtup.search_low);
         if probe > self.mtu_to_mss(env, self.mtup.search_high)
             || (interval as i64) < env.sysint(Sysctl::tcp_probe_threshold)
@@ -227,7 +227,7 @@ impl Connection {
     pub fn mtup_probe_success(&mut self, env: &mut Env, now: Instant) {
         let cur = self.current_ssthresh();
         self.undo.save_ssthresh(cur);
-        let cwnd = u64::from(self.snd_cwnd()) * u64::from(self.mss_to_mtu(self.mss_cache))
+        let cwnd = u64::from(self.snd_cwnd()) * u64::from(self.mss_to_mtu(self.mss.cache))
             / u64::from(self.mtup.probe_size.max(1));
         self.cc_st.snd_cwnd = (cwnd as u32).max(1);
         self.cc_st.snd_cwnd_cnt = 0;
@@ -245,5 +245,33 @@ impl Connection {
         self.mtup.probe_size = 0;
         self.mtup.probe_ts = now;
         env.mib.inc(Mib::TCPMTUPFail);
+    }
+}
+
+/// The segment sizes the connection works with (`tcp_sock`'s `mss_cache`, `advmss`,
+/// `tcp_header_len`, `icsk_pmtu_cookie`): what `tcp_sync_mss` here computed from the path MTU
+/// and the options, and what we advertised. `pmtu_cookie` is private to this file (only
+/// `tcp_sync_mss` and its check use it); the sizes are `pub(crate)`, as in Linux: the output
+/// sizes segments with them, the input learns from them, and `tcp_info` reports them.
+#[derive(Debug)]
+pub(crate) struct MssCache {
+    /// The current send MSS without SACK blocks (`mss_cache`).
+    pub cache: u32,
+    /// The MSS we advertised (`advmss`).
+    pub advmss: u32,
+    /// TCP header length with the options every segment carries (`tcp_header_len`).
+    pub tcp_header_len: u32,
+    /// Path MTU `mss_cache` was last computed for (`icsk_pmtu_cookie`).
+    pmtu_cookie: u32,
+}
+
+impl Default for MssCache {
+    fn default() -> MssCache {
+        MssCache {
+            cache: TCP_MSS_DEFAULT,
+            advmss: TCP_MSS_DEFAULT,
+            tcp_header_len: 20,
+            pmtu_cookie: 0,
+        }
     }
 }

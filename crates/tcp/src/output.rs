@@ -48,7 +48,7 @@ impl Connection {
 
     /// Bytes of TCP options on established segments excluding SACK (`tcp_header_len - 20`).
     pub(crate) fn base_opt_len(&self) -> u32 {
-        self.tcp_header_len - 20
+        self.mss.tcp_header_len - 20
     }
 
     /// Number of SACK blocks the next ACK will carry (D-SACK first), limited so all options fit.
@@ -65,7 +65,7 @@ impl Connection {
     pub fn current_mss(&self) -> u32 {
         let n = self.num_sack_blocks() as u32;
         let extra = if n > 0 { 4 + 8 * n } else { 0 };
-        self.mss_cache.saturating_sub(extra).max(1)
+        self.mss.cache.saturating_sub(extra).max(1)
     }
 
     /// `tcp_bound_to_half_wnd`.
@@ -76,7 +76,7 @@ impl Connection {
             self.snd.max_window
         };
         if cutoff != 0 && x > cutoff {
-            cutoff.max(68u32.saturating_sub(self.tcp_header_len))
+            cutoff.max(68u32.saturating_sub(self.mss.tcp_header_len))
         } else {
             x
         }
@@ -130,11 +130,12 @@ impl Connection {
     /// with `tcp_rmem[1]` 131072 and timestamps on sends a SYN window of 64240 = 44 × 1460,
     /// not 45 × 1448).
     pub fn init_rcv_window(&mut self, env: &Env, active: bool) {
-        self.advmss = self.route_advmss();
+        self.mss.advmss = self.route_advmss();
         let mss_for_win = if active {
-            self.advmss
+            self.mss.advmss
         } else {
-            self.advmss
+            self.mss
+                .advmss
                 .saturating_sub(if self.rx_opt.tstamp_ok { 12 } else { 0 })
         };
         if self.opts.rcvbuf_lock {
@@ -199,7 +200,7 @@ impl Connection {
         if tight {
             self.ack.quick = 0;
             if env.mem.pressure {
-                self.rcv.ssthresh = self.rcv.ssthresh.min(4 * self.advmss);
+                self.rcv.ssthresh = self.rcv.ssthresh.min(4 * self.mss.advmss);
             }
         }
         window
@@ -222,7 +223,7 @@ impl Connection {
         let tight = free_space < full_space / 2;
         if tight {
             if env.mem.pressure {
-                rcv_ssthresh = rcv_ssthresh.min(4 * self.advmss);
+                rcv_ssthresh = rcv_ssthresh.min(4 * self.mss.advmss);
             }
             free_space = free_space >> self.rx_opt.rcv_wscale << self.rx_opt.rcv_wscale;
             if free_space < mss {
@@ -311,7 +312,7 @@ impl Connection {
     /// SYN / SYN-ACK options in Linux's order (see the packetdrill lines:
     /// `mss,sackOK,TS,nop,wscale` / `mss,nop,nop,sackOK,nop,wscale`).
     pub fn syn_opts(&self, now: Instant, out: &mut Vec<OutOpt>, tsecr: u32) {
-        out.push(OutOpt::Mss(self.advmss.min(65535) as u16));
+        out.push(OutOpt::Mss(self.mss.advmss.min(65535) as u16));
         if self.rx_opt.tstamp_ok {
             if self.rx_opt.sack_ok {
                 out.push(OutOpt::SackOk);
@@ -484,7 +485,7 @@ impl Connection {
 
     /// `tcp_update_pacing_rate` (spec §2.8).
     pub fn update_pacing_rate(&mut self, env: &Env) {
-        let mss = u64::from(self.mss_cache);
+        let mss = u64::from(self.mss.cache);
         let mut rate = mss * (1_000_000u64 << 3);
         let cwnd = self.snd_cwnd();
         if cwnd < self.cc_st.snd_ssthresh / 2 {
@@ -652,7 +653,7 @@ impl Connection {
         );
         let in_flight = self.packets_in_flight();
         let cwnd = self.snd_cwnd();
-        let mss = self.mss_cache;
+        let mss = self.mss.cache;
         let send_win = self.snd_wnd_end().wrapping_sub(seq);
         let cong_win = cwnd.saturating_sub(in_flight) * mss;
         let limit = send_win.min(cong_win);
@@ -1225,7 +1226,7 @@ impl Connection {
         if self.opts.sndbuf_lock {
             return;
         }
-        let per_mss = (self.rx_opt.mss_clamp.max(self.mss_cache) + MAX_TCP_HEADER + 320)
+        let per_mss = (self.rx_opt.mss_clamp.max(self.mss.cache) + MAX_TCP_HEADER + 320)
             .next_power_of_two()
             + 256;
         let nr_segs = TCP_INIT_CWND.max(self.snd_cwnd()).max(self.reordering + 1);

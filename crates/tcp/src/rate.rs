@@ -131,7 +131,7 @@ impl Connection {
 
     /// `tcp_rate_check_app_limited`: the application is not keeping the pipe full.
     pub fn rate_check_app_limited(&mut self) {
-        if self.snd.write_seq.wrapping_sub(self.snd.nxt) < self.mss_cache
+        if self.snd.write_seq.wrapping_sub(self.snd.nxt) < self.mss.cache
             && self.mem.wmem_alloc == 0
             && self.packets_in_flight() < self.snd_cwnd()
             && self.rtx.lost_out <= self.rtx.retrans_out
@@ -147,6 +147,6 @@ impl Connection {
         if r.rate_interval_us == 0 {
             return 0;
         }
-        u64::from(r.rate_delivered) * u64::from(self.mss_cache) * 1_000_000 / r.rate_interval_us
+        u64::from(r.rate_delivered) * u64::from(self.mss.cache) * 1_000_000 / r.rate_interval_us
     }
 }

@@ -116,7 +116,7 @@ impl Connection {
                     // the retransmission was not needed.
                     if let Some(m) = self.undo.marker {
                         if self.undo.retrans > 0 && !after(r, seg.ack) && after(r, m) {
-                            let segs = r.wrapping_sub(l).div_ceil(self.mss_cache.max(1)).max(1);
+                            let segs = r.wrapping_sub(l).div_ceil(self.mss.cache.max(1)).max(1);
                             self.undo.retrans = (self.undo.retrans - segs as i32).max(0);
                         }
                     }
@@ -142,7 +142,7 @@ impl Connection {
         r: u32,
         flag: &mut AckFlags,
     ) -> u32 {
-        let mss = self.mss_cache.max(1);
+        let mss = self.mss.cache.max(1);
         let mut newly = 0;
         // First buffer that ends after the block's left edge (the queue is in seq order).
         let mut i = self.rtx.queue.partition_point(|s| !after(s.end_seq, l));
@@ -220,7 +220,7 @@ impl Connection {
 
     /// Split `rtx_queue[i]` after `off` payload bytes (`tcp_fragment` on the rtx queue).
     pub(crate) fn split_rtx(&mut self, i: usize, off: u32) {
-        let mss = self.mss_cache.max(1);
+        let mss = self.mss.cache.max(1);
         let skb = &mut self.rtx.queue[i];
         let tail = skb.data.split_off(off as usize);
         let nlen = tail.len() as u32;
@@ -309,7 +309,7 @@ impl Connection {
                 if h.sacked & (sacked::LOST | sacked::RETRANS) == 0 {
                     // tcp_newreno_mark_lost: only the head's first MSS is deemed lost; a
                     // multi-segment head is fragmented (tcp_fragment) before marking.
-                    let mss = self.mss_cache.max(1);
+                    let mss = self.mss.cache.max(1);
                     if h.pcount > 1 && h.len() > mss {
                         self.split_rtx(0, mss);
                     }
@@ -588,7 +588,7 @@ impl Connection {
     /// `tcp_simple_retransmit`: after a path-MTU drop, resend everything larger than the new
     /// MSS (entering Loss without a cwnd reduction beyond ssthresh).
     pub fn simple_retransmit(&mut self, env: &mut Env, now: Instant) {
-        let mss = self.mss_cache;
+        let mss = self.mss.cache;
         let prior_lost = self.rtx.lost_out;
         for i in 0..self.rtx.queue.len() {
             let s = &self.rtx.queue[i];
@@ -617,7 +617,7 @@ impl Connection {
     /// the dupthresh-like `reordering` (capped by `tcp_max_reordering`) and let RACK keep its
     /// reordering window.
     pub fn note_reordering(&mut self, env: &mut Env, seq: u32) {
-        let mss = self.mss_cache.max(1);
+        let mss = self.mss.cache.max(1);
         let metric = self.rtx.highest_sack_end.wrapping_sub(seq);
         let max = env.sysint(Sysctl::tcp_max_reordering) as u32;
         if metric > self.reordering.saturating_mul(mss) {

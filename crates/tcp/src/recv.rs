@@ -483,7 +483,7 @@ impl Connection {
     /// initial window (at most ten segments) at `rcv_nxt`, now.
     pub fn init_rcvq_space(&mut self, now: Instant) {
         self.rcvq = RcvqSpace {
-            space: self.rcv.wnd.min(10 * self.advmss),
+            space: self.rcv.wnd.min(10 * self.mss.advmss),
             seq: self.rcv.nxt,
             time: now,
         };
@@ -501,7 +501,7 @@ impl Connection {
         if copied > self.rcvq.space {
             if env.config.sysctl.on(Sysctl::tcp_moderate_rcvbuf) && !self.opts.rcvbuf_lock {
                 let space = u64::from(self.rcvq.space.max(1));
-                let mut rcvwin = (u64::from(copied) << 1) + 16 * u64::from(self.advmss);
+                let mut rcvwin = (u64::from(copied) << 1) + 16 * u64::from(self.mss.advmss);
                 let grow = rcvwin * (u64::from(copied) - space) / space;
                 rcvwin += grow << 1;
                 let rmem2 = env.config.sysctl.triple(Sysctl::tcp_rmem)[2] as u64;

@@ -9,7 +9,7 @@ use crate::env::Env;
 use crate::info::ConnStats;
 use crate::input::{RxOpt, SackCompress};
 use crate::mem::SockMem;
-use crate::mtu::Mtup;
+use crate::mtu::{MssCache, Mtup};
 use crate::packet::{OutOpt, SegOut};
 use crate::rack::{Rack, Tlp};
 use crate::rate::{RateState, TxRate};
@@ -707,16 +707,13 @@ pub(crate) struct Connection {
     /// Receive sequence space, the offered window and the receive queues (recv.rs).
     pub rcv: RcvSeq,
     // --- options / MSS ---
-    pub mss_cache: u32,
-    pub advmss: u32,
-    /// Path MTU `mss_cache` was last computed for (`icsk_pmtu_cookie`).
-    pub pmtu_cookie: u32,
     /// A route change not yet picked up: applied at the next transmit, as Linux revalidates
     /// the cached dst in `ip_queue_xmit` (`__sk_dst_check`).
     pub route_pending: Option<RouteAttrs>,
+    /// The segment sizes in use (mtu.rs).
+    pub mss: MssCache,
     /// MTU probing (`icsk_mtup`, mtu.rs).
     pub mtup: Mtup,
-    pub tcp_header_len: u32,
     /// Options negotiated on the handshake and the timestamp state (`rx_opt`, input.rs).
     pub rx_opt: RxOpt,
     pub gso_segs_cache: u32,
@@ -820,12 +817,8 @@ impl Connection {
             backlog: VecDeque::new(),
             backlog_len: 0,
             tsq_flags: 0,
-            mss_cache: TCP_MSS_DEFAULT,
-            advmss: TCP_MSS_DEFAULT,
-            pmtu_cookie: 0,
             route_pending: None,
             mtup: Mtup::default(),
-            tcp_header_len: 20,
             gso_segs_cache: 0,
             cc,
             cc_st: CcState::default(),
@@ -925,6 +918,7 @@ impl Connection {
                 sacks: Vec::new(),
                 dsack: None,
             },
+            mss: MssCache::default(),
         }
     }
 

@@ -128,9 +128,9 @@ impl Stack {
                     return;
                 }
                 sk.route.mtu = mtu;
-                let old = sk.mss_cache;
+                let old = sk.mss.cache;
                 sk.sync_mss(env);
-                if sk.mss_cache < old {
+                if sk.mss.cache < old {
                     sk.simple_retransmit(env, now);
                 }
             }
