@@ -257,7 +257,7 @@ impl Connection {
             rcv_rtt: self.rcv_rtt.rtt_us() >> 3,
             rcv_space: self.rcvq.space(),
             total_retrans: self.stats.total_retrans,
-            pacing_rate: self.pacing_rate,
+            pacing_rate: self.pacing.rate(),
             max_pacing_rate: u64::MAX,
             bytes_acked: self.stats.bytes_acked,
             bytes_received: self.stats.bytes_received,

@@ -372,7 +372,6 @@ impl Connection {
         env.mib.inc(Mib::CurrEstab);
         self.lrcvtime = now;
         self.rcv_tstamp = now;
-        self.snd_cwnd_stamp = now;
         self.sync_mss(env);
         // tcp_init_transfer → tcp_mtup_init (after the MSS was synced).
         self.mtup_init(env, now);
@@ -719,7 +718,7 @@ impl Connection {
         let (acked_pkts, rtt_us) = self.clean_rtx_queue(env, now, prior_fack, seg, &mut flag);
         // tcp_clean_rtx_queue: the MTU probe was cumulatively acked.
         if self.mtup.probe_acked(self.snd.una) {
-            self.mtup_probe_success(env, now);
+            self.mtup_probe_success(env);
         }
         // TLP: an ACK above tlp_high_seq ends the episode.
         self.tlp_process_ack(ack);
@@ -834,10 +833,8 @@ impl Connection {
 
     /// `tcp_is_cwnd_limited`.
     fn is_cwnd_limited_now(&self) -> bool {
-        if self.cc_st.in_slow_start() {
-            return self.snd_cwnd() < 2 * self.max_packets_out;
-        }
-        self.is_cwnd_limited
+        self.cwnd_use
+            .limited(self.snd_cwnd(), self.cc_st.in_slow_start())
     }
 
     /// Copy engine fields the CC reads into its state.
@@ -850,10 +847,10 @@ impl Connection {
         self.cc_st.snd_nxt = self.snd.nxt;
         self.cc_st.snd_una = self.snd.una;
         self.cc_st.lsndtime_us = self.lsndtime.as_micros();
-        self.cc_st.sk_pacing_rate = if self.pacing_rate == u64::MAX {
+        self.cc_st.sk_pacing_rate = if self.pacing.rate() == u64::MAX {
             0
         } else {
-            self.pacing_rate
+            self.pacing.rate()
         };
         let _ = now;
     }

@@ -224,14 +224,13 @@ impl Connection {
 
     /// `tcp_mtup_probe_success`: the probe was acked; its size is the new floor of the
     /// search, cwnd is rescaled to the same bytes in larger packets, and the MSS grows.
-    pub fn mtup_probe_success(&mut self, env: &mut Env, now: Instant) {
+    pub fn mtup_probe_success(&mut self, env: &mut Env) {
         let cur = self.current_ssthresh();
         self.undo.save_ssthresh(cur);
         let cwnd = u64::from(self.snd_cwnd()) * u64::from(self.mss_to_mtu(self.mss.cache))
             / u64::from(self.mtup.probe_size.max(1));
         self.cc_st.snd_cwnd = (cwnd as u32).max(1);
         self.cc_st.snd_cwnd_cnt = 0;
-        self.snd_cwnd_stamp = now;
         self.cc_st.snd_ssthresh = self.current_ssthresh();
         self.mtup.search_low = self.mtup.probe_size;
         self.mtup.probe_size = 0;

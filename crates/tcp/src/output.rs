@@ -113,10 +113,10 @@ impl Connection {
     /// half the largest peer window).
     pub fn size_goal(&mut self, mss_now: u32) -> u32 {
         let g = self.bound_to_half_wnd(GSO_MAX_SIZE);
-        let mut cached = self.gso_segs_cache * mss_now;
+        let mut cached = self.pacing.gso_segs * mss_now;
         if g < cached || g >= cached + mss_now {
-            self.gso_segs_cache = (g / mss_now).min(GSO_MAX_SEGS);
-            cached = self.gso_segs_cache * mss_now;
+            self.pacing.gso_segs = (g / mss_now).min(GSO_MAX_SEGS);
+            cached = self.pacing.gso_segs * mss_now;
         }
         cached.max(mss_now)
     }
@@ -378,10 +378,10 @@ impl Connection {
     /// the pure ACK's stamp is as far ahead as the data's). Only data moves the stamp on by
     /// its pacing time.
     pub(crate) fn edt_stamp(&mut self, now: Instant) -> Instant {
-        if self.wstamp < now {
-            self.wstamp = now;
+        if self.pacing.wstamp < now {
+            self.pacing.wstamp = now;
         }
-        self.wstamp
+        self.pacing.wstamp
     }
 
     /// The sequence number of a segment that carries no data (`tcp_acceptable_seq`):
@@ -471,7 +471,7 @@ impl Connection {
             .min_tso_segs()
             .unwrap_or(env.sysint(Sysctl::tcp_min_tso_segs) as u32)
             .max(1);
-        let mut bytes = self.pacing_rate >> 10;
+        let mut bytes = self.pacing.rate >> 10;
         let log = env.sysint(Sysctl::tcp_tso_rtt_log) as u32;
         if log > 0 && self.rtt.min_rtt_us() != u32::MAX {
             let r = self.rtt.min_rtt_us() >> log.min(31);
@@ -497,7 +497,7 @@ impl Connection {
         if self.rtt.srtt_us() != 0 {
             rate /= u64::from(self.rtt.srtt_us());
         }
-        self.pacing_rate = rate;
+        self.pacing.rate = rate;
         self.cc_st.sk_pacing_rate = rate;
     }
 
@@ -548,7 +548,7 @@ impl Connection {
         if !env.config.sysctl.on(Sysctl::shallow_tcp_tsq) {
             return false;
         }
-        let mut limit = (2 * u64::from(truesize)).max(self.pacing_rate >> 10);
+        let mut limit = (2 * u64::from(truesize)).max(self.pacing.rate >> 10);
         limit = limit.min(env.sysint(Sysctl::tcp_limit_output_bytes) as u64);
         limit <<= factor;
         if u64::from(self.wmem_alloc_biased()) <= limit {
@@ -639,7 +639,7 @@ impl Connection {
             return false;
         }
         // Defer only if the last transmit was recent (1 ms).
-        if now > self.wstamp + Duration::from_millis(1) {
+        if now > self.pacing.wstamp + Duration::from_millis(1) {
             return false;
         }
         let Some(head) = self.snd.write_queue.front() else {
@@ -695,14 +695,8 @@ impl Connection {
 
     /// `tcp_cwnd_validate`: remember whether the flow used its whole cwnd in this window.
     fn cwnd_validate(&mut self, is_cwnd_limited: bool) {
-        if !before(self.snd.una, self.cwnd_usage_seq)
-            || is_cwnd_limited
-            || (!self.is_cwnd_limited && self.rtx.packets_out > self.max_packets_out)
-        {
-            self.is_cwnd_limited = is_cwnd_limited;
-            self.max_packets_out = self.rtx.packets_out;
-            self.cwnd_usage_seq = self.snd.nxt;
-        }
+        let (una, nxt, out) = (self.snd.una, self.snd.nxt, self.rtx.packets_out);
+        self.cwnd_use.record(una, nxt, out, is_cwnd_limited);
     }
 
     /// `tcp_write_xmit`: send new data from the write queue as cwnd, rwnd, Nagle, TSO
@@ -954,7 +948,7 @@ impl Connection {
             } else {
                 self.opts.tos
             },
-            departure_ns: Some(self.wstamp.max(now).as_nanos()),
+            departure_ns: Some(self.pacing.wstamp.max(now).as_nanos()),
             now,
         };
         if !env.device.admit(&meta) {
@@ -974,7 +968,7 @@ impl Connection {
             return false;
         }
         let win = self.select_window(env);
-        let prior_wstamp = self.wstamp;
+        let prior_wstamp = self.pacing.wstamp;
         let departure = self.edt_stamp(now);
         if len_of(&self.rtx.queue[idx]) > 0 {
             // tcp_event_data_sent: CA_EVENT_TX_START after idle; a reply within ato of the
@@ -1069,14 +1063,14 @@ impl Connection {
         // the stamp in the past (the flow was late, e.g. ACK-clocked after a gap) takes that
         // lateness as credit against OS jitter, up to half of this packet's time.
         if env.device.caps.edt_pacing
-            && self.pacing_rate > 0
+            && self.pacing.rate > 0
             && self.stats.data_segs_out() >= 10
             && len > 0
         {
-            let len_ns = u64::from(len) * 1_000_000_000 / self.pacing_rate.max(1);
+            let len_ns = u64::from(len) * 1_000_000_000 / self.pacing.rate.max(1);
             let credit = (departure - prior_wstamp).as_nanos() as u64;
             let ns = len_ns - (len_ns / 2).min(credit);
-            self.wstamp += Duration::from_nanos(ns);
+            self.pacing.wstamp += Duration::from_nanos(ns);
         }
         true
     }
@@ -1286,7 +1280,6 @@ impl Connection {
             cwnd >>= 1;
         }
         self.cc_st.snd_cwnd = cwnd.max(restart);
-        self.snd_cwnd_stamp = now;
     }
 
     /// `tcp_tsq_write` (spec §2.6): after a TX completion, retransmit lost data then push.
@@ -1307,5 +1300,74 @@ impl Connection {
             let ng = self.nonagle();
             self.write_xmit(env, now, ng, false);
         }
+    }
+}
+
+/// How much of its congestion window the flow used in the last window of data (`tcp_sock`'s
+/// `is_cwnd_limited`, `max_packets_out`, `cwnd_usage_seq`): recorded by `tcp_cwnd_validate`
+/// after each run of the output loop and read by `tcp_is_cwnd_limited`, which lets cwnd grow
+/// only while it is used. Private to this file.
+#[derive(Debug, Default)]
+pub(crate) struct CwndUse {
+    /// The flow was cwnd-limited in the last window of data (`is_cwnd_limited`).
+    is_cwnd_limited: bool,
+    /// Most segments in flight in that window (`max_packets_out`).
+    max_packets_out: u32,
+    /// SND.NXT when the window began (`cwnd_usage_seq`).
+    cwnd_usage_seq: u32,
+}
+
+impl CwndUse {
+    /// `tcp_cwnd_validate`'s record: start a new window of data when SND.UNA passed the last
+    /// one, or the flow was limited, or more is in flight than the window saw.
+    fn record(&mut self, una: u32, nxt: u32, packets_out: u32, is_cwnd_limited: bool) {
+        if !before(una, self.cwnd_usage_seq)
+            || is_cwnd_limited
+            || (!self.is_cwnd_limited && packets_out > self.max_packets_out)
+        {
+            self.is_cwnd_limited = is_cwnd_limited;
+            self.max_packets_out = packets_out;
+            self.cwnd_usage_seq = nxt;
+        }
+    }
+
+    /// `tcp_is_cwnd_limited`: in slow start, cwnd is used while it is less than twice the
+    /// most in flight; otherwise as the last window recorded.
+    pub fn limited(&self, snd_cwnd: u32, in_slow_start: bool) -> bool {
+        if in_slow_start {
+            return snd_cwnd < 2 * self.max_packets_out;
+        }
+        self.is_cwnd_limited
+    }
+}
+
+/// Pacing and TSO autosizing state (`sk_pacing_rate`, `tcp_wstamp_ns`, and the cached
+/// segment count of `tcp_tso_autosize`). Private to this file: the rate is set by
+/// `tcp_update_pacing_rate` here and read elsewhere through [`Pacing::rate`].
+#[derive(Debug)]
+pub(crate) struct Pacing {
+    /// `sk_pacing_rate` in bytes per second; `u64::MAX` (unlimited) until the first ACK of
+    /// data.
+    rate: u64,
+    /// `tcp_wstamp_ns`: the departure time of the latest segment.
+    wstamp: Instant,
+    /// Segments per TSO packet last computed by `tcp_tso_autosize`, for `mss_now` (0: none).
+    gso_segs: u32,
+}
+
+impl Default for Pacing {
+    fn default() -> Pacing {
+        Pacing {
+            rate: u64::MAX,
+            wstamp: Instant::ZERO,
+            gso_segs: 0,
+        }
+    }
+}
+
+impl Pacing {
+    /// `sk_pacing_rate`.
+    pub fn rate(&self) -> u64 {
+        self.rate
     }
 }

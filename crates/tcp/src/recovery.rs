@@ -370,7 +370,6 @@ impl Connection {
                         .cwnd_event(&mut self.cc_st, CaEvent::CompleteCwr, now.as_micros());
                 }
                 self.set_ca_state(now, CaState::Open);
-                self.snd_cwnd_stamp = now;
             }
             _ => {}
         }
@@ -386,7 +385,6 @@ impl Connection {
             self.cc
                 .cwnd_event(&mut self.cc_st, CaEvent::CompleteCwr, now.as_micros());
             self.set_ca_state(now, CaState::Open);
-            self.snd_cwnd_stamp = now;
         }
         // D-SACKs covered every retransmission: undo (tcp_try_undo_dsack).
         if matches!(self.ca_state, CaState::Recovery | CaState::Disorder)
@@ -547,7 +545,6 @@ impl Connection {
                 self.undo_cwnd_reduction(now);
             } else {
                 self.set_ca_state(now, CaState::Open);
-                self.snd_cwnd_stamp = now;
             }
             return;
         }
@@ -675,7 +672,6 @@ impl Connection {
         self.undo.marker = None;
         self.undo.retrans_ts = None;
         self.set_ca_state(now, CaState::Open);
-        self.snd_cwnd_stamp = now;
     }
 
     /// Enter fast recovery (`tcp_enter_recovery` + `tcp_init_cwnd_reduction`).
@@ -734,7 +730,7 @@ impl Connection {
             }
             // Double TSQ limit for retransmits.
             let limit = (2 * u64::from(s.truesize))
-                .max(self.pacing_rate >> 10)
+                .max(self.pacing.rate() >> 10)
                 .min(env.sysint(Sysctl::tcp_limit_output_bytes) as u64)
                 << 1;
             if u64::from(self.wmem_alloc_biased()) > limit && self.rtx.queue.len() > 1 {
@@ -897,7 +893,6 @@ impl Connection {
         // lost) plus one.
         self.cc_st.snd_cwnd = self.packets_in_flight() + 1;
         self.cc_st.snd_cwnd_cnt = 0;
-        self.snd_cwnd_stamp = now;
         // Timeout in Disorder after many dupacks: reordering was over-estimated.
         let sysctl_reo = env.sysint(Sysctl::tcp_reordering) as u32;
         if matches!(self.ca_state, CaState::Open | CaState::Disorder)

@@ -10,6 +10,7 @@ use crate::info::ConnStats;
 use crate::input::{RxOpt, SackCompress};
 use crate::mem::SockMem;
 use crate::mtu::{MssCache, Mtup};
+use crate::output::{CwndUse, Pacing};
 use crate::packet::{OutOpt, SegOut};
 use crate::rack::{Rack, Tlp};
 use crate::rate::{RateState, TxRate};
@@ -716,7 +717,6 @@ pub(crate) struct Connection {
     pub mtup: Mtup,
     /// Options negotiated on the handshake and the timestamp state (`rx_opt`, input.rs).
     pub rx_opt: RxOpt,
-    pub gso_segs_cache: u32,
 
     // --- congestion control ---
     pub cc: Box<dyn CongestionControl>,
@@ -726,11 +726,9 @@ pub(crate) struct Connection {
     pub undo: Undo,
     pub high_seq: u32,
     pub reordering: u32,
-    pub snd_cwnd_stamp: Instant,
-    pub max_packets_out: u32,
-    pub is_cwnd_limited: bool,
-    pub cwnd_usage_seq: u32,
     /// PRR counters of the current reduction (recovery.rs).
+    /// How much of cwnd the flow used (`tcp_cwnd_validate`, output.rs).
+    pub cwnd_use: CwndUse,
     pub prr: Prr,
     /// `tp->ecn_flags` (RFC 3168): bits of [`ecnf`].
     pub ecn_flags: u8,
@@ -757,10 +755,10 @@ pub(crate) struct Connection {
     /// meanwhile the socket is closed but not yet orphaned.
     pub linger_until: Option<Instant>,
     pub ack: AckState,
-    pub pacing_rate: u64,
     /// The retransmit queue and its SACK scoreboard (recovery.rs).
+    /// Pacing and TSO autosizing (output.rs).
+    pub pacing: Pacing,
     pub rtx: RtxQueue,
-    pub wstamp: Instant,
     /// Autotuning's per-RTT measurement (`rcvq_space`, recv.rs).
     pub rcvq: RcvqSpace,
     /// Receiver RTT estimate (`rcv_rtt_est`, recv.rs).
@@ -819,17 +817,12 @@ impl Connection {
             tsq_flags: 0,
             route_pending: None,
             mtup: Mtup::default(),
-            gso_segs_cache: 0,
             cc,
             cc_st: CcState::default(),
             ca_state: CaState::Open,
             undo: Undo::default(),
             high_seq: 0,
             reordering: env.sysint(Sysctl::tcp_reordering) as u32,
-            snd_cwnd_stamp: Instant::ZERO,
-            max_packets_out: 0,
-            is_cwnd_limited: false,
-            cwnd_usage_seq: 0,
             prr: Prr::default(),
             ecn_flags: 0,
             tlp: Tlp::default(),
@@ -849,9 +842,6 @@ impl Connection {
                 rcv_mss: TCP_MSS_DEFAULT,
                 last_seg_size: 0,
             },
-            // sk_pacing_rate starts at ~0 (unlimited) until the first ACK of data.
-            pacing_rate: u64::MAX,
-            wstamp: Instant::ZERO,
             rcvq: RcvqSpace::default(),
             rcv_rtt: RcvRttEst::default(),
             last_oow_ack: Instant::ZERO,
@@ -919,6 +909,8 @@ impl Connection {
                 dsack: None,
             },
             mss: MssCache::default(),
+            cwnd_use: CwndUse::default(),
+            pacing: Pacing::default(),
         }
     }
 
