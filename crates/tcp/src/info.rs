@@ -294,7 +294,7 @@ impl Connection {
             fwd_alloc: self.forward_alloc().clamp(0, i64::from(u32::MAX)) as u32,
             wmem_queued: self.mem.wmem_queued,
             optmem: 0,
-            backlog: self.backlog_len,
+            backlog: self.lock.backlog_len,
             drops: self.stats.drops,
         }
     }

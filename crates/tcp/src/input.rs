@@ -1378,7 +1378,7 @@ impl Connection {
             || self.in_quickack_mode()
             || self.ack.pending & ackf::NOW != 0;
         if immediate {
-            if self.owned && env.config.sysctl.on(Sysctl::tcp_backlog_ack_defer) {
+            if self.lock.owned && env.config.sysctl.on(Sysctl::tcp_backlog_ack_defer) {
                 self.tsq_flags |= tsq::ACK_DEFERRED;
                 return;
             }

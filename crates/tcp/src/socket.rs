@@ -18,6 +18,7 @@ use crate::recovery::{Prr, RtxQueue, Undo};
 use crate::recv::{RcvRttEst, RcvSeq, RcvqSpace};
 use crate::rtt::Rtt;
 use crate::send::SndSeq;
+use crate::stack::SockLock;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
 use crate::timer::Timers;
@@ -694,11 +695,8 @@ pub(crate) struct Connection {
     pub sack_compress: SackCompress,
     /// `sock->state == SS_CONNECTING`: a connect() is in progress or failed unreported.
     pub connecting: bool,
-    /// `sk_lock.owned`.
-    pub owned: bool,
-    /// Segments that arrived while owned; `backlog_len` in truesize bytes.
-    pub backlog: VecDeque<crate::packet::OwnedSeg>,
-    pub backlog_len: u32,
+    /// Socket ownership and the backlog (`sk_lock`, `sk_backlog`, stack/api.rs).
+    pub lock: SockLock,
     pub tsq_flags: u8,
 
     // --- sequence space (RFC 9293 §3.3.1) ---
@@ -811,9 +809,6 @@ impl Connection {
             nospace: false,
             sack_compress: SackCompress::default(),
             connecting: false,
-            owned: false,
-            backlog: VecDeque::new(),
-            backlog_len: 0,
             tsq_flags: 0,
             route_pending: None,
             mtup: Mtup::default(),
@@ -911,6 +906,7 @@ impl Connection {
             mss: MssCache::default(),
             cwnd_use: CwndUse::default(),
             pacing: Pacing::default(),
+            lock: SockLock::default(),
         }
     }
 
@@ -1019,7 +1015,7 @@ impl Connection {
     /// `tcp_space`: window we could offer now.
     pub fn tcp_space(&self, _env: &Env) -> i64 {
         self.win_from_space(
-            self.mem.rcvbuf as i64 - self.backlog_len as i64 - self.mem.rmem_alloc as i64,
+            self.mem.rcvbuf as i64 - self.lock.backlog_len as i64 - self.mem.rmem_alloc as i64,
         )
     }
 

@@ -26,6 +26,7 @@
 //!   socket go to its backlog and timers/TX completions defer their work, as in Linux.
 
 mod api;
+pub(crate) use api::SockLock;
 mod listen;
 mod poll;
 mod rx;
@@ -550,7 +551,7 @@ impl Stack {
 
     /// Whether `s` is currently owned by the application.
     pub fn is_owned(&self, s: SocketId) -> bool {
-        self.sock(s).map(|s| s.owned).unwrap_or(false)
+        self.sock(s).map(|s| s.lock.owned).unwrap_or(false)
     }
 }
 

@@ -535,7 +535,7 @@ impl Stack {
     /// timers/TX completions defer their work.
     pub fn lock_sock(&mut self, s: SocketId) {
         if let Ok(sk) = self.sock_mut(s) {
-            sk.owned = true;
+            sk.lock.owned = true;
         }
     }
 
@@ -545,7 +545,7 @@ impl Stack {
         self.tick(now);
         loop {
             let batch = match self.sock_mut(s) {
-                Ok(sk) if !sk.backlog.is_empty() => std::mem::take(&mut sk.backlog),
+                Ok(sk) if !sk.lock.backlog.is_empty() => std::mem::take(&mut sk.lock.backlog),
                 _ => break,
             };
             for o in batch {
@@ -558,7 +558,7 @@ impl Stack {
         let Ok((sk, env)) = self.sk_env(s) else {
             return;
         };
-        sk.backlog_len = 0;
+        sk.lock.backlog_len = 0;
         let flags = sk.tsq_flags;
         sk.tsq_flags &= !(tsq::TSQ_DEFERRED
             | tsq::WRITE_TIMER_DEFERRED
@@ -577,11 +577,27 @@ impl Stack {
         if !drop && flags & tsq::ACK_DEFERRED != 0 && sk.ack.pending & ackf::SCHED != 0 {
             sk.send_ack(env, now);
         }
-        sk.owned = false;
+        sk.lock.owned = false;
         if drop {
             self.free(s);
         } else {
             self.reap(s);
         }
     }
+}
+
+/// Socket ownership (`sk_lock.owned`) and the backlog of segments that arrived while the
+/// application owned the socket (`sk_backlog`, its length in truesize bytes). `lock_sock` and
+/// `release_sock` here take and give ownership and drain the backlog; the `pub(crate)` fields
+/// are read where Linux reads them: the network input (stack/rx.rs) queues to the backlog
+/// while owned, the ACK-deferral and TSQ rules (input.rs, stack/poll.rs) ask whether the
+/// socket is owned, and the window and `SO_MEMINFO` count the backlog.
+#[derive(Debug, Default)]
+pub(crate) struct SockLock {
+    /// `sk_lock.owned`.
+    pub owned: bool,
+    /// Segments that arrived while owned (`sk_backlog`).
+    pub backlog: std::collections::VecDeque<crate::packet::OwnedSeg>,
+    /// The backlog's length in truesize bytes (`sk_backlog.len`).
+    pub backlog_len: u32,
 }

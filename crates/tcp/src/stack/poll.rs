@@ -36,7 +36,7 @@ impl Stack {
         }
         if sk.tsq_flags & tsq::THROTTLED != 0 {
             sk.tsq_flags &= !tsq::THROTTLED;
-            if sk.owned {
+            if sk.lock.owned {
                 sk.tsq_flags |= tsq::TSQ_DEFERRED;
             } else {
                 sk.tsq_write(env, now);
@@ -72,7 +72,7 @@ impl Stack {
         };
         match kind {
             TimerKind::Retrans => {
-                if sk.owned {
+                if sk.lock.owned {
                     sk.tsq_flags |= tsq::WRITE_TIMER_DEFERRED;
                     return;
                 }
@@ -82,7 +82,7 @@ impl Stack {
                 }
             }
             TimerKind::Delack => {
-                if sk.owned {
+                if sk.lock.owned {
                     env.mib.inc(Mib::DelayedACKLocked);
                     sk.tsq_flags |= tsq::DELACK_TIMER_DEFERRED;
                     return;
@@ -96,7 +96,7 @@ impl Stack {
             }
             TimerKind::CompSack => {
                 // tcp_compressed_ack_kick
-                if sk.owned {
+                if sk.lock.owned {
                     sk.tsq_flags |= tsq::DELACK_TIMER_DEFERRED;
                     return;
                 }

@@ -60,7 +60,7 @@ impl Stack {
             return;
         }
         if let Some(&id) = self.conns.get(&(seg.dst, seg.src)) {
-            let owned = self.sock(id).map(|s| s.owned).unwrap_or(false);
+            let owned = self.sock(id).map(|s| s.lock.owned).unwrap_or(false);
             if owned {
                 self.add_backlog(id, &seg);
                 return;
@@ -135,7 +135,7 @@ impl Stack {
                 }
             }
             packet::IcmpKind::Unreach(e) => {
-                if matches!(sk.state, TcpState::SynSent | TcpState::SynRecv) && !sk.owned {
+                if matches!(sk.state, TcpState::SynSent | TcpState::SynRecv) && !sk.lock.owned {
                     sk.err = Some(e);
                     if sk.state == TcpState::SynSent {
                         env.mib.inc(Mib::AttemptFails);
@@ -155,24 +155,25 @@ impl Stack {
             return;
         };
         if let Some(tail) = sk
+            .lock
             .backlog
             .back_mut()
             .filter(|_| env.device.caps.rx_truesize.coalesces())
         {
             if tail.try_coalesce(seg) {
-                sk.backlog_len += seg.payload.len() as u32;
+                sk.lock.backlog_len += seg.payload.len() as u32;
                 env.mib.inc(Mib::TCPBacklogCoalesce);
                 return;
             }
         }
         let limit = 2u64 * u64::from(sk.mem.rcvbuf) + u64::from(sk.mem.sndbuf / 2) + 65536;
-        if u64::from(sk.backlog_len) + u64::from(sk.mem.rmem_alloc) > limit {
+        if u64::from(sk.lock.backlog_len) + u64::from(sk.mem.rmem_alloc) > limit {
             env.mib.inc(Mib::TCPBacklogDrop);
             sk.stats.count_drop();
             return;
         }
-        sk.backlog_len += sk.rx_truesize(env, seg, seg.payload.len() as u32);
-        sk.backlog.push_back(packet::OwnedSeg::from_seg(seg));
+        sk.lock.backlog_len += sk.rx_truesize(env, seg, seg.payload.len() as u32);
+        sk.lock.backlog.push_back(packet::OwnedSeg::from_seg(seg));
     }
 
     pub(super) fn rcv_conn(&mut self, now: Instant, id: SocketId, seg: &SegIn<'_>) {
