@@ -1458,6 +1458,33 @@ impl Connection {
     }
 }
 
+/// Delayed-ACK state (`icsk_ack`): whether an ACK is owed and how soon (the quick-ACK
+/// budget, pingpong, the ACK timeout `ato`), and the receiver's view of the segment size.
+/// `pub(crate)` fields, as Linux's `icsk_ack`: the segment processing here schedules ACKs,
+/// the output (output.rs) clears them when one leaves, and the delayed-ACK timer (timer.rs)
+/// and `tcp_info` read them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AckState {
+    /// `icsk_ack.pending`: bits of [`ackf`].
+    pub pending: u8,
+    /// ACKs still to send at once (quick-ACK mode, `icsk_ack.quick`).
+    pub quick: u8,
+    /// Interactive-flow mode (`icsk_ack.pingpong`): ACKs ride on replies.
+    pub pingpong: u8,
+    /// Delayed-ACK timeout. Zero until the first data segment arrives (`tcp_event_data_recv`
+    /// sets TCP_ATO_MIN): Linux 6.18 reports tcpi_ato 0 after the handshake, so an ACK
+    /// delayed before any data (a bare FIN in pingpong) leaves at once.
+    pub ato: Duration,
+    /// When the delayed-ACK timer is due (`icsk_ack.timeout`).
+    pub timeout: Instant,
+    /// Last time data arrived (`icsk_ack.lrcvtime`), for the `ato` estimate.
+    pub lrcvtime: Instant,
+    /// The peer's segment size as we estimate it (`icsk_ack.rcv_mss`).
+    pub rcv_mss: u32,
+    /// Payload of the last data segment (`icsk_ack.last_seg_size`).
+    pub last_seg_size: u32,
+}
+
 /// What the handshake negotiated and the peer's timestamps (Linux's `tp->rx_opt`, `struct
 /// tcp_options_received`, with `tp->tsoffset`): the options in use, the window scales, the
 /// peer's MSS and the PAWS state. `pub(crate)` fields, as Linux's `rx_opt`: the handshake

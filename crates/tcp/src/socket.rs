@@ -7,7 +7,7 @@ use crate::chrono::Chrono;
 pub use crate::device::{RxTruesize, SKB_OVERHEAD};
 use crate::env::Env;
 use crate::info::ConnStats;
-use crate::input::{RxOpt, SackCompress};
+use crate::input::{AckState, RxOpt, SackCompress};
 use crate::mem::SockMem;
 use crate::mtu::{MssCache, Mtup};
 use crate::output::{CwndUse, Pacing};
@@ -558,22 +558,6 @@ pub(crate) struct Listen {
     pub accept_queue: VecDeque<SocketId>,
 }
 
-/// Delayed-ACK engine state (`icsk_ack`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct AckState {
-    pub pending: u8,
-    pub quick: u8,
-    pub pingpong: u8,
-    /// Delayed-ACK timeout. Zero until the first data segment arrives (`tcp_event_data_recv`
-    /// sets TCP_ATO_MIN): Linux 6.18 reports tcpi_ato 0 after the handshake, so an ACK
-    /// delayed before any data (a bare FIN in pingpong) leaves at once.
-    pub ato: Duration,
-    pub timeout: Instant,
-    pub lrcvtime: Instant,
-    pub rcv_mss: u32,
-    pub last_seg_size: u32,
-}
-
 /// Route attributes that matter to TCP (`ip route ... mtu N advmss N initcwnd N quickack 1`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct RouteAttrs {
@@ -663,13 +647,25 @@ pub(crate) const RCV_SHUTDOWN: u8 = 1;
 pub(crate) const SEND_SHUTDOWN: u8 = 2;
 
 /// One TCP socket (Linux `struct tcp_sock` with its `inet_connection_sock` and `sock`).
+/// Its state is grouped by what it is, each group defined in the file of the rules that
+/// change it (Linux's counterpart in brackets); a group's fields are private to that file
+/// when its rules live there, and `pub(crate)` where every part of TCP reads and writes
+/// them as Linux's `tcp_sock` fields, which its doc comment says.
 pub(crate) struct Connection {
+    // --- the socket (`sock`, `inet_sock`): identity, addresses, the application's view
+    /// Slot in the stack's socket table.
     pub id: SocketId,
+    /// Generation of the slot (a stale id or timer names an older one).
     pub gen: u32,
+    /// AF_INET or AF_INET6.
     pub family: Family,
+    /// TCP state (`sk_state`).
     pub state: TcpState,
+    /// Local address and port on the wire.
     pub local: SocketAddr,
+    /// Remote address and port on the wire.
     pub remote: SocketAddr,
+    /// Has a local port.
     pub bound: bool,
     /// Port bound explicitly by bind() (vs auto-bound by connect()).
     pub userlocks_port: bool,
@@ -680,95 +676,108 @@ pub(crate) struct Connection {
     pub hashed: bool,
     /// The application has closed its handle (`SOCK_DEAD` / orphan).
     pub orphan: bool,
+    /// Listener state (SYN and accept queues), for a socket in LISTEN.
     pub listen: Option<Box<Listen>>,
     /// Listener this child belongs to until accept().
     pub parent: Option<(SocketId, u32)>,
+    /// Socket options.
     pub opts: SockOpts,
+    /// The route's attributes in use.
     pub route: RouteAttrs,
-    /// `sk_err` (reported once by SO_ERROR / the next call).
-    pub err: Option<Errno>,
-    pub err_soft: Option<Errno>,
-    pub shutdown: u8,
-    /// SOCK_NOSPACE: a writer saw no space; wake it on write space.
-    pub nospace: bool,
-    /// SACK compression (input.rs).
-    pub sack_compress: SackCompress,
-    /// `sock->state == SS_CONNECTING`: a connect() is in progress or failed unreported.
-    pub connecting: bool,
-    /// Socket ownership and the backlog (`sk_lock`, `sk_backlog`, stack/api.rs).
-    pub lock: SockLock,
-    pub tsq_flags: u8,
-
-    // --- sequence space (RFC 9293 §3.3.1) ---
-    /// Send sequence space and the write queue (RFC 9293 §3.3.1, send.rs).
-    pub snd: SndSeq,
-
-    /// Receive sequence space, the offered window and the receive queues (recv.rs).
-    pub rcv: RcvSeq,
-    // --- options / MSS ---
     /// A route change not yet picked up: applied at the next transmit, as Linux revalidates
     /// the cached dst in `ip_queue_xmit` (`__sk_dst_check`).
     pub route_pending: Option<RouteAttrs>,
+    /// `sk_err` (reported once by SO_ERROR / the next call).
+    pub err: Option<Errno>,
+    /// `sk_err_soft`: the last soft error (ICMP), reported if the connection times out.
+    pub err_soft: Option<Errno>,
+    /// `sk_shutdown` bits ([`RCV_SHUTDOWN`], [`SEND_SHUTDOWN`]).
+    pub shutdown: u8,
+    /// SOCK_NOSPACE: a writer saw no space; wake it on write space.
+    pub nospace: bool,
+    /// `sock->state == SS_CONNECTING`: a connect() is in progress or failed unreported.
+    pub connecting: bool,
+    /// A lingering `close()` waits until this time (SO_LINGER, `sk_stream_wait_close`);
+    /// meanwhile the socket is closed but not yet orphaned.
+    pub linger_until: Option<Instant>,
+    /// Socket ownership and the backlog (`sk_lock`, `sk_backlog`, stack/api.rs).
+    pub lock: SockLock,
+    /// The socket's buffers and their memory accounting (mem.rs).
+    pub mem: SockMem,
+    /// `sk_tsq_flags`: bits of [`tsq`] (TSQ throttling, work deferred to `release_sock`).
+    pub tsq_flags: u8,
+
+    // --- sequence spaces, queues and options
+    /// Send sequence space and the write queue (RFC 9293 §3.3.1, send.rs).
+    pub snd: SndSeq,
+    /// The retransmit queue and its SACK scoreboard (recovery.rs).
+    pub rtx: RtxQueue,
+    /// Receive sequence space, the offered window and the receive queues (recv.rs).
+    pub rcv: RcvSeq,
+    /// Options negotiated on the handshake and the timestamp state (`rx_opt`, input.rs).
+    pub rx_opt: RxOpt,
     /// The segment sizes in use (mtu.rs).
     pub mss: MssCache,
     /// MTU probing (`icsk_mtup`, mtu.rs).
     pub mtup: Mtup,
-    /// Options negotiated on the handshake and the timestamp state (`rx_opt`, input.rs).
-    pub rx_opt: RxOpt,
 
-    // --- congestion control ---
-    pub cc: Box<dyn CongestionControl>,
-    pub cc_st: CcState,
-    pub ca_state: CaState,
-    /// What undoing a reduction needs (recovery.rs).
-    pub undo: Undo,
-    pub high_seq: u32,
-    pub reordering: u32,
-    /// PRR counters of the current reduction (recovery.rs).
-    /// How much of cwnd the flow used (`tcp_cwnd_validate`, output.rs).
-    pub cwnd_use: CwndUse,
-    pub prr: Prr,
-    /// `tp->ecn_flags` (RFC 3168): bits of [`ecnf`].
-    pub ecn_flags: u8,
-    /// The tail loss probe's episode (rack.rs).
-    pub tlp: Tlp,
-
-    // --- RTT / RTO (RFC 6298) ---
-    /// RTT estimator and RTO (rtt.rs).
-    pub rtt: Rtt,
-    /// The connection's timers and their retry bookkeeping (timer.rs).
-    pub timer: Timers,
-    pub lsndtime: Instant,
-    pub lrcvtime: Instant,
-    pub rcv_tstamp: Instant,
-
-    // --- RACK (RFC 8985) ---
-    /// `tp->rack` (rack.rs).
-    pub rack: Rack,
-
-    // --- queues and memory ---
-    /// The socket's buffers and their memory accounting (mem.rs).
-    pub mem: SockMem,
-    /// A lingering `close()` waits until this time (SO_LINGER, `sk_stream_wait_close`);
-    /// meanwhile the socket is closed but not yet orphaned.
-    pub linger_until: Option<Instant>,
-    pub ack: AckState,
-    /// The retransmit queue and its SACK scoreboard (recovery.rs).
+    // --- output
     /// Pacing and TSO autosizing (output.rs).
     pub pacing: Pacing,
-    pub rtx: RtxQueue,
-    /// Autotuning's per-RTT measurement (`rcvq_space`, recv.rs).
-    pub rcvq: RcvqSpace,
-    /// Receiver RTT estimate (`rcv_rtt_est`, recv.rs).
-    pub rcv_rtt: RcvRttEst,
-    /// Delivery-rate estimation (tcp_rate.c, rate.rs).
-    pub rate: RateState,
+    /// How much of cwnd the flow used (`tcp_cwnd_validate`, output.rs).
+    pub cwnd_use: CwndUse,
     /// Send-side chronographs (`tcp_chrono_*`, chrono.rs).
     pub chrono: Chrono,
-    /// Counters `tcp_info` reports (info.rs).
-    pub stats: ConnStats,
+
+    // --- input: ACKs we send
+    /// Delayed-ACK state (`icsk_ack`).
+    pub ack: AckState,
+    /// SACK compression (input.rs).
+    pub sack_compress: SackCompress,
     /// Last time we answered an invalid segment (`last_oow_ack_time`).
     pub last_oow_ack: Instant,
+
+    // --- congestion control and loss recovery (`icsk_ca_*`, the state every part reads)
+    /// The congestion-control algorithm (`icsk_ca_ops`).
+    pub cc: Box<dyn CongestionControl>,
+    /// The algorithm's state and what the engine fills in for it (cwnd, ssthresh, …).
+    pub cc_st: CcState,
+    /// The congestion state machine's state (`icsk_ca_state`).
+    pub ca_state: CaState,
+    /// SND.NXT when recovery or loss began (`high_seq`).
+    pub high_seq: u32,
+    /// Reordering degree in segments (`tp->reordering`).
+    pub reordering: u32,
+    /// `tp->ecn_flags` (RFC 3168): bits of [`ecnf`].
+    pub ecn_flags: u8,
+    /// PRR counters of the current reduction (recovery.rs).
+    pub prr: Prr,
+    /// What undoing a reduction needs (recovery.rs).
+    pub undo: Undo,
+    /// `tp->rack` (rack.rs).
+    pub rack: Rack,
+    /// The tail loss probe's episode (rack.rs).
+    pub tlp: Tlp,
+    /// Delivery-rate estimation (tcp_rate.c, rate.rs).
+    pub rate: RateState,
+
+    // --- RTT, timers and activity
+    /// RTT estimator and RTO (rtt.rs).
+    pub rtt: Rtt,
+    /// Receiver RTT estimate (`rcv_rtt_est`, recv.rs).
+    pub rcv_rtt: RcvRttEst,
+    /// Autotuning's per-RTT measurement (`rcvq_space`, recv.rs).
+    pub rcvq: RcvqSpace,
+    /// The connection's timers and their retry bookkeeping (timer.rs).
+    pub timer: Timers,
+    /// Last time data was sent (`lsndtime`).
+    pub lsndtime: Instant,
+    /// Last time data was received (`icsk_ack.lrcvtime` as `tcp_info` reports it).
+    pub lrcvtime: Instant,
+    /// Last time an ACK was received (`rcv_tstamp`).
+    pub rcv_tstamp: Instant,
+    /// Counters `tcp_info` reports (info.rs).
+    pub stats: ConnStats,
 }
 
 use crate::Errno;
