@@ -979,8 +979,8 @@ fn retrans_timeout(base: Duration, boundary: u32) -> Duration {
 /// Linux's `tcp_sock`: the output (output.rs) appends and counts what it sends, the ACK
 /// processing (input.rs) removes what is acked, the SACK and loss rules here and in rack.rs
 /// mark buffers and move the counters, and rate.rs, the congestion control and `tcp_info` read
-/// them. Its invariant: each counter is the sum of the `pcount` of the buffers with the
-/// matching `sacked` bit (`packets_out` of all).
+/// them. Each counter counts segments (`pcount`): `packets_out` of all the queue's buffers,
+/// the others of those in its state.
 #[derive(Debug)]
 pub(crate) struct RtxQueue {
     /// Sent buffers in sequence order (`tcp_rtx_queue`).
