@@ -274,7 +274,8 @@ impl Connection {
 /// A socket's buffer sizes and what its queues hold (`sock`'s `sk_sndbuf`, `sk_rcvbuf`,
 /// `sk_wmem_queued`, `sk_wmem_alloc`, `sk_rmem_alloc`, `sk_forward_alloc`). The rules over them
 /// (scheduling against `tcp_mem`, reclaim, `sndbuf` moderation, the window clamp under pressure)
-/// live in this file; the byte counters are `pub(crate)` because, as in Linux, a buffer is
+/// live in this file, and its pages and allocation-failure mark are private to it; the byte
+/// counters are `pub(crate)` because, as in Linux, a buffer is
 /// charged and uncharged where it is queued or freed (`sendmsg`, the transmit, the clean-up of
 /// acked data, the receive and out-of-order queues, TX completions), and the window, `tcp_poll`
 /// and TSQ read them.
@@ -290,9 +291,37 @@ pub(crate) struct SockMem {
     pub rcvbuf: u32,
     /// `sk_rmem_alloc`: truesize of the receive and out-of-order queues.
     pub rmem_alloc: u32,
-    /// Pages of the stack-wide TCP memory this socket holds (see `mem.rs`).
-    pub pages: i64,
+    /// Pages of the stack-wide TCP memory this socket holds (private: changed only by the
+    /// scheduling and reclaim rules here).
+    pages: i64,
     /// `wmem_queued` when a send-side memory allocation failed (0: none pending); the
-    /// socket is not writable until the queues shrink below it.
-    pub wait: u32,
+    /// socket is not writable until the queues shrink below it (private: see
+    /// [`SockMem::wait_for_memory`]).
+    wait: u32,
+}
+
+impl SockMem {
+    /// A socket with the default buffer sizes and nothing charged.
+    pub fn new(sndbuf: u32, rcvbuf: u32) -> SockMem {
+        SockMem {
+            wmem_queued: 0,
+            wmem_alloc: 0,
+            sndbuf,
+            rcvbuf,
+            rmem_alloc: 0,
+            pages: 0,
+            wait: 0,
+        }
+    }
+
+    /// A send-side allocation failed: the socket stays unwritable until its queues shrink
+    /// below what they hold now (Linux sleeps a short random time instead).
+    pub fn wait_for_memory(&mut self) {
+        self.wait = self.wmem_queued.max(1);
+    }
+
+    /// Whether a send-side allocation failure still holds the socket unwritable.
+    pub fn waiting(&self) -> bool {
+        self.wait != 0
+    }
 }

@@ -93,7 +93,7 @@ impl Connection {
                 // tcp_stream_alloc_skb: charged by force when both queues are empty.
                 let first = self.snd.write_queue.is_empty() && self.rtx.queue.is_empty();
                 if !first && !self.wmem_schedule(env, SKB_TX_OVERHEAD) {
-                    self.mem.wait = self.mem.wmem_queued.max(1);
+                    self.mem.wait_for_memory();
                     waited = true;
                     break;
                 }
@@ -115,7 +115,7 @@ impl Connection {
                     }
                 }
                 if !(self.snd.write_queue.is_empty() && self.rtx.queue.is_empty()) {
-                    self.mem.wait = self.mem.wmem_queued.max(1);
+                    self.mem.wait_for_memory();
                 }
                 waited = true;
                 break;

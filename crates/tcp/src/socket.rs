@@ -852,15 +852,7 @@ impl Connection {
             stats: ConnStats::default(),
             chrono: Chrono::default(),
             rate: RateState::default(),
-            mem: SockMem {
-                wmem_queued: 0,
-                wmem_alloc: 0,
-                sndbuf: wmem[1] as u32,
-                rcvbuf: rmem[1] as u32,
-                rmem_alloc: 0,
-                pages: 0,
-                wait: 0,
-            },
+            mem: SockMem::new(wmem[1] as u32, rmem[1] as u32),
             rx_opt: RxOpt {
                 tstamp_ok: false,
                 sack_ok: false,
@@ -973,7 +965,7 @@ impl Connection {
     /// Also false while a send-side TCP memory allocation failed and no queued byte has
     /// been freed since (`mem_wait`; Linux sleeps a short random time instead).
     pub fn sk_stream_memory_free(&self, env: &Env, wake: u32) -> bool {
-        self.mem.wait == 0
+        !self.mem.waiting()
             && self.mem.wmem_queued < self.mem.sndbuf
             && self.stream_memory_free(env, wake)
     }
