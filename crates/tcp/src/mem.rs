@@ -2,10 +2,10 @@
 //! `sk_mem_schedule` / `__sk_mem_raise_allocated`, `sk_mem_reclaim`,
 //! `tcp_enter_memory_pressure` / `tcp_leave_memory_pressure`).
 //!
-//! Each socket owns `mem_pages` pages of the stack-wide `memory_allocated` counter. What it
+//! Each socket owns `SockMem::pages` pages of the stack-wide `memory_allocated` counter. What it
 //! has charged is `wmem_queued + rmem_alloc` (truesize of the write/retransmit queues and of
 //! the receive/out-of-order queues); the rest of its pages is its `forward_alloc`
-//! (`mem_pages * 4096 - charged`, the `f` of `SO_MEMINFO`).
+//! (`pages * 4096 - charged`, the `f` of `SO_MEMINFO`).
 //!
 //! Rules (Linux 6.x):
 //! - An allocation that may fail (`sk_wmem_schedule` for sendmsg, `sk_rmem_schedule` for
