@@ -1488,8 +1488,9 @@ pub(crate) struct AckState {
 /// What the handshake negotiated and the peer's timestamps (Linux's `tp->rx_opt`, `struct
 /// tcp_options_received`, with `tp->tsoffset`): the options in use, the window scales, the
 /// peer's MSS and the PAWS state. `pub(crate)` fields, as Linux's `rx_opt`: the handshake
-/// (input.rs, stack/listen.rs) sets them once, and every builder and reader of a segment reads
-/// them (output.rs's options and window, recv.rs's SACK blocks, recovery.rs's undo).
+/// (input.rs, stack/listen.rs) sets the options once, the segment processing here keeps the
+/// timestamps, and every builder and reader of a segment reads them (output.rs's options and
+/// window, recv.rs's SACK blocks, recovery.rs's undo).
 #[derive(Debug)]
 pub(crate) struct RxOpt {
     /// Timestamps (RFC 7323) in use.

@@ -396,9 +396,10 @@ impl Connection {
 /// `icsk_pending`, `icsk_backoff`, `icsk_retransmits`, `icsk_probes_out`, and `tcp_sock`'s
 /// `retrans_stamp`). The deadlines are private to this file: [`Connection::arm`] and
 /// [`Connection::disarm`] keep them and the stack's timer set in step. The retry counters are
-/// `pub(crate)`: as in Linux, the RTO handler here raises them, and the ACK that makes
-/// progress (input.rs), the recovery and undo rules (recovery.rs), the output (output.rs) and
-/// `tcp_info` reset or read them.
+/// `pub(crate)`: as in Linux, the timer handlers raise them (the SYN, probe and keepalive
+/// handlers here, the RTO's `tcp_retransmit_timer` in recovery.rs beside the loss state it
+/// enters), the ACK that makes progress (input.rs) resets them, and the undo rules, the
+/// output and `tcp_info` read them.
 #[derive(Debug)]
 pub(crate) struct Timers {
     /// Deadline of each armed timer, as entered in the stack's timer set.
