@@ -4,8 +4,9 @@
 //! `tcpi_sndbuf_limited`). One chronograph runs at a time; a higher-numbered type takes over
 //! from a lower one. [`Chrono`]'s fields are private to this file.
 
-use crate::socket::{Connection, JIFFY};
+use crate::socket::Connection;
 use crate::time::Instant;
+use crate::timer::JIFFY;
 use core::time::Duration;
 
 /// Chronograph types (`enum tcp_chrono`): busy sending.
@@ -76,7 +77,7 @@ impl Connection {
     /// `tcp_chrono_stop`: with nothing left to send every chronograph stops; otherwise the
     /// end of type `t` falls back to busy.
     pub fn chrono_stop(&mut self, now: Instant, t: u8) {
-        if self.write_queue.is_empty() && self.rtx_queue.is_empty() {
+        if self.snd.write_queue.is_empty() && self.rtx.queue.is_empty() {
             if self.chrono.ty != 0 {
                 self.chrono.set(now, 0);
             }

@@ -199,3 +199,31 @@ impl RxTruesize {
         self == RxTruesize::Overhead
     }
 }
+
+/// The device side as TCP sees it: what the device can do and the admission rule of the
+/// qdisc in front of it. `caps` is read by the output and receive rules (the engine reads
+/// device properties only from here); the gate is private: it is asked only through
+/// [`DeviceSide::admit`].
+#[derive(Default)]
+pub(crate) struct DeviceSide {
+    /// What the device below can do.
+    pub caps: DeviceCaps,
+    /// The device side's admission rule (`crate::gate`): a packet it refuses fails with
+    /// NET_XMIT_DROP, which TCP sees as a local error (`__tcp_transmit_skb` enters CWR,
+    /// `tcp_write_xmit` keeps the data queued, a retransmission is not one in flight). `None`
+    /// accepts everything; [`DropAll`](crate::gate::DropAll) is `pfifo limit 0`.
+    gate: Option<Box<dyn crate::gate::TxGate>>,
+}
+
+impl DeviceSide {
+    /// The device side's verdict on a packet about to be transmitted (`crate::gate`): the one
+    /// place where a local drop (NET_XMIT_DROP) is decided.
+    pub fn admit(&mut self, meta: &crate::gate::TxMeta) -> bool {
+        self.gate.as_mut().is_none_or(|g| g.admit(meta))
+    }
+
+    /// Replace the admission rule (`Stack::set_tx_gate`).
+    pub fn set_gate(&mut self, gate: Option<Box<dyn crate::gate::TxGate>>) {
+        self.gate = gate;
+    }
+}

@@ -1,12 +1,14 @@
 //! Introspection: `tcp_info` (Linux field names), `SO_MEMINFO`, `tcp_poll`, and the socket
 //! option handlers.
 
+use crate::env::Env;
 use crate::errno::Errno;
 use crate::socket::pollbits::*;
 use crate::socket::*;
 use crate::sockopt::{OptVal, SockOpt};
 use crate::sysctl::{Sysctl, CC_NAMES};
 use crate::time::Instant;
+use crate::timer::TimerKind;
 use crate::Mib;
 
 /// `struct tcp_info` (the fields Shallow fills; Linux names without the `tcpi_` prefix).
@@ -119,36 +121,125 @@ fn ms_since(now: Instant, t: Instant) -> u32 {
     (now - t).as_millis().min(u128::from(u32::MAX)) as u32
 }
 
+/// The connection's statistics that `tcp_info` and `ss` report (`tcp_sock`'s `segs_in`,
+/// `bytes_acked`, `total_retrans`, …, and the socket's `sk_drops`). Private to this file:
+/// the engine counts each event through the method named after it, and only `tcp_info`,
+/// `SO_MEMINFO` and RACK (which asks whether reordering was ever seen) read them.
+#[derive(Debug, Default)]
+pub(crate) struct ConnStats {
+    /// `tcpi_bytes_acked`: sequence space acknowledged (an acked SYN or FIN counts one).
+    bytes_acked: u64,
+    /// `tcpi_bytes_received`: payload received in order.
+    bytes_received: u64,
+    /// `tcpi_bytes_sent`: payload transmitted, retransmissions included.
+    bytes_sent: u64,
+    /// `tcpi_bytes_retrans`: payload retransmitted.
+    bytes_retrans: u64,
+    /// `tcpi_data_segs_in`: segments received that carry data.
+    data_segs_in: u32,
+    /// `tcpi_data_segs_out`: wire segments transmitted that carry data.
+    data_segs_out: u32,
+    /// `tcpi_segs_in`: segments received (a GRO run counts its segments).
+    segs_in: u32,
+    /// `tcpi_segs_out`: wire segments transmitted.
+    segs_out: u32,
+    /// `tcpi_total_retrans`: segments retransmitted.
+    total_retrans: u32,
+    /// `tcpi_reord_seen`: reordering events observed.
+    reord_seen: u32,
+    /// `sk_drops`: segments dropped on input (backlog or receive-queue limits, bad checksums).
+    drops: u32,
+}
+
+impl ConnStats {
+    /// A packet of `pcount` wire segments and `len` payload bytes left (`tcp_transmit_skb`'s
+    /// and `tcp_retransmit_skb`'s counters).
+    pub fn count_xmit(&mut self, pcount: u32, len: u32, retrans: bool) {
+        self.segs_out += pcount;
+        if len > 0 {
+            self.data_segs_out += pcount;
+        }
+        self.bytes_sent += u64::from(len);
+        if retrans {
+            self.bytes_retrans += u64::from(len);
+        }
+    }
+    /// One segment without data left (an ACK, a SYN, a RST, a probe).
+    pub fn count_seg_out(&mut self) {
+        self.segs_out += 1;
+    }
+    /// Wire segments transmitted with data so far.
+    pub fn data_segs_out(&self) -> u32 {
+        self.data_segs_out
+    }
+    /// `segs` segments arrived.
+    pub fn count_segs_in(&mut self, segs: u32) {
+        self.segs_in += segs;
+    }
+    /// `segs` segments carrying data arrived.
+    pub fn count_data_segs_in(&mut self, segs: u32) {
+        self.data_segs_in += segs;
+    }
+    /// `len` payload bytes were received in order.
+    pub fn count_received(&mut self, len: u32) {
+        self.bytes_received += u64::from(len);
+    }
+    /// `n` bytes of sequence space were acknowledged (`tcp_snd_una_update`).
+    pub fn count_acked(&mut self, n: u64) {
+        self.bytes_acked += n;
+    }
+    /// Sequence space acknowledged so far.
+    pub fn bytes_acked(&self) -> u64 {
+        self.bytes_acked
+    }
+    /// `n` segments were retransmitted.
+    pub fn count_retrans(&mut self, n: u32) {
+        self.total_retrans += n;
+    }
+    /// Reordering was detected once more.
+    pub fn count_reordering(&mut self) {
+        self.reord_seen = self.reord_seen.saturating_add(1);
+    }
+    /// Reordering events seen so far.
+    pub fn reord_seen(&self) -> u32 {
+        self.reord_seen
+    }
+    /// A segment was dropped on input.
+    pub fn count_drop(&mut self) {
+        self.drops += 1;
+    }
+}
+
 impl Connection {
-    pub(crate) fn tcp_info(&self, _env: &crate::socket::Env, now: Instant) -> TcpInfo {
+    pub(crate) fn tcp_info(&self, _env: &crate::env::Env, now: Instant) -> TcpInfo {
         let mut o = 0u8;
-        if self.tstamp_ok {
+        if self.rx_opt.tstamp_ok {
             o |= 1;
         }
-        if self.sack_ok {
+        if self.rx_opt.sack_ok {
             o |= 2;
         }
-        if self.wscale_ok {
+        if self.rx_opt.wscale_ok {
             o |= 4;
         }
         let chrono = self.chrono.totals(now);
         TcpInfo {
             state: self.state as u8,
             ca_state: self.ca_state.as_u8(),
-            retransmits: self.retransmits.min(255) as u8,
-            probes: self.probes.out().min(255) as u8,
-            backoff: self.backoff.min(255) as u8,
+            retransmits: self.timer.retransmits.min(255) as u8,
+            probes: self.timer.probes.out().min(255) as u8,
+            backoff: self.timer.backoff.min(255) as u8,
             options: o,
-            snd_wscale: self.snd_wscale,
-            rcv_wscale: self.rcv_wscale,
+            snd_wscale: self.rx_opt.snd_wscale,
+            rcv_wscale: self.rx_opt.rcv_wscale,
             rto: self.rtt.rto().as_micros() as u32,
             ato: self.ack.ato.as_micros() as u32,
-            snd_mss: self.mss_cache,
+            snd_mss: self.mss.cache,
             rcv_mss: self.ack.rcv_mss,
-            unacked: self.packets_out,
-            sacked: self.sacked_out,
-            lost: self.lost_out,
-            retrans: self.retrans_out,
+            unacked: self.rtx.packets_out,
+            sacked: self.rtx.sacked_out,
+            lost: self.rtx.lost_out,
+            retrans: self.rtx.retrans_out,
             last_data_sent: ms_since(now, self.lsndtime),
             // icsk_ack.lrcvtime: also stamped when the connection is established
             // (tcp_finish_connect / tcp_create_openreq_child), so it counts from the
@@ -156,55 +247,55 @@ impl Connection {
             last_data_recv: ms_since(now, self.lrcvtime),
             last_ack_recv: ms_since(now, self.rcv_tstamp),
             pmtu: self.pmtu(),
-            rcv_ssthresh: self.rcv_ssthresh,
+            rcv_ssthresh: self.rcv.ssthresh,
             rtt: self.rtt.srtt_us() >> 3,
             rttvar: self.rtt.mdev_us() >> 2,
             snd_ssthresh: self.cc_st.snd_ssthresh,
             snd_cwnd: self.cc_st.snd_cwnd,
-            advmss: self.advmss,
+            advmss: self.mss.advmss,
             reordering: self.reordering,
             rcv_rtt: self.rcv_rtt.rtt_us() >> 3,
             rcv_space: self.rcvq.space(),
-            total_retrans: self.total_retrans,
-            pacing_rate: self.pacing_rate,
+            total_retrans: self.stats.total_retrans,
+            pacing_rate: self.pacing.rate(),
             max_pacing_rate: u64::MAX,
-            bytes_acked: self.bytes_acked,
-            bytes_received: self.bytes_received,
-            segs_out: self.segs_out,
-            segs_in: self.segs_in,
+            bytes_acked: self.stats.bytes_acked,
+            bytes_received: self.stats.bytes_received,
+            segs_out: self.stats.segs_out,
+            segs_in: self.stats.segs_in,
             notsent_bytes: self.notsent_bytes(),
             min_rtt: if self.rtt.min_rtt_us() == u32::MAX {
                 u32::MAX
             } else {
                 self.rtt.min_rtt_us()
             },
-            data_segs_in: self.data_segs_in,
-            data_segs_out: self.data_segs_out,
+            data_segs_in: self.stats.data_segs_in,
+            data_segs_out: self.stats.data_segs_out,
             delivery_rate: self.delivery_rate(),
             delivery_rate_app_limited: self.rate.sample_app_limited(),
-            delivered: self.delivered,
-            bytes_sent: self.bytes_sent,
-            bytes_retrans: self.bytes_retrans,
-            snd_wnd: self.snd_wnd,
-            rcv_wnd: self.rcv_wnd,
+            delivered: self.rtx.delivered,
+            bytes_sent: self.stats.bytes_sent,
+            bytes_retrans: self.stats.bytes_retrans,
+            snd_wnd: self.snd.wnd,
+            rcv_wnd: self.rcv.wnd,
             busy_time: chrono.iter().map(|d| d.as_micros() as u64).sum(),
             rwnd_limited: chrono[1].as_micros() as u64,
             sndbuf_limited: chrono[2].as_micros() as u64,
-            reord_seen: self.reord_seen,
+            reord_seen: self.stats.reord_seen,
         }
     }
 
     pub(crate) fn meminfo(&self) -> MemInfo {
         MemInfo {
-            rmem_alloc: self.rmem_alloc,
-            rcvbuf: self.rcvbuf,
-            wmem_alloc: self.wmem_alloc,
-            sndbuf: self.sndbuf,
+            rmem_alloc: self.mem.rmem_alloc,
+            rcvbuf: self.mem.rcvbuf,
+            wmem_alloc: self.mem.wmem_alloc,
+            sndbuf: self.mem.sndbuf,
             fwd_alloc: self.forward_alloc().clamp(0, i64::from(u32::MAX)) as u32,
-            wmem_queued: self.wmem_queued,
+            wmem_queued: self.mem.wmem_queued,
             optmem: 0,
-            backlog: self.backlog_len,
-            drops: self.drops,
+            backlog: self.lock.backlog_len,
+            drops: self.stats.drops,
         }
     }
 
@@ -225,7 +316,7 @@ impl Connection {
         }
         if self.state != TcpState::SynSent && self.state != TcpState::SynRecv {
             let target = self.opts.rcvlowat.max(1);
-            if self.inq() >= target || self.rx_queue.iter().any(|r| r.fin) {
+            if self.inq() >= target || self.rcv.rx_queue.iter().any(|r| r.fin) {
                 mask |= POLLIN | POLLRDNORM;
             }
             if self.shutdown & SEND_SHUTDOWN == 0 {
@@ -266,7 +357,7 @@ impl Connection {
                 if !CC_NAMES.contains(&name.as_str()) {
                     return Err(Errno::ENOENT);
                 }
-                let cc = shallow_cc::by_name(name, &env.cc_params).ok_or(Errno::ENOENT)?;
+                let cc = shallow_cc::by_name(name, &env.config.cc_params).ok_or(Errno::ENOENT)?;
                 self.cc = cc;
                 if self.state == TcpState::Established {
                     self.sync_cc_state(now);
@@ -310,7 +401,7 @@ impl Connection {
                 };
                 let v = v.clamp(0, max) as u32;
                 self.opts.sndbuf_lock = true;
-                self.sndbuf = (v.saturating_mul(2)).max(SOCK_MIN_SNDBUF);
+                self.mem.sndbuf = (v.saturating_mul(2)).max(SOCK_MIN_SNDBUF);
                 self.check_space(env, now);
             }
             SoRcvbuf | SoRcvbufforce => {
@@ -321,7 +412,7 @@ impl Connection {
                 };
                 let v = v.clamp(0, max) as u32;
                 self.opts.rcvbuf_lock = true;
-                self.rcvbuf = (v.saturating_mul(2)).max(SOCK_MIN_RCVBUF);
+                self.mem.rcvbuf = (v.saturating_mul(2)).max(SOCK_MIN_RCVBUF);
             }
             SoRcvlowat => {
                 self.opts.rcvlowat = (v.clamp(0, i64::from(i32::MAX)) as u32).max(1);
@@ -442,7 +533,7 @@ impl Connection {
     fn check_space_force(&mut self, env: &mut Env) {
         if self.stream_is_writeable(env, 1) {
             self.nospace = false;
-            env.wake(self.id, POLLOUT | POLLWRNORM | POLLWRBAND);
+            env.out.wake(self.id, POLLOUT | POLLWRNORM | POLLWRBAND);
         }
     }
 
@@ -460,8 +551,8 @@ impl Connection {
                 Ok(OptVal::Int(i64::from(e)))
             }
             SoType => i(1),
-            SoSndbuf | SoSndbufforce => i(self.sndbuf),
-            SoRcvbuf | SoRcvbufforce => i(self.rcvbuf),
+            SoSndbuf | SoSndbufforce => i(self.mem.sndbuf),
+            SoRcvbuf | SoRcvbufforce => i(self.mem.rcvbuf),
             SoKeepalive => i(u32::from(self.opts.keepalive)),
             SoLinger => Ok(OptVal::Linger {
                 onoff: self.opts.linger.is_some(),
@@ -472,7 +563,7 @@ impl Connection {
             TcpCork => i(u32::from(self.opts.cork)),
             TcpMaxseg => {
                 if self.is_synchronized() {
-                    i(self.mss_cache)
+                    i(self.mss.cache)
                 } else if self.opts.user_mss != 0 {
                     i(self.opts.user_mss)
                 } else {

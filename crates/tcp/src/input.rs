@@ -2,6 +2,7 @@
 //! `tcp_rcv_synsent_state_process`, `tcp_ack`, `tcp_data_queue`, `tcp_event_data_recv`,
 //! `__tcp_ack_snd_check`).
 
+use crate::env::Env;
 use crate::errno::Errno;
 use crate::packet::SegIn;
 use crate::seq::*;
@@ -9,6 +10,7 @@ use crate::socket::pollbits::*;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
+use crate::timer::{RtxEvent, TimerKind};
 use crate::Mib;
 use core::time::Duration;
 use shallow_cc::{AckSample, CaState};
@@ -103,7 +105,7 @@ impl Connection {
     /// Process one segment for this socket (not a listener).
     pub fn rcv(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) -> RcvOutcome {
         let mut out = RcvOutcome::default();
-        self.segs_in += seg.gso_segs;
+        self.stats.count_segs_in(seg.gso_segs);
         match self.state {
             TcpState::Close | TcpState::Listen => {
                 out.reset = !seg.has(TcpFlags::RST);
@@ -120,10 +122,10 @@ impl Connection {
             _ => {}
         }
         // PAWS (RFC 7323 §5).
-        if let (true, Some((tsval, _))) = (self.tstamp_ok, seg.opts.ts) {
-            if before(tsval, self.ts_recent)
+        if let (true, Some((tsval, _))) = (self.rx_opt.tstamp_ok, seg.opts.ts) {
+            if before(tsval, self.rx_opt.ts_recent)
                 && !seg.has(TcpFlags::RST)
-                && now - self.ts_recent_stamp < Duration::from_secs(24 * 86400)
+                && now - self.rx_opt.ts_recent_stamp < Duration::from_secs(24 * 86400)
             {
                 env.mib.inc(Mib::PAWSEstab);
                 if !self.oow_rate_limited(env, now, seg, Mib::TCPACKSkippedPAWS) {
@@ -134,8 +136,8 @@ impl Connection {
         }
         // Sequence acceptability (tcp_sequence).
         let end = seg.end_seq();
-        let win_end = self.rcv_nxt.wrapping_add(self.receive_window());
-        let acceptable = !before(end, self.rcv_wup) && !after(seg.seq, win_end);
+        let win_end = self.rcv.nxt.wrapping_add(self.receive_window());
+        let acceptable = !before(end, self.rcv.wup) && !after(seg.seq, win_end);
         if !acceptable {
             if seg.has(TcpFlags::RST) {
                 return out;
@@ -159,7 +161,7 @@ impl Connection {
         }
         // RST (RFC 5961 §3.2).
         if seg.has(TcpFlags::RST) {
-            if seg.seq == self.rcv_nxt || (self.state == TcpState::SynRecv) {
+            if seg.seq == self.rcv.nxt || (self.state == TcpState::SynRecv) {
                 self.reset_received(env, now);
                 out.closed = true;
             } else {
@@ -172,10 +174,10 @@ impl Connection {
         let simopen_synack = self.state == TcpState::SynRecv
             && seg.has(TcpFlags::SYN)
             && seg.has(TcpFlags::ACK)
-            && seg.seq.wrapping_add(1) == self.rcv_nxt
-            && seg.ack == self.snd_nxt;
+            && seg.seq.wrapping_add(1) == self.rcv.nxt
+            && seg.ack == self.snd.nxt;
         if seg.has(TcpFlags::SYN) && !simopen_synack {
-            if self.state == TcpState::SynRecv && seg.seq == self.irs {
+            if self.state == TcpState::SynRecv && seg.seq == self.rcv.irs {
                 self.send_synack(env, now);
                 return out;
             }
@@ -188,23 +190,23 @@ impl Connection {
         }
         // ACK processing.
         if self.state == TcpState::SynRecv {
-            if !after(seg.ack, self.snd_una) || after(seg.ack, self.snd_nxt) {
+            if !after(seg.ack, self.snd.una) || after(seg.ack, self.snd.nxt) {
                 out.reset = true;
                 return out;
             }
-            self.snd_una = seg.ack;
-            self.snd_wnd = u32::from(seg.window) << self.snd_wscale;
-            self.snd_wl1 = seg.seq;
-            self.max_window = self.max_window.max(self.snd_wnd);
+            self.snd.una = seg.ack;
+            self.snd.wnd = u32::from(seg.window) << self.rx_opt.snd_wscale;
+            self.snd.wl1 = seg.seq;
+            self.snd.max_window = self.snd.max_window.max(self.snd.wnd);
             self.disarm(env, TimerKind::Retrans);
-            self.retransmits = 0;
-            self.backoff = 0;
+            self.timer.retransmits = 0;
+            self.timer.backoff = 0;
             // tcp_synack_rtt_meas: the SYN-ACK's own send time gives a µs sample unless it
             // was retransmitted (Karn); then only the timestamp echo can (tcp_ack_update_rtt).
-            if self.synack_retries_done == 0 {
+            if self.timer.synack_retries_done == 0 {
                 let rtt = (now - self.lsndtime).as_micros() as u32;
                 self.rtt_sample(env, now, rtt.max(1));
-            } else if let (true, Some((_, ecr))) = (self.tstamp_ok, seg.opts.ts) {
+            } else if let (true, Some((_, ecr))) = (self.rx_opt.tstamp_ok, seg.opts.ts) {
                 let rtt = self.tsval(now).wrapping_sub(ecr);
                 if rtt < 1_000_000 && ecr != 0 {
                     self.rtt_sample(env, now, rtt.max(1) * 1000);
@@ -222,19 +224,19 @@ impl Connection {
         }
         // tcp_replace_ts_recent (FLAG_UPDATE_TS_RECENT): only once the ACK was validated
         // (packetdrill ts_recent/invalid_ack.pkt), for segments covering rcv_wup.
-        if let (true, Some((tsval, _))) = (self.tstamp_ok, seg.opts.ts) {
-            if !after(seg.seq, self.rcv_wup) && !before(tsval, self.ts_recent) {
-                self.ts_recent = tsval;
-                self.ts_recent_stamp = now;
+        if let (true, Some((tsval, _))) = (self.rx_opt.tstamp_ok, seg.opts.ts) {
+            if !after(seg.seq, self.rcv.wup) && !before(tsval, self.rx_opt.ts_recent) {
+                self.rx_opt.ts_recent = tsval;
+                self.rx_opt.ts_recent_stamp = now;
             }
         }
         // FIN acknowledgements (RFC 9293 §3.10.7.4 "fifth, check the ACK field").
-        let fin_acked = self.snd_una == self.write_seq && self.fin_queued();
+        let fin_acked = self.snd.una == self.snd.write_seq && self.fin_queued();
         match self.state {
             TcpState::FinWait1 if fin_acked => {
                 self.state = TcpState::FinWait2;
                 self.shutdown |= SEND_SHUTDOWN;
-                env.wake(self.id, POLLOUT | POLLIN | POLLHUP);
+                env.out.wake(self.id, POLLOUT | POLLIN | POLLHUP);
                 if self.orphan {
                     let t = self.fin_timeout(env);
                     self.arm(env, TimerKind::Keepalive, now + t);
@@ -256,7 +258,7 @@ impl Connection {
         if matches!(self.state, TcpState::FinWait1 | TcpState::FinWait2)
             && self.shutdown & RCV_SHUTDOWN != 0
             && !seg.payload.is_empty()
-            && after(seg.seq.wrapping_add(seg.payload.len() as u32), self.rcv_nxt)
+            && after(seg.seq.wrapping_add(seg.payload.len() as u32), self.rcv.nxt)
         {
             env.mib.inc(Mib::TCPAbortOnData);
             self.err = Some(Errno::ECONNRESET);
@@ -273,7 +275,7 @@ impl Connection {
                 }
                 // Data after the peer's FIN: ignore (RFC 9293), but ACK if it's new.
                 TcpState::CloseWait | TcpState::Closing | TcpState::LastAck
-                    if after(seg.end_seq(), self.rcv_nxt) =>
+                    if after(seg.end_seq(), self.rcv.nxt) =>
                 {
                     self.send_ack(env, now);
                 }
@@ -281,7 +283,7 @@ impl Connection {
                 // peer's FIN (tcp_rcv_state_process: seq below rcv_nxt falls through): D-SACK
                 // and an immediate ACK.
                 TcpState::CloseWait | TcpState::Closing | TcpState::LastAck
-                    if before(seg.seq, self.rcv_nxt) =>
+                    if before(seg.seq, self.rcv.nxt) =>
                 {
                     self.data_queue(env, now, seg);
                 }
@@ -321,7 +323,8 @@ impl Connection {
         self.state = TcpState::Close;
         self.shutdown = RCV_SHUTDOWN | SEND_SHUTDOWN;
         self.disarm_all(env);
-        env.wake(self.id, POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP);
+        env.out
+            .wake(self.id, POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP);
     }
 
     /// `tcp_reset`: the peer reset the connection.
@@ -348,7 +351,8 @@ impl Connection {
         self.disarm_all(env);
         self.arm(env, TimerKind::Keepalive, now + TCP_TIMEWAIT_LEN);
         env.mib.inc(Mib::TW);
-        env.wake(self.id, POLLIN | POLLOUT | POLLHUP | POLLRDHUP);
+        env.out
+            .wake(self.id, POLLIN | POLLOUT | POLLHUP | POLLRDHUP);
     }
 
     fn rcv_timewait(
@@ -362,7 +366,7 @@ impl Connection {
         if seg.has(TcpFlags::RST) {
             return;
         }
-        if seg.has(TcpFlags::FIN) && seg.end_seq() == self.rcv_nxt {
+        if seg.has(TcpFlags::FIN) && seg.end_seq() == self.rcv.nxt {
             self.arm(env, TimerKind::Keepalive, now + TCP_TIMEWAIT_LEN);
         }
         if seg.has(TcpFlags::SYN) && !seg.has(TcpFlags::ACK) {
@@ -377,7 +381,6 @@ impl Connection {
         env.mib.inc(Mib::CurrEstab);
         self.lrcvtime = now;
         self.rcv_tstamp = now;
-        self.snd_cwnd_stamp = now;
         self.sync_mss(env);
         // tcp_init_transfer → tcp_mtup_init (after the MSS was synced).
         self.mtup_init(env, now);
@@ -387,8 +390,8 @@ impl Connection {
             TCP_INIT_CWND
         };
         self.cc_st.snd_cwnd = initcwnd;
-        self.cc_st.snd_nxt = self.snd_nxt;
-        self.cc_st.snd_una = self.snd_una;
+        self.cc_st.snd_nxt = self.snd.nxt;
+        self.cc_st.snd_una = self.snd.una;
         let now_us = now.as_micros();
         self.cc.init(&mut self.cc_st, now_us);
         // tcp_init_buffer_space
@@ -396,35 +399,38 @@ impl Connection {
             self.sndbuf_expand(env);
         }
         let maxwin = self.full_space(env).max(0) as u32;
-        if self.window_clamp >= maxwin {
-            self.window_clamp = maxwin;
+        if self.rcv.window_clamp >= maxwin {
+            self.rcv.window_clamp = maxwin;
         }
         // Force reservation of one segment (tcp_app_win).
         if env.sysint(Sysctl::tcp_app_win) != 0
-            && self.window_clamp > 2 * self.advmss
-            && self.window_clamp + self.advmss > maxwin
+            && self.rcv.window_clamp > 2 * self.mss.advmss
+            && self.rcv.window_clamp + self.mss.advmss > maxwin
         {
-            self.window_clamp = (2 * self.advmss).max(maxwin.saturating_sub(self.advmss));
+            self.rcv.window_clamp =
+                (2 * self.mss.advmss).max(maxwin.saturating_sub(self.mss.advmss));
         }
-        self.rcv_ssthresh = self.rcv_ssthresh.min(self.window_clamp);
+        self.rcv.ssthresh = self.rcv.ssthresh.min(self.rcv.window_clamp);
         self.init_rcvq_space(now);
         // tcp_initialize_rcv_mss: a conservative hint until data shows the peer's size.
         self.ack.rcv_mss = self
+            .mss
             .advmss
-            .min(self.mss_cache)
-            .min(self.rcv_wnd / 2)
+            .min(self.mss.cache)
+            .min(self.rcv.wnd / 2)
             .clamp(TCP_MIN_MSS, TCP_MSS_DEFAULT);
 
         if self.opts.keepalive {
             let idle = self.keepalive_time(env);
             self.arm(env, TimerKind::Keepalive, now + idle);
         }
-        env.wake(self.id, POLLOUT | POLLWRNORM | POLLIN);
+        env.out.wake(self.id, POLLOUT | POLLWRNORM | POLLIN);
     }
 
     /// SYN_SENT processing (`tcp_rcv_synsent_state_process`, RFC 9293 §3.10.7.3).
     fn rcv_synsent(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>, out: &mut RcvOutcome) {
-        if seg.has(TcpFlags::ACK) && (!after(seg.ack, self.iss) || after(seg.ack, self.snd_nxt)) {
+        if seg.has(TcpFlags::ACK) && (!after(seg.ack, self.snd.iss) || after(seg.ack, self.snd.nxt))
+        {
             if !seg.has(TcpFlags::RST) {
                 out.reset = true;
             }
@@ -441,10 +447,10 @@ impl Connection {
         if !seg.has(TcpFlags::SYN) {
             return;
         }
-        self.irs = seg.seq;
-        self.rcv_nxt = seg.seq.wrapping_add(1);
-        self.rcv_wup = self.rcv_nxt;
-        self.copied_seq = self.rcv_nxt;
+        self.rcv.irs = seg.seq;
+        self.rcv.nxt = seg.seq.wrapping_add(1);
+        self.rcv.wup = self.rcv.nxt;
+        self.rcv.copied_seq = self.rcv.nxt;
         self.apply_syn_options(env, seg, true);
         // tcp_ecn_rcv_synack (RFC 3168 §6.1.1): ECN is on only if the SYN-ACK has ECE
         // without CWR.
@@ -452,36 +458,37 @@ impl Connection {
             self.ecn_flags &= !crate::socket::ecnf::OK;
         }
         if let Some((tsval, _)) = seg.opts.ts {
-            if self.tstamp_ok {
-                self.ts_recent = tsval;
-                self.ts_recent_stamp = now;
+            if self.rx_opt.tstamp_ok {
+                self.rx_opt.ts_recent = tsval;
+                self.rx_opt.ts_recent_stamp = now;
             }
         }
         if seg.has(TcpFlags::ACK) {
             // tcp_ack → tcp_snd_una_update: the acked SYN counts in tcpi_bytes_acked.
-            self.bytes_acked += u64::from(seg.ack.wrapping_sub(self.snd_una));
-            self.snd_una = seg.ack;
+            self.stats
+                .count_acked(u64::from(seg.ack.wrapping_sub(self.snd.una)));
+            self.snd.una = seg.ack;
             // RFC 7323 §2.2: the window of a SYN (or SYN-ACK) is never scaled
             // (tcp_rcv_synsent_state_process).
-            self.snd_wnd = u32::from(seg.window);
-            self.snd_wl1 = seg.seq;
-            self.max_window = self.snd_wnd;
+            self.snd.wnd = u32::from(seg.window);
+            self.snd.wl1 = seg.seq;
+            self.snd.max_window = self.snd.wnd;
             self.disarm(env, TimerKind::Retrans);
-            self.packets_out = 0;
+            self.rtx.packets_out = 0;
             // RTT from the SYN (tcp_clean_rtx_queue → tcp_ack_update_rtt): its send time
             // unless it was retransmitted (Karn), else the timestamp echo.
-            if self.retransmits == 0 {
+            if self.timer.retransmits == 0 {
                 let rtt = (now - self.lsndtime).as_micros() as u32;
                 self.rtt_sample(env, now, rtt.max(1));
-            } else if let (true, Some((_, ecr))) = (self.tstamp_ok, seg.opts.ts) {
+            } else if let (true, Some((_, ecr))) = (self.rx_opt.tstamp_ok, seg.opts.ts) {
                 let rtt = self.tsval(now).wrapping_sub(ecr);
                 if rtt < 1_000_000 && ecr != 0 {
                     self.rtt_sample(env, now, rtt.max(1) * 1000);
                 }
             }
-            self.retransmits = 0;
-            self.backoff = 0;
-            self.retrans_stamp = None;
+            self.timer.retransmits = 0;
+            self.timer.backoff = 0;
+            self.timer.retrans_stamp = None;
             self.become_established(env, now);
             // The SYN was outstanding: tcp_ack's tcp_cong_control sets the pacing rate.
             self.update_pacing_rate(env);
@@ -502,11 +509,11 @@ impl Connection {
         } else {
             // Simultaneous open (RFC 9293 §3.5 figure 8).
             self.state = TcpState::SynRecv;
-            self.snd_wnd = u32::from(seg.window);
-            self.max_window = self.snd_wnd;
+            self.snd.wnd = u32::from(seg.window);
+            self.snd.max_window = self.snd.wnd;
             // tcp_send_synack: from the connection itself, so it counts.
             self.send_synack(env, now);
-            self.segs_out += 1;
+            self.stats.count_seg_out();
         }
     }
 
@@ -515,44 +522,44 @@ impl Connection {
     pub fn apply_syn_options(&mut self, env: &Env, seg: &SegIn<'_>, active: bool) {
         let o = &seg.opts;
         let want_ts = env.sysint(Sysctl::tcp_timestamps) != 0;
-        let want_sack = env.sysctl.on(Sysctl::tcp_sack);
-        let want_ws = env.sysctl.on(Sysctl::tcp_window_scaling);
+        let want_sack = env.config.sysctl.on(Sysctl::tcp_sack);
+        let want_ws = env.config.sysctl.on(Sysctl::tcp_window_scaling);
         let _ = active;
-        self.tstamp_ok = want_ts && o.ts.is_some();
-        self.sack_ok = want_sack && o.sack_ok;
-        self.dsack_ok = self.sack_ok && env.sysctl.on(Sysctl::tcp_dsack);
+        self.rx_opt.tstamp_ok = want_ts && o.ts.is_some();
+        self.rx_opt.sack_ok = want_sack && o.sack_ok;
+        self.rx_opt.dsack_ok = self.rx_opt.sack_ok && env.config.sysctl.on(Sysctl::tcp_dsack);
         if want_ws && o.wscale.is_some() {
-            self.wscale_ok = true;
-            self.snd_wscale = o.wscale.unwrap_or(0).min(14);
+            self.rx_opt.wscale_ok = true;
+            self.rx_opt.snd_wscale = o.wscale.unwrap_or(0).min(14);
         } else {
-            self.wscale_ok = false;
-            self.snd_wscale = 0;
-            self.rcv_wscale = 0;
-            self.window_clamp = self.window_clamp.min(65535);
+            self.rx_opt.wscale_ok = false;
+            self.rx_opt.snd_wscale = 0;
+            self.rx_opt.rcv_wscale = 0;
+            self.rcv.window_clamp = self.rcv.window_clamp.min(65535);
         }
         let peer_mss = u32::from(o.mss.unwrap_or(TCP_MSS_DEFAULT as u16));
         let min_mss = env.sysint(Sysctl::tcp_min_snd_mss) as u32;
-        self.mss_clamp = peer_mss.max(min_mss);
+        self.rx_opt.mss_clamp = peer_mss.max(min_mss);
         if self.opts.user_mss != 0 {
-            self.mss_clamp = self.mss_clamp.min(self.opts.user_mss);
+            self.rx_opt.mss_clamp = self.rx_opt.mss_clamp.min(self.opts.user_mss);
         }
-        self.tcp_header_len = if self.tstamp_ok { 32 } else { 20 };
+        self.mss.tcp_header_len = if self.rx_opt.tstamp_ok { 32 } else { 20 };
     }
 
     /// Send an ACK for an unacceptable segment (`tcp_send_dupack`): old data gets a D-SACK
     /// and quickack.
     fn send_dupack(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) {
         let end = seg.end_seq();
-        if end != seg.seq && before(seg.seq, self.rcv_nxt) {
+        if end != seg.seq && before(seg.seq, self.rcv.nxt) {
             env.mib.inc(Mib::DelayedACKLost);
             self.enter_quickack(TCP_MAX_QUICKACKS);
-            if self.dsack_ok {
-                let r = if after(end, self.rcv_nxt) {
-                    self.rcv_nxt
+            if self.rx_opt.dsack_ok {
+                let r = if after(end, self.rcv.nxt) {
+                    self.rcv.nxt
                 } else {
                     end
                 };
-                self.dsack = Some((seg.seq, r));
+                self.rcv.dsack = Some((seg.seq, r));
                 env.mib.inc(Mib::TCPDSACKOldSent);
             }
         }
@@ -565,7 +572,10 @@ impl Connection {
         if self.oow_ack_limited(env, now, Mib::TCPACKSkippedChallenge) {
             return;
         }
-        if !env.challenge_ack_allowed(now) {
+        if !env
+            .limits
+            .challenge_ack_allowed(now, env.sysint(Sysctl::tcp_challenge_ack_limit))
+        {
             return;
         }
         env.mib.inc(Mib::TCPChallengeACK);
@@ -596,7 +606,7 @@ impl Connection {
 
     /// `tcp_incr_quickack`: allow up to `max` immediate ACKs (rcv_wnd / 2 rcv_mss, or 2).
     pub fn incr_quickack(&mut self, max: u8) {
-        let mut q = self.rcv_wnd / (2 * self.ack.rcv_mss.max(1));
+        let mut q = self.rcv.wnd / (2 * self.ack.rcv_mss.max(1));
         if q == 0 {
             q = 2;
         }
@@ -620,8 +630,8 @@ impl Connection {
     /// `tcp_ack`: process the acknowledgment field. Returns false if the segment must be dropped.
     fn tcp_ack(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) -> bool {
         let ack = seg.ack;
-        let prior_snd_una = self.snd_una;
-        if after(ack, self.snd_nxt) {
+        let prior_snd_una = self.snd.una;
+        if after(ack, self.snd.nxt) {
             // RFC 9293 §3.10.7.4 / RFC 5961 §5.2: ACK of unsent data: drop the segment
             // (its FIN, data and timestamp too) and answer with a rate-limited challenge
             // ACK, in every state. Measured on Linux 6.18 (ts_recent/invalid_ack.pkt
@@ -641,7 +651,7 @@ impl Connection {
             // its data is dropped, with or without GSO; once 1000 bytes were acked, ack
             // snd_una - 1000 is accepted and snd_una - 1001 challenged; an active opener
             // (its SYN counts, bytes_acked 1) accepts data acking the ISS.
-            let reach = u64::from(self.max_window).min(self.bytes_acked) as u32;
+            let reach = u64::from(self.snd.max_window).min(self.stats.bytes_acked()) as u32;
             if before(ack, prior_snd_una.wrapping_sub(reach)) {
                 self.send_challenge_ack(env, now);
                 return false;
@@ -653,7 +663,7 @@ impl Connection {
             if seg.opts.num_sacks > 0 {
                 let mut flag = AckFlags::default();
                 let newly = self.sacktag(env, now, seg, &mut flag);
-                self.delivered += newly;
+                self.rtx.delivered += newly;
                 env.mib.add(Mib::TCPDelivered, u64::from(newly));
                 self.fastretrans_alert(env, now, prior_snd_una, false, newly, &mut flag);
                 self.frto_xmit_new(env, now, &flag);
@@ -662,37 +672,37 @@ impl Connection {
         }
         // tcp_ack: any acceptable ACK shows the peer alive: the unanswered-probe count
         // (zero-window and keepalive probes, `tcpi_probes`) starts again.
-        self.probes.answered();
+        self.timer.probes.answered();
         self.rcv_tstamp = now;
-        self.rcv_tsecr = seg.opts.ts.map(|t| t.1).unwrap_or(0);
+        self.rx_opt.rcv_tsecr = seg.opts.ts.map(|t| t.1).unwrap_or(0);
         let mut flag = AckFlags::default();
         let prior_in_flight = self.packets_in_flight();
-        let prior_packets = self.packets_out;
+        let prior_packets = self.rtx.packets_out;
         // Window update (tcp_ack_update_window).
-        let nwin = u32::from(seg.window) << self.snd_wscale;
-        if after(ack, self.snd_una)
-            || after(seg.seq, self.snd_wl1)
-            || (seg.seq == self.snd_wl1 && (nwin > self.snd_wnd || nwin == 0))
+        let nwin = u32::from(seg.window) << self.rx_opt.snd_wscale;
+        if after(ack, self.snd.una)
+            || after(seg.seq, self.snd.wl1)
+            || (seg.seq == self.snd.wl1 && (nwin > self.snd.wnd || nwin == 0))
         {
             flag.win_update = true;
-            self.snd_wl1 = seg.seq;
-            if self.snd_wnd != nwin {
-                self.snd_wnd = nwin;
+            self.snd.wl1 = seg.seq;
+            if self.snd.wnd != nwin {
+                self.snd.wnd = nwin;
                 // tcp_ack_update_window: a window change with data queued is a restart point
                 // for the idle check (tcp_slow_start_after_idle_check).
-                if !self.write_queue.is_empty() {
+                if !self.snd.write_queue.is_empty() {
                     self.slow_start_after_idle_check(env, now);
                 }
-                if nwin > self.max_window {
-                    self.max_window = nwin;
+                if nwin > self.snd.max_window {
+                    self.snd.max_window = nwin;
                     self.sync_mss(env);
                 }
             }
         }
         // prior_fack: the highest SACKed sequence before this ACK's SACK blocks (snd_una when
         // nothing is SACKed), for tcp_clean_rtx_queue's reordering check.
-        let prior_fack = if self.sack_seen_any && self.sacked_out > 0 {
-            self.highest_sack_end
+        let prior_fack = if self.rtx.sack_seen_any && self.rtx.sacked_out > 0 {
+            self.rtx.highest_sack_end
         } else {
             prior_snd_una
         };
@@ -704,7 +714,7 @@ impl Connection {
         let is_dupack = ack == prior_snd_una
             && seg.payload.is_empty()
             && !seg.has(TcpFlags::FIN)
-            && nwin == self.snd_wnd
+            && nwin == self.snd.wnd
             && prior_packets > 0;
         if after(ack, prior_snd_una) {
             if seg.payload.is_empty() {
@@ -713,20 +723,20 @@ impl Connection {
         } else if seg.payload.is_empty() {
             env.mib.inc(Mib::TCPPureAcks);
         }
-        self.snd_una = ack;
+        self.snd.una = ack;
         let (acked_pkts, rtt_us) = self.clean_rtx_queue(env, now, prior_fack, seg, &mut flag);
         // tcp_clean_rtx_queue: the MTU probe was cumulatively acked.
-        if self.mtup.probe_acked(self.snd_una) {
-            self.mtup_probe_success(env, now);
+        if self.mtup.probe_acked(self.snd.una) {
+            self.mtup_probe_success(env);
         }
         // TLP: an ACK above tlp_high_seq ends the episode.
         self.tlp_process_ack(ack);
         if acked_pkts > 0 || rtt_us >= 0 {
-            self.backoff = 0;
-            self.retransmits = 0;
+            self.timer.backoff = 0;
+            self.timer.retransmits = 0;
         }
-        if self.retrans_out == 0 && self.lost_out == 0 && self.ca_state == CaState::Open {
-            self.retrans_stamp = None;
+        if self.rtx.retrans_out == 0 && self.rtx.lost_out == 0 && self.ca_state == CaState::Open {
+            self.timer.retrans_stamp = None;
             self.undo.forget_retrans_stamp();
         }
         let mut delivered = acked_pkts + sack_newly;
@@ -734,22 +744,25 @@ impl Connection {
         // delivered when it arrives (tcp_add_reno_sack); the cumulative ACK that follows
         // delivers only what the dupacks did not already count, at least one
         // (tcp_remove_reno_sacks).
-        if !self.sack_ok {
+        if !self.rx_opt.sack_ok {
             if is_dupack {
-                let prior = self.sacked_out;
-                if self.sacked_out + 1 < self.packets_out {
-                    self.sacked_out += 1;
+                let prior = self.rtx.sacked_out;
+                if self.rtx.sacked_out + 1 < self.rtx.packets_out {
+                    self.rtx.sacked_out += 1;
                 }
-                delivered = self.sacked_out - prior;
+                delivered = self.rtx.sacked_out - prior;
             } else if acked_pkts > 0 {
-                delivered = acked_pkts.saturating_sub(self.sacked_out).max(1);
-                self.sacked_out = self.sacked_out.saturating_sub(acked_pkts.saturating_sub(1));
-                if ack == self.snd_nxt {
-                    self.sacked_out = 0;
+                delivered = acked_pkts.saturating_sub(self.rtx.sacked_out).max(1);
+                self.rtx.sacked_out = self
+                    .rtx
+                    .sacked_out
+                    .saturating_sub(acked_pkts.saturating_sub(1));
+                if ack == self.snd.nxt {
+                    self.rtx.sacked_out = 0;
                 }
             }
         }
-        self.delivered += delivered;
+        self.rtx.delivered += delivered;
         self.rate_gen(now, delivered);
         self.cc_st.app_limited = self.rate.app_limited();
         env.mib.add(Mib::TCPDelivered, u64::from(delivered));
@@ -810,16 +823,16 @@ impl Connection {
             self.ack_probe(env, now);
         }
         // Timers: restart RTO/TLP, or clear when nothing is outstanding.
-        if self.packets_out == 0 {
-            if self.rtx_event != RtxEvent::Probe0 {
+        if self.rtx.packets_out == 0 {
+            if self.timer.rtx_event != RtxEvent::Probe0 {
                 self.disarm(env, TimerKind::Retrans);
             }
-            if !self.write_queue.is_empty() {
+            if !self.snd.write_queue.is_empty() {
                 self.check_probe_timer(env, now);
             }
         } else if flag.xmit_timer_set {
             // tcp_check_sack_reneging or RACK's reordering timer armed it.
-        } else if acked_pkts > 0 || self.rtx_event == RtxEvent::Probe0 {
+        } else if acked_pkts > 0 || self.timer.rtx_event == RtxEvent::Probe0 {
             // FLAG_SET_XMIT_TIMER comes with FLAG_ACKED: a whole segment acked. A partial
             // ACK of one segment advances snd_una but leaves the timer as it was (measured
             // on 6.18: `ack 84` of a 100-byte segment 30 ms after it left, and the timer
@@ -831,26 +844,24 @@ impl Connection {
 
     /// `tcp_is_cwnd_limited`.
     fn is_cwnd_limited_now(&self) -> bool {
-        if self.cc_st.in_slow_start() {
-            return self.snd_cwnd() < 2 * self.max_packets_out;
-        }
-        self.is_cwnd_limited
+        self.cwnd_use
+            .limited(self.snd_cwnd(), self.cc_st.in_slow_start())
     }
 
     /// Copy engine fields the CC reads into its state.
     pub fn sync_cc_state(&mut self, now: Instant) {
-        self.cc_st.mss_cache = self.mss_cache;
+        self.cc_st.mss_cache = self.mss.cache;
         self.cc_st.packets_in_flight = self.packets_in_flight();
         self.cc_st.srtt_us = self.rtt.srtt_us();
         self.cc_st.min_rtt_us = self.rtt.min_rtt_us();
-        self.cc_st.delivered = self.delivered;
-        self.cc_st.snd_nxt = self.snd_nxt;
-        self.cc_st.snd_una = self.snd_una;
+        self.cc_st.delivered = self.rtx.delivered;
+        self.cc_st.snd_nxt = self.snd.nxt;
+        self.cc_st.snd_una = self.snd.una;
         self.cc_st.lsndtime_us = self.lsndtime.as_micros();
-        self.cc_st.sk_pacing_rate = if self.pacing_rate == u64::MAX {
+        self.cc_st.sk_pacing_rate = if self.pacing.rate() == u64::MAX {
             0
         } else {
-            self.pacing_rate
+            self.pacing.rate()
         };
         let _ = now;
     }
@@ -866,7 +877,7 @@ impl Connection {
         seg: &SegIn<'_>,
         flag: &mut AckFlags,
     ) -> (u32, i64) {
-        let ack = self.snd_una;
+        let ack = self.snd.una;
         let mut acked = 0u32;
         // Send times of the oldest and newest acked skbs that were never retransmitted nor
         // SACKed (Linux's `first_ackt`, `last_ackt`), and whether retransmitted data was
@@ -885,7 +896,7 @@ impl Connection {
             Some(x) if !after(x, seq) => Some(x),
             _ => Some(seq),
         };
-        while let Some(head) = self.rtx_queue.front_mut() {
+        while let Some(head) = self.rtx.queue.front_mut() {
             if !after(ack, head.seq) {
                 break;
             }
@@ -896,23 +907,23 @@ impl Connection {
                 if cut == 0 {
                     break;
                 }
-                let mss = self.mss_cache.max(1);
+                let mss = self.mss.cache.max(1);
                 let old_pcount = head.pcount;
                 let start_seq = head.seq;
                 head.data.advance(cut);
-                self.bytes_acked += cut as u64;
+                self.stats.count_acked(cut as u64);
                 head.seq = ack;
                 head.truesize = head.truesize.saturating_sub(cut as u32);
-                self.wmem_queued = self.wmem_queued.saturating_sub(cut as u32);
+                self.mem.wmem_queued = self.mem.wmem_queued.saturating_sub(cut as u32);
                 let new_pcount = head.len().div_ceil(mss).max(1);
                 let diff = old_pcount.saturating_sub(new_pcount);
                 head.pcount = new_pcount;
-                self.packets_out = self.packets_out.saturating_sub(diff);
+                self.rtx.packets_out = self.rtx.packets_out.saturating_sub(diff);
                 if head.sacked & sacked::RETRANS != 0 {
-                    self.retrans_out = self.retrans_out.saturating_sub(diff);
+                    self.rtx.retrans_out = self.rtx.retrans_out.saturating_sub(diff);
                 }
                 if head.sacked & sacked::LOST != 0 {
-                    self.lost_out = self.lost_out.saturating_sub(diff);
+                    self.rtx.lost_out = self.rtx.lost_out.saturating_sub(diff);
                 }
                 acked += diff;
                 // Only whole MSSes acked count (tcp_clean_rtx_queue stops at an skb with no
@@ -939,29 +950,30 @@ impl Connection {
                 }
                 break;
             }
-            let skb = self.rtx_queue.pop_front().expect("front exists");
+            let skb = self.rtx.queue.pop_front().expect("front exists");
             let p = skb.pcount.max(1);
             if skb.sacked & sacked::ACKED != 0 {
-                self.sacked_out = self.sacked_out.saturating_sub(p);
+                self.rtx.sacked_out = self.rtx.sacked_out.saturating_sub(p);
             } else {
                 acked += p;
             }
             if skb.sacked & sacked::RETRANS != 0 {
-                self.retrans_out = self.retrans_out.saturating_sub(p);
+                self.rtx.retrans_out = self.rtx.retrans_out.saturating_sub(p);
             }
             if skb.sacked & sacked::LOST != 0 {
-                self.lost_out = self.lost_out.saturating_sub(p);
+                self.rtx.lost_out = self.rtx.lost_out.saturating_sub(p);
             }
             if skb.sacked & (sacked::EVER_RETRANS | sacked::RETRANS) != 0 {
                 retrans_acked = true;
             } else if skb.sacked & sacked::ACKED == 0 {
                 note_ackt(skb.mstamp);
             }
-            self.packets_out = self.packets_out.saturating_sub(p);
-            self.wmem_queued = self.wmem_queued.saturating_sub(skb.truesize);
+            self.rtx.packets_out = self.rtx.packets_out.saturating_sub(p);
+            self.mem.wmem_queued = self.mem.wmem_queued.saturating_sub(skb.truesize);
             // tcpi_bytes_acked counts sequence space (tcp_snd_una_update): an acked SYN or FIN
             // counts one.
-            self.bytes_acked += u64::from(skb.end_seq.wrapping_sub(skb.seq));
+            self.stats
+                .count_acked(u64::from(skb.end_seq.wrapping_sub(skb.seq)));
             if skb.sacked & sacked::ACKED == 0 {
                 self.rate_skb_delivered(&skb.tx, skb.mstamp);
                 if skb.sacked & sacked::EVER_RETRANS == 0 {
@@ -980,20 +992,21 @@ impl Connection {
         if let Some(r) = reord.filter(|&r| before(r, prior_fack)) {
             self.note_reordering(env, r);
         }
-        if self.packets_out == 0 {
-            self.sacked_out = 0;
-            self.lost_out = 0;
-            self.retrans_out = 0;
+        if self.rtx.packets_out == 0 {
+            self.rtx.sacked_out = 0;
+            self.rtx.lost_out = 0;
+            self.rtx.retrans_out = 0;
         }
         flag.sack_reneging = self
-            .rtx_queue
+            .rtx
+            .queue
             .front()
             .is_some_and(|h| h.sacked & sacked::ACKED != 0);
-        if self.rtx_queue.is_empty() && self.write_queue.is_empty() {
+        if self.rtx.queue.is_empty() && self.snd.write_queue.is_empty() {
             self.chrono_stop(now, crate::chrono::CHRONO_BUSY);
         }
-        if self.sack_seen_any && !before(self.snd_una, self.highest_sack_end) {
-            self.sack_seen_any = false;
+        if self.rtx.sack_seen_any && !before(self.snd.una, self.rtx.highest_sack_end) {
+            self.rtx.sack_seen_any = false;
         }
         // RTT (tcp_clean_rtx_queue, tcp_ack_update_rtt): the sequence sample is the oldest
         // newly acked skb's send time, and there is none when the ACK covers retransmitted
@@ -1031,7 +1044,7 @@ impl Connection {
     /// (or a zero one) or when the difference is not below `INT_MAX / 1000` ticks (an echo
     /// from the future or garbage).
     fn ts_echo_rtt_us(&self, now: Instant, seg: &SegIn<'_>) -> Option<i64> {
-        let (true, Some((_, ecr))) = (self.tstamp_ok, seg.opts.ts) else {
+        let (true, Some((_, ecr))) = (self.rx_opt.tstamp_ok, seg.opts.ts) else {
             return None;
         };
         if ecr == 0 {
@@ -1050,16 +1063,16 @@ impl Connection {
             // SHUT_RD: Linux still queues; keep queueing (data is discarded on read).
         }
         // Trim what we already have.
-        if before(seq, self.rcv_nxt) {
-            let dup = self.rcv_nxt.wrapping_sub(seq) as usize;
-            if dup >= payload.len() && !(fin && seg.end_seq() == self.rcv_nxt.wrapping_add(1)) {
+        if before(seq, self.rcv.nxt) {
+            let dup = self.rcv.nxt.wrapping_sub(seq) as usize;
+            if dup >= payload.len() && !(fin && seg.end_seq() == self.rcv.nxt.wrapping_add(1)) {
                 // Entirely duplicate (retransmission): D-SACK + quickack.
                 env.mib.inc(Mib::DelayedACKLost);
                 self.enter_quickack(TCP_MAX_QUICKACKS);
                 // tcp_dsack_set(seq, end_seq): the block covers the FIN too, so a
                 // retransmitted bare FIN is reported as `sack SEQ:SEQ+1` (fuzz seed 70152).
-                if self.dsack_ok && seg.end_seq() != seg.seq {
-                    self.dsack = Some((seg.seq, seg.end_seq()));
+                if self.rx_opt.dsack_ok && seg.end_seq() != seg.seq {
+                    self.rcv.dsack = Some((seg.seq, seg.end_seq()));
                     env.mib.inc(Mib::TCPDSACKOldSent);
                 }
                 self.ack.pending |= ackf::NOW;
@@ -1067,17 +1080,17 @@ impl Connection {
                 return;
             }
             let dup = dup.min(payload.len());
-            if dup > 0 && self.dsack_ok {
-                self.dsack = Some((seq, self.rcv_nxt));
+            if dup > 0 && self.rx_opt.dsack_ok {
+                self.rcv.dsack = Some((seq, self.rcv.nxt));
             }
             payload = &payload[dup..];
-            seq = self.rcv_nxt;
+            seq = self.rcv.nxt;
         }
         // Receive window: never accept beyond what we offered.
-        let win_end = self.rcv_nxt.wrapping_add(self.receive_window());
-        if !payload.is_empty() && self.receive_window() == 0 && seq == self.rcv_nxt {
+        let win_end = self.rcv.nxt.wrapping_add(self.receive_window());
+        if !payload.is_empty() && self.receive_window() == 0 && seq == self.rcv.nxt {
             env.mib.inc(Mib::TCPZeroWindowDrop);
-            self.drops += 1;
+            self.stats.count_drop();
             self.ack.pending |= ackf::NOW | ackf::SCHED;
             return;
         }
@@ -1087,7 +1100,7 @@ impl Connection {
             payload = &payload[..keep.min(payload.len())];
             fin = false;
         }
-        if seq == self.rcv_nxt {
+        if seq == self.rcv.nxt {
             if payload.is_empty() && !fin {
                 return;
             }
@@ -1097,12 +1110,13 @@ impl Connection {
             // segment is queued as it came: fuzz seed 70031).
             let truesize = self.rx_truesize(env, seg, seg.payload.len() as u32);
             if !payload.is_empty()
-                && ((self.rmem_alloc + truesize > self.rcvbuf.saturating_mul(2).max(self.rcvbuf)
+                && ((self.mem.rmem_alloc + truesize
+                    > self.mem.rcvbuf.saturating_mul(2).max(self.mem.rcvbuf)
                     && !self.prune_ofo(env))
-                    || (!self.rx_queue.is_empty() && !self.try_rmem_schedule(env, truesize)))
+                    || (!self.rcv.rx_queue.is_empty() && !self.try_rmem_schedule(env, truesize)))
             {
                 env.mib.inc(Mib::TCPRcvQDrop);
-                self.drops += 1;
+                self.stats.count_drop();
                 self.ack.pending |= ackf::NOW | ackf::SCHED;
                 return;
             }
@@ -1112,20 +1126,20 @@ impl Connection {
             if !payload.is_empty() {
                 self.event_data_recv(env, now, seg, payload.len() as u32, truesize);
             }
-            if !self.ofo_queue.is_empty() {
+            if !self.rcv.ofo_queue.is_empty() {
                 self.ofo_drain(env);
-                if self.ofo_queue.is_empty() {
+                if self.rcv.ofo_queue.is_empty() {
                     // Filling the last hole: ACK now (RFC 5681 §4.2).
                     self.ack.pending |= ackf::NOW;
                 }
             }
-            if self.fin_received {
+            if self.rcv.fin_received {
                 self.process_fin(env, now);
             }
-            if !self.sacks.is_empty() {
+            if !self.rcv.sacks.is_empty() {
                 self.sacks_trim();
             }
-            env.wake(self.id, POLLIN | POLLRDNORM);
+            env.out.wake(self.id, POLLIN | POLLRDNORM);
             return;
         }
         // Out of order (tcp_data_queue_ofo).
@@ -1144,7 +1158,7 @@ impl Connection {
         // tcp_data_queue_ofo: schedule an ACK; __tcp_ack_snd_check decides (SACK compression).
         self.ofo_insert(env, seq, payload, seg.share(payload), fin, truesize);
         self.ack.pending |= ackf::SCHED;
-        self.data_segs_in += seg.gso_segs;
+        self.stats.count_data_segs_in(seg.gso_segs);
     }
 
     /// Append in-order bytes to the receive queue, coalescing into the tail (`tcp_queue_rcv`).
@@ -1160,24 +1174,25 @@ impl Connection {
     ) {
         let len = payload.len() as u32;
         if len > 0 {
-            let coalesce = env.dev.rx_truesize.coalesces()
+            let coalesce = env.device.caps.rx_truesize.coalesces()
                 && self
+                    .rcv
                     .rx_queue
                     .back()
                     .map(|t| !t.fin && t.data.len() + payload.len() <= 65536)
                     .unwrap_or(false);
             let shared = seg.share(payload);
             if coalesce {
-                let t = self.rx_queue.back_mut().expect("checked");
+                let t = self.rcv.rx_queue.back_mut().expect("checked");
                 t.data.push(payload, shared);
                 t.truesize += len;
-                self.rmem_alloc += len;
+                self.mem.rmem_alloc += len;
                 env.mib.inc(Mib::TCPRcvCoalesce);
             } else {
-                self.rmem_alloc += truesize;
+                self.mem.rmem_alloc += truesize;
                 let mut data = RxData::default();
                 data.push(payload, shared);
-                self.rx_queue.push_back(RxSkb {
+                self.rcv.rx_queue.push_back(RxSkb {
                     seq,
                     data,
                     fin: false,
@@ -1185,14 +1200,14 @@ impl Connection {
                 });
             }
         }
-        self.rcv_nxt = seq.wrapping_add(len);
-        self.bytes_received += u64::from(len);
-        self.data_segs_in += seg.gso_segs;
+        self.rcv.nxt = seq.wrapping_add(len);
+        self.stats.count_received(len);
+        self.stats.count_data_segs_in(seg.gso_segs);
         if fin {
-            self.rcv_nxt = self.rcv_nxt.wrapping_add(1);
-            self.fin_received = true;
+            self.rcv.nxt = self.rcv.nxt.wrapping_add(1);
+            self.rcv.fin_received = true;
             // A zero-length marker so readers see EOF in order.
-            self.rx_queue.push_back(RxSkb {
+            self.rcv.rx_queue.push_back(RxSkb {
                 seq: seq.wrapping_add(len),
                 data: RxData::default(),
                 fin: true,
@@ -1236,12 +1251,12 @@ impl Connection {
         // Data queued beyond the FIN is dropped, and with it the SACK blocks and any pending
         // D-SACK (`tcp_fin`: skb_rbtree_purge, tcp_sack_reset). Measured on 6.18: the ACK of
         // a FIN with 1001:1101 queued out of order carries no SACK option.
-        for o in self.ofo_queue.drain(..) {
-            self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
+        for o in self.rcv.ofo_queue.drain(..) {
+            self.mem.rmem_alloc = self.mem.rmem_alloc.saturating_sub(o.truesize);
         }
-        self.sacks.clear();
-        self.dsack = None;
-        env.wake(self.id, POLLIN | POLLRDNORM | POLLRDHUP);
+        self.rcv.sacks.clear();
+        self.rcv.dsack = None;
+        env.out.wake(self.id, POLLIN | POLLRDNORM | POLLRDHUP);
     }
 
     /// `tcp_measure_rcv_mss`: learn the peer's segment size from data (the GRO segment size
@@ -1270,15 +1285,15 @@ impl Connection {
             if seg_size != self.ack.rcv_mss && truesize > 0 {
                 let ratio = ((u64::from(len) << TCP_RMEM_TO_WIN_SCALE) / u64::from(truesize))
                     .clamp(1, 255) as u8;
-                let old = self.scaling_ratio;
-                self.scaling_ratio = ratio;
+                let old = self.rcv.scaling_ratio;
+                self.rcv.scaling_ratio = ratio;
                 if ratio != old {
                     let clamp = self.full_space(env).max(0) as u32;
                     self.set_window_clamp(clamp);
-                    self.rcv_ssthresh = self.rcv_ssthresh.min(self.window_clamp);
+                    self.rcv.ssthresh = self.rcv.ssthresh.min(self.rcv.window_clamp);
                 }
             }
-            self.ack.rcv_mss = seg_size.min(self.advmss);
+            self.ack.rcv_mss = seg_size.min(self.mss.advmss);
             if seg.has(TcpFlags::PSH) {
                 self.ack.pending |= ackf::PUSHED;
             }
@@ -1291,7 +1306,7 @@ impl Connection {
             .flags
             .intersects(TcpFlags::FIN | TcpFlags::URG | TcpFlags::SYN | TcpFlags::PSH);
         if with_hdr >= TCP_MSS_DEFAULT + 20 || (with_hdr >= TCP_MIN_MSS + 20 && !remnant) {
-            let tcp_header_len = 20 + if self.tstamp_ok { 12 } else { 0 };
+            let tcp_header_len = 20 + if self.rx_opt.tstamp_ok { 12 } else { 0 };
             let l = with_hdr.saturating_sub(tcp_header_len);
             self.ack.last_seg_size = l;
             if l == lss {
@@ -1346,7 +1361,7 @@ impl Connection {
     /// sizing, [`crate::RxTruesize`]).
     pub(crate) fn rx_truesize(&self, env: &Env, seg: &SegIn<'_>, len: u32) -> u32 {
         let headers = self.ip_hdr_len() + u32::from(seg.opts.hdr_len).max(20);
-        env.dev.rx_truesize.truesize(len, headers)
+        env.device.caps.rx_truesize.truesize(len, headers)
     }
 
     /// `tcp_grow_window`: raise `rcv_ssthresh` (the window we are willing to offer) towards
@@ -1360,19 +1375,19 @@ impl Connection {
     /// truesize 2304): rcv_ssthresh 48896 → 51816 → 54736 → 56963 (room-bound) on three
     /// segments.
     pub(crate) fn grow_window(&mut self, env: &Env, len: u32, truesize: u32) {
-        let room =
-            i64::from(self.window_clamp).min(self.tcp_space(env)) - i64::from(self.rcv_ssthresh);
+        let room = i64::from(self.rcv.window_clamp).min(self.tcp_space(env))
+            - i64::from(self.rcv.ssthresh);
         if room <= 0 || env.mem.pressure {
             return;
         }
         let incr = if self.win_from_space(i64::from(truesize)) <= i64::from(len) {
-            2 * self.advmss
+            2 * self.mss.advmss
         } else {
             let mut share = self.win_from_space(i64::from(truesize)) >> 1;
-            let rmem2 = env.sysctl.triple(Sysctl::tcp_rmem)[2];
+            let rmem2 = env.config.sysctl.triple(Sysctl::tcp_rmem)[2];
             let mut window = self.win_from_space(rmem2) >> 1;
             let mut incr = 0;
-            while i64::from(self.rcv_ssthresh) <= window {
+            while i64::from(self.rcv.ssthresh) <= window {
                 if share <= i64::from(len) {
                     incr = 2 * self.ack.rcv_mss;
                     break;
@@ -1384,7 +1399,7 @@ impl Connection {
         };
         if incr > 0 {
             let incr = incr.max(2 * len);
-            self.rcv_ssthresh += (incr as i64).min(room) as u32;
+            self.rcv.ssthresh += (incr as i64).min(room) as u32;
             self.ack.quick |= 1;
         }
     }
@@ -1393,16 +1408,16 @@ impl Connection {
     /// (`__tcp_adjust_rcv_ssthresh`), a larger one lets it rise to the window last offered.
     /// The clamp is never below half of `SOCK_MIN_RCVBUF`.
     pub(crate) fn set_window_clamp(&mut self, val: u32) {
-        let old = self.window_clamp;
+        let old = self.rcv.window_clamp;
         let new = val.max(SOCK_MIN_RCVBUF / 2);
         if new == old {
             return;
         }
-        self.window_clamp = new;
+        self.rcv.window_clamp = new;
         if new < old {
-            self.rcv_ssthresh = self.rcv_ssthresh.min(new);
+            self.rcv.ssthresh = self.rcv.ssthresh.min(new);
         } else {
-            self.rcv_ssthresh = self.rcv_ssthresh.max(self.rcv_wnd.min(new));
+            self.rcv.ssthresh = self.rcv.ssthresh.max(self.rcv.wnd.min(new));
         }
     }
 
@@ -1411,36 +1426,36 @@ impl Connection {
         if self.ack.pending & ackf::SCHED == 0 {
             return;
         }
-        let unacked = self.rcv_nxt.wrapping_sub(self.rcv_wup);
-        let lowat_wants = self.rcv_nxt.wrapping_sub(self.copied_seq) < self.opts.rcvlowat;
+        let unacked = self.rcv.nxt.wrapping_sub(self.rcv.wup);
+        let lowat_wants = self.rcv.nxt.wrapping_sub(self.rcv.copied_seq) < self.opts.rcvlowat;
         let immediate = (unacked > self.ack.rcv_mss
             && (lowat_wants || {
                 let (w, _) = self.offer_window(env);
-                w >= self.rcv_wnd
+                w >= self.rcv.wnd
             }))
             || self.in_quickack_mode()
             || self.ack.pending & ackf::NOW != 0;
         if immediate {
-            if self.owned && env.sysctl.on(Sysctl::tcp_backlog_ack_defer) {
+            if self.lock.owned && env.config.sysctl.on(Sysctl::tcp_backlog_ack_defer) {
                 self.tsq_flags |= tsq::ACK_DEFERRED;
                 return;
             }
             self.send_ack(env, now);
             return;
         }
-        if self.ofo_queue.is_empty() {
+        if self.rcv.ofo_queue.is_empty() {
             self.send_delayed_ack(env, now);
             return;
         }
         // Out-of-order data: SACK compression (spec §6.2). Never deferred.
         let nr = env.sysint(Sysctl::tcp_comp_sack_nr) as u32;
         let sc = &mut self.sack_compress;
-        if !self.sack_ok || sc.compressed >= nr {
+        if !self.rx_opt.sack_ok || sc.compressed >= nr {
             self.send_ack(env, now);
             return;
         }
-        if sc.rcv_nxt != self.rcv_nxt {
-            sc.rcv_nxt = self.rcv_nxt;
+        if sc.rcv_nxt != self.rcv.nxt {
+            sc.rcv_nxt = self.rcv.nxt;
             sc.dup_acks = 0;
         }
         if sc.dup_acks < 3 {
@@ -1449,7 +1464,7 @@ impl Connection {
             return;
         }
         sc.compressed += 1;
-        if self.timers[TimerKind::CompSack as usize].is_some() {
+        if self.timer.armed(TimerKind::CompSack) {
             return;
         }
         let mut rtt_us = u64::from(self.rcv_rtt.rtt_us() >> 3);
@@ -1498,5 +1513,108 @@ impl Connection {
         self.ack.pending |= ackf::SCHED | ackf::TIMER;
         self.ack.timeout = timeout;
         self.arm(env, TimerKind::Delack, timeout);
+    }
+}
+
+/// Delayed-ACK state (`icsk_ack`): whether an ACK is owed and how soon (the quick-ACK
+/// budget, pingpong, the ACK timeout `ato`), and the receiver's view of the segment size.
+/// `pub(crate)` fields, as Linux's `icsk_ack`: the segment processing here schedules ACKs,
+/// the output (output.rs) clears them when one leaves, and the delayed-ACK timer (timer.rs)
+/// and `tcp_info` read them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AckState {
+    /// `icsk_ack.pending`: bits of [`ackf`].
+    pub pending: u8,
+    /// ACKs still to send at once (quick-ACK mode, `icsk_ack.quick`).
+    pub quick: u8,
+    /// Interactive-flow mode (`icsk_ack.pingpong`): ACKs ride on replies.
+    pub pingpong: u8,
+    /// Delayed-ACK timeout. Zero until the first data segment arrives (`tcp_event_data_recv`
+    /// sets TCP_ATO_MIN): Linux 6.18 reports tcpi_ato 0 after the handshake, so an ACK
+    /// delayed before any data (a bare FIN in pingpong) leaves at once.
+    pub ato: Duration,
+    /// When the delayed-ACK timer is due (`icsk_ack.timeout`).
+    pub timeout: Instant,
+    /// Last time data arrived (`icsk_ack.lrcvtime`), for the `ato` estimate.
+    pub lrcvtime: Instant,
+    /// The peer's segment size as we estimate it (`icsk_ack.rcv_mss`).
+    pub rcv_mss: u32,
+    /// Payload of the last data segment (`icsk_ack.last_seg_size`).
+    pub last_seg_size: u32,
+}
+
+/// What the handshake negotiated and the peer's timestamps (Linux's `tp->rx_opt`, `struct
+/// tcp_options_received`, with `tp->tsoffset`): the options in use, the window scales, the
+/// peer's MSS and the PAWS state. `pub(crate)` fields, as Linux's `rx_opt`: the handshake
+/// (input.rs, stack/listen.rs) sets the options once, the segment processing here keeps the
+/// timestamps, and every builder and reader of a segment reads them (output.rs's options and
+/// window, recv.rs's SACK blocks, recovery.rs's undo).
+#[derive(Debug)]
+pub(crate) struct RxOpt {
+    /// Timestamps (RFC 7323) in use.
+    pub tstamp_ok: bool,
+    /// SACK (RFC 2018) in use.
+    pub sack_ok: bool,
+    /// Window scaling in use.
+    pub wscale_ok: bool,
+    /// D-SACK (RFC 2883) blocks may be sent (`net.ipv4.tcp_dsack`).
+    pub dsack_ok: bool,
+    /// The peer's window scale (applied to the windows it sends).
+    pub snd_wscale: u8,
+    /// Our window scale (applied to the windows we send).
+    pub rcv_wscale: u8,
+    /// Peer's MSS (`rx_opt.mss_clamp`).
+    pub mss_clamp: u32,
+    /// TS.Recent (RFC 7323 §4.3): the peer's TSval to echo.
+    pub ts_recent: u32,
+    /// When `ts_recent` was stored (PAWS's 24-day rule).
+    pub ts_recent_stamp: Instant,
+    /// TSecr of the segment being processed (`rx_opt.rcv_tsecr`).
+    pub rcv_tsecr: u32,
+    /// Offset added to our timestamp clock (`tp->tsoffset`, keyed per connection).
+    pub ts_offset: u32,
+}
+
+/// Host-wide rules that count packets: the global challenge-ACK limiter (RFC 5961 §7, Linux's
+/// `tcp_send_challenge_ack` limit of `tcp_challenge_ack_limit` per second) and the IPv4
+/// identification counter. Private: used through their methods.
+pub(crate) struct Limits {
+    /// The IPv4 identification counter.
+    ip_ident: u16,
+    /// Challenge ACKs sent in the current second: (second, count).
+    challenge: (u64, u32),
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            ip_ident: 0,
+            challenge: (u64::MAX, 0),
+        }
+    }
+}
+
+impl Limits {
+    /// The next IPv4 identification.
+    pub fn next_ident(&mut self) -> u16 {
+        self.ip_ident = self.ip_ident.wrapping_add(1);
+        self.ip_ident
+    }
+
+    /// RFC 5961 §7 / Linux `tcp_send_challenge_ack` global limit: true if one may be sent now.
+    pub fn challenge_ack_allowed(&mut self, now: Instant, limit: i64) -> bool {
+        if limit >= i32::MAX as i64 {
+            return true;
+        }
+        let sec = now.as_nanos() / 1_000_000_000;
+        if self.challenge.0 != sec {
+            self.challenge = (sec, 0);
+        }
+        if i64::from(self.challenge.1) < limit {
+            self.challenge.1 += 1;
+            true
+        } else {
+            false
+        }
     }
 }

@@ -147,6 +147,7 @@ mod chrono;
 pub mod device;
 pub mod driver;
 pub mod dualstack;
+mod env;
 pub mod gate;
 pub mod info;
 mod input;

@@ -2,10 +2,10 @@
 //! `sk_mem_schedule` / `__sk_mem_raise_allocated`, `sk_mem_reclaim`,
 //! `tcp_enter_memory_pressure` / `tcp_leave_memory_pressure`).
 //!
-//! Each socket owns `mem_pages` pages of the stack-wide `memory_allocated` counter. What it
+//! Each socket owns `SockMem::pages` pages of the stack-wide `memory_allocated` counter. What it
 //! has charged is `wmem_queued + rmem_alloc` (truesize of the write/retransmit queues and of
 //! the receive/out-of-order queues); the rest of its pages is its `forward_alloc`
-//! (`mem_pages * 4096 - charged`, the `f` of `SO_MEMINFO`).
+//! (`pages * 4096 - charged`, the `f` of `SO_MEMINFO`).
 //!
 //! Rules (Linux 6.x):
 //! - An allocation that may fail (`sk_wmem_schedule` for sendmsg, `sk_rmem_schedule` for
@@ -31,9 +31,11 @@
 //!   `Stack::reap`), so forced charges and reclaims are per call rather than per skb.
 //! - A freed socket returns all its pages ([`Connection::mem_release`]).
 
+use crate::env::Env;
 use crate::socket::pollbits::{POLLOUT, POLLWRBAND, POLLWRNORM};
-use crate::socket::{Connection, Env, SOCK_MIN_SNDBUF};
+use crate::socket::{Connection, SOCK_MIN_SNDBUF};
 use crate::sysctl::Sysctl;
+use crate::time::Instant;
 use crate::Mib;
 
 /// Page size of the accounting (`PAGE_SIZE`).
@@ -53,6 +55,20 @@ pub(crate) enum MemKind {
 /// `sk_mem_pages`: bytes rounded up to pages.
 fn pages(bytes: i64) -> i64 {
     (bytes.max(0) + PAGE - 1) / PAGE
+}
+
+/// Host-wide TCP memory accounting (Linux's `tcp_memory_allocated`, `tcp_memory_pressure`,
+/// `tcp_sockets_allocated`), against `net.ipv4.tcp_mem` (`mem.rs`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct HostMem {
+    /// Global TCP memory in pages (`tcp_memory_allocated`).
+    pub allocated: i64,
+    /// Under TCP memory pressure (`tcp_memory_pressure`).
+    pub pressure: bool,
+    /// When pressure was entered (for `TcpExtTCPMemoryPressuresChrono`).
+    pub pressure_since: Instant,
+    /// Live TCP sockets (`tcp_sockets_allocated`; our TIME_WAIT sockets are full sockets).
+    pub sockets: u32,
 }
 
 impl Env {
@@ -84,7 +100,7 @@ impl Env {
     pub(crate) fn memory_reduce(&mut self, amt: i64) {
         self.mem.allocated -= amt;
         debug_assert!(self.mem.allocated >= 0, "tcp memory underflow");
-        if self.mem.pressure && self.mem.allocated < self.sysctl.triple(Sysctl::tcp_mem)[0] {
+        if self.mem.pressure && self.mem.allocated < self.config.sysctl.triple(Sysctl::tcp_mem)[0] {
             self.leave_memory_pressure();
         }
     }
@@ -93,20 +109,20 @@ impl Env {
 impl Connection {
     /// Bytes this socket has charged: write/retransmit queues + receive/ofo queues.
     pub(crate) fn mem_charged(&self) -> i64 {
-        i64::from(self.wmem_queued) + i64::from(self.rmem_alloc)
+        i64::from(self.mem.wmem_queued) + i64::from(self.mem.rmem_alloc)
     }
 
     /// `sk_forward_alloc`: bytes of our pages not yet charged (negative between a forced
     /// charge and the end of the engine call that settles it).
     pub(crate) fn forward_alloc(&self) -> i64 {
-        self.mem_pages * PAGE - self.mem_charged()
+        self.mem.pages * PAGE - self.mem_charged()
     }
 
     /// `__sk_mem_raise_allocated`: take `amt` more pages for an allocation of `size` bytes.
     fn mem_raise(&mut self, env: &mut Env, size: i64, amt: i64, kind: MemKind) -> bool {
         env.mem.allocated += amt;
         let allocated = env.mem.allocated;
-        let [min, pressure, max] = env.sysctl.triple(Sysctl::tcp_mem);
+        let [min, pressure, max] = env.config.sysctl.triple(Sysctl::tcp_mem);
         if allocated <= min {
             env.leave_memory_pressure();
             return true;
@@ -119,10 +135,10 @@ impl Connection {
             // Guarantee the per-socket minimum.
             let below_min = match kind {
                 MemKind::Recv => {
-                    i64::from(self.rmem_alloc) < env.sysctl.triple(Sysctl::tcp_rmem)[0]
+                    i64::from(self.mem.rmem_alloc) < env.config.sysctl.triple(Sysctl::tcp_rmem)[0]
                 }
                 MemKind::Send => {
-                    i64::from(self.wmem_queued) < env.sysctl.triple(Sysctl::tcp_wmem)[0]
+                    i64::from(self.mem.wmem_queued) < env.config.sysctl.triple(Sysctl::tcp_wmem)[0]
                 }
             };
             if below_min || !env.mem.pressure {
@@ -130,13 +146,13 @@ impl Connection {
             }
             // Fairness under pressure: sockets below the average share may still grow.
             let socks = i64::from(env.mem.sockets.max(1));
-            if max > socks * (self.mem_pages + amt) {
+            if max > socks * (self.mem.pages + amt) {
                 return true;
             }
         }
         if kind == MemKind::Send {
             self.moderate_sndbuf();
-            if i64::from(self.wmem_queued) + size >= i64::from(self.sndbuf) {
+            if i64::from(self.mem.wmem_queued) + size >= i64::from(self.mem.sndbuf) {
                 return true;
             }
         }
@@ -148,7 +164,7 @@ impl Connection {
     fn mem_schedule(&mut self, env: &mut Env, delta: i64, kind: MemKind) -> bool {
         let amt = pages(delta);
         if self.mem_raise(env, delta, amt, kind) {
-            self.mem_pages += amt;
+            self.mem.pages += amt;
             true
         } else {
             false
@@ -173,36 +189,36 @@ impl Connection {
         if self.opts.sndbuf_lock {
             return;
         }
-        let val = self.sndbuf.min(self.wmem_queued >> 1);
-        self.sndbuf = val.max(SOCK_MIN_SNDBUF);
+        let val = self.mem.sndbuf.min(self.mem.wmem_queued >> 1);
+        self.mem.sndbuf = val.max(SOCK_MIN_SNDBUF);
     }
 
     /// Settle the charges made since the last call: a deficit is taken by force
     /// (`sk_forced_mem_schedule`), whole spare pages go back (`sk_mem_reclaim`).
     pub(crate) fn mem_sync(&mut self, env: &mut Env) {
-        if self.mem_wait != 0 && self.wmem_queued < self.mem_wait {
+        if self.mem.wait != 0 && self.mem.wmem_queued < self.mem.wait {
             // Queued bytes were freed: the writer may try again.
-            self.mem_wait = 0;
+            self.mem.wait = 0;
             if self.stream_is_writeable(env, 1) {
-                env.wake(self.id, POLLOUT | POLLWRNORM | POLLWRBAND);
+                env.out.wake(self.id, POLLOUT | POLLWRNORM | POLLWRBAND);
             }
         }
         let fa = self.forward_alloc();
         if fa < 0 {
             let amt = pages(-fa);
-            self.mem_pages += amt;
+            self.mem.pages += amt;
             env.mem.allocated += amt;
         } else if fa >= PAGE {
             let amt = fa / PAGE;
-            self.mem_pages -= amt;
+            self.mem.pages -= amt;
             env.memory_reduce(amt);
         }
     }
 
     /// The socket is being freed: every page goes back (`sk_mem_reclaim_final`).
     pub(crate) fn mem_release(&mut self, env: &mut Env) {
-        let amt = self.mem_pages;
-        self.mem_pages = 0;
+        let amt = self.mem.pages;
+        self.mem.pages = 0;
         if amt > 0 {
             env.memory_reduce(amt);
         }
@@ -210,23 +226,23 @@ impl Connection {
 
     /// `tcp_adjust_rcv_ssthresh`: under memory pressure, offer at most 4 MSS more.
     pub(crate) fn adjust_rcv_ssthresh(&mut self) {
-        self.rcv_ssthresh = self.rcv_ssthresh.min(4 * self.advmss);
+        self.rcv.ssthresh = self.rcv.ssthresh.min(4 * self.mss.advmss);
     }
 
     /// `tcp_clamp_window`: the receive queue reached rcvbuf; grow rcvbuf to what is queued
     /// when memory allows, else clamp the window we offer.
     pub(crate) fn clamp_window(&mut self, env: &Env) {
         self.ack.quick = 0;
-        let rmem2 = env.sysctl.triple(Sysctl::tcp_rmem)[2].max(0) as u32;
-        if self.rcvbuf < rmem2
+        let rmem2 = env.config.sysctl.triple(Sysctl::tcp_rmem)[2].max(0) as u32;
+        if self.mem.rcvbuf < rmem2
             && !self.opts.rcvbuf_lock
             && !env.mem.pressure
-            && env.mem.allocated < env.sysctl.triple(Sysctl::tcp_mem)[0]
+            && env.mem.allocated < env.config.sysctl.triple(Sysctl::tcp_mem)[0]
         {
-            self.rcvbuf = self.rmem_alloc.min(rmem2).max(self.rcvbuf);
+            self.mem.rcvbuf = self.mem.rmem_alloc.min(rmem2).max(self.mem.rcvbuf);
         }
-        if self.rmem_alloc > self.rcvbuf {
-            self.rcv_ssthresh = self.window_clamp.min(2 * self.advmss);
+        if self.mem.rmem_alloc > self.mem.rcvbuf {
+            self.rcv.ssthresh = self.rcv.window_clamp.min(2 * self.mss.advmss);
         }
     }
 
@@ -239,7 +255,7 @@ impl Connection {
             return true;
         }
         env.mib.inc(Mib::PruneCalled);
-        if self.rmem_alloc >= self.rcvbuf {
+        if self.mem.rmem_alloc >= self.mem.rcvbuf {
             self.clamp_window(env);
         } else if env.mem.pressure {
             self.adjust_rcv_ssthresh();
@@ -252,5 +268,60 @@ impl Connection {
                 return true;
             }
         }
+    }
+}
+
+/// A socket's buffer sizes and what its queues hold (`sock`'s `sk_sndbuf`, `sk_rcvbuf`,
+/// `sk_wmem_queued`, `sk_wmem_alloc`, `sk_rmem_alloc`, `sk_forward_alloc`). The rules over them
+/// (scheduling against `tcp_mem`, reclaim, `sndbuf` moderation, the window clamp under pressure)
+/// live in this file, and its pages and allocation-failure mark are private to it; the byte
+/// counters are `pub(crate)` because, as in Linux, a buffer is
+/// charged and uncharged where it is queued or freed (`sendmsg`, the transmit, the clean-up of
+/// acked data, the receive and out-of-order queues, TX completions), and the window, `tcp_poll`
+/// and TSQ read them.
+#[derive(Debug)]
+pub(crate) struct SockMem {
+    /// `sk_wmem_queued`: truesize of the write and retransmit queues.
+    pub wmem_queued: u32,
+    /// `sk_wmem_alloc` less its bias: truesize of packets below TCP, not yet completed.
+    pub wmem_alloc: u32,
+    /// `sk_sndbuf`.
+    pub sndbuf: u32,
+    /// `sk_rcvbuf`.
+    pub rcvbuf: u32,
+    /// `sk_rmem_alloc`: truesize of the receive and out-of-order queues.
+    pub rmem_alloc: u32,
+    /// Pages of the stack-wide TCP memory this socket holds (private: changed only by the
+    /// scheduling and reclaim rules here).
+    pages: i64,
+    /// `wmem_queued` when a send-side memory allocation failed (0: none pending); the
+    /// socket is not writable until the queues shrink below it (private: see
+    /// [`SockMem::wait_for_memory`]).
+    wait: u32,
+}
+
+impl SockMem {
+    /// A socket with the default buffer sizes and nothing charged.
+    pub fn new(sndbuf: u32, rcvbuf: u32) -> SockMem {
+        SockMem {
+            wmem_queued: 0,
+            wmem_alloc: 0,
+            sndbuf,
+            rcvbuf,
+            rmem_alloc: 0,
+            pages: 0,
+            wait: 0,
+        }
+    }
+
+    /// A send-side allocation failed: the socket stays unwritable until its queues shrink
+    /// below what they hold now (Linux sleeps a short random time instead).
+    pub fn wait_for_memory(&mut self) {
+        self.wait = self.wmem_queued.max(1);
+    }
+
+    /// Whether a send-side allocation failure still holds the socket unwritable.
+    pub fn waiting(&self) -> bool {
+        self.wait != 0
     }
 }

@@ -7,6 +7,7 @@
 //!
 //! [`Mtup`]'s fields are private to this file.
 
+use crate::env::Env;
 use crate::mib::Mib;
 use crate::seq::*;
 use crate::socket::*;
@@ -70,12 +71,12 @@ impl Connection {
     /// size proven to work (`search_low`).
     pub fn sync_mss(&mut self, env: &Env) {
         let pmtu = self.pmtu();
-        self.pmtu_cookie = pmtu;
+        self.mss.pmtu_cookie = pmtu;
         if self.mtup.enabled {
             self.mtup.search_high = self.mtup.search_high.min(pmtu);
         }
         let mut m = self.pmtu().saturating_sub(self.ip_hdr_len() + 20);
-        m = m.min(self.mss_clamp);
+        m = m.min(self.rx_opt.mss_clamp);
         if self.opts.user_mss != 0 {
             m = m.min(self.opts.user_mss);
         }
@@ -85,8 +86,8 @@ impl Connection {
         if self.mtup.enabled {
             m = m.min(self.mtu_to_mss(env, self.mtup.search_low));
         }
-        self.mss_cache = m.max(8);
-        self.cc_st.mss_cache = self.mss_cache;
+        self.mss.cache = m.max(8);
+        self.cc_st.mss_cache = self.mss.cache;
     }
 
     /// `tcp_mtu_to_mss`: payload of a full segment on a path of MTU `pmtu` (IP and TCP
@@ -94,21 +95,21 @@ impl Connection {
     pub fn mtu_to_mss(&self, env: &Env, pmtu: u32) -> u32 {
         let m = pmtu
             .saturating_sub(self.ip_hdr_len() + 20)
-            .min(self.mss_clamp)
+            .min(self.rx_opt.mss_clamp)
             .max(env.sysint(Sysctl::tcp_min_snd_mss) as u32);
         m.saturating_sub(self.base_opt_len())
     }
 
     /// `tcp_mss_to_mtu`: the packet size of a full segment of `mss` payload bytes.
     pub fn mss_to_mtu(&self, mss: u32) -> u32 {
-        mss + self.tcp_header_len + self.ip_hdr_len()
+        mss + self.mss.tcp_header_len + self.ip_hdr_len()
     }
 
     /// `tcp_mtup_init` (RFC 4821): probing on with `tcp_mtu_probing` = 2; the search runs from
     /// the MTU of `tcp_base_mss` up to what the peer's MSS allows.
     pub fn mtup_init(&mut self, env: &Env, now: Instant) {
         self.mtup.enabled = env.sysint(Sysctl::tcp_mtu_probing) > 1;
-        self.mtup.search_high = self.mss_clamp + 20 + self.ip_hdr_len();
+        self.mtup.search_high = self.rx_opt.mss_clamp + 20 + self.ip_hdr_len();
         self.mtup.search_low = self.mss_to_mtu(env.sysint(Sysctl::tcp_base_mss) as u32);
         self.mtup.probe_size = 0;
         self.mtup.probe_ts = now;
@@ -117,7 +118,7 @@ impl Connection {
     /// `tcp_current_mss`'s route check: if the path MTU changed since `mss_cache` was
     /// computed, recompute it.
     pub fn refresh_mss(&mut self, env: &Env) {
-        if self.pmtu() != self.pmtu_cookie {
+        if self.pmtu() != self.mss.pmtu_cookie {
             self.sync_mss(env);
         }
     }
@@ -129,7 +130,7 @@ impl Connection {
         if now - self.mtup.probe_ts >= interval {
             let mss = self.current_mss();
             self.mtup.probe_size = 0;
-            self.mtup.search_high = self.mss_clamp + 20 + self.ip_hdr_len();
+            self.mtup.search_high = self.rx_opt.mss_clamp + 20 + self.ip_hdr_len();
             self.mtup.search_low = self.mss_to_mtu(mss);
             self.mtup.probe_ts = now;
         }
@@ -144,14 +145,14 @@ impl Connection {
             || self.mtup.probe_size != 0
             || self.ca_state != shallow_cc::CaState::Open
             || self.snd_cwnd() < 11
-            || !self.sacks.is_empty()
-            || self.dsack.is_some()
+            || !self.rcv.sacks.is_empty()
+            || self.rcv.dsack.is_some()
         {
             return -1;
         }
         let mss_now = self.current_mss();
         let probe = self.mtu_to_mss(env, (self.mtup.search_high + self.mtup.search_low) >> 1);
-        let size_needed = probe + (self.reordering + 1) * self.mss_cache;
+        let size_needed = probe + (self.reordering + 1) * self.mss.cache;
         let interval = self.mtup.search_high.saturating_sub(self.mtup.search_low);
         if probe > self.mtu_to_mss(env, self.mtup.search_high)
             || (interval as i64) < env.sysint(Sysctl::tcp_probe_threshold)
@@ -159,10 +160,11 @@ impl Connection {
             self.mtu_check_reprobe(env, now);
             return -1;
         }
-        if self.write_seq.wrapping_sub(self.snd_nxt) < size_needed || self.snd_wnd < size_needed {
+        if self.snd.write_seq.wrapping_sub(self.snd.nxt) < size_needed || self.snd.wnd < size_needed
+        {
             return -1;
         }
-        if after(self.snd_nxt.wrapping_add(size_needed), self.snd_wnd_end()) {
+        if after(self.snd.nxt.wrapping_add(size_needed), self.snd_wnd_end()) {
             return 0;
         }
         let in_flight = self.packets_in_flight();
@@ -171,7 +173,7 @@ impl Connection {
         }
         // tcp_can_coalesce_send_queue_head: the skbs the probe covers may be merged.
         let mut covered = 0;
-        for s in &self.write_queue {
+        for s in &self.snd.write_queue {
             if covered >= probe {
                 break;
             }
@@ -181,36 +183,39 @@ impl Connection {
             }
         }
         // Build the probe: grow the head to probe bytes, then cut it there.
-        while self.write_queue.front().is_some_and(|h| h.len() < probe) {
-            let before = self.write_queue.len();
-            let need = probe - self.write_queue[0].len();
+        while self
+            .snd
+            .write_queue
+            .front()
+            .is_some_and(|h| h.len() < probe)
+        {
+            let before = self.snd.write_queue.len();
+            let need = probe - self.snd.write_queue[0].len();
             self.grow_head(need);
-            if self.write_queue.len() == before && self.write_queue[0].len() < probe {
+            if self.snd.write_queue.len() == before && self.snd.write_queue[0].len() < probe {
                 break;
             }
         }
-        if self.write_queue.front().map_or(0, |h| h.len()) < probe {
+        if self.snd.write_queue.front().map_or(0, |h| h.len()) < probe {
             return -1;
         }
         self.split_write_head(probe);
-        let Some(skb) = self.write_queue.pop_front() else {
+        let Some(skb) = self.snd.write_queue.pop_front() else {
             return -1;
         };
-        self.rtx_queue.push_back(skb);
-        let idx = self.rtx_queue.len() - 1;
-        self.xmit_mss_override = probe;
-        let sent = self.transmit_skb(env, now, idx, false);
-        self.xmit_mss_override = 0;
+        self.rtx.queue.push_back(skb);
+        let idx = self.rtx.queue.len() - 1;
+        let sent = self.transmit_skb_mss(env, now, idx, false, Some(probe));
         if !sent {
-            if let Some(skb) = self.rtx_queue.pop_back() {
-                self.write_queue.push_front(skb);
+            if let Some(skb) = self.rtx.queue.pop_back() {
+                self.snd.write_queue.push_front(skb);
             }
             return -1;
         }
         // Two packets' worth leave as one: take one back from cwnd.
         self.cc_st.snd_cwnd = self.snd_cwnd().saturating_sub(1).max(1);
         self.event_new_data_sent(env, now, idx);
-        let (seq, end) = (self.rtx_queue[idx].seq, self.rtx_queue[idx].end_seq);
+        let (seq, end) = (self.rtx.queue[idx].seq, self.rtx.queue[idx].end_seq);
         self.mtup.probe_size = self.mss_to_mtu(end.wrapping_sub(seq));
         self.mtup.probe_seq = (seq, end);
         let _ = mss_now;
@@ -219,14 +224,13 @@ impl Connection {
 
     /// `tcp_mtup_probe_success`: the probe was acked; its size is the new floor of the
     /// search, cwnd is rescaled to the same bytes in larger packets, and the MSS grows.
-    pub fn mtup_probe_success(&mut self, env: &mut Env, now: Instant) {
+    pub fn mtup_probe_success(&mut self, env: &mut Env) {
         let cur = self.current_ssthresh();
         self.undo.save_ssthresh(cur);
-        let cwnd = u64::from(self.snd_cwnd()) * u64::from(self.mss_to_mtu(self.mss_cache))
+        let cwnd = u64::from(self.snd_cwnd()) * u64::from(self.mss_to_mtu(self.mss.cache))
             / u64::from(self.mtup.probe_size.max(1));
         self.cc_st.snd_cwnd = (cwnd as u32).max(1);
         self.cc_st.snd_cwnd_cnt = 0;
-        self.snd_cwnd_stamp = now;
         self.cc_st.snd_ssthresh = self.current_ssthresh();
         self.mtup.search_low = self.mtup.probe_size;
         self.mtup.probe_size = 0;
@@ -240,5 +244,33 @@ impl Connection {
         self.mtup.probe_size = 0;
         self.mtup.probe_ts = now;
         env.mib.inc(Mib::TCPMTUPFail);
+    }
+}
+
+/// The segment sizes the connection works with (`tcp_sock`'s `mss_cache`, `advmss`,
+/// `tcp_header_len`, `icsk_pmtu_cookie`): what `tcp_sync_mss` here computed from the path MTU
+/// and the options, and what we advertised. `pmtu_cookie` is private to this file (only
+/// `tcp_sync_mss` and its check use it); the sizes are `pub(crate)`, as in Linux: the output
+/// sizes segments with them, the input learns from them, and `tcp_info` reports them.
+#[derive(Debug)]
+pub(crate) struct MssCache {
+    /// The current send MSS without SACK blocks (`mss_cache`).
+    pub cache: u32,
+    /// The MSS we advertised (`advmss`).
+    pub advmss: u32,
+    /// TCP header length with the options every segment carries (`tcp_header_len`).
+    pub tcp_header_len: u32,
+    /// Path MTU `mss_cache` was last computed for (`icsk_pmtu_cookie`).
+    pmtu_cookie: u32,
+}
+
+impl Default for MssCache {
+    fn default() -> MssCache {
+        MssCache {
+            cache: TCP_MSS_DEFAULT,
+            advmss: TCP_MSS_DEFAULT,
+            tcp_header_len: 20,
+            pmtu_cookie: 0,
+        }
     }
 }

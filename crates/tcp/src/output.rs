@@ -2,12 +2,14 @@
 //! transmission with TX-completion tokens, pure ACKs, RSTs, SYN/SYN-ACK and FIN.
 
 use crate::chrono::{CHRONO_BUSY, CHRONO_RWND_LIMITED, CHRONO_SNDBUF_LIMITED};
+use crate::env::{Emitted, Env};
 use crate::gate::TxMeta;
 use crate::packet::{self, OutOpt, SegOut};
 use crate::seq::*;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
+use crate::timer::{RtxEvent, TimerKind};
 use crate::Mib;
 use core::time::Duration;
 use shallow_wire::TcpFlags;
@@ -20,6 +22,16 @@ fn len_of(s: &Skb) -> u32 {
 pub(crate) const NAGLE_OFF: u8 = 1;
 pub(crate) const NAGLE_CORK: u8 = 2;
 pub(crate) const NAGLE_PUSH: u8 = 4;
+
+/// Why one run of the output loop (`tcp_write_xmit`) stopped short, found while it runs and
+/// read at its end (its `is_cwnd_limited` and `is_rwnd_limited`): a value local to the run.
+#[derive(Clone, Copy, Debug, Default)]
+struct XmitLimits {
+    /// Stopped (or deferred a TSO packet) for want of congestion window.
+    cwnd: bool,
+    /// Stopped (or deferred) for want of the peer's receive window.
+    rwnd: bool,
+}
 
 impl Connection {
     /// Socket's Nagle mode (`tp->nonagle`).
@@ -36,16 +48,16 @@ impl Connection {
 
     /// Bytes of TCP options on established segments excluding SACK (`tcp_header_len - 20`).
     pub(crate) fn base_opt_len(&self) -> u32 {
-        self.tcp_header_len - 20
+        self.mss.tcp_header_len - 20
     }
 
     /// Number of SACK blocks the next ACK will carry (D-SACK first), limited so all options fit.
     fn num_sack_blocks(&self) -> usize {
-        if !self.sack_ok {
+        if !self.rx_opt.sack_ok {
             return 0;
         }
-        let n = self.sacks.len() + usize::from(self.dsack.is_some());
-        let max = if self.tstamp_ok { 3 } else { 4 };
+        let n = self.rcv.sacks.len() + usize::from(self.rcv.dsack.is_some());
+        let max = if self.rx_opt.tstamp_ok { 3 } else { 4 };
         n.min(max)
     }
 
@@ -53,18 +65,18 @@ impl Connection {
     pub fn current_mss(&self) -> u32 {
         let n = self.num_sack_blocks() as u32;
         let extra = if n > 0 { 4 + 8 * n } else { 0 };
-        self.mss_cache.saturating_sub(extra).max(1)
+        self.mss.cache.saturating_sub(extra).max(1)
     }
 
     /// `tcp_bound_to_half_wnd`.
     pub fn bound_to_half_wnd(&self, x: u32) -> u32 {
-        let cutoff = if self.max_window > TCP_MSS_DEFAULT {
-            self.max_window / 2
+        let cutoff = if self.snd.max_window > TCP_MSS_DEFAULT {
+            self.snd.max_window / 2
         } else {
-            self.max_window
+            self.snd.max_window
         };
         if cutoff != 0 && x > cutoff {
-            cutoff.max(68u32.saturating_sub(self.tcp_header_len))
+            cutoff.max(68u32.saturating_sub(self.mss.tcp_header_len))
         } else {
             x
         }
@@ -101,10 +113,10 @@ impl Connection {
     /// half the largest peer window).
     pub fn size_goal(&mut self, mss_now: u32) -> u32 {
         let g = self.bound_to_half_wnd(GSO_MAX_SIZE);
-        let mut cached = self.gso_segs_cache * mss_now;
+        let mut cached = self.pacing.gso_segs * mss_now;
         if g < cached || g >= cached + mss_now {
-            self.gso_segs_cache = (g / mss_now).min(GSO_MAX_SEGS);
-            cached = self.gso_segs_cache * mss_now;
+            self.pacing.gso_segs = (g / mss_now).min(GSO_MAX_SEGS);
+            cached = self.pacing.gso_segs * mss_now;
         }
         cached.max(mss_now)
     }
@@ -118,20 +130,21 @@ impl Connection {
     /// with `tcp_rmem[1]` 131072 and timestamps on sends a SYN window of 64240 = 44 × 1460,
     /// not 45 × 1448).
     pub fn init_rcv_window(&mut self, env: &Env, active: bool) {
-        self.advmss = self.route_advmss();
+        self.mss.advmss = self.route_advmss();
         let mss_for_win = if active {
-            self.advmss
+            self.mss.advmss
         } else {
-            self.advmss
-                .saturating_sub(if self.tstamp_ok { 12 } else { 0 })
+            self.mss
+                .advmss
+                .saturating_sub(if self.rx_opt.tstamp_ok { 12 } else { 0 })
         };
         if self.opts.rcvbuf_lock {
             let full = self.full_space(env).max(0) as u32;
-            if self.window_clamp == 0 || self.window_clamp > full {
-                self.window_clamp = full;
+            if self.rcv.window_clamp == 0 || self.rcv.window_clamp > full {
+                self.rcv.window_clamp = full;
             }
         }
-        let ws = self.wscale_ok;
+        let ws = self.rx_opt.wscale_ok;
         self.select_initial_window(env, mss_for_win, ws);
     }
 
@@ -144,10 +157,10 @@ impl Connection {
     /// (= 184 × 1460, window field 1050 at scale 8) before any data arrives; SO_RCVBUF 100000
     /// (clamp 100000, scale 1) gives 99280 = 68 × 1460.
     pub fn select_initial_window(&mut self, env: &Env, mss: u32, wscale_ok: bool) {
-        if self.window_clamp == 0 {
-            self.window_clamp = 65535u32 << 14;
+        if self.rcv.window_clamp == 0 {
+            self.rcv.window_clamp = 65535u32 << 14;
         }
-        let mut space = (self.full_space(env).max(0) as u32).min(self.window_clamp);
+        let mut space = (self.full_space(env).max(0) as u32).min(self.rcv.window_clamp);
         if space > mss && mss > 0 {
             space = space / mss * mss;
         }
@@ -165,17 +178,20 @@ impl Connection {
         if self.route.initrwnd != 0 {
             rcv_wnd = rcv_wnd.min(self.route.initrwnd * mss);
         }
-        self.rcv_wscale = 0;
+        self.rx_opt.rcv_wscale = 0;
         if wscale_ok {
-            let rmem2 = env.sysctl.triple(Sysctl::tcp_rmem)[2] as u32;
+            let rmem2 = env.config.sysctl.triple(Sysctl::tcp_rmem)[2] as u32;
             let rmem_max = env.sysint(Sysctl::rmem_max) as u32;
-            let s = rmem2.max(rmem_max).min(self.window_clamp).max(1);
+            let s = rmem2.max(rmem_max).min(self.rcv.window_clamp).max(1);
             let ilog2 = 31 - s.leading_zeros();
-            self.rcv_wscale = ilog2.saturating_sub(15).min(14) as u8;
+            self.rx_opt.rcv_wscale = ilog2.saturating_sub(15).min(14) as u8;
         }
-        self.window_clamp = self.window_clamp.min(65535u32 << self.rcv_wscale);
-        self.rcv_wnd = rcv_wnd;
-        self.rcv_ssthresh = rcv_wnd;
+        self.rcv.window_clamp = self
+            .rcv
+            .window_clamp
+            .min(65535u32 << self.rx_opt.rcv_wscale);
+        self.rcv.wnd = rcv_wnd;
+        self.rcv.ssthresh = rcv_wnd;
     }
 
     /// `__tcp_select_window`: the window we would like to offer now.
@@ -184,7 +200,7 @@ impl Connection {
         if tight {
             self.ack.quick = 0;
             if env.mem.pressure {
-                self.rcv_ssthresh = self.rcv_ssthresh.min(4 * self.advmss);
+                self.rcv.ssthresh = self.rcv.ssthresh.min(4 * self.mss.advmss);
             }
         }
         window
@@ -199,17 +215,17 @@ impl Connection {
         let mut mss = self.ack.rcv_mss;
         let mut free_space = self.tcp_space(env).max(0) as u32;
         let allowed_space = self.full_space(env).max(0) as u32;
-        let full_space = self.window_clamp.min(allowed_space);
-        let mut rcv_ssthresh = self.rcv_ssthresh;
+        let full_space = self.rcv.window_clamp.min(allowed_space);
+        let mut rcv_ssthresh = self.rcv.ssthresh;
         if mss > full_space {
             mss = full_space;
         }
         let tight = free_space < full_space / 2;
         if tight {
             if env.mem.pressure {
-                rcv_ssthresh = rcv_ssthresh.min(4 * self.advmss);
+                rcv_ssthresh = rcv_ssthresh.min(4 * self.mss.advmss);
             }
-            free_space = free_space >> self.rcv_wscale << self.rcv_wscale;
+            free_space = free_space >> self.rx_opt.rcv_wscale << self.rx_opt.rcv_wscale;
             if free_space < mss {
                 return (0, true);
             }
@@ -217,10 +233,10 @@ impl Connection {
         if free_space > rcv_ssthresh {
             free_space = rcv_ssthresh;
         }
-        let mut window = self.rcv_wnd;
-        if self.rcv_wscale != 0 {
+        let mut window = self.rcv.wnd;
+        if self.rx_opt.rcv_wscale != 0 {
             window = free_space;
-            let unit = 1u32 << self.rcv_wscale;
+            let unit = 1u32 << self.rx_opt.rcv_wscale;
             if window % unit != 0 {
                 window = (window / unit + 1) * unit;
             }
@@ -235,24 +251,26 @@ impl Connection {
     /// `tcp_select_window`: choose the window field for an outgoing segment and record it
     /// (`rcv_wnd`, `rcv_wup`). Never shrinks the offered window unless `tcp_shrink_window`.
     pub fn select_window(&mut self, env: &mut Env) -> u16 {
-        let old_win = self.rcv_wnd;
+        let old_win = self.rcv.wnd;
         let cur_win = self.receive_window();
         let mut new_win = self.raw_select_window(env);
-        if new_win < cur_win && !env.sysctl.on(Sysctl::tcp_shrink_window) {
+        if new_win < cur_win && !env.config.sysctl.on(Sysctl::tcp_shrink_window) {
             if new_win == 0 {
                 env.mib.inc(Mib::TCPWantZeroWindowAdv);
             }
-            let unit = 1u32 << self.rcv_wscale;
+            let unit = 1u32 << self.rx_opt.rcv_wscale;
             new_win = cur_win.div_ceil(unit) * unit;
         }
-        self.rcv_wnd = new_win;
-        self.rcv_wup = self.rcv_nxt;
-        let cap = if self.rcv_wscale == 0 && env.sysctl.on(Sysctl::tcp_workaround_signed_windows) {
+        self.rcv.wnd = new_win;
+        self.rcv.wup = self.rcv.nxt;
+        let cap = if self.rx_opt.rcv_wscale == 0
+            && env.config.sysctl.on(Sysctl::tcp_workaround_signed_windows)
+        {
             32767
         } else {
-            65535u32 << self.rcv_wscale
+            65535u32 << self.rx_opt.rcv_wscale
         };
-        let w = new_win.min(cap) >> self.rcv_wscale;
+        let w = new_win.min(cap) >> self.rx_opt.rcv_wscale;
         if w == 0 {
             if old_win != 0 {
                 env.mib.inc(Mib::TCPToZeroWindowAdv);
@@ -265,20 +283,20 @@ impl Connection {
 
     /// Options of an established-state segment: TS, then SACK blocks (D-SACK first).
     pub fn established_opts(&self, now: Instant, out: &mut Vec<OutOpt>) {
-        if self.tstamp_ok {
+        if self.rx_opt.tstamp_ok {
             out.push(OutOpt::Nop);
             out.push(OutOpt::Nop);
-            out.push(OutOpt::Ts(self.tsval(now), self.ts_recent));
+            out.push(OutOpt::Ts(self.tsval(now), self.rx_opt.ts_recent));
         }
         let n = self.num_sack_blocks();
         if n > 0 {
             let mut b = [(0u32, 0u32); 4];
             let mut i = 0;
-            if let Some(d) = self.dsack {
+            if let Some(d) = self.rcv.dsack {
                 b[0] = d;
                 i = 1;
             }
-            for s in &self.sacks {
+            for s in &self.rcv.sacks {
                 if i >= n {
                     break;
                 }
@@ -294,23 +312,23 @@ impl Connection {
     /// SYN / SYN-ACK options in Linux's order (see the packetdrill lines:
     /// `mss,sackOK,TS,nop,wscale` / `mss,nop,nop,sackOK,nop,wscale`).
     pub fn syn_opts(&self, now: Instant, out: &mut Vec<OutOpt>, tsecr: u32) {
-        out.push(OutOpt::Mss(self.advmss.min(65535) as u16));
-        if self.tstamp_ok {
-            if self.sack_ok {
+        out.push(OutOpt::Mss(self.mss.advmss.min(65535) as u16));
+        if self.rx_opt.tstamp_ok {
+            if self.rx_opt.sack_ok {
                 out.push(OutOpt::SackOk);
             } else {
                 out.push(OutOpt::Nop);
                 out.push(OutOpt::Nop);
             }
             out.push(OutOpt::Ts(self.tsval(now), tsecr));
-        } else if self.sack_ok {
+        } else if self.rx_opt.sack_ok {
             out.push(OutOpt::Nop);
             out.push(OutOpt::Nop);
             out.push(OutOpt::SackOk);
         }
-        if self.wscale_ok {
+        if self.rx_opt.wscale_ok {
             out.push(OutOpt::Nop);
-            out.push(OutOpt::Wscale(self.rcv_wscale));
+            out.push(OutOpt::Wscale(self.rx_opt.rcv_wscale));
         }
     }
 
@@ -334,7 +352,7 @@ impl Connection {
         }
         self.ack.pending = 0;
         self.disarm(env, TimerKind::Delack);
-        self.dsack = None;
+        self.rcv.dsack = None;
     }
 
     /// Send a pure ACK now (`tcp_send_ack`). Carries no TX token.
@@ -348,7 +366,7 @@ impl Connection {
         let seg = self.seg(env, self.acceptable_seq(), TcpFlags::ACK, win, &opts, &[]);
         let departure = self.edt_stamp(now);
         env.emit(&seg, None, Some(departure), None);
-        self.segs_out += 1;
+        self.stats.count_seg_out();
         self.event_ack_sent(env, 1);
     }
 
@@ -360,10 +378,10 @@ impl Connection {
     /// the pure ACK's stamp is as far ahead as the data's). Only data moves the stamp on by
     /// its pacing time.
     pub(crate) fn edt_stamp(&mut self, now: Instant) -> Instant {
-        if self.wstamp < now {
-            self.wstamp = now;
+        if self.pacing.wstamp < now {
+            self.pacing.wstamp = now;
         }
-        self.wstamp
+        self.pacing.wstamp
     }
 
     /// The sequence number of a segment that carries no data (`tcp_acceptable_seq`):
@@ -374,9 +392,11 @@ impl Connection {
     /// 1000 bytes out and `ack 84 win 0`, the kernel's ACKs carry seq 84, not 1001.
     pub fn acceptable_seq(&self) -> u32 {
         let end = self.snd_wnd_end();
-        let over = self.snd_nxt.wrapping_sub(end);
-        if !before(end, self.snd_nxt) || (self.wscale_ok && over < 1u32 << self.rcv_wscale) {
-            self.snd_nxt
+        let over = self.snd.nxt.wrapping_sub(end);
+        if !before(end, self.snd.nxt)
+            || (self.rx_opt.wscale_ok && over < 1u32 << self.rx_opt.rcv_wscale)
+        {
+            self.snd.nxt
         } else {
             end
         }
@@ -407,20 +427,20 @@ impl Connection {
     pub fn send_syn(&mut self, env: &mut Env, now: Instant) {
         let mut opts = Vec::with_capacity(6);
         self.syn_opts(now, &mut opts, 0);
-        let win = self.rcv_wnd.min(65535) as u16;
+        let win = self.rcv.wnd.min(65535) as u16;
         // tcp_ecn_send_syn (RFC 3168 §6.1.1): with tcp_ecn=1 the SYN asks for ECN with
         // ECE|CWR; a retransmitted SYN drops them (tcp_ecn_clear_syn, tcp_ecn_fallback=1).
         let mut fl = TcpFlags::SYN;
-        if self.retransmits == 0 {
+        if self.timer.retransmits == 0 {
             self.ecn_flags = 0;
             if env.sysint(Sysctl::tcp_ecn) == 1 {
                 self.ecn_flags = ecnf::OK;
                 fl |= TcpFlags::ECE | TcpFlags::CWR;
             }
         }
-        let seg = self.seg(env, self.iss, fl, win, &opts, &[]);
+        let seg = self.seg(env, self.snd.iss, fl, win, &opts, &[]);
         env.emit(&seg, None, None, None);
-        self.segs_out += 1;
+        self.stats.count_seg_out();
         self.lsndtime = now;
     }
 
@@ -430,16 +450,16 @@ impl Connection {
     /// simultaneous open counts it at the caller.
     pub fn send_synack(&mut self, env: &mut Env, now: Instant) {
         let mut opts = Vec::with_capacity(6);
-        let ecr = self.ts_recent;
+        let ecr = self.rx_opt.ts_recent;
         self.syn_opts(now, &mut opts, ecr);
-        let win = self.rcv_wnd.min(65535) as u16;
+        let win = self.rcv.wnd.min(65535) as u16;
         // tcp_ecn_make_synack: ECE on the SYN-ACK when the request was ECN-capable.
         let fl = if self.ecn_flags & ecnf::OK != 0 {
             TcpFlags::SYN | TcpFlags::ACK | TcpFlags::ECE
         } else {
             TcpFlags::SYN | TcpFlags::ACK
         };
-        let seg = self.seg(env, self.iss, fl, win, &opts, &[]);
+        let seg = self.seg(env, self.snd.iss, fl, win, &opts, &[]);
         env.emit(&seg, None, None, None);
         self.lsndtime = now;
     }
@@ -451,7 +471,7 @@ impl Connection {
             .min_tso_segs()
             .unwrap_or(env.sysint(Sysctl::tcp_min_tso_segs) as u32)
             .max(1);
-        let mut bytes = self.pacing_rate >> 10;
+        let mut bytes = self.pacing.rate >> 10;
         let log = env.sysint(Sysctl::tcp_tso_rtt_log) as u32;
         if log > 0 && self.rtt.min_rtt_us() != u32::MAX {
             let r = self.rtt.min_rtt_us() >> log.min(31);
@@ -465,7 +485,7 @@ impl Connection {
 
     /// `tcp_update_pacing_rate` (spec §2.8).
     pub fn update_pacing_rate(&mut self, env: &Env) {
-        let mss = u64::from(self.mss_cache);
+        let mss = u64::from(self.mss.cache);
         let mut rate = mss * (1_000_000u64 << 3);
         let cwnd = self.snd_cwnd();
         if cwnd < self.cc_st.snd_ssthresh / 2 {
@@ -473,17 +493,17 @@ impl Connection {
         } else {
             rate = rate * env.sysint(Sysctl::tcp_pacing_ca_ratio) as u64 / 100;
         }
-        rate *= u64::from(cwnd.max(self.packets_out));
+        rate *= u64::from(cwnd.max(self.rtx.packets_out));
         if self.rtt.srtt_us() != 0 {
             rate /= u64::from(self.rtt.srtt_us());
         }
-        self.pacing_rate = rate;
+        self.pacing.rate = rate;
         self.cc_st.sk_pacing_rate = rate;
     }
 
     /// `tcp_snd_wnd_test` end: right edge of the peer's window.
     pub fn snd_wnd_end(&self) -> u32 {
-        self.snd_una.wrapping_add(self.snd_wnd)
+        self.snd.una.wrapping_add(self.snd.wnd)
     }
 
     /// `tcp_snd_wnd_test`: whether the first segment of `skb` (its first MSS, or the whole
@@ -515,26 +535,26 @@ impl Connection {
     fn nagle_check(&self, partial: bool, nonagle: u8) -> bool {
         partial
             && (nonagle & NAGLE_CORK != 0
-                || (nonagle == 0 && self.packets_out > 0 && self.minshall_check()))
+                || (nonagle == 0 && self.rtx.packets_out > 0 && self.minshall_check()))
     }
 
     /// Minshall: a small segment is still unacknowledged (`tcp_minshall_check`).
     fn minshall_check(&self) -> bool {
-        after(self.snd_sml, self.snd_una) && !after(self.snd_sml, self.snd_nxt)
+        after(self.snd.sml, self.snd.una) && !after(self.snd.sml, self.snd.nxt)
     }
 
     /// `tcp_small_queue_check` (spec §2.5): true = stop, too many bytes below TCP.
     fn small_queue_check(&mut self, env: &Env, truesize: u32, factor: u32) -> bool {
-        if !env.sysctl.on(Sysctl::shallow_tcp_tsq) {
+        if !env.config.sysctl.on(Sysctl::shallow_tcp_tsq) {
             return false;
         }
-        let mut limit = (2 * u64::from(truesize)).max(self.pacing_rate >> 10);
+        let mut limit = (2 * u64::from(truesize)).max(self.pacing.rate >> 10);
         limit = limit.min(env.sysint(Sysctl::tcp_limit_output_bytes) as u64);
         limit <<= factor;
         if u64::from(self.wmem_alloc_biased()) <= limit {
             return false;
         }
-        if self.rtx_queue.len() <= 1 {
+        if self.rtx.queue.len() <= 1 {
             return false;
         }
         self.tsq_flags |= tsq::THROTTLED;
@@ -544,7 +564,7 @@ impl Connection {
     /// Split the write-queue head so it holds at most `len` payload bytes (`tso_fragment`):
     /// the remainder gets a new buffer (and its own overhead); FIN/PSH stay on the remainder.
     pub(crate) fn split_write_head(&mut self, len: u32) {
-        let Some(skb) = self.write_queue.front_mut() else {
+        let Some(skb) = self.snd.write_queue.front_mut() else {
             return;
         };
         if skb.len() <= len {
@@ -562,48 +582,56 @@ impl Connection {
         skb.eor = false;
         skb.truesize = skb.truesize.saturating_sub(nlen);
         rest.truesize += nlen;
-        self.wmem_queued += SKB_TX_OVERHEAD;
-        self.write_queue.insert(1, rest);
+        self.mem.wmem_queued += SKB_TX_OVERHEAD;
+        self.snd.write_queue.insert(1, rest);
     }
 
     /// `tcp_grow_skb`: pull up to `amount` bytes from the next write-queue skb into the head so
     /// one TSO packet can fill the cwnd quota (6.x). An emptied next skb is freed and its
     /// flags (PSH/FIN) and EOR move to the head.
     pub(crate) fn grow_head(&mut self, amount: u32) {
-        if self.write_queue.len() < 2 || amount == 0 {
+        if self.snd.write_queue.len() < 2 || amount == 0 {
             return;
         }
-        let (head_eor, next_len) = (self.write_queue[0].eor, self.write_queue[1].len());
-        if head_eor || self.write_queue[0].flags.intersects(TcpFlags::FIN) {
+        let (head_eor, next_len) = (self.snd.write_queue[0].eor, self.snd.write_queue[1].len());
+        if head_eor || self.snd.write_queue[0].flags.intersects(TcpFlags::FIN) {
             return;
         }
         let nlen = amount.min(next_len);
         if nlen == 0 {
             return;
         }
-        let moved = self.write_queue[1].data.split_to(nlen as usize);
+        let moved = self.snd.write_queue[1].data.split_to(nlen as usize);
         {
-            let next = &mut self.write_queue[1];
+            let next = &mut self.snd.write_queue[1];
             next.seq = next.seq.wrapping_add(nlen);
             next.truesize = next.truesize.saturating_sub(nlen);
         }
-        let head = &mut self.write_queue[0];
+        let head = &mut self.snd.write_queue[0];
         // O(1) when the two were split from one buffer, else a copy.
         head.data.unsplit(moved);
         head.end_seq = head.end_seq.wrapping_add(nlen);
         head.truesize += nlen;
-        if self.write_queue[1].data.is_empty() {
-            let next = self.write_queue.remove(1).expect("checked length");
-            let head = &mut self.write_queue[0];
+        if self.snd.write_queue[1].data.is_empty() {
+            let next = self.snd.write_queue.remove(1).expect("checked length");
+            let head = &mut self.snd.write_queue[0];
             head.end_seq = next.end_seq;
             head.flags |= next.flags;
             head.eor = next.eor;
-            self.wmem_queued = self.wmem_queued.saturating_sub(next.truesize);
+            self.mem.wmem_queued = self.mem.wmem_queued.saturating_sub(next.truesize);
         }
     }
 
-    /// `tcp_tso_should_defer`: hold a partial TSO packet when more room is expected soon.
-    fn tso_should_defer(&mut self, env: &Env, now: Instant, max_segs: u32, is_tail: bool) -> bool {
+    /// `tcp_tso_should_defer`: hold a partial TSO packet when more room is expected soon;
+    /// a deferral for want of cwnd or of the peer's window is noted in `limits`.
+    fn tso_should_defer(
+        &self,
+        env: &Env,
+        now: Instant,
+        max_segs: u32,
+        is_tail: bool,
+        limits: &mut XmitLimits,
+    ) -> bool {
         if matches!(
             self.ca_state,
             shallow_cc::CaState::Recovery | shallow_cc::CaState::Loss
@@ -611,10 +639,10 @@ impl Connection {
             return false;
         }
         // Defer only if the last transmit was recent (1 ms).
-        if now > self.wstamp + Duration::from_millis(1) {
+        if now > self.pacing.wstamp + Duration::from_millis(1) {
             return false;
         }
-        let Some(head) = self.write_queue.front() else {
+        let Some(head) = self.snd.write_queue.front() else {
             return false;
         };
         let (seq, len, fin, eor) = (
@@ -625,7 +653,7 @@ impl Connection {
         );
         let in_flight = self.packets_in_flight();
         let cwnd = self.snd_cwnd();
-        let mss = self.mss_cache;
+        let mss = self.mss.cache;
         let send_win = self.snd_wnd_end().wrapping_sub(seq);
         let cong_win = cwnd.saturating_sub(in_flight) * mss;
         let limit = send_win.min(cong_win);
@@ -636,13 +664,13 @@ impl Connection {
             return false;
         }
         let div = env.sysint(Sysctl::tcp_tso_win_divisor) as u32;
-        match self.snd_wnd.min(cwnd * mss).checked_div(div) {
+        match self.snd.wnd.min(cwnd * mss).checked_div(div) {
             Some(chunk) if limit >= chunk => return false,
             Some(_) => {}
             None if limit > 3 * mss => return false,
             None => {}
         }
-        let Some(rhead) = self.rtx_queue.front() else {
+        let Some(rhead) = self.rtx.queue.front() else {
             return false;
         };
         // If the next ACK is likely to come too late (half srtt), do not defer.
@@ -652,11 +680,11 @@ impl Connection {
         }
         if cong_win < send_win {
             if cong_win <= len {
-                self.cwnd_limited_now = true;
+                limits.cwnd = true;
                 return true;
             }
         } else if send_win <= len {
-            self.rwnd_limited_now = true;
+            limits.rwnd = true;
             return true;
         }
         if fin || eor {
@@ -667,14 +695,8 @@ impl Connection {
 
     /// `tcp_cwnd_validate`: remember whether the flow used its whole cwnd in this window.
     fn cwnd_validate(&mut self, is_cwnd_limited: bool) {
-        if !before(self.snd_una, self.cwnd_usage_seq)
-            || is_cwnd_limited
-            || (!self.is_cwnd_limited && self.packets_out > self.max_packets_out)
-        {
-            self.is_cwnd_limited = is_cwnd_limited;
-            self.max_packets_out = self.packets_out;
-            self.cwnd_usage_seq = self.snd_nxt;
-        }
+        let (una, nxt, out) = (self.snd.una, self.snd.nxt, self.rtx.packets_out);
+        self.cwnd_use.record(una, nxt, out, is_cwnd_limited);
     }
 
     /// `tcp_write_xmit`: send new data from the write queue as cwnd, rwnd, Nagle, TSO
@@ -695,8 +717,7 @@ impl Connection {
         let mss_now = self.current_mss();
         let mut sent_pkts = 0u32;
         let mut sent_segs = 0u32;
-        self.cwnd_limited_now = false;
-        self.rwnd_limited_now = false;
+        let mut limits = XmitLimits::default();
         if !push_one {
             match self.mtu_probe(env, now) {
                 0 => return false,
@@ -707,12 +728,12 @@ impl Connection {
                 _ => {}
             }
         }
-        let max_segs = if env.dev.gso {
+        let max_segs = if env.device.caps.gso {
             self.tso_segs(env, mss_now)
         } else {
             1
         };
-        while let Some(head) = self.write_queue.front() {
+        while let Some(head) = self.snd.write_queue.front() {
             let head_len = head.len();
             let head_fin = head.flags.intersects(TcpFlags::FIN);
             let mut cwnd_quota = self.cwnd_quota();
@@ -722,13 +743,13 @@ impl Connection {
                 // cwnd 10, shutdown()'s or close()'s FIN waits and leaves as the loss probe;
                 // with 9 out it leaves at once).
                 if !self.tlp.forces_quota() {
-                    self.cwnd_limited_now = true;
+                    limits.cwnd = true;
                     break;
                 }
                 cwnd_quota = 1;
             }
             if !self.snd_wnd_test(head, mss_now) {
-                self.rwnd_limited_now = true;
+                limits.rwnd = true;
                 break;
             }
             cwnd_quota = cwnd_quota.min(max_segs);
@@ -736,11 +757,11 @@ impl Connection {
             if missing > 0 {
                 self.grow_head(missing);
             }
-            let Some(head) = self.write_queue.front() else {
+            let Some(head) = self.snd.write_queue.front() else {
                 break;
             };
             let head_len = head.len();
-            let is_tail = self.write_queue.len() == 1;
+            let is_tail = self.snd.write_queue.len() == 1;
             let tso_segs = head_len.div_ceil(mss_now).max(1);
             if tso_segs == 1 {
                 // tcp_nagle_test: only the tail is subject to Nagle.
@@ -749,11 +770,11 @@ impl Connection {
                 if ng & NAGLE_PUSH == 0 && !head_fin && self.nagle_check(partial, ng) {
                     break;
                 }
-            } else if !push_one && self.tso_should_defer(env, now, max_segs, is_tail) {
+            } else if !push_one && self.tso_should_defer(env, now, max_segs, is_tail, &mut limits) {
                 break;
             }
             // tcp_mss_split_point
-            let Some(head) = self.write_queue.front() else {
+            let Some(head) = self.snd.write_queue.front() else {
                 break;
             };
             let window = self.snd_wnd_end().wrapping_sub(head.seq);
@@ -779,38 +800,43 @@ impl Connection {
                 }
                 self.split_write_head(limit);
             }
-            let truesize = self.write_queue.front().map(|s| s.truesize).unwrap_or(0);
+            let truesize = self
+                .snd
+                .write_queue
+                .front()
+                .map(|s| s.truesize)
+                .unwrap_or(0);
             if self.small_queue_check(env, truesize, 0) {
                 break;
             }
-            let Some(skb) = self.write_queue.pop_front() else {
+            let Some(skb) = self.snd.write_queue.pop_front() else {
                 break;
             };
-            self.rtx_queue.push_back(skb);
-            let idx = self.rtx_queue.len() - 1;
+            self.rtx.queue.push_back(skb);
+            let idx = self.rtx.queue.len() - 1;
             if !self.transmit_skb(env, now, idx, false) {
                 // tcp_write_xmit: a failed transmit leaves the skb at the send head.
-                if let Some(skb) = self.rtx_queue.pop_back() {
-                    self.write_queue.push_front(skb);
+                if let Some(skb) = self.rtx.queue.pop_back() {
+                    self.snd.write_queue.push_front(skb);
                 }
                 break;
             }
             self.event_new_data_sent(env, now, idx);
             sent_pkts += 1;
-            sent_segs += self.rtx_queue.get(idx).map_or(1, |s| s.pcount);
+            sent_segs += self.rtx.queue.get(idx).map_or(1, |s| s.pcount);
             if push_one {
                 break;
             }
         }
-        if self.rwnd_limited_now {
+        if limits.rwnd {
             self.chrono.start(now, CHRONO_RWND_LIMITED);
         } else {
             self.chrono_stop(now, CHRONO_RWND_LIMITED);
         }
-        if self.write_queue.is_empty() && self.nospace {
+        if self.snd.write_queue.is_empty() && self.nospace {
             self.chrono.start(now, CHRONO_SNDBUF_LIMITED);
         }
-        let limited = self.cwnd_limited_now || self.packets_in_flight() >= self.snd_cwnd();
+        let limited = limits.cwnd || self.packets_in_flight() >= self.snd_cwnd();
         if sent_pkts > 0 {
             // tcp_write_xmit: new data sent during a cwnd reduction counts towards PRR's
             // prr_out (tcp_in_cwnd_reduction: CWR or Recovery).
@@ -830,24 +856,24 @@ impl Connection {
         if limited {
             self.cwnd_validate(true);
         }
-        !self.write_queue.is_empty() && self.packets_out == 0
+        !self.snd.write_queue.is_empty() && self.rtx.packets_out == 0
     }
 
     /// `tcp_event_new_data_sent`: snd_nxt advanced.
     pub(crate) fn event_new_data_sent(&mut self, env: &mut Env, now: Instant, idx: usize) {
         let (end, pcount) = {
-            let s = &self.rtx_queue[idx];
+            let s = &self.rtx.queue[idx];
             (s.end_seq, s.pcount)
         };
-        let prior_packets = self.packets_out;
-        self.snd_nxt = end;
-        self.packets_out += pcount;
+        let prior_packets = self.rtx.packets_out;
+        self.snd.nxt = end;
+        self.rtx.packets_out += pcount;
         env.mib.add(Mib::TCPOrigDataSent, u64::from(pcount));
         // tcp_rearm_rto when nothing was in flight: the retransmission timer takes the
         // place of whatever the shared timer held, the persist timer included (armed by
         // tcp_check_probe_timer while data waited under TCP_CORK or Nagle); the caller arms it.
         if prior_packets == 0 {
-            self.rtx_event = RtxEvent::Rto;
+            self.timer.rtx_event = RtxEvent::Rto;
         }
         self.chrono.start(now, CHRONO_BUSY);
         // tcp_check_space from the output path (4bfe744ff164).
@@ -861,20 +887,32 @@ impl Connection {
     /// attempt is counted as Linux counts it before its `queue_xmit` (OutSegs for new data,
     /// RetransSegs for a retransmission; the caller adds TCPRetransFail).
     pub fn transmit_skb(&mut self, env: &mut Env, now: Instant, idx: usize, retrans: bool) -> bool {
+        self.transmit_skb_mss(env, now, idx, retrans, None)
+    }
+
+    /// [`Connection::transmit_skb`] with the segment size given (`mss_override`: an MTU probe
+    /// leaves as one segment larger than the current MSS) instead of the current MSS.
+    pub fn transmit_skb_mss(
+        &mut self,
+        env: &mut Env,
+        now: Instant,
+        idx: usize,
+        retrans: bool,
+        mss_override: Option<u32>,
+    ) -> bool {
         // ip_queue_xmit: a stale cached route is looked up again for this packet; the MSS
         // follows at the next tcp_current_mss.
         if let Some(r) = self.route_pending.take() {
             self.route = r;
         }
-        let mss = if self.xmit_mss_override != 0 {
-            self.xmit_mss_override
-        } else {
-            self.current_mss()
+        let mss = match mss_override {
+            Some(m) => m,
+            None => self.current_mss(),
         };
         let mut opts = Vec::with_capacity(6);
         self.established_opts(now, &mut opts);
         let (seq, fl, len, truesize) = {
-            let s = &self.rtx_queue[idx];
+            let s = &self.rtx.queue[idx];
             (s.seq, s.flags, s.len(), s.truesize)
         };
         let pcount = len.div_ceil(mss).max(1);
@@ -901,7 +939,7 @@ impl Connection {
             payload: &[],
         });
         let meta = TxMeta {
-            flow: env.flow_hash(self.local, self.remote),
+            flow: env.keys.flow_hash(self.local, self.remote),
             len: header_len + len as usize,
             header_len,
             gso_size: gso,
@@ -910,10 +948,10 @@ impl Connection {
             } else {
                 self.opts.tos
             },
-            departure_ns: Some(self.wstamp.max(now).as_nanos()),
+            departure_ns: Some(self.pacing.wstamp.max(now).as_nanos()),
             now,
         };
-        if !env.admit(&meta) {
+        if !env.device.admit(&meta) {
             if !matches!(
                 self.ca_state,
                 shallow_cc::CaState::Cwr
@@ -930,9 +968,9 @@ impl Connection {
             return false;
         }
         let win = self.select_window(env);
-        let prior_wstamp = self.wstamp;
+        let prior_wstamp = self.pacing.wstamp;
         let departure = self.edt_stamp(now);
-        if len_of(&self.rtx_queue[idx]) > 0 {
+        if len_of(&self.rtx.queue[idx]) > 0 {
             // tcp_event_data_sent: CA_EVENT_TX_START after idle; a reply within ato of the
             // last received segment counts towards pingpong (interactive) mode.
             if self.packets_in_flight() == 0 {
@@ -949,7 +987,8 @@ impl Connection {
         }
         // An orphaning device (Env::tx_orphan) frees the packet inside the send unless an EDT
         // qdisc holds it for a later departure.
-        let orphan = env.dev.orphan_at_xmit && !(env.dev.edt_pacing && departure > now);
+        let orphan =
+            env.device.caps.orphan_at_xmit && !(env.device.caps.edt_pacing && departure > now);
         let token = (!orphan).then_some(TxToken {
             idx: self.id.0,
             gen: self.gen,
@@ -958,7 +997,7 @@ impl Connection {
         });
         let tx_rate = self.rate_skb_sent(now);
         {
-            let s = &mut self.rtx_queue[idx];
+            let s = &mut self.rtx.queue[idx];
             s.tx = tx_rate;
             s.pcount = pcount;
             s.mstamp = now;
@@ -992,8 +1031,8 @@ impl Connection {
         }
         // With scatter-gather the packet shares the skb's bytes (which become read-only);
         // without, they are copied behind the headers.
-        let frag = (env.dev.sg && len > 0).then(|| self.rtx_queue[idx].data.share());
-        let payload = std::mem::take(&mut self.rtx_queue[idx].data);
+        let frag = (env.device.caps.sg && len > 0).then(|| self.rtx.queue[idx].data.share());
+        let payload = std::mem::take(&mut self.rtx.queue[idx].data);
         let mut seg = self.seg(env, seq, flags, win, &opts, &payload);
         if ecn_ok {
             seg.tos = (seg.tos & !0x3) | if ect { 0x2 } else { 0 };
@@ -1001,24 +1040,19 @@ impl Connection {
         let ok = env
             .emit_frag(&seg, frag, gso, Some(departure), token, true)
             .sent();
-        self.rtx_queue[idx].data = payload;
+        self.rtx.queue[idx].data = payload;
         // tcp_minshall_update: remember the end of a packet with a short last segment.
         if len < pcount * mss {
-            self.snd_sml = seq.wrapping_add(len);
+            self.snd.sml = seq.wrapping_add(len);
         }
         if ok {
             // OutSegs counts wire segments.
             env.mib.add(Mib::OutSegs, u64::from(pcount) - 1);
             if !orphan {
-                self.wmem_alloc += truesize;
+                self.mem.wmem_alloc += truesize;
             }
-            self.segs_out += pcount;
-            if len > 0 {
-                self.data_segs_out += pcount;
-            }
-            self.bytes_sent += u64::from(len);
+            self.stats.count_xmit(pcount, len, retrans);
             if retrans {
-                self.bytes_retrans += u64::from(len);
                 env.mib.add(Mib::RetransSegs, u64::from(pcount));
             }
         }
@@ -1028,33 +1062,37 @@ impl Connection {
         // (tcp_update_skb_after_send), after the first 10 data segments. A send that found
         // the stamp in the past (the flow was late, e.g. ACK-clocked after a gap) takes that
         // lateness as credit against OS jitter, up to half of this packet's time.
-        if env.dev.edt_pacing && self.pacing_rate > 0 && self.data_segs_out >= 10 && len > 0 {
-            let len_ns = u64::from(len) * 1_000_000_000 / self.pacing_rate.max(1);
+        if env.device.caps.edt_pacing
+            && self.pacing.rate > 0
+            && self.stats.data_segs_out() >= 10
+            && len > 0
+        {
+            let len_ns = u64::from(len) * 1_000_000_000 / self.pacing.rate.max(1);
             let credit = (departure - prior_wstamp).as_nanos() as u64;
             let ns = len_ns - (len_ns / 2).min(credit);
-            self.wstamp += Duration::from_nanos(ns);
+            self.pacing.wstamp += Duration::from_nanos(ns);
         }
         true
     }
 
     /// `tcp_send_fin`: append FIN to the tail skb, or queue a FIN-only skb, and push.
     pub fn send_fin(&mut self, env: &mut Env, now: Instant) {
-        if let Some(tail) = self.write_queue.back_mut() {
+        if let Some(tail) = self.snd.write_queue.back_mut() {
             tail.flags |= TcpFlags::FIN;
             tail.end_seq = tail.end_seq.wrapping_add(1);
         } else {
-            let mut skb = Skb::new(self.write_seq, TcpFlags::FIN);
+            let mut skb = Skb::new(self.snd.write_seq, TcpFlags::FIN);
             skb.truesize = SKB_TX_OVERHEAD;
-            self.wmem_queued += skb.truesize;
-            self.write_queue.push_back(skb);
+            self.mem.wmem_queued += skb.truesize;
+            self.snd.write_queue.push_back(skb);
         }
-        self.write_seq = self.write_seq.wrapping_add(1);
+        self.snd.write_seq = self.snd.write_seq.wrapping_add(1);
         self.push_pending_frames(env, now, NAGLE_OFF);
     }
 
     /// `__tcp_push_pending_frames`: write_xmit, and arm the zero-window probe if stuck.
     pub fn push_pending_frames(&mut self, env: &mut Env, now: Instant, nonagle: u8) {
-        if self.write_queue.is_empty() {
+        if self.snd.write_queue.is_empty() {
             return;
         }
         if self.write_xmit(env, now, nonagle, false) {
@@ -1065,8 +1103,8 @@ impl Connection {
     /// `tcp_check_probe_timer`: arm the persist timer when nothing is in flight and no
     /// timer is pending.
     pub fn check_probe_timer(&mut self, env: &mut Env, now: Instant) {
-        if self.packets_out == 0 && self.timers[TimerKind::Retrans as usize].is_none() {
-            self.rtx_event = RtxEvent::Probe0;
+        if self.rtx.packets_out == 0 && !self.timer.armed(TimerKind::Retrans) {
+            self.timer.rtx_event = RtxEvent::Probe0;
             let when = self.probe0_when();
             self.arm(env, TimerKind::Retrans, now + when);
         }
@@ -1075,7 +1113,7 @@ impl Connection {
     /// Persist-timer interval: RTO backed off by `backoff`, capped at TCP_RTO_MAX.
     pub fn probe0_when(&self) -> Duration {
         let base = self.rtt.rto().max(Duration::from_millis(200));
-        let d = base.saturating_mul(1u32 << self.backoff.min(20));
+        let d = base.saturating_mul(1u32 << self.timer.backoff.min(20));
         d.min(TCP_RTO_MAX)
     }
 
@@ -1086,22 +1124,22 @@ impl Connection {
     pub fn send_probe0(&mut self, env: &mut Env, now: Instant) -> bool {
         // tcp_write_wakeup: if the window allows, send (part of) the head with PSH, ignoring
         // Nagle, cork and cwnd.
-        if let Some(head) = self.write_queue.front() {
+        if let Some(head) = self.snd.write_queue.front() {
             let wnd_end = self.snd_wnd_end();
-            if before(head.seq, wnd_end) && self.snd_wnd > 0 {
+            if before(head.seq, wnd_end) && self.snd.wnd > 0 {
                 let mss = self.current_mss();
                 let seg_size = wnd_end.wrapping_sub(head.seq).min(mss);
                 if head.len() > seg_size {
                     self.split_write_head(seg_size);
                 }
-                if let Some(skb) = self.write_queue.pop_front() {
+                if let Some(skb) = self.snd.write_queue.pop_front() {
                     let mut skb = skb;
                     skb.flags |= TcpFlags::PSH;
-                    self.rtx_queue.push_back(skb);
-                    let idx = self.rtx_queue.len() - 1;
+                    self.rtx.queue.push_back(skb);
+                    let idx = self.rtx.queue.len() - 1;
                     if !self.transmit_skb(env, now, idx, false) {
-                        if let Some(skb) = self.rtx_queue.pop_back() {
-                            self.write_queue.push_front(skb);
+                        if let Some(skb) = self.rtx.queue.pop_back() {
+                            self.snd.write_queue.push_front(skb);
                         }
                         return true;
                     }
@@ -1130,7 +1168,7 @@ impl Connection {
         let win = self.select_window(env);
         let seg = self.seg(
             env,
-            self.snd_una.wrapping_sub(1),
+            self.snd.una.wrapping_sub(1),
             TcpFlags::ACK,
             win,
             &opts,
@@ -1140,7 +1178,7 @@ impl Connection {
         let sent = env.emit(&seg, None, Some(departure), None);
         if sent == Emitted::Sent {
             env.mib.inc(mib);
-            self.segs_out += 1;
+            self.stats.count_seg_out();
         }
         sent
     }
@@ -1157,7 +1195,7 @@ impl Connection {
         if self.stream_is_writeable(env, 1) {
             self.nospace = false;
             self.chrono_stop(now, CHRONO_SNDBUF_LIMITED);
-            env.wake(
+            env.out.wake(
                 self.id,
                 crate::socket::pollbits::POLLOUT
                     | crate::socket::pollbits::POLLWRNORM
@@ -1171,7 +1209,7 @@ impl Connection {
         if self.opts.sndbuf_lock || env.mem.pressure {
             return false;
         }
-        if env.mem.allocated >= env.sysctl.triple(Sysctl::tcp_mem)[0] {
+        if env.mem.allocated >= env.config.sysctl.triple(Sysctl::tcp_mem)[0] {
             return false;
         }
         self.packets_in_flight() < self.snd_cwnd()
@@ -1182,15 +1220,16 @@ impl Connection {
         if self.opts.sndbuf_lock {
             return;
         }
-        let per_mss =
-            (self.mss_clamp.max(self.mss_cache) + MAX_TCP_HEADER + 320).next_power_of_two() + 256;
+        let per_mss = (self.rx_opt.mss_clamp.max(self.mss.cache) + MAX_TCP_HEADER + 320)
+            .next_power_of_two()
+            + 256;
         let nr_segs = TCP_INIT_CWND.max(self.snd_cwnd()).max(self.reordering + 1);
         let factor = self.cc.sndbuf_expand().unwrap_or(2);
         let sndmem = u64::from(factor) * u64::from(nr_segs) * u64::from(per_mss);
-        let max = env.sysctl.triple(Sysctl::tcp_wmem)[2] as u64;
+        let max = env.config.sysctl.triple(Sysctl::tcp_wmem)[2] as u64;
         let s = sndmem.min(max) as u32;
-        if s > self.sndbuf {
-            self.sndbuf = s;
+        if s > self.mem.sndbuf {
+            self.mem.sndbuf = s;
         }
     }
 }
@@ -1199,7 +1238,7 @@ impl Connection {
     /// `tcp_slow_start_after_idle_check` → `tcp_cwnd_restart` (RFC 5681 §4.1): after an idle
     /// period longer than the RTO, cwnd is halved per RTO idle, down to the initial window.
     pub(crate) fn slow_start_after_idle_check(&mut self, env: &Env, now: Instant) {
-        if !env.sysctl.on(Sysctl::tcp_slow_start_after_idle) || self.packets_out > 0 {
+        if !env.config.sysctl.on(Sysctl::tcp_slow_start_after_idle) || self.rtx.packets_out > 0 {
             return;
         }
         if self.lsndtime == Instant::ZERO
@@ -1241,7 +1280,6 @@ impl Connection {
             cwnd >>= 1;
         }
         self.cc_st.snd_cwnd = cwnd.max(restart);
-        self.snd_cwnd_stamp = now;
     }
 
     /// `tcp_tsq_write` (spec §2.6): after a TX completion, retransmit lost data then push.
@@ -1254,11 +1292,82 @@ impl Connection {
                 | TcpState::CloseWait
                 | TcpState::LastAck
         ) {
-            if self.lost_out > self.retrans_out && self.snd_cwnd() > self.packets_in_flight() {
+            if self.rtx.lost_out > self.rtx.retrans_out
+                && self.snd_cwnd() > self.packets_in_flight()
+            {
                 self.xmit_retransmit_queue(env, now);
             }
             let ng = self.nonagle();
             self.write_xmit(env, now, ng, false);
         }
+    }
+}
+
+/// How much of its congestion window the flow used in the last window of data (`tcp_sock`'s
+/// `is_cwnd_limited`, `max_packets_out`, `cwnd_usage_seq`): recorded by `tcp_cwnd_validate`
+/// after each run of the output loop and read by `tcp_is_cwnd_limited`, which lets cwnd grow
+/// only while it is used. Private to this file.
+#[derive(Debug, Default)]
+pub(crate) struct CwndUse {
+    /// The flow was cwnd-limited in the last window of data (`is_cwnd_limited`).
+    is_cwnd_limited: bool,
+    /// Most segments in flight in that window (`max_packets_out`).
+    max_packets_out: u32,
+    /// SND.NXT when the window began (`cwnd_usage_seq`).
+    cwnd_usage_seq: u32,
+}
+
+impl CwndUse {
+    /// `tcp_cwnd_validate`'s record: start a new window of data when SND.UNA passed the last
+    /// one, or the flow was limited, or more is in flight than the window saw.
+    fn record(&mut self, una: u32, nxt: u32, packets_out: u32, is_cwnd_limited: bool) {
+        if !before(una, self.cwnd_usage_seq)
+            || is_cwnd_limited
+            || (!self.is_cwnd_limited && packets_out > self.max_packets_out)
+        {
+            self.is_cwnd_limited = is_cwnd_limited;
+            self.max_packets_out = packets_out;
+            self.cwnd_usage_seq = nxt;
+        }
+    }
+
+    /// `tcp_is_cwnd_limited`: in slow start, cwnd is used while it is less than twice the
+    /// most in flight; otherwise as the last window recorded.
+    pub fn limited(&self, snd_cwnd: u32, in_slow_start: bool) -> bool {
+        if in_slow_start {
+            return snd_cwnd < 2 * self.max_packets_out;
+        }
+        self.is_cwnd_limited
+    }
+}
+
+/// Pacing and TSO autosizing state (`sk_pacing_rate`, `tcp_wstamp_ns`, and the cached
+/// segment count of `tcp_tso_autosize`). Private to this file: the rate is set by
+/// `tcp_update_pacing_rate` here and read elsewhere through [`Pacing::rate`].
+#[derive(Debug)]
+pub(crate) struct Pacing {
+    /// `sk_pacing_rate` in bytes per second; `u64::MAX` (unlimited) until the first ACK of
+    /// data.
+    rate: u64,
+    /// `tcp_wstamp_ns`: the departure time of the latest segment.
+    wstamp: Instant,
+    /// Segments per TSO packet last computed by `tcp_tso_autosize`, for `mss_now` (0: none).
+    gso_segs: u32,
+}
+
+impl Default for Pacing {
+    fn default() -> Pacing {
+        Pacing {
+            rate: u64::MAX,
+            wstamp: Instant::ZERO,
+            gso_segs: 0,
+        }
+    }
+}
+
+impl Pacing {
+    /// `sk_pacing_rate`.
+    pub fn rate(&self) -> u64 {
+        self.rate
     }
 }

@@ -8,10 +8,12 @@
 //!
 //! [`Rack`]'s and [`Tlp`]'s fields are private to this file.
 
+use crate::env::Env;
 use crate::seq::*;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
+use crate::timer::{RtxEvent, TimerKind};
 use crate::Mib;
 use core::time::Duration;
 use shallow_cc::CaState;
@@ -114,9 +116,9 @@ impl Connection {
         if self.rtt.min_rtt_us() == u32::MAX {
             return Duration::ZERO;
         }
-        if self.reord_seen == 0
+        if self.stats.reord_seen() == 0
             && (matches!(self.ca_state, CaState::Recovery | CaState::Loss)
-                || self.sacked_out >= self.reordering)
+                || self.rtx.sacked_out >= self.reordering)
         {
             return Duration::ZERO;
         }
@@ -132,8 +134,8 @@ impl Connection {
         let reo = self.rack_reo_wnd();
         let rtt = Duration::from_micros(u64::from(self.rack.rtt_us));
         let mut timeout: Option<Duration> = None;
-        for i in 0..self.rtx_queue.len() {
-            let skb = &self.rtx_queue[i];
+        for i in 0..self.rtx.queue.len() {
+            let skb = &self.rtx.queue[i];
             if skb.sacked & sacked::ACKED != 0 {
                 continue;
             }
@@ -164,19 +166,19 @@ impl Connection {
     /// still within the window.
     pub(crate) fn rack_reo_timeout(&mut self, env: &mut Env, now: Instant) {
         let prior_inflight = self.packets_in_flight();
-        let lost_before = self.lost_out;
+        let lost_before = self.rtx.lost_out;
         let timeout = self.rack_detect_loss(now);
         if prior_inflight != self.packets_in_flight() {
             if self.ca_state != CaState::Recovery {
                 self.enter_recovery(env, now, false); // a timer: no ACK, no ECE
-                let newly_lost = self.lost_out.saturating_sub(lost_before);
+                let newly_lost = self.rtx.lost_out.saturating_sub(lost_before);
                 self.cwnd_reduction(1, newly_lost, false);
             }
             self.xmit_retransmit_queue(env, now);
         }
         if let Some(t) = timeout {
-            if self.packets_out > 0 {
-                self.rtx_event = RtxEvent::ReoTimeout;
+            if self.rtx.packets_out > 0 {
+                self.timer.rtx_event = RtxEvent::ReoTimeout;
                 self.arm(env, TimerKind::Retrans, now + t);
             }
         }
@@ -194,19 +196,19 @@ impl Connection {
 
     /// Arm TLP if allowed, else the RTO (`tcp_schedule_loss_probe` / `tcp_rearm_rto`).
     pub fn schedule_loss_probe_or_rto(&mut self, env: &mut Env, now: Instant, advancing: bool) {
-        if self.packets_out == 0 {
+        if self.rtx.packets_out == 0 {
             return;
         }
         let er = env.sysint(Sysctl::tcp_early_retrans);
         let tlp_ok = (er == 3 || er == 4)
-            && self.sack_ok
+            && self.rx_opt.sack_ok
             && matches!(self.ca_state, CaState::Open | CaState::Cwr)
             && self.tlp.high_seq.is_none();
         let rto_at = self.rto_deadline(now, advancing);
         if tlp_ok {
             let mut pto = if self.rtt.srtt_us() != 0 {
                 let t = Duration::from_micros(u64::from(self.rtt.srtt_us() >> 2));
-                if self.packets_out == 1 {
+                if self.rtx.packets_out == 1 {
                     t + self.rto_min(env)
                 } else {
                     t
@@ -218,11 +220,11 @@ impl Connection {
             if rto_delta > Duration::ZERO {
                 pto = pto.min(rto_delta);
             }
-            self.rtx_event = RtxEvent::LossProbe;
+            self.timer.rtx_event = RtxEvent::LossProbe;
             self.arm(env, TimerKind::Retrans, now + pto);
             return;
         }
-        self.rtx_event = RtxEvent::Rto;
+        self.timer.rtx_event = RtxEvent::Rto;
         self.arm(env, TimerKind::Retrans, rto_at);
     }
 
@@ -232,10 +234,11 @@ impl Connection {
     /// not counted, sets no `tlp_high_seq`, and the RTO is re-armed from the head's send time
     /// (`goto rearm_timer`), so a local drop never turns into a retransmission of the tail.
     pub fn send_loss_probe(&mut self, env: &mut Env, now: Instant) {
-        let before_nxt = self.snd_nxt;
+        let before_nxt = self.snd.nxt;
         self.tlp.retrans = false;
         let mss = self.current_mss();
         let head_fits = self
+            .snd
             .write_queue
             .front()
             .is_some_and(|h| self.snd_wnd_test(h, mss));
@@ -244,9 +247,9 @@ impl Connection {
             self.tlp.force_quota = true;
             self.write_xmit(env, now, crate::output::NAGLE_PUSH, true);
             self.tlp.force_quota = false;
-            self.snd_nxt != before_nxt
-        } else if let Some(last) = self.rtx_queue.len().checked_sub(1) {
-            let len = self.rtx_queue[last].len();
+            self.snd.nxt != before_nxt
+        } else if let Some(last) = self.rtx.queue.len().checked_sub(1) {
+            let len = self.rtx.queue[last].len();
             if len > mss {
                 // Probe with the last MSS only.
                 let off = (len - 1) / mss * mss;
@@ -254,10 +257,10 @@ impl Connection {
                     self.split_rtx(last, off);
                 }
             }
-            let last = self.rtx_queue.len() - 1;
+            let last = self.rtx.queue.len() - 1;
             // tcp_send_loss_probe resends with __tcp_retransmit_skb: the probe is not
             // counted in retrans_out, so an RTO still deems that segment lost.
-            if self.rtx_queue[last].sacked & sacked::ACKED != 0 {
+            if self.rtx.queue[last].sacked & sacked::ACKED != 0 {
                 true
             } else if self.resend_skb(env, now, last, 1) {
                 self.tlp.retrans = true;
@@ -268,14 +271,14 @@ impl Connection {
         } else {
             true
         };
-        self.rtx_event = RtxEvent::Rto;
+        self.timer.rtx_event = RtxEvent::Rto;
         if !sent {
             let at = self.rto_deadline(now, false);
             self.arm(env, TimerKind::Retrans, at);
             return;
         }
         env.mib.inc(Mib::TCPLossProbes);
-        self.tlp.high_seq = Some(self.snd_nxt);
+        self.tlp.high_seq = Some(self.snd.nxt);
         let at = self.rto_deadline(now, true);
         self.arm(env, TimerKind::Retrans, at);
     }

@@ -67,12 +67,12 @@ impl Connection {
     /// `tcp_rate_skb_sent`: the snapshot of a buffer being (re)transmitted at `now`. A fresh
     /// send window starts when nothing is in flight.
     pub fn rate_skb_sent(&mut self, now: Instant) -> TxRate {
-        if self.packets_out == 0 {
+        if self.rtx.packets_out == 0 {
             self.rate.first_tx_mstamp = now;
             self.rate.delivered_mstamp = now;
         }
         TxRate {
-            delivered: self.delivered,
+            delivered: self.rtx.delivered,
             first_tx: self.rate.first_tx_mstamp,
             delivered_mstamp: self.rate.delivered_mstamp,
             app_limited: self.rate.app_limited != 0,
@@ -102,7 +102,7 @@ impl Connection {
     /// `tcp_rate_gen`: close the sample of this ACK; keep it if valid and not app-limited
     /// (or faster than the last one). Feeds `tcpi_delivery_rate`.
     pub fn rate_gen(&mut self, now: Instant, delivered_now: u32) {
-        let delivered = self.delivered;
+        let delivered = self.rtx.delivered;
         let min_rtt_us = self.rtt.min_rtt_us();
         let r = &mut self.rate;
         if r.app_limited != 0 && after(delivered, r.app_limited) {
@@ -131,12 +131,12 @@ impl Connection {
 
     /// `tcp_rate_check_app_limited`: the application is not keeping the pipe full.
     pub fn rate_check_app_limited(&mut self) {
-        if self.write_seq.wrapping_sub(self.snd_nxt) < self.mss_cache
-            && self.wmem_alloc == 0
+        if self.snd.write_seq.wrapping_sub(self.snd.nxt) < self.mss.cache
+            && self.mem.wmem_alloc == 0
             && self.packets_in_flight() < self.snd_cwnd()
-            && self.lost_out <= self.retrans_out
+            && self.rtx.lost_out <= self.rtx.retrans_out
         {
-            let v = self.delivered.wrapping_add(self.packets_in_flight());
+            let v = self.rtx.delivered.wrapping_add(self.packets_in_flight());
             self.rate.app_limited = if v == 0 { 1 } else { v };
         }
     }
@@ -147,6 +147,6 @@ impl Connection {
         if r.rate_interval_us == 0 {
             return 0;
         }
-        u64::from(r.rate_delivered) * u64::from(self.mss_cache) * 1_000_000 / r.rate_interval_us
+        u64::from(r.rate_delivered) * u64::from(self.mss.cache) * 1_000_000 / r.rate_interval_us
     }
 }

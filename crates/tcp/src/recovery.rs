@@ -2,6 +2,7 @@
 //! (RFC 6937), NewReno dupack fallback, RTO (`tcp_retransmit_timer`, `tcp_enter_loss`), and the
 //! retransmit queue walk (`tcp_xmit_retransmit_queue`).
 
+use crate::env::Env;
 use crate::errno::Errno;
 use crate::input::{AckFlags, Rexmit};
 use crate::packet::SegIn;
@@ -9,10 +10,12 @@ use crate::seq::*;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
+use crate::timer::{RtxEvent, TimerKind};
 use crate::Mib;
 use core::time::Duration;
 use shallow_cc::{CaEvent, CaState};
 use shallow_wire::TcpFlags;
+use std::collections::VecDeque;
 
 /// What undoing a congestion-window reduction needs (RFC 6675 / RFC 5682 / Linux's
 /// `tcp_try_undo_*`), private to this file: `undo_marker` (snd_una when the reduction
@@ -90,7 +93,7 @@ impl Connection {
         seg: &SegIn<'_>,
         flag: &mut AckFlags,
     ) -> u32 {
-        if !self.sack_ok {
+        if !self.rx_opt.sack_ok {
             return 0;
         }
         let n = seg.opts.num_sacks as usize;
@@ -113,14 +116,14 @@ impl Connection {
                     // the retransmission was not needed.
                     if let Some(m) = self.undo.marker {
                         if self.undo.retrans > 0 && !after(r, seg.ack) && after(r, m) {
-                            let segs = r.wrapping_sub(l).div_ceil(self.mss_cache.max(1)).max(1);
+                            let segs = r.wrapping_sub(l).div_ceil(self.mss.cache.max(1)).max(1);
                             self.undo.retrans = (self.undo.retrans - segs as i32).max(0);
                         }
                     }
                     continue;
                 }
             }
-            if !after(r, self.snd_una) || after(r, self.snd_nxt) {
+            if !after(r, self.snd.una) || after(r, self.snd.nxt) {
                 env.mib.inc(Mib::TCPSACKDiscard);
                 continue;
             }
@@ -139,12 +142,12 @@ impl Connection {
         r: u32,
         flag: &mut AckFlags,
     ) -> u32 {
-        let mss = self.mss_cache.max(1);
+        let mss = self.mss.cache.max(1);
         let mut newly = 0;
         // First buffer that ends after the block's left edge (the queue is in seq order).
-        let mut i = self.rtx_queue.partition_point(|s| !after(s.end_seq, l));
-        while i < self.rtx_queue.len() {
-            let (seq, end) = (self.rtx_queue[i].seq, self.rtx_queue[i].end_seq);
+        let mut i = self.rtx.queue.partition_point(|s| !after(s.end_seq, l));
+        while i < self.rtx.queue.len() {
+            let (seq, end) = (self.rtx.queue[i].seq, self.rtx.queue[i].end_seq);
             if !after(end, l) {
                 i += 1;
                 continue;
@@ -156,7 +159,7 @@ impl Connection {
             if before(seq, l) {
                 let off = l.wrapping_sub(seq);
                 let off = off / mss * mss;
-                if off > 0 && off < self.rtx_queue[i].len() {
+                if off > 0 && off < self.rtx.queue[i].len() {
                     self.split_rtx(i, off);
                 }
                 i += 1;
@@ -165,13 +168,13 @@ impl Connection {
             if after(end, r) {
                 let off = r.wrapping_sub(seq);
                 let off = off / mss * mss;
-                if off > 0 && off < self.rtx_queue[i].len() {
+                if off > 0 && off < self.rtx.queue[i].len() {
                     self.split_rtx(i, off);
                 } else {
                     break;
                 }
             }
-            let skb = &mut self.rtx_queue[i];
+            let skb = &mut self.rtx.queue[i];
             if skb.sacked & sacked::ACKED == 0 {
                 // tcp_sacktag_one: a never-retransmitted skb's send time is a SACK RTT
                 // sample (`first_sackt`, `last_sackt`: Linux tags in sequence order, which
@@ -183,15 +186,15 @@ impl Connection {
                 }
                 let p = skb.pcount.max(1);
                 if skb.sacked & sacked::RETRANS != 0 {
-                    self.retrans_out = self.retrans_out.saturating_sub(p);
+                    self.rtx.retrans_out = self.rtx.retrans_out.saturating_sub(p);
                     skb.sacked &= !sacked::RETRANS;
                 }
                 if skb.sacked & sacked::LOST != 0 {
-                    self.lost_out = self.lost_out.saturating_sub(p);
+                    self.rtx.lost_out = self.rtx.lost_out.saturating_sub(p);
                     skb.sacked &= !sacked::LOST;
                 }
                 skb.sacked |= sacked::ACKED;
-                self.sacked_out += p;
+                self.rtx.sacked_out += p;
                 newly += p;
                 let (m, e, rt) = (
                     skb.mstamp,
@@ -204,12 +207,12 @@ impl Connection {
                 flag.data_sacked = true;
                 // tcp_check_sack_reordering: SACK for never-retransmitted data below the
                 // highest SACKed sequence means the network reordered.
-                if !rt && self.sack_seen_any && before(send, self.highest_sack_end) {
+                if !rt && self.rtx.sack_seen_any && before(send, self.rtx.highest_sack_end) {
                     self.note_reordering(env, sseq);
                 }
-                if !self.sack_seen_any || after(send, self.highest_sack_end) {
-                    self.highest_sack_end = send;
-                    self.sack_seen_any = true;
+                if !self.rtx.sack_seen_any || after(send, self.rtx.highest_sack_end) {
+                    self.rtx.highest_sack_end = send;
+                    self.rtx.sack_seen_any = true;
                 }
                 if !rt {
                     flag.orig_sack_acked = true;
@@ -225,8 +228,8 @@ impl Connection {
 
     /// Split `rtx_queue[i]` after `off` payload bytes (`tcp_fragment` on the rtx queue).
     pub(crate) fn split_rtx(&mut self, i: usize, off: u32) {
-        let mss = self.mss_cache.max(1);
-        let skb = &mut self.rtx_queue[i];
+        let mss = self.mss.cache.max(1);
+        let skb = &mut self.rtx.queue[i];
         let tail = skb.data.split_off(off as usize);
         let nlen = tail.len() as u32;
         let mut rest = Skb::new(skb.seq.wrapping_add(off), TcpFlags::empty());
@@ -247,25 +250,25 @@ impl Connection {
         rest.pcount = rest.len().div_ceil(mss).max(1);
         let diff = (skb.pcount + rest.pcount).saturating_sub(old);
         let fl = skb.sacked;
-        self.packets_out += diff;
+        self.rtx.packets_out += diff;
         if fl & sacked::LOST != 0 {
-            self.lost_out += diff;
+            self.rtx.lost_out += diff;
         }
         if fl & sacked::RETRANS != 0 {
-            self.retrans_out += diff;
+            self.rtx.retrans_out += diff;
         }
         if fl & sacked::ACKED != 0 {
-            self.sacked_out += diff;
+            self.rtx.sacked_out += diff;
         }
-        self.wmem_queued += SKB_TX_OVERHEAD;
-        self.rtx_queue.insert(i + 1, rest);
+        self.mem.wmem_queued += SKB_TX_OVERHEAD;
+        self.rtx.queue.insert(i + 1, rest);
     }
 
     /// Mark `rtx_queue[i]` lost (`tcp_mark_skb_lost`). A retransmission already marked lost
     /// is lost again (its retransmission no longer counts in flight); one retransmitted
     /// without having been deemed lost (a TLP probe) becomes lost and stays in flight.
     pub(crate) fn mark_lost(&mut self, i: usize) {
-        let skb = &mut self.rtx_queue[i];
+        let skb = &mut self.rtx.queue[i];
         let p = skb.pcount.max(1);
         if skb.sacked & sacked::ACKED != 0 {
             return;
@@ -273,11 +276,11 @@ impl Connection {
         if skb.sacked & sacked::LOST != 0 {
             if skb.sacked & sacked::RETRANS != 0 {
                 skb.sacked &= !sacked::RETRANS;
-                self.retrans_out = self.retrans_out.saturating_sub(p);
+                self.rtx.retrans_out = self.rtx.retrans_out.saturating_sub(p);
             }
         } else {
             skb.sacked |= sacked::LOST;
-            self.lost_out += p;
+            self.rtx.lost_out += p;
         }
     }
 
@@ -288,18 +291,19 @@ impl Connection {
     fn timeout_mark_lost(&mut self, env: &mut Env, now: Instant) {
         let rtt = self.rack.rtt();
         let reneg = self
-            .rtx_queue
+            .rtx
+            .queue
             .front()
             .is_some_and(|h| h.sacked & sacked::ACKED != 0);
         if reneg {
             env.mib.inc(Mib::TCPSACKReneging);
-            self.sacked_out = 0;
-            for s in self.rtx_queue.iter_mut() {
+            self.rtx.sacked_out = 0;
+            for s in self.rtx.queue.iter_mut() {
                 s.sacked &= !sacked::ACKED;
             }
         }
-        for i in 0..self.rtx_queue.len() {
-            if !reneg && i > 0 && now - self.rtx_queue[i].mstamp < rtt {
+        for i in 0..self.rtx.queue.len() {
+            if !reneg && i > 0 && now - self.rtx.queue[i].mstamp < rtt {
                 continue;
             }
             self.mark_lost(i);
@@ -318,11 +322,11 @@ impl Connection {
         prior_snd_una: u32,
         flag: &mut AckFlags,
     ) -> bool {
-        if !flag.sack_reneging || !after(self.snd_una, prior_snd_una) {
+        if !flag.sack_reneging || !after(self.snd.una, prior_snd_una) {
             return false;
         }
         let half_srtt = Duration::from_micros(u64::from(self.rtt.srtt_us() >> 4));
-        self.rtx_event = RtxEvent::Rto;
+        self.timer.rtx_event = RtxEvent::Rto;
         self.arm(
             env,
             TimerKind::Retrans,
@@ -334,12 +338,12 @@ impl Connection {
 
     /// NewReno: mark the head lost once dupacks reach the reordering threshold.
     fn newreno_mark_lost(&mut self) {
-        if self.sacked_out >= self.reordering || (self.ca_state == CaState::Recovery) {
-            if let Some(h) = self.rtx_queue.front() {
+        if self.rtx.sacked_out >= self.reordering || (self.ca_state == CaState::Recovery) {
+            if let Some(h) = self.rtx.queue.front() {
                 if h.sacked & (sacked::LOST | sacked::RETRANS) == 0 {
                     // tcp_newreno_mark_lost: only the head's first MSS is deemed lost; a
                     // multi-segment head is fragmented (tcp_fragment) before marking.
-                    let mss = self.mss_cache.max(1);
+                    let mss = self.mss.cache.max(1);
                     if h.pcount > 1 && h.len() > mss {
                         self.split_rtx(0, mss);
                     }
@@ -372,13 +376,13 @@ impl Connection {
             // kernel recording frto-undo-rack.pkt: after an RTO undone by F-RTO, the tail
             // sent before the RACK skb was retransmitted when its reordering window ran
             // out, not probed or left to the RTO).
-            if rack && self.sack_ok && self.rack.take_advanced() {
+            if rack && self.rx_opt.sack_ok && self.rack.take_advanced() {
                 if let Some(t) = self.rack_detect_loss(now) {
                     self.arm_reo_timeout(env, now, t, flag);
                 }
                 if self.ca_state == CaState::Loss
                     && flag.rexmit != Rexmit::New
-                    && self.lost_out > self.retrans_out
+                    && self.rtx.lost_out > self.rtx.retrans_out
                 {
                     flag.rexmit = Rexmit::Lost;
                 }
@@ -389,7 +393,7 @@ impl Connection {
         }
         // Exit recovery.
         match self.ca_state {
-            CaState::Recovery if !before(self.snd_una, self.high_seq) => {
+            CaState::Recovery if !before(self.snd.una, self.high_seq) => {
                 if self.may_undo() {
                     // tcp_try_undo_recovery / tcp_try_undo_loss.
                     env.mib.inc(if self.ca_state == CaState::Loss {
@@ -407,15 +411,14 @@ impl Connection {
                         .cwnd_event(&mut self.cc_st, CaEvent::CompleteCwr, now.as_micros());
                 }
                 self.set_ca_state(now, CaState::Open);
-                self.snd_cwnd_stamp = now;
             }
             _ => {}
         }
         // CWR ends once something above high_seq is acked, so the CWR bit reached the
         // receiver (tcp_fastretrans_alert, state exit conditions).
         if self.ca_state == CaState::Cwr
-            && !before(self.snd_una, self.high_seq)
-            && self.snd_una != self.high_seq
+            && !before(self.snd.una, self.high_seq)
+            && self.snd.una != self.high_seq
         {
             if self.cc_st.snd_ssthresh < shallow_cc::TCP_INFINITE_SSTHRESH {
                 self.cc_st.snd_cwnd = self.cc_st.snd_ssthresh.max(1);
@@ -423,7 +426,6 @@ impl Connection {
             self.cc
                 .cwnd_event(&mut self.cc_st, CaEvent::CompleteCwr, now.as_micros());
             self.set_ca_state(now, CaState::Open);
-            self.snd_cwnd_stamp = now;
         }
         // D-SACKs covered every retransmission: undo (tcp_try_undo_dsack).
         if matches!(self.ca_state, CaState::Recovery | CaState::Disorder)
@@ -434,11 +436,11 @@ impl Connection {
             self.undo_cwnd_reduction(now);
         }
         // Loss detection.
-        let una_advanced = after(self.snd_una, prior_snd_una);
-        let lost_before = self.lost_out;
+        let una_advanced = after(self.snd.una, prior_snd_una);
+        let lost_before = self.rtx.lost_out;
         let mut reo_timeout = None;
-        if !self.rtx_queue.is_empty() {
-            if !self.sack_ok {
+        if !self.rtx.queue.is_empty() {
+            if !self.rx_opt.sack_ok {
                 if is_dupack || self.ca_state == CaState::Recovery {
                     self.newreno_mark_lost();
                 }
@@ -446,18 +448,21 @@ impl Connection {
                 reo_timeout = self.rack_detect_loss(now);
             }
         }
-        if self.ca_state == CaState::Open && (self.sacked_out > 0) {
+        if self.ca_state == CaState::Open && (self.rtx.sacked_out > 0) {
             self.set_ca_state(now, CaState::Disorder);
-        } else if self.ca_state == CaState::Disorder && self.sacked_out == 0 && self.lost_out == 0 {
+        } else if self.ca_state == CaState::Disorder
+            && self.rtx.sacked_out == 0
+            && self.rtx.lost_out == 0
+        {
             self.set_ca_state(now, CaState::Open);
         }
-        let newly_lost = self.lost_out.saturating_sub(lost_before);
+        let newly_lost = self.rtx.lost_out.saturating_sub(lost_before);
         // MTU probe failure (tcp_fastretrans_alert): the lost head is the probe; shrink the
         // search, give back the cwnd the probe took, and resend at the current MSS without
         // a congestion response.
-        if self.lost_out > 0
+        if self.rtx.lost_out > 0
             && matches!(self.ca_state, CaState::Open | CaState::Disorder)
-            && self.mtup.probe_at_head(self.snd_una)
+            && self.mtup.probe_at_head(self.snd.una)
         {
             self.mtup_probe_failed(env, now);
             self.cc_st.snd_cwnd += 1;
@@ -465,7 +470,7 @@ impl Connection {
             return;
         }
         // Enter recovery on the first loss.
-        if self.lost_out > 0
+        if self.rtx.lost_out > 0
             && matches!(
                 self.ca_state,
                 CaState::Open | CaState::Disorder | CaState::Cwr
@@ -474,14 +479,14 @@ impl Connection {
             self.enter_recovery(env, now, flag.ece);
         }
         // tcp_try_to_open: an ECN echo without loss starts a CWR episode.
-        if flag.ece && self.lost_out == 0 {
+        if flag.ece && self.rtx.lost_out == 0 {
             self.enter_cwr(now);
         }
         if matches!(self.ca_state, CaState::Recovery | CaState::Cwr) {
             self.cwnd_reduction(delivered, newly_lost, una_advanced);
         }
         let _ = prior_snd_una;
-        if self.lost_out > self.retrans_out {
+        if self.rtx.lost_out > self.rtx.retrans_out {
             self.xmit_retransmit_queue(env, now);
         }
         if let Some(t) = reo_timeout {
@@ -493,8 +498,8 @@ impl Connection {
     /// leaves the retransmit timer alone (`FLAG_SET_XMIT_TIMER` cleared), so the loss probe
     /// or RTO that an ACK of new data would set does not replace it.
     fn arm_reo_timeout(&mut self, env: &mut Env, now: Instant, t: Duration, flag: &mut AckFlags) {
-        if self.packets_out > 0 {
-            self.rtx_event = RtxEvent::ReoTimeout;
+        if self.rtx.packets_out > 0 {
+            self.timer.rtx_event = RtxEvent::ReoTimeout;
             self.arm(env, TimerKind::Retrans, now + t);
             flag.xmit_timer_set = true;
         }
@@ -551,8 +556,8 @@ impl Connection {
         is_dupack: bool,
         flag: &mut AckFlags,
     ) {
-        let una_advanced = after(self.snd_una, prior_snd_una);
-        let recovered = !before(self.snd_una, self.high_seq);
+        let una_advanced = after(self.snd.una, prior_snd_una);
+        let recovered = !before(self.snd.una, self.high_seq);
         if una_advanced && self.may_undo() {
             // tcp_try_undo_loss(sk, false): timestamps show the original got through.
             env.mib.inc(Mib::TCPLossUndo);
@@ -568,14 +573,14 @@ impl Connection {
                 self.undo_cwnd_reduction(now);
                 return;
             }
-            if after(self.snd_nxt, self.high_seq) {
+            if after(self.snd.nxt, self.high_seq) {
                 if flag.data_sacked || is_dupack {
                     self.undo.frto = false; // step 3.a: the loss was real
                 }
             } else if una_advanced && !recovered {
-                self.high_seq = self.snd_nxt;
+                self.high_seq = self.snd.nxt;
                 // Step 2.b: send new data instead of retransmitting, if any fits.
-                if !self.write_queue.is_empty() && after(self.snd_wnd_end(), self.snd_nxt) {
+                if !self.snd.write_queue.is_empty() && after(self.snd_wnd_end(), self.snd.nxt) {
                     send_new = true;
                 } else {
                     self.undo.frto = false;
@@ -589,11 +594,10 @@ impl Connection {
                 self.undo_cwnd_reduction(now);
             } else {
                 self.set_ca_state(now, CaState::Open);
-                self.snd_cwnd_stamp = now;
             }
             return;
         }
-        if !self.sack_ok && is_dupack {
+        if !self.rx_opt.sack_ok && is_dupack {
             self.newreno_mark_lost();
         }
         if send_new {
@@ -602,7 +606,7 @@ impl Connection {
             return;
         }
         // tcp_xmit_recovery with REXMIT_LOST, after this ACK's slow-start growth.
-        if self.lost_out > self.retrans_out {
+        if self.rtx.lost_out > self.rtx.retrans_out {
             flag.rexmit = Rexmit::Lost;
         }
         let _ = env;
@@ -611,18 +615,18 @@ impl Connection {
     /// `tcp_xmit_recovery`, run by an ACK once cwnd is updated: the deferred F-RTO "send new
     /// data" step, or the Loss state's retransmissions.
     pub fn frto_xmit_new(&mut self, env: &mut Env, now: Instant, flag: &AckFlags) {
-        if flag.rexmit == Rexmit::Lost && self.lost_out > self.retrans_out {
+        if flag.rexmit == Rexmit::Lost && self.rtx.lost_out > self.rtx.retrans_out {
             self.xmit_retransmit_queue(env, now);
         }
         if flag.rexmit != Rexmit::New {
             return;
         }
         self.push_pending_frames(env, now, crate::output::NAGLE_OFF);
-        if after(self.snd_nxt, self.high_seq) {
+        if after(self.snd.nxt, self.high_seq) {
             return;
         }
         self.undo.frto = false;
-        if self.lost_out > self.retrans_out {
+        if self.rtx.lost_out > self.rtx.retrans_out {
             self.xmit_retransmit_queue(env, now);
         }
     }
@@ -630,20 +634,20 @@ impl Connection {
     /// `tcp_simple_retransmit`: after a path-MTU drop, resend everything larger than the new
     /// MSS (entering Loss without a cwnd reduction beyond ssthresh).
     pub fn simple_retransmit(&mut self, env: &mut Env, now: Instant) {
-        let mss = self.mss_cache;
-        let prior_lost = self.lost_out;
-        for i in 0..self.rtx_queue.len() {
-            let s = &self.rtx_queue[i];
+        let mss = self.mss.cache;
+        let prior_lost = self.rtx.lost_out;
+        for i in 0..self.rtx.queue.len() {
+            let s = &self.rtx.queue[i];
             if s.len() > mss && s.sacked & sacked::ACKED == 0 {
-                self.rtx_queue[i].in_host = 0;
+                self.rtx.queue[i].in_host = 0;
                 self.mark_lost(i);
             }
         }
-        if prior_lost == self.lost_out {
+        if prior_lost == self.rtx.lost_out {
             return;
         }
         if self.ca_state != CaState::Loss {
-            self.high_seq = self.snd_nxt;
+            self.high_seq = self.snd.nxt;
             self.cc_st.snd_ssthresh = self
                 .cc_st
                 .snd_ssthresh
@@ -659,14 +663,14 @@ impl Connection {
     /// the dupthresh-like `reordering` (capped by `tcp_max_reordering`) and let RACK keep its
     /// reordering window.
     pub fn note_reordering(&mut self, env: &mut Env, seq: u32) {
-        let mss = self.mss_cache.max(1);
-        let metric = self.highest_sack_end.wrapping_sub(seq);
+        let mss = self.mss.cache.max(1);
+        let metric = self.rtx.highest_sack_end.wrapping_sub(seq);
         let max = env.sysint(Sysctl::tcp_max_reordering) as u32;
         if metric > self.reordering.saturating_mul(mss) {
             self.reordering = metric.div_ceil(mss).min(max);
         }
-        self.reord_seen = self.reord_seen.saturating_add(1);
-        env.mib.inc(if self.sack_ok {
+        self.stats.count_reordering();
+        env.mib.inc(if self.rx_opt.sack_ok {
             Mib::TCPSACKReorder
         } else {
             Mib::TCPRenoReorder
@@ -675,9 +679,9 @@ impl Connection {
 
     /// `tcp_init_undo`.
     fn init_undo(&mut self) {
-        self.undo.marker = Some(self.snd_una);
-        self.undo.retrans = if self.retrans_out > 0 {
-            self.retrans_out as i32
+        self.undo.marker = Some(self.snd.una);
+        self.undo.retrans = if self.rtx.retrans_out > 0 {
+            self.rtx.retrans_out as i32
         } else {
             -1
         };
@@ -687,7 +691,11 @@ impl Connection {
     /// so the original transmission got through.
     fn packet_delayed(&self) -> bool {
         match self.undo.retrans_ts {
-            Some(t) => self.tstamp_ok && self.rcv_tsecr != 0 && before(self.rcv_tsecr, t),
+            Some(t) => {
+                self.rx_opt.tstamp_ok
+                    && self.rx_opt.rcv_tsecr != 0
+                    && before(self.rx_opt.rcv_tsecr, t)
+            }
             None => false,
         }
     }
@@ -699,10 +707,10 @@ impl Connection {
 
     /// `tcp_undo_cwnd_reduction`: restore cwnd/ssthresh, forget LOST marks, back to Open.
     fn undo_cwnd_reduction(&mut self, now: Instant) {
-        for s in self.rtx_queue.iter_mut() {
+        for s in self.rtx.queue.iter_mut() {
             s.sacked &= !sacked::LOST;
         }
-        self.lost_out = 0;
+        self.rtx.lost_out = 0;
         if self.undo.prior_ssthresh > 0 {
             let c = self.cc.undo_cwnd(&self.cc_st, self.undo.prior_cwnd);
             self.cc_st.snd_cwnd = self.cc_st.snd_cwnd.max(c);
@@ -713,17 +721,16 @@ impl Connection {
         self.undo.marker = None;
         self.undo.retrans_ts = None;
         self.set_ca_state(now, CaState::Open);
-        self.snd_cwnd_stamp = now;
     }
 
     /// Enter fast recovery (`tcp_enter_recovery` + `tcp_init_cwnd_reduction`).
     pub(crate) fn enter_recovery(&mut self, env: &mut Env, now: Instant, ece: bool) {
-        env.mib.inc(if self.sack_ok {
+        env.mib.inc(if self.rx_opt.sack_ok {
             Mib::TCPSackRecovery
         } else {
             Mib::TCPRenoRecovery
         });
-        self.high_seq = self.snd_nxt;
+        self.high_seq = self.snd.nxt;
         self.init_undo();
         // tcp_enter_recovery: a reduction already under way (CWR after ECE) is kept.
         if self.ca_state != CaState::Cwr {
@@ -736,7 +743,7 @@ impl Connection {
     /// `tcp_init_cwnd_reduction`: start a PRR episode (ssthresh from CC, prior_cwnd, PRR
     /// counters) and queue CWR for the peer when ECN is on (`tcp_ecn_queue_cwr`).
     fn init_cwnd_reduction(&mut self, now: Instant) {
-        self.high_seq = self.snd_nxt;
+        self.high_seq = self.snd.nxt;
         self.undo.prior_cwnd = self.snd_cwnd();
         self.sync_cc_state(now);
         self.cc_st.snd_ssthresh = self.cc.ssthresh(&self.cc_st);
@@ -761,27 +768,27 @@ impl Connection {
     /// Retransmit lost skbs as cwnd allows (`tcp_xmit_retransmit_queue`).
     pub fn xmit_retransmit_queue(&mut self, env: &mut Env, now: Instant) {
         let mut i = 0;
-        while i < self.rtx_queue.len() {
+        while i < self.rtx.queue.len() {
             if self.packets_in_flight() >= self.snd_cwnd() {
                 break;
             }
-            let s = &self.rtx_queue[i];
+            let s = &self.rtx.queue[i];
             if s.sacked & sacked::LOST == 0 || s.sacked & (sacked::RETRANS | sacked::ACKED) != 0 {
                 i += 1;
                 continue;
             }
             // Double TSQ limit for retransmits.
             let limit = (2 * u64::from(s.truesize))
-                .max(self.pacing_rate >> 10)
+                .max(self.pacing.rate() >> 10)
                 .min(env.sysint(Sysctl::tcp_limit_output_bytes) as u64)
                 << 1;
-            if u64::from(self.wmem_alloc_biased()) > limit && self.rtx_queue.len() > 1 {
+            if u64::from(self.wmem_alloc_biased()) > limit && self.rtx.queue.len() > 1 {
                 self.tsq_flags |= tsq::THROTTLED;
                 break;
             }
             self.retransmit_skb(env, now, i, 0);
             if self.ca_state == CaState::Recovery {
-                self.prr.sent(self.rtx_queue[i].pcount);
+                self.prr.sent(self.rtx.queue[i].pcount);
                 env.mib.inc(Mib::TCPFastRetrans);
             } else if self.ca_state == CaState::Loss {
                 env.mib.inc(Mib::TCPSlowStartRetrans);
@@ -797,14 +804,14 @@ impl Connection {
         if !self.resend_skb(env, now, i, segs_limit) {
             return;
         }
-        let s = &mut self.rtx_queue[i];
+        let s = &mut self.rtx.queue[i];
         let p = s.pcount.max(1);
         if s.sacked & sacked::RETRANS == 0 {
             s.sacked |= sacked::RETRANS;
-            self.retrans_out += p;
+            self.rtx.retrans_out += p;
         }
-        if self.retrans_stamp.is_none() {
-            self.retrans_stamp = Some(s.first_tx);
+        if self.timer.retrans_stamp.is_none() {
+            self.timer.retrans_stamp = Some(s.first_tx);
         }
         if self.undo.retrans_ts.is_none() {
             self.undo.retrans_ts = Some(self.tsval(now));
@@ -834,7 +841,7 @@ impl Connection {
         // tcp_xmit_retransmit_queue: no more than a TSO packet's worth (tcp_tso_segs), so a
         // segment marked lost for a smaller MTU goes out as autosized TSO packets (measured
         // on 6.18: 2920 bytes resent at MSS 1160 with a slow pacing rate as 2320 + 600).
-        let segs = if env.dev.gso {
+        let segs = if env.device.caps.gso {
             segs.min(self.tso_segs(env, mss))
         } else {
             1
@@ -842,24 +849,24 @@ impl Connection {
         // Only what the peer's window takes: a segment past the window's edge is cut to it;
         // one wholly past it goes out (one MSS) only at snd_una, else not at all (-EAGAIN).
         // Measured on 6.18: with `ack 707 win 1`, the retransmission is `. 707:708(1)`.
-        let seq = self.rtx_queue[i].seq;
+        let seq = self.rtx.queue[i].seq;
         let wnd_end = self.snd_wnd_end();
         let avail_wnd = if after(wnd_end, seq) {
             wnd_end.wrapping_sub(seq)
-        } else if seq == self.snd_una {
+        } else if seq == self.snd.una {
             mss
         } else {
             env.mib.add(
                 Mib::TCPRetransFail,
-                u64::from(self.rtx_queue[i].pcount.max(1)),
+                u64::from(self.rtx.queue[i].pcount.max(1)),
             );
             return false;
         };
         let max_len = segs.saturating_mul(mss).min(avail_wnd);
-        if self.rtx_queue[i].len() > max_len && max_len > 0 {
+        if self.rtx.queue[i].len() > max_len && max_len > 0 {
             self.split_rtx(i, max_len);
         }
-        if self.rtx_queue[i].in_host > 0 {
+        if self.rtx.queue[i].in_host > 0 {
             // skb_still_in_host_queue: the original is still below us.
             env.mib.inc(Mib::TCPSpuriousRtxHostQueues);
             self.tsq_flags |= tsq::THROTTLED;
@@ -870,24 +877,24 @@ impl Connection {
             // EVER_RETRANS so that no RTT sample is taken from a send that never happened.
             env.mib.add(
                 Mib::TCPRetransFail,
-                u64::from(self.rtx_queue[i].pcount.max(1)),
+                u64::from(self.rtx.queue[i].pcount.max(1)),
             );
-            self.rtx_queue[i].sacked |= sacked::EVER_RETRANS;
+            self.rtx.queue[i].sacked |= sacked::EVER_RETRANS;
             return false;
         }
-        let s = &mut self.rtx_queue[i];
+        let s = &mut self.rtx.queue[i];
         s.sacked |= sacked::EVER_RETRANS;
-        self.total_retrans += s.pcount.max(1);
+        self.stats.count_retrans(s.pcount.max(1));
         true
     }
 
     /// `tcp_rearm_rto`: the retransmission timer for the head of the retransmit queue
     /// (nothing when no packet is out).
     pub(crate) fn rearm_rto(&mut self, env: &mut Env, now: Instant) {
-        if self.packets_out == 0 {
+        if self.rtx.packets_out == 0 {
             return;
         }
-        self.rtx_event = RtxEvent::Rto;
+        self.timer.rtx_event = RtxEvent::Rto;
         let at = self.rto_deadline(now, false);
         self.arm(env, TimerKind::Retrans, at);
     }
@@ -899,7 +906,7 @@ impl Connection {
         if advancing {
             return now + rto;
         }
-        match self.rtx_queue.front() {
+        match self.rtx.queue.front() {
             Some(h) if h.mstamp != Instant::ZERO && h.mstamp + rto > now => h.mstamp + rto,
             _ => now + rto,
         }
@@ -907,7 +914,7 @@ impl Connection {
 
     /// RTO expiry for an established connection (`tcp_retransmit_timer`).
     pub fn retransmit_timer(&mut self, env: &mut Env, now: Instant) -> bool {
-        if self.packets_out == 0 || self.rtx_queue.is_empty() {
+        if self.rtx.packets_out == 0 || self.rtx.queue.is_empty() {
             return false;
         }
         if self.write_timeout(env, now) {
@@ -920,7 +927,7 @@ impl Connection {
             CaState::Open | CaState::Disorder | CaState::Cwr
         );
         self.undo.frto =
-            env.sysint(Sysctl::tcp_frto) != 0 && (new_recovery || self.retransmits > 0);
+            env.sysint(Sysctl::tcp_frto) != 0 && (new_recovery || self.timer.retransmits > 0);
         if !matches!(self.ca_state, CaState::Loss) {
             self.undo.prior_ssthresh = self.cc_st.snd_ssthresh;
             self.undo.prior_cwnd = self.snd_cwnd();
@@ -935,28 +942,27 @@ impl Connection {
         // lost) plus one.
         self.cc_st.snd_cwnd = self.packets_in_flight() + 1;
         self.cc_st.snd_cwnd_cnt = 0;
-        self.snd_cwnd_stamp = now;
         // Timeout in Disorder after many dupacks: reordering was over-estimated.
         let sysctl_reo = env.sysint(Sysctl::tcp_reordering) as u32;
         if matches!(self.ca_state, CaState::Open | CaState::Disorder)
-            && self.sacked_out >= sysctl_reo
+            && self.rtx.sacked_out >= sysctl_reo
         {
             self.reordering = self.reordering.min(sysctl_reo);
         }
-        self.high_seq = self.snd_nxt;
+        self.high_seq = self.snd.nxt;
         self.tlp.end();
         self.set_ca_state(now, CaState::Loss);
         // Retransmit the head.
-        if let Some(h) = self.rtx_queue.front() {
+        if let Some(h) = self.rtx.queue.front() {
             if h.sacked & sacked::ACKED == 0 {
-                self.rtx_queue[0].in_host = 0;
+                self.rtx.queue[0].in_host = 0;
                 self.retransmit_skb(env, now, 0, 1);
             }
         }
-        self.backoff += 1;
-        self.retransmits += 1;
+        self.timer.backoff += 1;
+        self.timer.retransmits += 1;
         self.rtt.backoff_rto(self.rto_max(env));
-        self.rtx_event = RtxEvent::Rto;
+        self.timer.rtx_event = RtxEvent::Rto;
         let at = now + self.rtt.rto();
         self.arm(env, TimerKind::Retrans, at);
         false
@@ -980,12 +986,12 @@ impl Connection {
             }
             (r, self.rto_min(env))
         };
-        let start = self.retrans_stamp.unwrap_or(now);
+        let start = self.timer.retrans_stamp.unwrap_or(now);
         let elapsed = now - start;
         let expired = if self.opts.user_timeout_ms != 0 && !syn {
             elapsed >= Duration::from_millis(u64::from(self.opts.user_timeout_ms))
         } else if syn {
-            self.retransmits >= boundary
+            self.timer.retransmits >= boundary
         } else {
             elapsed >= retrans_timeout(base, boundary)
         };
@@ -1014,6 +1020,43 @@ fn retrans_timeout(base: Duration, boundary: u32) -> Duration {
         ((2u64 << thresh) - 1) * base_ms + u64::from(boundary - thresh) * max_ms
     };
     Duration::from_millis(ms)
+}
+
+/// The retransmit queue (`tcp_rtx_queue`: sent buffers not yet cumulatively acknowledged)
+/// and the scoreboard over it (`tcp_sock`'s `packets_out`, `sacked_out`, `lost_out`,
+/// `retrans_out`, `delivered`, the highest SACKed sequence). `pub(crate)` fields, as in
+/// Linux's `tcp_sock`: the output (output.rs) appends and counts what it sends, the ACK
+/// processing (input.rs) removes what is acked, the SACK and loss rules here and in rack.rs
+/// mark buffers and move the counters, and rate.rs, the congestion control and `tcp_info` read
+/// them. Each counter counts segments (`pcount`): `packets_out` of all the queue's buffers,
+/// the others of those in its state.
+#[derive(Debug)]
+pub(crate) struct RtxQueue {
+    /// Sent buffers in sequence order (`tcp_rtx_queue`).
+    pub queue: VecDeque<Skb>,
+    /// Segments sent and not cumulatively acked (`packets_out`).
+    pub packets_out: u32,
+    /// Of those, SACKed (`sacked_out`).
+    pub sacked_out: u32,
+    /// Of those, marked lost (`lost_out`).
+    pub lost_out: u32,
+    /// Of those, retransmitted and not yet acked or lost again (`retrans_out`).
+    pub retrans_out: u32,
+    /// Segments delivered, cumulatively or by SACK (`tp->delivered`, rate.rs's clock).
+    pub delivered: u32,
+    /// End of the highest SACKed sequence (`tcp_highest_sack_seq`).
+    pub highest_sack_end: u32,
+    /// `highest_sack_end` holds a SACKed sequence above SND.UNA.
+    pub sack_seen_any: bool,
+}
+
+impl RtxQueue {
+    /// `tcp_packets_in_flight()`: packets_out - (sacked_out + lost_out) + retrans_out.
+    pub fn in_flight(&self) -> u32 {
+        self.packets_out
+            .saturating_sub(self.sacked_out + self.lost_out)
+            .saturating_add(self.retrans_out)
+    }
 }
 
 #[cfg(test)]

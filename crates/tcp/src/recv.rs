@@ -2,6 +2,7 @@
 //! path (`tcp_recvmsg`), ACK-on-read (`tcp_cleanup_rbuf`) and receive-buffer autotuning
 //! (`tcp_rcv_space_adjust`).
 
+use crate::env::Env;
 use crate::errno::Errno;
 use crate::seq::*;
 use crate::socket::*;
@@ -9,6 +10,7 @@ use crate::sysctl::Sysctl;
 use crate::time::Instant;
 use crate::Mib;
 use bytes::Bytes;
+use std::collections::VecDeque;
 
 /// The receiver's RTT estimate (`tp->rcv_rtt_est`), for autotuning and SACK compression,
 /// where the receiver sends no data of its own to time: once per window of data, or from a
@@ -106,27 +108,32 @@ impl Connection {
         truesize: u32,
     ) {
         let end = seq.wrapping_add(payload.len() as u32);
-        let over = self.rmem_alloc + truesize > self.rcvbuf || self.ofo_queue.len() >= OFO_MAX_SEGS;
-        if (over && !(self.prune_ofo(env) && self.rmem_alloc + truesize <= self.rcvbuf))
+        let over = self.mem.rmem_alloc + truesize > self.mem.rcvbuf
+            || self.rcv.ofo_queue.len() >= OFO_MAX_SEGS;
+        if (over && !(self.prune_ofo(env) && self.mem.rmem_alloc + truesize <= self.mem.rcvbuf))
             || !self.try_rmem_schedule(env, truesize)
         {
             env.mib.inc(Mib::TCPOFODrop);
-            self.drops += 1;
+            self.stats.count_drop();
             return;
         }
         env.mib.inc(Mib::TCPOFOQueue);
         // Find insertion point (queue sorted by seq).
         let pos = self
+            .rcv
             .ofo_queue
             .iter()
             .position(|o| after(o.seq, seq))
-            .unwrap_or(self.ofo_queue.len());
+            .unwrap_or(self.rcv.ofo_queue.len());
         // Overlaps with queued data are duplicates, reported as D-SACK (RFC 2883): the
         // segment wholly inside the previous one is dropped; one that overlaps its tail
         // reports the overlap; one that starts where it starts and covers it replaces it.
         let mut pos = pos;
         if pos > 0 {
-            let (p_seq, p_end) = (self.ofo_queue[pos - 1].seq, self.ofo_queue[pos - 1].end_seq);
+            let (p_seq, p_end) = (
+                self.rcv.ofo_queue[pos - 1].seq,
+                self.rcv.ofo_queue[pos - 1].end_seq,
+            );
             if !after(end, p_end) && !before(seq, p_seq) {
                 self.dsack_ofo_set(env, seq, end);
                 env.mib.inc(Mib::TCPOFOMerge);
@@ -137,16 +144,16 @@ impl Connection {
                 if after(seq, p_seq) {
                     self.dsack_ofo_set(env, seq, p_end);
                 } else {
-                    let o = self.ofo_queue.remove(pos - 1);
-                    self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
+                    let o = self.rcv.ofo_queue.remove(pos - 1);
+                    self.mem.rmem_alloc = self.mem.rmem_alloc.saturating_sub(o.truesize);
                     self.dsack_extend(env, o.seq, o.end_seq);
                     env.mib.inc(Mib::TCPOFOMerge);
                     pos -= 1;
                 }
             }
         }
-        self.rmem_alloc += truesize;
-        self.ofo_queue.insert(
+        self.mem.rmem_alloc += truesize;
+        self.rcv.ofo_queue.insert(
             pos,
             OfoSkb {
                 seq,
@@ -159,8 +166,8 @@ impl Connection {
         // Later segments: those the new one covers are dropped, the first it only overlaps
         // ends the walk; each overlap extends the D-SACK block.
         let j = pos + 1;
-        while j < self.ofo_queue.len() {
-            let (o_seq, o_end) = (self.ofo_queue[j].seq, self.ofo_queue[j].end_seq);
+        while j < self.rcv.ofo_queue.len() {
+            let (o_seq, o_end) = (self.rcv.ofo_queue[j].seq, self.rcv.ofo_queue[j].end_seq);
             if !after(end, o_seq) {
                 break;
             }
@@ -168,8 +175,8 @@ impl Connection {
                 self.dsack_extend(env, o_seq, end);
                 break;
             }
-            let o = self.ofo_queue.remove(j);
-            self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
+            let o = self.rcv.ofo_queue.remove(j);
+            self.mem.rmem_alloc = self.mem.rmem_alloc.saturating_sub(o.truesize);
             self.dsack_extend(env, o_seq, o_end);
             env.mib.inc(Mib::TCPOFOMerge);
         }
@@ -179,7 +186,7 @@ impl Connection {
         // sender sees duplicate ACKs). Measured on 6.18: 1460 bytes out of order on a fresh
         // passive connection raised the offered window from 1050 to 1061 (<< 8), fuzz seed
         // 80194; each further one by about 2 × 1460 bytes.
-        if self.sack_ok {
+        if self.rx_opt.sack_ok {
             self.grow_window(env, payload.len() as u32, truesize);
         }
     }
@@ -187,9 +194,9 @@ impl Connection {
     /// `tcp_dsack_set` for out-of-order data: the duplicate range goes first in the next
     /// ACK's SACK option (RFC 2883), when D-SACK is on.
     fn dsack_ofo_set(&mut self, env: &mut Env, seq: u32, end: u32) {
-        if self.dsack_ok {
-            self.dsack = Some((seq, end));
-            env.mib.inc(if before(seq, self.rcv_nxt) {
+        if self.rx_opt.dsack_ok {
+            self.rcv.dsack = Some((seq, end));
+            env.mib.inc(if before(seq, self.rcv.nxt) {
                 Mib::TCPDSACKOldSent
             } else {
                 Mib::TCPDSACKOfoSent
@@ -200,11 +207,11 @@ impl Connection {
     /// `tcp_dsack_extend`: widen the pending D-SACK block by an adjacent or overlapping
     /// duplicate range, or start one.
     fn dsack_extend(&mut self, env: &mut Env, seq: u32, end: u32) {
-        match self.dsack {
+        match self.rcv.dsack {
             None => self.dsack_ofo_set(env, seq, end),
             Some((l, r)) => {
                 if !after(seq, r) && !after(l, end) {
-                    self.dsack = Some((seq_min(l, seq), seq_max(r, end)));
+                    self.rcv.dsack = Some((seq_min(l, seq), seq_max(r, end)));
                 }
             }
         }
@@ -213,14 +220,14 @@ impl Connection {
     /// Maintain our SACK blocks: the block containing the newest segment goes first
     /// (RFC 2018 §4), merged with neighbours.
     fn update_sack_blocks(&mut self, seq: u32, end: u32) {
-        if !self.sack_ok {
+        if !self.rx_opt.sack_ok {
             return;
         }
         // Recompute the block containing [seq, end) from the ofo queue.
         let (mut l, mut r) = (seq, end);
         loop {
             let mut changed = false;
-            for o in &self.ofo_queue {
+            for o in &self.rcv.ofo_queue {
                 if !after(o.seq, r) && !before(o.end_seq, l) {
                     if before(o.seq, l) {
                         l = o.seq;
@@ -236,24 +243,24 @@ impl Connection {
                 break;
             }
         }
-        self.sacks.retain(|&(a, b)| after(a, r) || before(b, l));
-        self.sacks.insert(0, (l, r));
-        self.sacks.truncate(4);
+        self.rcv.sacks.retain(|&(a, b)| after(a, r) || before(b, l));
+        self.rcv.sacks.insert(0, (l, r));
+        self.rcv.sacks.truncate(4);
     }
 
     /// Drop SACK blocks now below rcv_nxt (`tcp_sack_remove`).
     pub fn sacks_trim(&mut self) {
-        let n = self.rcv_nxt;
-        self.sacks.retain(|&(_, r)| after(r, n));
+        let n = self.rcv.nxt;
+        self.rcv.sacks.retain(|&(_, r)| after(r, n));
     }
 
     /// Move segments that became in-order from the ofo queue (`tcp_ofo_queue`).
     pub fn ofo_drain(&mut self, env: &mut Env) {
         // Queued data below what the in-order segment brought is a duplicate (D-SACK,
         // `tcp_ofo_queue`'s dsack_high).
-        let mut dsack_high = self.rcv_nxt;
-        while let Some(first) = self.ofo_queue.first() {
-            if after(first.seq, self.rcv_nxt) {
+        let mut dsack_high = self.rcv.nxt;
+        while let Some(first) = self.rcv.ofo_queue.first() {
+            if after(first.seq, self.rcv.nxt) {
                 break;
             }
             let (f_seq, f_end) = (first.seq, first.end_seq);
@@ -264,39 +271,39 @@ impl Connection {
                 }
                 self.dsack_extend(env, f_seq, dsack);
             }
-            let o = self.ofo_queue.remove(0);
-            self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
-            if !after(o.end_seq, self.rcv_nxt) && (!o.fin || o.end_seq != self.rcv_nxt) {
+            let o = self.rcv.ofo_queue.remove(0);
+            self.mem.rmem_alloc = self.mem.rmem_alloc.saturating_sub(o.truesize);
+            if !after(o.end_seq, self.rcv.nxt) && (!o.fin || o.end_seq != self.rcv.nxt) {
                 continue;
             }
-            let skip = self.rcv_nxt.wrapping_sub(o.seq) as usize;
+            let skip = self.rcv.nxt.wrapping_sub(o.seq) as usize;
             let data = o.data.slice(skip.min(o.data.len())..);
             let len = data.len() as u32;
             if len > 0 {
                 // The buffer moves to the receive queue as it is (`tcp_ofo_queue`), so a tun
                 // device's keeps its kmalloc truesize; the emulator's model charges the moved
                 // bytes anew (it is the same figure unless the buffer was trimmed).
-                let truesize = match env.dev.rx_truesize {
+                let truesize = match env.device.caps.rx_truesize {
                     RxTruesize::TunKmalloc => o.truesize,
                     RxTruesize::Overhead => len + SKB_OVERHEAD,
                 };
-                self.rmem_alloc += truesize;
+                self.mem.rmem_alloc += truesize;
                 let mut rx = RxData::default();
                 rx.push_bytes(data);
-                self.rx_queue.push_back(RxSkb {
-                    seq: self.rcv_nxt,
+                self.rcv.rx_queue.push_back(RxSkb {
+                    seq: self.rcv.nxt,
                     data: rx,
                     fin: false,
                     truesize,
                 });
-                self.bytes_received += u64::from(len);
+                self.stats.count_received(len);
             }
-            self.rcv_nxt = self.rcv_nxt.wrapping_add(len);
+            self.rcv.nxt = self.rcv.nxt.wrapping_add(len);
             if o.fin {
-                self.rcv_nxt = self.rcv_nxt.wrapping_add(1);
-                self.fin_received = true;
-                self.rx_queue.push_back(RxSkb {
-                    seq: self.rcv_nxt,
+                self.rcv.nxt = self.rcv.nxt.wrapping_add(1);
+                self.rcv.fin_received = true;
+                self.rcv.rx_queue.push_back(RxSkb {
+                    seq: self.rcv.nxt,
                     data: RxData::default(),
                     fin: true,
                     truesize: 0,
@@ -310,13 +317,13 @@ impl Connection {
 
     /// `tcp_prune_ofo_queue`: drop out-of-order data from the far end. True if memory was freed.
     pub fn prune_ofo(&mut self, env: &mut Env) -> bool {
-        if self.ofo_queue.is_empty() {
+        if self.rcv.ofo_queue.is_empty() {
             return false;
         }
-        let goal = self.rcvbuf / 8;
+        let goal = self.mem.rcvbuf / 8;
         let mut freed = 0;
-        while let Some(o) = self.ofo_queue.pop() {
-            self.rmem_alloc = self.rmem_alloc.saturating_sub(o.truesize);
+        while let Some(o) = self.rcv.ofo_queue.pop() {
+            self.mem.rmem_alloc = self.mem.rmem_alloc.saturating_sub(o.truesize);
             freed += o.truesize;
             env.mib.inc(Mib::TCPOFODrop);
             if freed >= goal {
@@ -325,9 +332,9 @@ impl Connection {
         }
         env.mib.inc(Mib::TCPRcvPruned);
         // SACK blocks must not claim data we dropped (reneging is allowed but avoid lying).
-        self.sacks.clear();
+        self.rcv.sacks.clear();
         let mut blocks = Vec::new();
-        for o in &self.ofo_queue {
+        for o in &self.rcv.ofo_queue {
             match blocks.last_mut() {
                 Some((_, r)) if !after(o.seq, *r) => *r = seq_max(*r, o.end_seq),
                 _ => blocks.push((o.seq, o.end_seq)),
@@ -335,13 +342,13 @@ impl Connection {
         }
         blocks.reverse();
         blocks.truncate(4);
-        self.sacks = blocks;
+        self.rcv.sacks = blocks;
         true
     }
 
     /// Bytes readable now (`tcp_inq`).
     pub fn inq(&self) -> u32 {
-        self.rx_queue.iter().map(|r| r.data.len() as u32).sum()
+        self.rcv.rx_queue.iter().map(|r| r.data.len() as u32).sum()
     }
 
     /// `tcp_recvmsg` (non-blocking): copy up to `buf.len()` bytes. Ok(0) = EOF.
@@ -375,7 +382,7 @@ impl Connection {
         } else {
             (self.opts.rcvlowat as usize).min(buf.len()).max(1)
         };
-        let eof = self.rx_queue.iter().any(|r| r.fin) || self.shutdown & RCV_SHUTDOWN != 0;
+        let eof = self.rcv.rx_queue.iter().any(|r| r.fin) || self.shutdown & RCV_SHUTDOWN != 0;
         if avail < target && !eof {
             if let Some(e) = self.err.take() {
                 return Err(e);
@@ -394,7 +401,7 @@ impl Connection {
         }
         let mut copied = 0usize;
         if peek {
-            for r in &self.rx_queue {
+            for r in &self.rcv.rx_queue {
                 if copied >= buf.len() {
                     break;
                 }
@@ -408,7 +415,7 @@ impl Connection {
             return Ok(copied);
         }
         while copied < buf.len() {
-            let Some(r) = self.rx_queue.front_mut() else {
+            let Some(r) = self.rcv.rx_queue.front_mut() else {
                 break;
             };
             if r.fin {
@@ -418,11 +425,11 @@ impl Connection {
             let out = (!trunc).then(|| &mut buf[copied..copied + want]);
             copied += r.data.read(out, want);
             if r.data.len() == 0 {
-                let r = self.rx_queue.pop_front().expect("front exists");
-                self.rmem_alloc = self.rmem_alloc.saturating_sub(r.truesize);
+                let r = self.rcv.rx_queue.pop_front().expect("front exists");
+                self.mem.rmem_alloc = self.mem.rmem_alloc.saturating_sub(r.truesize);
             }
         }
-        self.copied_seq = self.copied_seq.wrapping_add(copied as u32);
+        self.rcv.copied_seq = self.rcv.copied_seq.wrapping_add(copied as u32);
         self.rcv_space_adjust(env, now);
         self.cleanup_rbuf(env, now, copied as u32);
         Ok(copied)
@@ -438,19 +445,19 @@ impl Connection {
         }
         let mut time_to_ack = false;
         if self.ack.pending & ackf::SCHED != 0 {
-            let unacked = self.rcv_nxt.wrapping_sub(self.rcv_wup);
+            let unacked = self.rcv.nxt.wrapping_sub(self.rcv.wup);
             if unacked > self.ack.rcv_mss
                 || (copied > 0
                     && (self.ack.pending & ackf::PUSHED2 != 0
                         || (self.ack.pending & ackf::PUSHED != 0 && self.ack.pingpong == 0))
-                    && self.rx_queue.is_empty())
+                    && self.rcv.rx_queue.is_empty())
             {
                 time_to_ack = true;
             }
         }
         if copied > 0 && !time_to_ack && self.shutdown & RCV_SHUTDOWN == 0 {
             let rcv_window_now = self.receive_window();
-            if 2 * rcv_window_now <= self.window_clamp {
+            if 2 * rcv_window_now <= self.rcv.window_clamp {
                 let mut probe = self.clone_window_probe(env);
                 probe = probe.max(0);
                 if probe as u32 >= 2 * rcv_window_now {
@@ -464,9 +471,9 @@ impl Connection {
     }
 
     fn clone_window_probe(&self, env: &Env) -> i64 {
-        let free = self.tcp_space(env).min(i64::from(self.rcv_ssthresh));
-        if self.rcv_wscale != 0 {
-            free >> self.rcv_wscale << self.rcv_wscale
+        let free = self.tcp_space(env).min(i64::from(self.rcv.ssthresh));
+        if self.rx_opt.rcv_wscale != 0 {
+            free >> self.rx_opt.rcv_wscale << self.rx_opt.rcv_wscale
         } else {
             free
         }
@@ -476,8 +483,8 @@ impl Connection {
     /// initial window (at most ten segments) at `rcv_nxt`, now.
     pub fn init_rcvq_space(&mut self, now: Instant) {
         self.rcvq = RcvqSpace {
-            space: self.rcv_wnd.min(10 * self.advmss),
-            seq: self.rcv_nxt,
+            space: self.rcv.wnd.min(10 * self.mss.advmss),
+            seq: self.rcv.nxt,
             time: now,
         };
     }
@@ -490,28 +497,28 @@ impl Connection {
         if self.rcv_rtt.rtt_us == 0 || ((now - self.rcvq.time).as_micros() as u64) < rtt {
             return;
         }
-        let copied = self.copied_seq.wrapping_sub(self.rcvq.seq);
+        let copied = self.rcv.copied_seq.wrapping_sub(self.rcvq.seq);
         if copied > self.rcvq.space {
-            if env.sysctl.on(Sysctl::tcp_moderate_rcvbuf) && !self.opts.rcvbuf_lock {
+            if env.config.sysctl.on(Sysctl::tcp_moderate_rcvbuf) && !self.opts.rcvbuf_lock {
                 let space = u64::from(self.rcvq.space.max(1));
-                let mut rcvwin = (u64::from(copied) << 1) + 16 * u64::from(self.advmss);
+                let mut rcvwin = (u64::from(copied) << 1) + 16 * u64::from(self.mss.advmss);
                 let grow = rcvwin * (u64::from(copied) - space) / space;
                 rcvwin += grow << 1;
-                let rmem2 = env.sysctl.triple(Sysctl::tcp_rmem)[2] as u64;
+                let rmem2 = env.config.sysctl.triple(Sysctl::tcp_rmem)[2] as u64;
                 // tcp_space_from_win: the buffer that yields this window at the socket's
                 // scaling ratio; the clamp follows the buffer (`tcp_win_from_space`).
                 let rcvbuf = self
                     .space_from_win(rcvwin)
                     .min(rmem2)
                     .min(u64::from(u32::MAX)) as u32;
-                if rcvbuf > self.rcvbuf {
-                    self.rcvbuf = rcvbuf;
-                    self.window_clamp = self.win_from_space(i64::from(rcvbuf)).max(0) as u32;
+                if rcvbuf > self.mem.rcvbuf {
+                    self.mem.rcvbuf = rcvbuf;
+                    self.rcv.window_clamp = self.win_from_space(i64::from(rcvbuf)).max(0) as u32;
                 }
             }
             self.rcvq.space = copied;
         }
-        self.rcvq.seq = self.copied_seq;
+        self.rcvq.seq = self.rcv.copied_seq;
         self.rcvq.time = now;
     }
 
@@ -529,19 +536,19 @@ impl Connection {
     /// `tcp_rcv_rtt_measure`: one sample per window of data (no timestamps needed).
     pub fn rcv_rtt_measure(&mut self, now: Instant) {
         if self.rcv_rtt.time != Instant::ZERO {
-            if before(self.rcv_nxt, self.rcv_rtt.seq) {
+            if before(self.rcv.nxt, self.rcv_rtt.seq) {
                 return;
             }
             let d = (now - self.rcv_rtt.time).as_micros().max(1) as u32;
             self.rcv_rtt_update(d, true);
         }
-        self.rcv_rtt.seq = self.rcv_nxt.wrapping_add(self.rcv_wnd);
+        self.rcv_rtt.seq = self.rcv.nxt.wrapping_add(self.rcv.wnd);
         self.rcv_rtt.time = now;
     }
 
     /// `tcp_rcv_rtt_measure_ts`: a full-sized segment echoing our timestamp.
     pub fn rcv_rtt_measure_ts(&mut self, now: Instant, tsecr: u32, seg_len: u32) {
-        if !self.tstamp_ok || tsecr == 0 || tsecr == self.rcv_rtt.last_tsecr {
+        if !self.rx_opt.tstamp_ok || tsecr == 0 || tsecr == self.rcv_rtt.last_tsecr {
             return;
         }
         self.rcv_rtt.last_tsecr = tsecr;
@@ -552,4 +559,43 @@ impl Connection {
             }
         }
     }
+}
+
+/// The receive side's sequence space (RFC 9293 §3.3.1's receive sequence variables, named
+/// as the RFC names them: `rcv.nxt` is RCV.NXT, Linux's `tp->rcv_nxt`), the window we offer and
+/// its clamps, the receive and out-of-order queues, and the SACK blocks we report. `pub(crate)`
+/// fields, as in Linux's `tcp_sock`: the segment processing (input.rs) advances `nxt` and
+/// queues, `recvmsg` and the queues' rules here consume, the output (output.rs) reads and
+/// updates the offered window, and the memory rules (mem.rs) clamp it.
+#[derive(Debug)]
+pub(crate) struct RcvSeq {
+    /// IRS: the peer's initial sequence number.
+    pub irs: u32,
+    /// RCV.NXT: next sequence number expected (`rcv_nxt`).
+    pub nxt: u32,
+    /// RCV.NXT when the window was last advertised (`rcv_wup`).
+    pub wup: u32,
+    /// RCV.WND: the window last advertised, unscaled (`rcv_wnd`).
+    pub wnd: u32,
+    /// Next byte the application will read (`copied_seq`).
+    pub copied_seq: u32,
+    /// Largest window we will offer (`window_clamp`).
+    pub window_clamp: u32,
+    /// Current window threshold of receive-window growth (`rcv_ssthresh`).
+    pub ssthresh: u32,
+    /// Bytes of payload per byte of receive buffer, in 1/256ths (`tp->scaling_ratio`): the
+    /// share of `rcvbuf` the window may offer ([`Connection::win_from_space`]). Starts at
+    /// [`TCP_DEFAULT_SCALING_RATIO`] and is learnt from received buffers' `len / truesize`
+    /// (`tcp_measure_rcv_mss`).
+    pub scaling_ratio: u8,
+    /// In-order data waiting for `recvmsg` (`sk_receive_queue`).
+    pub rx_queue: VecDeque<RxSkb>,
+    /// Out-of-order segments in sequence order (`out_of_order_queue`).
+    pub ofo_queue: Vec<OfoSkb>,
+    /// The peer's FIN was received in order.
+    pub fin_received: bool,
+    /// SACK blocks we advertise (`selective_acks`), most recent first.
+    pub sacks: Vec<(u32, u32)>,
+    /// Pending D-SACK block to send (`duplicate_sack`).
+    pub dsack: Option<(u32, u32)>,
 }

@@ -1,6 +1,7 @@
 //! RTT estimation and RTO (RFC 6298 with Linux's `tcp_rtt_estimator` / `tcp_set_rto`), and the
 //! windowed min-RTT filter.
 
+use crate::env::Env;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
@@ -111,8 +112,8 @@ impl Connection {
     /// rto_min), then the RTO is recomputed (`tcp_set_rto`).
     pub fn rtt_samples(&mut self, env: &Env, now: Instant, seq_rtt_us: u32, ca_rtt_us: u32) {
         let mrtt = seq_rtt_us.max(1);
-        if env.rtt_log_cap > 0 {
-            if self.rtt.log.len() < env.rtt_log_cap {
+        if env.config.rtt_log_cap > 0 {
+            if self.rtt.log.len() < env.config.rtt_log_cap {
                 self.rtt.log.push(mrtt);
             } else {
                 self.rtt.log_dropped += 1;
@@ -140,11 +141,11 @@ impl Connection {
                     self.rtt.rttvar_us = self.rtt.mdev_max_us;
                 }
             }
-            if crate::seq::after(self.snd_una, self.rtt.rtt_seq) {
+            if crate::seq::after(self.snd.una, self.rtt.rtt_seq) {
                 if self.rtt.mdev_max_us < self.rtt.rttvar_us {
                     self.rtt.rttvar_us -= (self.rtt.rttvar_us - self.rtt.mdev_max_us) >> 2;
                 }
-                self.rtt.rtt_seq = self.snd_nxt;
+                self.rtt.rtt_seq = self.snd.nxt;
                 self.rtt.mdev_max_us = rto_min_us;
             }
         } else {
@@ -152,7 +153,7 @@ impl Connection {
             self.rtt.mdev_us = mrtt << 1;
             self.rtt.rttvar_us = self.rtt.mdev_us.max(rto_min_us);
             self.rtt.mdev_max_us = self.rtt.rttvar_us;
-            self.rtt.rtt_seq = self.snd_nxt;
+            self.rtt.rtt_seq = self.snd.nxt;
         }
         self.cc_st.srtt_us = self.rtt.srtt_us;
         self.set_rto(env);
@@ -190,7 +191,7 @@ mod tests {
         assert_eq!(s.rtt.rto, Duration::from_millis(300));
         // Steady samples keep RTO >= srtt + 200 ms (Linux mdev_max floor).
         for i in 0..50 {
-            s.snd_una = s.snd_una.wrapping_add(1000);
+            s.snd.una = s.snd.una.wrapping_add(1000);
             s.rtt_sample(&env, Instant::from_secs(2 + i), 100_000);
         }
         assert!(s.rtt.rto >= Duration::from_millis(300));
@@ -205,7 +206,7 @@ mod tests {
         let mut s = Connection::new(SocketId(0), 1, Family::V4, &env);
         s.rtt_sample(&env, Instant::from_secs(1), 100);
         assert!(s.rtt.log.is_empty());
-        env.rtt_log_cap = 3;
+        env.config.rtt_log_cap = 3;
         for (i, us) in [0, 200, 300, 400, 500].into_iter().enumerate() {
             s.rtt_sample(&env, Instant::from_secs(2 + i as u64), us);
         }

@@ -2,6 +2,7 @@
 //! carved from one buffer), `tcp_push` with autocorking and MSG_MORE/TCP_CORK, and
 //! `tcp_close_state` + `tcp_send_fin`.
 
+use crate::env::Env;
 use crate::errno::Errno;
 use crate::mib::Mib;
 use crate::output::{NAGLE_CORK, NAGLE_PUSH};
@@ -13,6 +14,7 @@ use crate::sysctl::Sysctl;
 use crate::time::Instant;
 use bytes::BytesMut;
 use shallow_wire::TcpFlags;
+use std::collections::VecDeque;
 
 impl Connection {
     /// `tcp_close_state` + `tcp_send_fin`.
@@ -33,13 +35,13 @@ impl Connection {
         self.state = next;
         self.shutdown |= SEND_SHUTDOWN;
         if self.state == TcpState::FinWait1
-            && self.write_queue.is_empty()
-            && self.snd_una == self.snd_nxt
+            && self.snd.write_queue.is_empty()
+            && self.snd.una == self.snd.nxt
         {
             // nothing in flight
         }
         self.send_fin(env, now);
-        env.wake(self.id, POLLOUT | POLLWRNORM);
+        env.out.wake(self.id, POLLOUT | POLLWRNORM);
     }
 
     /// `tcp_sendmsg_locked` (non-blocking).
@@ -69,7 +71,7 @@ impl Connection {
         // tcp_send_mss → tcp_current_mss: pick up a path MTU change.
         self.refresh_mss(env);
         let mss_now = self.current_mss();
-        let size_goal = if env.dev.gso {
+        let size_goal = if env.device.caps.gso {
             self.size_goal(mss_now)
         } else {
             mss_now
@@ -78,6 +80,7 @@ impl Connection {
         let mut waited = false;
         while copied < data.len() {
             let can_append = self
+                .snd
                 .write_queue
                 .back()
                 .map(|t| !t.eor && !t.flags.intersects(TcpFlags::FIN) && t.len() < size_goal)
@@ -88,44 +91,44 @@ impl Connection {
                     break;
                 }
                 // tcp_stream_alloc_skb: charged by force when both queues are empty.
-                let first = self.write_queue.is_empty() && self.rtx_queue.is_empty();
+                let first = self.snd.write_queue.is_empty() && self.rtx.queue.is_empty();
                 if !first && !self.wmem_schedule(env, SKB_TX_OVERHEAD) {
-                    self.mem_wait = self.wmem_queued.max(1);
+                    self.mem.wait_for_memory();
                     waited = true;
                     break;
                 }
                 self.slow_start_after_idle_check(env, now);
-                let mut skb = Skb::new(self.write_seq, TcpFlags::empty());
+                let mut skb = Skb::new(self.snd.write_seq, TcpFlags::empty());
                 skb.data = SkbData::Open(self.carve_skb_buffer(size_goal as usize));
-                self.wmem_queued += skb.truesize;
-                self.write_queue.push_back(skb);
+                self.mem.wmem_queued += skb.truesize;
+                self.snd.write_queue.push_back(skb);
             }
-            let tail_len = self.write_queue.back().map_or(0, |t| t.len());
+            let tail_len = self.snd.write_queue.back().map_or(0, |t| t.len());
             let room = (size_goal - tail_len.min(size_goal)) as usize;
             // Bytes are charged per page fragment (at most 32 KiB, `sk_page_frag_refill`).
             let n = room.min(data.len() - copied).min(crate::mem::PAGE_FRAG);
             if !self.wmem_schedule(env, n as u32) {
                 // wait_for_space; an skb left empty goes (tcp_remove_empty_skb).
                 if tail_len == 0 {
-                    if let Some(t) = self.write_queue.pop_back() {
-                        self.wmem_queued = self.wmem_queued.saturating_sub(t.truesize);
+                    if let Some(t) = self.snd.write_queue.pop_back() {
+                        self.mem.wmem_queued = self.mem.wmem_queued.saturating_sub(t.truesize);
                     }
                 }
-                if !(self.write_queue.is_empty() && self.rtx_queue.is_empty()) {
-                    self.mem_wait = self.wmem_queued.max(1);
+                if !(self.snd.write_queue.is_empty() && self.rtx.queue.is_empty()) {
+                    self.mem.wait_for_memory();
                 }
                 waited = true;
                 break;
             }
-            let tail = self.write_queue.back_mut().expect("tail exists");
+            let tail = self.snd.write_queue.back_mut().expect("tail exists");
             if copied == 0 {
                 tail.flags &= !TcpFlags::PSH;
             }
             tail.data.extend_from_slice(&data[copied..copied + n]);
             tail.truesize += n as u32;
             tail.end_seq = tail.end_seq.wrapping_add(n as u32);
-            self.wmem_queued += n as u32;
-            self.write_seq = self.write_seq.wrapping_add(n as u32);
+            self.mem.wmem_queued += n as u32;
+            self.snd.write_seq = self.snd.write_seq.wrapping_add(n as u32);
             copied += n;
             if copied == data.len() {
                 if flags & MSG_EOR != 0 {
@@ -139,7 +142,7 @@ impl Connection {
             if self.forced_push() {
                 self.mark_push();
                 self.push_pending_frames(env, now, NAGLE_PUSH);
-            } else if self.write_queue.len() == 1 {
+            } else if self.snd.write_queue.len() == 1 {
                 // tcp_push_one
                 self.write_xmit(env, now, NAGLE_PUSH, true);
             }
@@ -150,8 +153,8 @@ impl Connection {
                 self.tcp_push(env, now, flags & !MSG_MORE, mss_now, NAGLE_PUSH, size_goal);
                 return Ok(copied);
             }
-            if self.write_queue.is_empty() && self.rtx_queue.is_empty() {
-                env.wake(self.id, POLLOUT | POLLWRNORM | POLLWRBAND);
+            if self.snd.write_queue.is_empty() && self.rtx.queue.is_empty() {
+                env.out.wake(self.id, POLLOUT | POLLWRNORM | POLLWRBAND);
             }
             return Err(Errno::EAGAIN);
         }
@@ -169,9 +172,9 @@ impl Connection {
     /// contiguous and [`Connection::grow_head`]'s `unsplit` joins them in O(1). Accounting is not
     /// affected: an skb charges its payload and overhead (`truesize`), never the chunk.
     pub(crate) fn carve_skb_buffer(&mut self, want: usize) -> BytesMut {
-        let prev = match self.write_queue.back_mut() {
+        let prev = match self.snd.write_queue.back_mut() {
             Some(t) => Some(t),
-            None => self.rtx_queue.back_mut(),
+            None => self.rtx.queue.back_mut(),
         };
         if let Some(spare) = prev.and_then(|p| p.data.spare(want)) {
             return spare;
@@ -182,16 +185,16 @@ impl Connection {
     /// `forced_push`: more than half the max window written since the last PSH.
     pub(crate) fn forced_push(&self) -> bool {
         after(
-            self.write_seq,
-            self.pushed_seq.wrapping_add(self.max_window / 2),
+            self.snd.write_seq,
+            self.snd.pushed_seq.wrapping_add(self.snd.max_window / 2),
         )
     }
 
     pub(crate) fn mark_push(&mut self) {
-        if let Some(t) = self.write_queue.back_mut() {
+        if let Some(t) = self.snd.write_queue.back_mut() {
             t.flags |= TcpFlags::PSH;
         }
-        self.pushed_seq = self.write_seq;
+        self.snd.pushed_seq = self.snd.write_seq;
     }
 
     /// `tcp_push` with autocorking (spec §5.2).
@@ -204,7 +207,7 @@ impl Connection {
         nonagle: u8,
         size_goal: u32,
     ) {
-        let Some(tail) = self.write_queue.back() else {
+        let Some(tail) = self.snd.write_queue.back() else {
             return;
         };
         let _ = tail;
@@ -212,12 +215,12 @@ impl Connection {
             self.mark_push();
         }
         let (tlen, ttrue, teor) = {
-            let t = self.write_queue.back().expect("tail");
+            let t = self.snd.write_queue.back().expect("tail");
             (t.len(), t.truesize, t.eor)
         };
         let autocork = tlen < size_goal
-            && env.sysctl.on(Sysctl::tcp_autocorking)
-            && !self.rtx_queue.is_empty()
+            && env.config.sysctl.on(Sysctl::tcp_autocorking)
+            && !self.rtx.queue.is_empty()
             && self.wmem_alloc_biased() > ttrue
             && !teor;
         if autocork {
@@ -236,4 +239,34 @@ impl Connection {
         };
         self.push_pending_frames(env, now, ng);
     }
+}
+
+/// The send side's sequence space (RFC 9293 §3.3.1's send sequence variables, named as
+/// the RFC names them: `snd.una` is SND.UNA, Linux's `tp->snd_una`) and the write queue of
+/// bytes not yet sent (`sk_write_queue`). `pub(crate)` fields, as in Linux's `tcp_sock`:
+/// `sendmsg` here appends, the output (output.rs) moves `nxt` and takes from the queue, the
+/// ACK processing (input.rs) moves `una` and the window, and every part of TCP compares
+/// sequence numbers against them.
+#[derive(Debug)]
+pub(crate) struct SndSeq {
+    /// ISS: our initial sequence number.
+    pub iss: u32,
+    /// SND.UNA: oldest unacknowledged sequence number (`snd_una`).
+    pub una: u32,
+    /// SND.NXT: next sequence number to send (`snd_nxt`).
+    pub nxt: u32,
+    /// Sequence after the last byte queued by the application (`write_seq`).
+    pub write_seq: u32,
+    /// `pushed_seq`: last sequence marked with PSH (forced_push).
+    pub pushed_seq: u32,
+    /// End of the last small (< MSS) segment sent (`snd_sml`, Minshall's Nagle variant).
+    pub sml: u32,
+    /// SND.WND: the peer's receive window, scaled (`snd_wnd`).
+    pub wnd: u32,
+    /// SND.WL1: the segment sequence number of the last window update (`snd_wl1`).
+    pub wl1: u32,
+    /// Largest window the peer offered (`max_window`).
+    pub max_window: u32,
+    /// Buffers queued by the application and not yet sent (`sk_write_queue`).
+    pub write_queue: VecDeque<Skb>,
 }

@@ -1,32 +1,34 @@
-//! Socket state: [`TcpState`], the per-connection control block (`Connection`), the write-queue
-//! buffer (`Skb`) and the environment a socket acts on (`Env`: sysctls, counters, output
-//! queue, wake-ups, timer set, RNG). Logic lives in the other modules as `impl Connection` blocks.
+//! Socket state: [`TcpState`], the per-connection control block (`Connection`, its sub-states
+//! defined in the files of their rules), the write-queue buffer (`Skb`) and the receive
+//! buffers. The environment a socket acts on is `env.rs`'s `Env`. Logic lives in the other
+//! modules as `impl Connection` blocks.
 
 use crate::chrono::Chrono;
-use crate::device::DeviceCaps;
 pub use crate::device::{RxTruesize, SKB_OVERHEAD};
-use crate::gate::{TxGate, TxMeta};
-use crate::input::SackCompress;
-use crate::mib::{Counters, Mib};
-use crate::mtu::Mtup;
-use crate::packet::{self, OutOpt, SegOut};
+use crate::env::Env;
+use crate::info::ConnStats;
+use crate::input::{AckState, RxOpt, SackCompress};
+use crate::mem::SockMem;
+use crate::mtu::{MssCache, Mtup};
+use crate::output::{CwndUse, Pacing};
+use crate::packet::{OutOpt, SegOut};
 use crate::rack::{Rack, Tlp};
 use crate::rate::{RateState, TxRate};
-use crate::recovery::{Prr, Undo};
-use crate::recv::{RcvRttEst, RcvqSpace};
+use crate::recovery::{Prr, RtxQueue, Undo};
+use crate::recv::{RcvRttEst, RcvSeq, RcvqSpace};
 use crate::rtt::Rtt;
-use crate::sysctl::{Sysctl, Sysctls};
+use crate::send::SndSeq;
+use crate::stack::SockLock;
+use crate::sysctl::Sysctl;
 use crate::time::Instant;
-use crate::timer::Probes;
+use crate::timer::Timers;
 use crate::SocketId;
 use bytes::{Bytes, BytesMut};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use core::time::Duration;
-use rand_chacha::rand_core::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use shallow_cc::{CaState, CcState, CongestionControl};
 use shallow_wire::TcpFlags;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 
 /// TCP states with Linux's numbering (`tcpi_state`, `/proc/net/tcp` `st`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -198,30 +200,6 @@ pub struct Wakeup {
 /// Wake-up queue length beyond which wake-ups of one socket are merged.
 pub const MAX_WAKEUPS: usize = 4096;
 
-/// Per-socket timers. Linux multiplexes several events on the retransmit timer
-/// (`icsk_pending`); so do we ([`RtxEvent`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum TimerKind {
-    /// RTO, SYN/SYN-ACK retransmit, zero-window probe, TLP, RACK reordering timer.
-    Retrans = 0,
-    /// Delayed ACK.
-    Delack = 1,
-    /// Keepalive; also FIN_WAIT2 and TIME_WAIT expiry (Linux uses the keepalive timer / tw timer).
-    Keepalive = 2,
-    /// Compressed-SACK hrtimer (`tcp_compressed_ack_kick`).
-    CompSack = 3,
-}
-pub(crate) const NTIMERS: usize = 4;
-
-/// What the retransmit timer is armed for (`icsk_pending`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RtxEvent {
-    Rto,
-    Probe0,
-    LossProbe,
-    ReoTimeout,
-}
-
 /// `sk_tsq_flags` bits (include/linux/tcp.h `enum tsq_enum`).
 pub(crate) mod tsq {
     pub const THROTTLED: u8 = 1 << 0;
@@ -276,82 +254,6 @@ pub(crate) const SOCK_MIN_SNDBUF: u32 = 2 * (2048 + 256);
 pub(crate) const SOCK_MIN_RCVBUF: u32 = 2048 + 256;
 /// Initial RTO (RFC 6298 §2.1: 1 s).
 pub(crate) const TCP_TIMEOUT_INIT: Duration = Duration::from_secs(1);
-/// One jiffy of the judge kernel, which is built with CONFIG_HZ=250.
-pub(crate) const JIFFY: Duration = Duration::from_millis(4);
-/// `TCP_TIMEOUT_MIN`: two jiffies (8 ms at HZ=250), the floor of a zero-window probe
-/// clamped to TCP_USER_TIMEOUT and the slack of the loss-probe and RACK timers
-/// ([`tick_timer_delay`]).
-pub(crate) const TCP_TIMEOUT_MIN: Duration = Duration::from_millis(8);
-
-/// How long after arming a Linux timer in level 0 of the timer wheel (armed less than 63
-/// jiffies ahead) fires: a jiffy timer fires on a tick, so the delay is a whole number of
-/// ticks less the time since the tick before arming. Measured on the loss-probe
-/// (`tcp_schedule_loss_probe`, x = 2*srtt with more than one packet out) and RACK
-/// reordering timers (`tcp_rack_reo_timeout`, x = the time left in the reordering window);
-/// the delayed-ACK timer follows the same rule (40 ms ACKs 4.7–7.7 ms late in the
-/// differential fuzzer's kernel recordings). Measured on 6.18 (HZ=250)
-/// with packetdrill: the timer fires on the n-th tick after arming with
-/// n = ceil((x - 2 ms) / 4 ms) + 2 (CUBIC; RACK with x = 10, 15, 20, 22.5, 25, 26, 30, 40,
-/// 50 ms: n = 5, 6, 7, 8, 8, 9, 10, 12, 15, the same in every run; loss probe with x = 2.2,
-/// 6.2, 10.2, 20.2, 40.3, 60.5, 100.6 ms: n = 3, 4, 5, 7, 12, 17 or 18, 27 or 28; shifting
-/// the send in 1 ms steps moved the firing tick by one jiffy every 4 ms). The engine has no
-/// tick grid, so it takes the mean over the phase: n ticks less half a jiffy.
-pub(crate) fn tick_timer_delay(x: Duration) -> Duration {
-    let j = JIFFY.as_nanos() as u64;
-    let y = (x.as_nanos() as u64).saturating_sub(2_000_000);
-    let n = y.div_ceil(j) + 2;
-    Duration::from_nanos(n * j - j / 2)
-}
-
-/// How much later than its deadline a Linux timer on the jiffy timer wheel fires, on average
-/// over the tick phase. The wheel keeps a timer armed `d` jiffies ahead in level 0 (one-tick
-/// buckets) when d < 63, and otherwise in the level n whose buckets of 8^n jiffies start at
-/// 63·8^(n-1) jiffies; a timer fires when its bucket does, at the first bucket boundary after
-/// its deadline, so a level-n timer is late by up to 8^n jiffies (32 ms for 252 ms–2 s, 256 ms
-/// for 2–16 s at HZ=250), half that on average. Measured on 6.18: retransmission and
-/// persist timers of 300 and 600 ms fire 8–28 ms late, always on the same 32 ms grid
-/// (crates/drill/scripts/kernel/: rto-retransmit-backoff, zero-window-probe,
-/// cork-then-uncork). Zero in level 0 (see [`tick_timer_delay`]). The engine has no tick
-/// grid, so it takes the mean: a timer's
-/// error stays within half a bucket instead of growing with every rearm from a late firing.
-/// When a Linux delayed-ACK timer armed `x` ahead fires, on average: it is armed for
-/// d = ceil(x / jiffy) jiffies from the current jiffy and fires on the (d+1)-th tick after
-/// arming, so (d + 1/2) jiffies later on average. Measured on 6.18 (HZ=250) with a 40 ms
-/// delayed ACK repeated at 117.3 ms intervals: 5 of 6 ACKs left on the 11th tick after the
-/// data (1.2–4.0 ms late, the tick grid's phase read off the ACK times), the first on the
-/// 12th (7.7 ms late).
-pub(crate) fn delack_timer_delay(x: Duration) -> Duration {
-    let j = JIFFY.as_nanos() as u64;
-    let d = (x.as_nanos() as u64).div_ceil(j);
-    Duration::from_nanos(d * j + j / 2)
-}
-
-/// When a Linux timer-wheel timer armed `delay` ahead fires, on average: level 0 by the
-/// measured tick rule ([`tick_timer_delay`]), the levels above half a bucket late
-/// ([`wheel_slack`]). The one place the engine applies the kernel's timer granularity.
-pub(crate) fn wheel_delay(delay: Duration) -> Duration {
-    let slack = wheel_slack(delay);
-    if slack.is_zero() {
-        tick_timer_delay(delay)
-    } else {
-        delay + slack
-    }
-}
-
-pub(crate) fn wheel_slack(delay: Duration) -> Duration {
-    let j = JIFFY.as_nanos() as u64;
-    let jiffies = (delay.as_nanos() as u64).div_ceil(j);
-    let (mut gran, mut start) = (1u64, 63u64);
-    while jiffies >= start && gran < 1 << 24 {
-        gran *= 8;
-        start *= 8;
-    }
-    if gran == 1 {
-        return Duration::ZERO;
-    }
-    Duration::from_nanos(gran * j / 2)
-}
-
 /// `TCP_ATO_MIN` / `TCP_DELACK_MIN`: 40 ms.
 pub(crate) const TCP_ATO_MIN: Duration = Duration::from_millis(40);
 /// `TCP_DELACK_MAX`: 200 ms.
@@ -656,286 +558,6 @@ pub(crate) struct Listen {
     pub accept_queue: VecDeque<SocketId>,
 }
 
-/// Delayed-ACK engine state (`icsk_ack`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct AckState {
-    pub pending: u8,
-    pub quick: u8,
-    pub pingpong: u8,
-    /// Delayed-ACK timeout. Zero until the first data segment arrives (`tcp_event_data_recv`
-    /// sets TCP_ATO_MIN): Linux 6.18 reports tcpi_ato 0 after the handshake, so an ACK
-    /// delayed before any data (a bare FIN in pingpong) leaves at once.
-    pub ato: Duration,
-    pub timeout: Instant,
-    pub lrcvtime: Instant,
-    pub rcv_mss: u32,
-    pub last_seg_size: u32,
-}
-
-/// The shared environment of all sockets of one stack.
-/// What became of a segment the engine emitted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Emitted {
-    /// Queued for the substrate.
-    Sent,
-    /// Refused by the device side (NET_XMIT_DROP, [`Env::admit`]).
-    Refused,
-    /// Could not be built (mixed address families; a bug guard).
-    Unbuilt,
-}
-
-impl Emitted {
-    pub fn sent(self) -> bool {
-        self == Emitted::Sent
-    }
-}
-
-/// What every socket of one stack shares, grouped by what it is. Sockets get it as `&mut Env`
-/// beside themselves (the split borrow of `Stack::sk_env`).
-pub(crate) struct Env {
-    // --- configuration
-    /// The sysctl table.
-    pub sysctl: Sysctls,
-    /// Congestion-control module parameters.
-    pub cc_params: shallow_cc::CcParams,
-    /// Per-socket bound of the RTT-sample log; 0 = not recording (the default).
-    pub rtt_log_cap: usize,
-    // --- the device side
-    /// What the device below can do (`DeviceCaps`).
-    pub dev: DeviceCaps,
-    /// The device side's admission rule (`crate::gate`): a packet it refuses fails with
-    /// NET_XMIT_DROP, which TCP sees as a local error (`__tcp_transmit_skb` enters CWR,
-    /// `tcp_write_xmit` keeps the data queued, a retransmission is not one in flight). `None`
-    /// accepts everything; [`DropAll`](crate::gate::DropAll) is `pfifo limit 0`.
-    pub gate: Option<Box<dyn TxGate>>,
-    // --- time
-    /// The latest time the stack was given (for events noticed without a `now`).
-    pub clock: Instant,
-    /// Armed timers: (deadline, socket slot, generation, kind).
-    pub timers: BTreeSet<(Instant, u32, u32, TimerKind)>,
-    // --- outputs and host-wide state
-    /// What waits for the substrate.
-    pub out: Outputs,
-    /// Host-wide TCP memory (`mem.rs`).
-    pub mem: HostMem,
-    /// SNMP counters.
-    pub mib: Counters,
-    /// The IPv4 identification counter.
-    pub ip_ident: u16,
-    /// Challenge-ACK rate limiter: (second, count) (RFC 5961 §7).
-    pub challenge: (u64, u32),
-    // --- keyed randomness (from the stack's seed only)
-    /// The stack's random stream.
-    pub rng: ChaCha8Rng,
-    /// The secret of its keyed hashes (ISNs, timestamp offsets, flow hashes, tables).
-    pub key: (u64, u64),
-}
-
-/// The engine's outputs waiting for the substrate (`Stack::poll_transmit`,
-/// `Stack::poll_wakeup`).
-#[derive(Default)]
-pub(crate) struct Outputs {
-    /// Packets to transmit, in order.
-    pub txq: VecDeque<Transmit>,
-    /// Socket wake-ups, merged per socket (`Env::wake`).
-    pub wakeups: VecDeque<Wakeup>,
-}
-
-/// Host-wide TCP memory accounting (Linux's `tcp_memory_allocated`, `tcp_memory_pressure`,
-/// `tcp_sockets_allocated`), against `net.ipv4.tcp_mem` (`mem.rs`).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct HostMem {
-    /// Global TCP memory in pages (`tcp_memory_allocated`).
-    pub allocated: i64,
-    /// Under TCP memory pressure (`tcp_memory_pressure`).
-    pub pressure: bool,
-    /// When pressure was entered (for `TcpExtTCPMemoryPressuresChrono`).
-    pub pressure_since: Instant,
-    /// Live TCP sockets (`tcp_sockets_allocated`; our TIME_WAIT sockets are full sockets).
-    pub sockets: u32,
-}
-
-impl Env {
-    pub fn new(seed: u64) -> Env {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let key = (rng.next_u64(), rng.next_u64());
-        Env {
-            sysctl: Sysctls::default(),
-            cc_params: shallow_cc::CcParams::default(),
-            rtt_log_cap: 0,
-            dev: DeviceCaps::default(),
-            gate: None,
-            clock: Instant::ZERO,
-            timers: BTreeSet::new(),
-            out: Outputs::default(),
-            mem: HostMem {
-                allocated: 0,
-                pressure: false,
-                pressure_since: Instant::ZERO,
-                sockets: 0,
-            },
-            mib: Counters::default(),
-            ip_ident: 0,
-            challenge: (u64::MAX, 0),
-            rng,
-            key,
-        }
-    }
-
-    /// Queue a wake-up, merging with the previous one for the same socket. If the substrate
-    /// lets the queue grow past [`MAX_WAKEUPS`], wake-ups merge per socket (level-triggered
-    /// waiters lose nothing; edge-triggered ones see fewer edges).
-    pub fn wake(&mut self, socket: SocketId, events: u32) {
-        if let Some(last) = self.out.wakeups.back_mut() {
-            if last.socket == socket {
-                last.events |= events;
-                return;
-            }
-        }
-        if self.out.wakeups.len() >= MAX_WAKEUPS {
-            if let Some(w) = self.out.wakeups.iter_mut().find(|w| w.socket == socket) {
-                w.events |= events;
-                return;
-            }
-        }
-        self.out.wakeups.push_back(Wakeup { socket, events });
-    }
-
-    pub fn sysint(&self, s: Sysctl) -> i64 {
-        self.sysctl.int(s)
-    }
-
-    /// Keyed hash (SipHash-1-3) over the connection 4-tuple, for ISNs and TS offsets.
-    pub fn hash4(&self, local: SocketAddr, remote: SocketAddr, salt: u8) -> u64 {
-        use core::hash::Hasher;
-        let mut h = siphasher::sip::SipHasher13::new_with_keys(self.key.0, self.key.1);
-        h.write_u8(salt);
-        match local.ip() {
-            IpAddr::V4(a) => h.write(&a.octets()),
-            IpAddr::V6(a) => h.write(&a.octets()),
-        }
-        match remote.ip() {
-            IpAddr::V4(a) => h.write(&a.octets()),
-            IpAddr::V6(a) => h.write(&a.octets()),
-        }
-        h.write_u16(local.port());
-        h.write_u16(remote.port());
-        h.finish()
-    }
-
-    /// The device side's verdict on a packet about to be transmitted (`crate::gate`): the one
-    /// place where a local drop (NET_XMIT_DROP) is decided.
-    pub fn admit(&mut self, meta: &TxMeta) -> bool {
-        self.gate.as_mut().is_none_or(|g| g.admit(meta))
-    }
-
-    /// The flow hash of a connection (`skb->hash`, fq's key): [`Transmit::flow`].
-    pub fn flow_hash(&self, local: SocketAddr, remote: SocketAddr) -> u32 {
-        (self.hash4(local, remote, 3) & 0xffff_ffff) as u32
-    }
-
-    /// Build and queue a segment, after asking the device side ([`Env::admit`]).
-    pub fn emit(
-        &mut self,
-        seg: &SegOut<'_>,
-        gso_size: Option<u16>,
-        departure: Option<Instant>,
-        token: Option<TxToken>,
-    ) -> Emitted {
-        self.emit_inner(seg, None, gso_size, departure, token, false)
-    }
-
-    /// [`Env::emit`] for a segment whose payload (`seg.payload`) is `frag`'s bytes: when the
-    /// device does scatter-gather, the packet carries a share of them instead of a copy.
-    /// `admitted`: the caller already had the packet admitted ([`Env::admit`], with the
-    /// length [`packet::header_len`] gives), so it is not asked again.
-    pub fn emit_frag(
-        &mut self,
-        seg: &SegOut<'_>,
-        frag: Option<Bytes>,
-        gso_size: Option<u16>,
-        departure: Option<Instant>,
-        token: Option<TxToken>,
-        admitted: bool,
-    ) -> Emitted {
-        self.emit_inner(seg, frag, gso_size, departure, token, admitted)
-    }
-
-    fn emit_inner(
-        &mut self,
-        seg: &SegOut<'_>,
-        frag: Option<Bytes>,
-        gso_size: Option<u16>,
-        departure: Option<Instant>,
-        token: Option<TxToken>,
-        admitted: bool,
-    ) -> Emitted {
-        let flow = self.flow_hash(seg.local, seg.remote);
-        if !admitted {
-            let header_len = packet::header_len(seg);
-            let meta = TxMeta {
-                flow,
-                len: header_len + seg.payload.len(),
-                header_len,
-                gso_size,
-                tos: seg.tos,
-                departure_ns: departure.map(|d| d.as_nanos()),
-                now: self.clock,
-            };
-            if !self.admit(&meta) {
-                return Emitted::Refused;
-            }
-        }
-        let partial = self.dev.tso_csum_offload
-            && gso_size.is_some_and(|g| g > 0 && seg.payload.len() > usize::from(g));
-        // `frag` must be the very bytes of `seg.payload` (a share of the same buffer).
-        let frag = frag.filter(|f| {
-            self.dev.sg
-                && !f.is_empty()
-                && f.as_ptr() == seg.payload.as_ptr()
-                && f.len() == seg.payload.len()
-        });
-        match packet::build_with(seg, partial, frag.is_some()) {
-            Some(data) => {
-                self.mib.inc(Mib::OutSegs);
-                self.out.txq.push_back(Transmit {
-                    data,
-                    frag: frag.unwrap_or_default(),
-                    gso_size,
-                    departure,
-                    token,
-                    flow,
-                });
-                Emitted::Sent
-            }
-            None => Emitted::Unbuilt,
-        }
-    }
-
-    pub fn next_ident(&mut self) -> u16 {
-        self.ip_ident = self.ip_ident.wrapping_add(1);
-        self.ip_ident
-    }
-
-    /// RFC 5961 §7 / Linux `tcp_send_challenge_ack` global limit: true if one may be sent now.
-    pub fn challenge_ack_allowed(&mut self, now: Instant) -> bool {
-        let limit = self.sysint(Sysctl::tcp_challenge_ack_limit);
-        if limit >= i32::MAX as i64 {
-            return true;
-        }
-        let sec = now.as_nanos() / 1_000_000_000;
-        if self.challenge.0 != sec {
-            self.challenge = (sec, 0);
-        }
-        if i64::from(self.challenge.1) < limit {
-            self.challenge.1 += 1;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 /// Route attributes that matter to TCP (`ip route ... mtu N advmss N initcwnd N quickack 1`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct RouteAttrs {
@@ -1025,13 +647,25 @@ pub(crate) const RCV_SHUTDOWN: u8 = 1;
 pub(crate) const SEND_SHUTDOWN: u8 = 2;
 
 /// One TCP socket (Linux `struct tcp_sock` with its `inet_connection_sock` and `sock`).
+/// Its state is grouped by what it is, each group defined in the file of the rules that
+/// change it (Linux's counterpart in brackets); a group's fields are private to that file
+/// when its rules live there, and `pub(crate)` where every part of TCP reads and writes
+/// them as Linux's `tcp_sock` fields, which its doc comment says.
 pub(crate) struct Connection {
+    // --- the socket (`sock`, `inet_sock`): identity, addresses, the application's view
+    /// Slot in the stack's socket table.
     pub id: SocketId,
+    /// Generation of the slot (a stale id or timer names an older one).
     pub gen: u32,
+    /// AF_INET or AF_INET6.
     pub family: Family,
+    /// TCP state (`sk_state`).
     pub state: TcpState,
+    /// Local address and port on the wire.
     pub local: SocketAddr,
+    /// Remote address and port on the wire.
     pub remote: SocketAddr,
+    /// Has a local port.
     pub bound: bool,
     /// Port bound explicitly by bind() (vs auto-bound by connect()).
     pub userlocks_port: bool,
@@ -1042,197 +676,121 @@ pub(crate) struct Connection {
     pub hashed: bool,
     /// The application has closed its handle (`SOCK_DEAD` / orphan).
     pub orphan: bool,
+    /// Listener state (SYN and accept queues), for a socket in LISTEN.
     pub listen: Option<Box<Listen>>,
     /// Listener this child belongs to until accept().
     pub parent: Option<(SocketId, u32)>,
+    /// Socket options.
     pub opts: SockOpts,
+    /// The route's attributes in use.
     pub route: RouteAttrs,
-    /// `sk_err` (reported once by SO_ERROR / the next call).
-    pub err: Option<Errno>,
-    pub err_soft: Option<Errno>,
-    pub shutdown: u8,
-    /// SOCK_NOSPACE: a writer saw no space; wake it on write space.
-    pub nospace: bool,
-    /// SACK compression (input.rs).
-    pub sack_compress: SackCompress,
-    /// `sock->state == SS_CONNECTING`: a connect() is in progress or failed unreported.
-    pub connecting: bool,
-    /// `sk_lock.owned`.
-    pub owned: bool,
-    /// Segments that arrived while owned; `backlog_len` in truesize bytes.
-    pub backlog: VecDeque<crate::packet::OwnedSeg>,
-    pub backlog_len: u32,
-    pub tsq_flags: u8,
-    pub timers: [Option<Instant>; NTIMERS],
-    pub rtx_event: RtxEvent,
-
-    // --- sequence space (RFC 9293 §3.3.1) ---
-    pub iss: u32,
-    pub irs: u32,
-    pub snd_una: u32,
-    pub snd_nxt: u32,
-    /// Sequence after the last byte queued by the application.
-    pub write_seq: u32,
-    /// `pushed_seq`: last sequence marked with PSH (forced_push).
-    pub pushed_seq: u32,
-    /// End of the last small (< MSS) segment sent (Minshall's Nagle variant).
-    pub snd_sml: u32,
-    pub snd_wnd: u32,
-    pub snd_wl1: u32,
-    pub max_window: u32,
-    pub snd_wscale: u8,
-    pub rcv_wscale: u8,
-    pub rcv_nxt: u32,
-    pub rcv_wup: u32,
-    pub rcv_wnd: u32,
-    /// Next byte the application will read.
-    pub copied_seq: u32,
-    pub window_clamp: u32,
-    pub rcv_ssthresh: u32,
-    /// Bytes of payload per byte of receive buffer, in 1/256ths (`tp->scaling_ratio`): the
-    /// share of `rcvbuf` the window may offer ([`Connection::win_from_space`]). Starts at
-    /// [`TCP_DEFAULT_SCALING_RATIO`] and is learnt from received buffers' `len / truesize`
-    /// (`tcp_measure_rcv_mss`).
-    pub scaling_ratio: u8,
-
-    // --- options / MSS ---
-    pub mss_cache: u32,
-    pub advmss: u32,
-    /// Peer's MSS (`rx_opt.mss_clamp`).
-    pub mss_clamp: u32,
-    /// Path MTU `mss_cache` was last computed for (`icsk_pmtu_cookie`).
-    pub pmtu_cookie: u32,
     /// A route change not yet picked up: applied at the next transmit, as Linux revalidates
     /// the cached dst in `ip_queue_xmit` (`__sk_dst_check`).
     pub route_pending: Option<RouteAttrs>,
-    /// MTU probing (`icsk_mtup`, mtu.rs).
-    pub mtup: Mtup,
-    /// Segment size for the next `transmit_skb` instead of the current MSS (an MTU probe
-    /// leaves as one segment larger than the MSS).
-    pub xmit_mss_override: u32,
-    pub tcp_header_len: u32,
-    pub tstamp_ok: bool,
-    pub sack_ok: bool,
-    pub wscale_ok: bool,
-    pub dsack_ok: bool,
-    pub ts_recent: u32,
-    pub ts_recent_stamp: Instant,
-    pub ts_offset: u32,
-    /// Pending D-SACK block to send (`duplicate_sack`).
-    pub dsack: Option<(u32, u32)>,
-    /// SACK blocks we advertise (`selective_acks`), most recent first.
-    pub sacks: Vec<(u32, u32)>,
-    pub gso_segs_cache: u32,
-
-    // --- congestion control ---
-    pub cc: Box<dyn CongestionControl>,
-    pub cc_st: CcState,
-    pub ca_state: CaState,
-    /// What undoing a reduction needs (recovery.rs).
-    pub undo: Undo,
-    pub high_seq: u32,
-    /// TSecr of the segment being processed (`rx_opt.rcv_tsecr`).
-    pub rcv_tsecr: u32,
-    pub reordering: u32,
-    pub snd_cwnd_stamp: Instant,
-    pub max_packets_out: u32,
-    pub is_cwnd_limited: bool,
-    /// Set by the output loop when it stopped on cwnd (tcp_write_xmit's `is_cwnd_limited`).
-    pub cwnd_limited_now: bool,
-    /// Set by the output loop when it stopped on the peer's window (`is_rwnd_limited`).
-    pub rwnd_limited_now: bool,
-    pub cwnd_usage_seq: u32,
-    /// PRR counters of the current reduction (recovery.rs).
-    pub prr: Prr,
-    /// `tp->ecn_flags` (RFC 3168): bits of [`ecnf`].
-    pub ecn_flags: u8,
-    /// The tail loss probe's episode (rack.rs).
-    pub tlp: Tlp,
-
-    // --- RTT / RTO (RFC 6298) ---
-    /// RTT estimator and RTO (rtt.rs).
-    pub rtt: Rtt,
-    pub backoff: u32,
-    pub retransmits: u32,
-    pub total_retrans: u32,
-    pub retrans_stamp: Option<Instant>,
-    /// Zero-window and keepalive probing (timer.rs).
-    pub probes: Probes,
-    pub lsndtime: Instant,
-    pub lrcvtime: Instant,
-    pub rcv_tstamp: Instant,
-    pub synack_retries_done: u32,
-
-    // --- RACK (RFC 8985) ---
-    /// `tp->rack` (rack.rs).
-    pub rack: Rack,
-    /// Reordering events observed (`tp->reord_seen`, reported as `tcpi_reord_seen`).
-    pub reord_seen: u32,
-    /// End of the highest SACKed sequence (`tcp_highest_sack_seq`).
-    pub highest_sack_end: u32,
-    pub sack_seen_any: bool,
-
-    // --- queues and memory ---
-    pub write_queue: VecDeque<Skb>,
-    pub rtx_queue: VecDeque<Skb>,
-    pub packets_out: u32,
-    pub sacked_out: u32,
-    pub lost_out: u32,
-    pub retrans_out: u32,
-    pub delivered: u32,
-    pub bytes_acked: u64,
-    pub bytes_received: u64,
-    pub bytes_sent: u64,
-    pub bytes_retrans: u64,
-    pub data_segs_in: u32,
-    pub data_segs_out: u32,
-    pub segs_in: u32,
-    pub segs_out: u32,
-    pub wmem_queued: u32,
-    pub wmem_alloc: u32,
-    pub sndbuf: u32,
-    pub rcvbuf: u32,
-    pub rmem_alloc: u32,
-    /// Pages of the stack-wide TCP memory this socket holds (see `mem.rs`).
-    pub mem_pages: i64,
-    /// `wmem_queued` when a send-side memory allocation failed (0: none pending); the
-    /// socket is not writable until the queues shrink below it.
-    pub mem_wait: u32,
+    /// `sk_err` (reported once by SO_ERROR / the next call).
+    pub err: Option<Errno>,
+    /// `sk_err_soft`: the last soft error (ICMP), reported if the connection times out.
+    pub err_soft: Option<Errno>,
+    /// `sk_shutdown` bits ([`RCV_SHUTDOWN`], [`SEND_SHUTDOWN`]).
+    pub shutdown: u8,
+    /// SOCK_NOSPACE: a writer saw no space; wake it on write space.
+    pub nospace: bool,
+    /// `sock->state == SS_CONNECTING`: a connect() is in progress or failed unreported.
+    pub connecting: bool,
     /// A lingering `close()` waits until this time (SO_LINGER, `sk_stream_wait_close`);
     /// meanwhile the socket is closed but not yet orphaned.
     pub linger_until: Option<Instant>,
-    pub rx_queue: VecDeque<RxSkb>,
-    pub ofo_queue: Vec<OfoSkb>,
-    pub fin_received: bool,
-    pub drops: u32,
-    pub ack: AckState,
-    pub pacing_rate: u64,
-    pub wstamp: Instant,
-    /// Autotuning's per-RTT measurement (`rcvq_space`, recv.rs).
-    pub rcvq: RcvqSpace,
-    /// Receiver RTT estimate (`rcv_rtt_est`, recv.rs).
-    pub rcv_rtt: RcvRttEst,
-    #[allow(dead_code)]
-    pub urg_data: bool,
-    /// Delivery-rate estimation (tcp_rate.c, rate.rs).
-    pub rate: RateState,
+    /// Socket ownership and the backlog (`sk_lock`, `sk_backlog`, stack/api.rs).
+    pub lock: SockLock,
+    /// The socket's buffers and their memory accounting (mem.rs).
+    pub mem: SockMem,
+    /// `sk_tsq_flags`: bits of [`tsq`] (TSQ throttling, work deferred to `release_sock`).
+    pub tsq_flags: u8,
+
+    // --- sequence spaces, queues and options
+    /// Send sequence space and the write queue (RFC 9293 §3.3.1, send.rs).
+    pub snd: SndSeq,
+    /// The retransmit queue and its SACK scoreboard (recovery.rs).
+    pub rtx: RtxQueue,
+    /// Receive sequence space, the offered window and the receive queues (recv.rs).
+    pub rcv: RcvSeq,
+    /// Options negotiated on the handshake and the timestamp state (`rx_opt`, input.rs).
+    pub rx_opt: RxOpt,
+    /// The segment sizes in use (mtu.rs).
+    pub mss: MssCache,
+    /// MTU probing (`icsk_mtup`, mtu.rs).
+    pub mtup: Mtup,
+
+    // --- output
+    /// Pacing and TSO autosizing (output.rs).
+    pub pacing: Pacing,
+    /// How much of cwnd the flow used (`tcp_cwnd_validate`, output.rs).
+    pub cwnd_use: CwndUse,
     /// Send-side chronographs (`tcp_chrono_*`, chrono.rs).
     pub chrono: Chrono,
+
+    // --- input: ACKs we send
+    /// Delayed-ACK state (`icsk_ack`).
+    pub ack: AckState,
+    /// SACK compression (input.rs).
+    pub sack_compress: SackCompress,
     /// Last time we answered an invalid segment (`last_oow_ack_time`).
     pub last_oow_ack: Instant,
+
+    // --- congestion control and loss recovery (`icsk_ca_*`, the state every part reads)
+    /// The congestion-control algorithm (`icsk_ca_ops`).
+    pub cc: Box<dyn CongestionControl>,
+    /// The algorithm's state and what the engine fills in for it (cwnd, ssthresh, …).
+    pub cc_st: CcState,
+    /// The congestion state machine's state (`icsk_ca_state`).
+    pub ca_state: CaState,
+    /// SND.NXT when recovery or loss began (`high_seq`).
+    pub high_seq: u32,
+    /// Reordering degree in segments (`tp->reordering`).
+    pub reordering: u32,
+    /// `tp->ecn_flags` (RFC 3168): bits of [`ecnf`].
+    pub ecn_flags: u8,
+    /// PRR counters of the current reduction (recovery.rs).
+    pub prr: Prr,
+    /// What undoing a reduction needs (recovery.rs).
+    pub undo: Undo,
+    /// `tp->rack` (rack.rs).
+    pub rack: Rack,
+    /// The tail loss probe's episode (rack.rs).
+    pub tlp: Tlp,
+    /// Delivery-rate estimation (tcp_rate.c, rate.rs).
+    pub rate: RateState,
+
+    // --- RTT, timers and activity
+    /// RTT estimator and RTO (rtt.rs).
+    pub rtt: Rtt,
+    /// Receiver RTT estimate (`rcv_rtt_est`, recv.rs).
+    pub rcv_rtt: RcvRttEst,
+    /// Autotuning's per-RTT measurement (`rcvq_space`, recv.rs).
+    pub rcvq: RcvqSpace,
+    /// The connection's timers and their retry bookkeeping (timer.rs).
+    pub timer: Timers,
+    /// Last time data was sent (`lsndtime`).
+    pub lsndtime: Instant,
+    /// Last time data was received (`icsk_ack.lrcvtime` as `tcp_info` reports it).
+    pub lrcvtime: Instant,
+    /// Last time an ACK was received (`rcv_tstamp`).
+    pub rcv_tstamp: Instant,
+    /// Counters `tcp_info` reports (info.rs).
+    pub stats: ConnStats,
 }
 
 use crate::Errno;
 
 impl Connection {
     pub fn new(id: SocketId, gen: u32, family: Family, env: &Env) -> Connection {
-        let wmem = env.sysctl.triple(Sysctl::tcp_wmem);
-        let rmem = env.sysctl.triple(Sysctl::tcp_rmem);
+        let wmem = env.config.sysctl.triple(Sysctl::tcp_wmem);
+        let rmem = env.config.sysctl.triple(Sysctl::tcp_rmem);
         let cc = shallow_cc::by_name(
-            env.sysctl.str(Sysctl::tcp_congestion_control),
-            &env.cc_params,
+            env.config.sysctl.str(Sysctl::tcp_congestion_control),
+            &env.config.cc_params,
         )
-        .or_else(|| shallow_cc::by_name("reno", &env.cc_params))
+        .or_else(|| shallow_cc::by_name("reno", &env.config.cc_params))
         .expect("reno is always available");
         let unspec = SocketAddr::new(family.unspecified(), 0);
         Connection {
@@ -1250,7 +808,7 @@ impl Connection {
             listen: None,
             parent: None,
             opts: SockOpts {
-                v6only: family == Family::V6 && env.sysctl.on(Sysctl::bindv6only),
+                v6only: family == Family::V6 && env.config.sysctl.on(Sysctl::bindv6only),
                 ..SockOpts::default()
             },
             route: RouteAttrs::default(),
@@ -1260,106 +818,24 @@ impl Connection {
             nospace: false,
             sack_compress: SackCompress::default(),
             connecting: false,
-            owned: false,
-            backlog: VecDeque::new(),
-            backlog_len: 0,
             tsq_flags: 0,
-            timers: [None; NTIMERS],
-            rtx_event: RtxEvent::Rto,
-            iss: 0,
-            irs: 0,
-            snd_una: 0,
-            snd_nxt: 0,
-            write_seq: 0,
-            pushed_seq: 0,
-            snd_sml: 0,
-            snd_wnd: 0,
-            snd_wl1: 0,
-            max_window: 0,
-            snd_wscale: 0,
-            rcv_wscale: 0,
-            rcv_nxt: 0,
-            rcv_wup: 0,
-            rcv_wnd: 0,
-            copied_seq: 0,
-            window_clamp: 0,
-            rcv_ssthresh: 0,
-            scaling_ratio: TCP_DEFAULT_SCALING_RATIO,
-            mss_cache: TCP_MSS_DEFAULT,
-            advmss: TCP_MSS_DEFAULT,
-            mss_clamp: TCP_MSS_DEFAULT,
-            pmtu_cookie: 0,
             route_pending: None,
             mtup: Mtup::default(),
-            xmit_mss_override: 0,
-            tcp_header_len: 20,
-            tstamp_ok: false,
-            sack_ok: false,
-            wscale_ok: false,
-            dsack_ok: false,
-            ts_recent: 0,
-            ts_recent_stamp: Instant::ZERO,
-            ts_offset: 0,
-            dsack: None,
-            sacks: Vec::new(),
-            gso_segs_cache: 0,
             cc,
             cc_st: CcState::default(),
             ca_state: CaState::Open,
             undo: Undo::default(),
             high_seq: 0,
-            rcv_tsecr: 0,
             reordering: env.sysint(Sysctl::tcp_reordering) as u32,
-            snd_cwnd_stamp: Instant::ZERO,
-            max_packets_out: 0,
-            is_cwnd_limited: false,
-            cwnd_limited_now: false,
-            rwnd_limited_now: false,
-            cwnd_usage_seq: 0,
             prr: Prr::default(),
             ecn_flags: 0,
             tlp: Tlp::default(),
             rtt: Rtt::default(),
-            backoff: 0,
-            retransmits: 0,
-            total_retrans: 0,
-            retrans_stamp: None,
-            probes: Probes::default(),
             lsndtime: Instant::ZERO,
             lrcvtime: Instant::ZERO,
             rcv_tstamp: Instant::ZERO,
-            synack_retries_done: 0,
             rack: Rack::default(),
-            reord_seen: 0,
-            highest_sack_end: 0,
-            sack_seen_any: false,
-            write_queue: VecDeque::new(),
-            rtx_queue: VecDeque::new(),
-            packets_out: 0,
-            sacked_out: 0,
-            lost_out: 0,
-            retrans_out: 0,
-            delivered: 0,
-            bytes_acked: 0,
-            bytes_received: 0,
-            bytes_sent: 0,
-            bytes_retrans: 0,
-            data_segs_in: 0,
-            data_segs_out: 0,
-            segs_in: 0,
-            segs_out: 0,
-            wmem_queued: 0,
-            wmem_alloc: 0,
-            sndbuf: wmem[1] as u32,
-            rcvbuf: rmem[1] as u32,
-            rmem_alloc: 0,
-            mem_pages: 0,
-            mem_wait: 0,
             linger_until: None,
-            rx_queue: VecDeque::new(),
-            ofo_queue: Vec::new(),
-            fin_received: false,
-            drops: 0,
             ack: AckState {
                 pending: 0,
                 quick: 0,
@@ -1370,63 +846,68 @@ impl Connection {
                 rcv_mss: TCP_MSS_DEFAULT,
                 last_seg_size: 0,
             },
-            // sk_pacing_rate starts at ~0 (unlimited) until the first ACK of data.
-            pacing_rate: u64::MAX,
-            wstamp: Instant::ZERO,
             rcvq: RcvqSpace::default(),
             rcv_rtt: RcvRttEst::default(),
-            urg_data: false,
             last_oow_ack: Instant::ZERO,
+            stats: ConnStats::default(),
             chrono: Chrono::default(),
             rate: RateState::default(),
-        }
-    }
-
-    /// Arm (or re-arm) a timer for `at`; a timer-wheel timer fires when [`wheel_delay`] (or,
-    /// for the delayed ACK, [`delack_timer_delay`]) says.
-    pub fn arm(&mut self, env: &mut Env, kind: TimerKind, at: Instant) {
-        // The retransmit (RTO, persist, SYN, loss probe, RACK), delayed-ACK and keepalive
-        // (FIN_WAIT2, TIME_WAIT) timers live on the jiffy timer wheel (`sk_reset_timer`);
-        // the compressed-SACK timer is an hrtimer and fires on time.
-        // A timer due at once is the engine's "at the end of this step" and stays so, but
-        // for a delayed ACK due at once (`ato` 0: a bare FIN before any data): Linux arms
-        // the wheel for the current jiffy, which runs at a later tick (kernel recordings of
-        // fuzz seeds 60046, 60057, 60105: 4.7 to 5.7 ms after the FIN of an active opener;
-        // a passive child's within 4 ms, close-remote-fin-then-close), so it leaves half a
-        // jiffy later, as `delack_timer_delay` gives for a zero delay.
-        let at = if kind == TimerKind::Delack && at <= env.clock {
-            env.clock + delack_timer_delay(Duration::ZERO)
-        } else if at <= env.clock {
-            at
-        } else if kind == TimerKind::Delack {
-            env.clock + delack_timer_delay(at - env.clock)
-        } else if matches!(kind, TimerKind::Retrans | TimerKind::Keepalive) {
-            env.clock + wheel_delay(at - env.clock)
-        } else {
-            at
-        };
-        if let Some(old) = self.timers[kind as usize].take() {
-            env.timers.remove(&(old, self.id.0, self.gen, kind));
-        }
-        self.timers[kind as usize] = Some(at);
-        env.timers.insert((at, self.id.0, self.gen, kind));
-    }
-
-    /// Cancel a timer.
-    pub fn disarm(&mut self, env: &mut Env, kind: TimerKind) {
-        if let Some(old) = self.timers[kind as usize].take() {
-            env.timers.remove(&(old, self.id.0, self.gen, kind));
-        }
-    }
-
-    pub fn disarm_all(&mut self, env: &mut Env) {
-        for k in [
-            TimerKind::Retrans,
-            TimerKind::Delack,
-            TimerKind::Keepalive,
-            TimerKind::CompSack,
-        ] {
-            self.disarm(env, k);
+            mem: SockMem::new(wmem[1] as u32, rmem[1] as u32),
+            rx_opt: RxOpt {
+                tstamp_ok: false,
+                sack_ok: false,
+                wscale_ok: false,
+                dsack_ok: false,
+                snd_wscale: 0,
+                rcv_wscale: 0,
+                mss_clamp: TCP_MSS_DEFAULT,
+                ts_recent: 0,
+                ts_recent_stamp: Instant::ZERO,
+                rcv_tsecr: 0,
+                ts_offset: 0,
+            },
+            timer: Timers::new(),
+            snd: SndSeq {
+                iss: 0,
+                una: 0,
+                nxt: 0,
+                write_seq: 0,
+                pushed_seq: 0,
+                sml: 0,
+                wnd: 0,
+                wl1: 0,
+                max_window: 0,
+                write_queue: VecDeque::new(),
+            },
+            rtx: RtxQueue {
+                queue: VecDeque::new(),
+                packets_out: 0,
+                sacked_out: 0,
+                lost_out: 0,
+                retrans_out: 0,
+                delivered: 0,
+                highest_sack_end: 0,
+                sack_seen_any: false,
+            },
+            rcv: RcvSeq {
+                irs: 0,
+                nxt: 0,
+                wup: 0,
+                wnd: 0,
+                copied_seq: 0,
+                window_clamp: 0,
+                ssthresh: 0,
+                scaling_ratio: TCP_DEFAULT_SCALING_RATIO,
+                rx_queue: VecDeque::new(),
+                ofo_queue: Vec::new(),
+                fin_received: false,
+                sacks: Vec::new(),
+                dsack: None,
+            },
+            mss: MssCache::default(),
+            cwnd_use: CwndUse::default(),
+            pacing: Pacing::default(),
+            lock: SockLock::default(),
         }
     }
 
@@ -1436,14 +917,12 @@ impl Connection {
 
     /// `tcp_packets_in_flight()`: packets_out - (sacked_out + lost_out) + retrans_out.
     pub fn packets_in_flight(&self) -> u32 {
-        self.packets_out
-            .saturating_sub(self.sacked_out + self.lost_out)
-            .saturating_add(self.retrans_out)
+        self.rtx.in_flight()
     }
 
     /// TCP timestamp clock value for `now` (ms clock + per-connection offset).
     pub fn tsval(&self, now: Instant) -> u32 {
-        (now.as_millis() as u32).wrapping_add(self.ts_offset)
+        (now.as_millis() as u32).wrapping_add(self.rx_opt.ts_offset)
     }
 
     /// `tcp_notsent_lowat`: per-socket value or the sysctl.
@@ -1458,19 +937,23 @@ impl Connection {
     /// `sk_wmem_alloc` as Linux compares it: bytes below TCP plus the reference bias of 1
     /// (`SK_WMEM_ALLOC_BIAS`), so one queued packet of size X counts as "more than X".
     pub fn wmem_alloc_biased(&self) -> u32 {
-        self.wmem_alloc + 1
+        self.mem.wmem_alloc + 1
     }
 
     /// Unsent bytes in the write queue (`write_seq - snd_nxt`).
     pub fn notsent_bytes(&self) -> u32 {
-        let n = self.write_seq.wrapping_sub(self.snd_nxt) as i32;
+        let n = self.snd.write_seq.wrapping_sub(self.snd.nxt) as i32;
         n.max(0) as u32
     }
 
     /// `tcp_stream_memory_free(sk, wake)`: `(notsent << wake) < lowat`. The extension sysctl
     /// `shallow.tcp_notsent_lowat_wake_half = 0` drops the shift (wake at X, not X/2).
     pub fn stream_memory_free(&self, env: &Env, wake: u32) -> bool {
-        let wake = if env.sysctl.on(Sysctl::shallow_tcp_notsent_lowat_wake_half) {
+        let wake = if env
+            .config
+            .sysctl
+            .on(Sysctl::shallow_tcp_notsent_lowat_wake_half)
+        {
             wake
         } else {
             0
@@ -1482,13 +965,15 @@ impl Connection {
     /// Also false while a send-side TCP memory allocation failed and no queued byte has
     /// been freed since (`mem_wait`; Linux sleeps a short random time instead).
     pub fn sk_stream_memory_free(&self, env: &Env, wake: u32) -> bool {
-        self.mem_wait == 0 && self.wmem_queued < self.sndbuf && self.stream_memory_free(env, wake)
+        !self.mem.waiting()
+            && self.mem.wmem_queued < self.mem.sndbuf
+            && self.stream_memory_free(env, wake)
     }
 
     /// `__sk_stream_is_writeable(sk, wake)`: wspace >= wmem_queued/2 && memory free.
     pub fn stream_is_writeable(&self, env: &Env, wake: u32) -> bool {
-        let wspace = self.sndbuf as i64 - self.wmem_queued as i64;
-        wspace >= (self.wmem_queued / 2) as i64 && self.sk_stream_memory_free(env, wake)
+        let wspace = self.mem.sndbuf as i64 - self.mem.wmem_queued as i64;
+        wspace >= (self.mem.wmem_queued / 2) as i64 && self.sk_stream_memory_free(env, wake)
     }
 
     /// `sk_stream_closing`: our FIN is sent but not yet acknowledged.
@@ -1509,9 +994,10 @@ impl Connection {
     /// Sequence-space receive window still offered (`tcp_receive_window`).
     pub fn receive_window(&self) -> u32 {
         let w = self
-            .rcv_wup
-            .wrapping_add(self.rcv_wnd)
-            .wrapping_sub(self.rcv_nxt) as i32;
+            .rcv
+            .wup
+            .wrapping_add(self.rcv.wnd)
+            .wrapping_sub(self.rcv.nxt) as i32;
         w.max(0) as u32
     }
 
@@ -1519,27 +1005,24 @@ impl Connection {
     /// `space × scaling_ratio / 256`. `tcp_adv_win_scale` no longer plays a part (measured:
     /// setting it to 2 leaves every window of the 540000-byte scenario unchanged).
     pub fn win_from_space(&self, space: i64) -> i64 {
-        (space * i64::from(self.scaling_ratio)) >> TCP_RMEM_TO_WIN_SCALE
+        (space * i64::from(self.rcv.scaling_ratio)) >> TCP_RMEM_TO_WIN_SCALE
     }
 
     /// `tcp_space_from_win`: the buffer that yields a window of `win` at the current ratio.
     pub fn space_from_win(&self, win: u64) -> u64 {
-        (win << TCP_RMEM_TO_WIN_SCALE) / u64::from(self.scaling_ratio.max(1))
+        (win << TCP_RMEM_TO_WIN_SCALE) / u64::from(self.rcv.scaling_ratio.max(1))
     }
 
     /// `tcp_space`: window we could offer now.
     pub fn tcp_space(&self, _env: &Env) -> i64 {
-        self.win_from_space(self.rcvbuf as i64 - self.backlog_len as i64 - self.rmem_alloc as i64)
+        self.win_from_space(
+            self.mem.rcvbuf as i64 - self.lock.backlog_len as i64 - self.mem.rmem_alloc as i64,
+        )
     }
 
     /// `tcp_full_space`.
     pub fn full_space(&self, _env: &Env) -> i64 {
-        self.win_from_space(self.rcvbuf as i64)
-    }
-
-    /// Random u32 from the stack RNG.
-    pub fn rand(env: &mut Env) -> u32 {
-        env.rng.next_u32()
+        self.win_from_space(self.mem.rcvbuf as i64)
     }
 
     /// IPv4/IPv6 header length of the connection's packets: of the wire, not of the
@@ -1568,7 +1051,7 @@ impl Connection {
             remote: self.remote,
             seq,
             ack: if flags.intersects(TcpFlags::ACK) {
-                self.rcv_nxt
+                self.rcv.nxt
             } else {
                 0
             },
@@ -1580,7 +1063,7 @@ impl Connection {
                 self.opts.tclass
             },
             ttl: 64,
-            ident: env.next_ident(),
+            ident: env.limits.next_ident(),
             opts,
             payload,
         }
@@ -1598,18 +1081,19 @@ mod writable_tests {
         let mut env = Env::new(1);
         let mut s = Connection::new(SocketId(0), 1, Family::V4, &env);
         s.opts.notsent_lowat = 4000;
-        s.snd_nxt = 1000;
-        s.write_seq = 1000 + 3000; // 3000 unsent: X/2 <= notsent < X
+        s.snd.nxt = 1000;
+        s.snd.write_seq = 1000 + 3000; // 3000 unsent: X/2 <= notsent < X
         assert!(s.stream_memory_free(&env, 0), "may queue more");
         assert!(!s.stream_memory_free(&env, 1), "not woken at 3000 >= X/2");
-        env.sysctl
+        env.config
+            .sysctl
             .set("shallow.tcp_notsent_lowat_wake_half", "0")
             .unwrap();
         assert!(
             s.stream_memory_free(&env, 1),
             "woken below X with the switch off"
         );
-        s.write_seq = 1000 + 4000;
+        s.snd.write_seq = 1000 + 4000;
         assert!(!s.stream_memory_free(&env, 1));
     }
 }

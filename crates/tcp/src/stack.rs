@@ -26,12 +26,14 @@
 //!   socket go to its backlog and timers/TX completions defer their work, as in Linux.
 
 mod api;
+pub(crate) use api::SockLock;
 mod listen;
 mod poll;
 mod rx;
 
 use crate::device::{DeviceCaps, RxBytes, RxChecksum, RxPacket};
 use crate::dualstack::{self, BindScope};
+use crate::env::Env;
 use crate::errno::{Errno, SocketId};
 use crate::info::{MemInfo, TcpInfo};
 use crate::input::RcvOutcome;
@@ -43,6 +45,7 @@ use crate::socket::*;
 use crate::sockopt::{OptVal, SockOpt};
 use crate::sysctl::{Sysctl, SysctlError};
 use crate::time::Instant;
+use crate::timer::{RtxEvent, TimerKind};
 use core::net::{IpAddr, SocketAddr};
 use core::time::Duration;
 use std::collections::HashMap;
@@ -217,8 +220,8 @@ impl Stack {
     /// A stack with no addresses over a device that can do what `caps` says.
     pub fn with_device(seed: u64, caps: DeviceCaps) -> Stack {
         let mut env = Env::new(seed);
-        env.dev = caps;
-        let tables = TableHasher::new(env.key);
+        env.device.caps = caps;
+        let tables = TableHasher::new(env.keys.key());
         Stack {
             env,
             socks: Vec::new(),
@@ -234,17 +237,17 @@ impl Stack {
 
     /// Set a sysctl by Linux name.
     pub fn sysctl_set(&mut self, name: &str, value: &str) -> Result<(), SysctlError> {
-        self.env.sysctl.set(name, value)
+        self.env.config.sysctl.set(name, value)
     }
 
     /// Read a sysctl by Linux name.
     pub fn sysctl_get(&self, name: &str) -> Result<String, SysctlError> {
-        self.env.sysctl.get(name)
+        self.env.config.sysctl.get(name)
     }
 
     /// Congestion-control module parameters (`/sys/module/tcp_cubic/parameters/...`).
     pub fn cc_params_mut(&mut self) -> &mut shallow_cc::CcParams {
-        &mut self.env.cc_params
+        &mut self.env.config.cc_params
     }
 
     /// Record every RTT sample the estimator takes (`tcp_rtt_estimator`'s input: one per ACK
@@ -253,7 +256,7 @@ impl Stack {
     /// until [`Stack::take_rtt_samples`] takes them; further ones are counted and dropped, so
     /// memory stays bounded. 0 (the default) stops recording.
     pub fn set_rtt_log(&mut self, per_socket: usize) {
-        self.env.rtt_log_cap = per_socket;
+        self.env.config.rtt_log_cap = per_socket;
     }
 
     /// Move socket `s`'s recorded RTT samples (µs, oldest first; see [`Stack::set_rtt_log`])
@@ -272,18 +275,18 @@ impl Stack {
     /// retransmission in flight, a refused persist probe retries after 500 ms — a local drop
     /// is never taken for a loss in the network.
     pub fn set_tx_gate(&mut self, gate: Option<Box<dyn crate::TxGate>>) {
-        self.env.gate = gate;
+        self.env.device.set_gate(gate);
     }
 
     /// The device's description (what [`Stack::set_device`] last gave).
     pub fn device(&self) -> DeviceCaps {
-        self.env.dev
+        self.env.device.caps
     }
 
     /// Describe the device anew, as `ethtool -K` or `tc qdisc replace` changes it at run
     /// time; packets already handed over keep what they were built with.
     pub fn set_device(&mut self, caps: DeviceCaps) {
-        self.env.dev = caps;
+        self.env.device.caps = caps;
     }
 
     /// The SNMP counters.
@@ -487,7 +490,7 @@ impl Stack {
     #[cfg(test)]
     pub(crate) fn seqs(&self, s: SocketId) -> (u32, u32, u32) {
         let sk = self.sock(s).expect("socket");
-        (sk.snd_una, sk.snd_nxt, sk.rcv_nxt)
+        (sk.snd.una, sk.snd.nxt, sk.rcv.nxt)
     }
 
     /// `/proc/net/sockstat`-style totals: sockets in use, orphans, TIME_WAIT, and TCP memory
@@ -518,7 +521,7 @@ impl Stack {
             sockets: self.env.mem.sockets,
             memory_pages: self.env.mem.allocated.max(0) as u64,
             pressure: self.env.mem.pressure,
-            limits: self.env.sysctl.triple(Sysctl::tcp_mem),
+            limits: self.env.config.sysctl.triple(Sysctl::tcp_mem),
         }
     }
 
@@ -535,7 +538,7 @@ impl Stack {
                 local: dualstack::to_api(sk.family, sk.local),
                 remote: dualstack::to_api(sk.family, sk.remote),
                 state: sk.state,
-                tx_queue: sk.write_seq.wrapping_sub(sk.snd_una),
+                tx_queue: sk.snd.write_seq.wrapping_sub(sk.snd.una),
                 rx_queue: sk.inq(),
                 listen_queue: sk
                     .listen
@@ -548,7 +551,7 @@ impl Stack {
 
     /// Whether `s` is currently owned by the application.
     pub fn is_owned(&self, s: SocketId) -> bool {
-        self.sock(s).map(|s| s.owned).unwrap_or(false)
+        self.sock(s).map(|s| s.lock.owned).unwrap_or(false)
     }
 }
 
@@ -566,7 +569,7 @@ mod table_hasher_tests {
             "10.0.0.1:80".parse().unwrap(),
             "10.0.0.2:40000".parse().unwrap(),
         );
-        let hash = move |seed: u64| TableHasher::new(Env::new(seed).key).hash_one(key);
+        let hash = move |seed: u64| TableHasher::new(Env::new(seed).keys.key()).hash_one(key);
         let here = hash(7);
         let there = std::thread::spawn(move || hash(7)).join().unwrap();
         assert_eq!(here, there);

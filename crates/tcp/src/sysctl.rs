@@ -448,3 +448,16 @@ mod tests {
         }
     }
 }
+
+/// The stack's configuration: the sysctl table and what else an administrator sets for all
+/// sockets. `pub(crate)` fields: every rule reads them, and only the `Stack`'s configuration
+/// calls (`sysctl_set`, `cc_params_mut`, `set_rtt_log`) write them.
+#[derive(Default)]
+pub(crate) struct Config {
+    /// The sysctl table.
+    pub sysctl: Sysctls,
+    /// Congestion-control module parameters.
+    pub cc_params: shallow_cc::CcParams,
+    /// Per-socket bound of the RTT-sample log; 0 = not recording (the default).
+    pub rtt_log_cap: usize,
+}

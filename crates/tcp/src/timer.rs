@@ -1,7 +1,9 @@
 //! Per-connection timers (Linux `tcp_timer.c`): retransmission (with SYN/SYN-ACK
 //! retransmits), zero-window probe, delayed ACK, keepalive / FIN_WAIT2 / TIME_WAIT. The
-//! engine's timer wheel and its granularity are in `socket.rs` (`Connection::arm`).
+//! kernel's timer granularity (`wheel_delay`, `delack_timer_delay`) and the one rule that
+//! arms a timer (`Connection::arm`) are here too.
 
+use crate::env::Env;
 use crate::errno::Errno;
 use crate::mib::Mib;
 use crate::seq::after;
@@ -9,6 +11,107 @@ use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
 use core::time::Duration;
+use std::collections::BTreeSet;
+
+/// Per-socket timers. Linux multiplexes several events on the retransmit timer
+/// (`icsk_pending`); so do we ([`RtxEvent`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum TimerKind {
+    /// RTO, SYN/SYN-ACK retransmit, zero-window probe, TLP, RACK reordering timer.
+    Retrans = 0,
+    /// Delayed ACK.
+    Delack = 1,
+    /// Keepalive; also FIN_WAIT2 and TIME_WAIT expiry (Linux uses the keepalive timer / tw timer).
+    Keepalive = 2,
+    /// Compressed-SACK hrtimer (`tcp_compressed_ack_kick`).
+    CompSack = 3,
+}
+pub(crate) const NTIMERS: usize = 4;
+
+/// What the retransmit timer is armed for (`icsk_pending`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RtxEvent {
+    Rto,
+    Probe0,
+    LossProbe,
+    ReoTimeout,
+}
+
+/// One jiffy of the judge kernel, which is built with CONFIG_HZ=250.
+pub(crate) const JIFFY: Duration = Duration::from_millis(4);
+/// `TCP_TIMEOUT_MIN`: two jiffies (8 ms at HZ=250), the floor of a zero-window probe
+/// clamped to TCP_USER_TIMEOUT and the slack of the loss-probe and RACK timers
+/// ([`tick_timer_delay`]).
+pub(crate) const TCP_TIMEOUT_MIN: Duration = Duration::from_millis(8);
+
+/// How long after arming a Linux timer in level 0 of the timer wheel (armed less than 63
+/// jiffies ahead) fires: a jiffy timer fires on a tick, so the delay is a whole number of
+/// ticks less the time since the tick before arming. Measured on the loss-probe
+/// (`tcp_schedule_loss_probe`, x = 2*srtt with more than one packet out) and RACK
+/// reordering timers (`tcp_rack_reo_timeout`, x = the time left in the reordering window);
+/// the delayed-ACK timer follows the same rule (40 ms ACKs 4.7–7.7 ms late in the
+/// differential fuzzer's kernel recordings). Measured on 6.18 (HZ=250)
+/// with packetdrill: the timer fires on the n-th tick after arming with
+/// n = ceil((x - 2 ms) / 4 ms) + 2 (CUBIC; RACK with x = 10, 15, 20, 22.5, 25, 26, 30, 40,
+/// 50 ms: n = 5, 6, 7, 8, 8, 9, 10, 12, 15, the same in every run; loss probe with x = 2.2,
+/// 6.2, 10.2, 20.2, 40.3, 60.5, 100.6 ms: n = 3, 4, 5, 7, 12, 17 or 18, 27 or 28; shifting
+/// the send in 1 ms steps moved the firing tick by one jiffy every 4 ms). The engine has no
+/// tick grid, so it takes the mean over the phase: n ticks less half a jiffy.
+pub(crate) fn tick_timer_delay(x: Duration) -> Duration {
+    let j = JIFFY.as_nanos() as u64;
+    let y = (x.as_nanos() as u64).saturating_sub(2_000_000);
+    let n = y.div_ceil(j) + 2;
+    Duration::from_nanos(n * j - j / 2)
+}
+
+/// How much later than its deadline a Linux timer on the jiffy timer wheel fires, on average
+/// over the tick phase. The wheel keeps a timer armed `d` jiffies ahead in level 0 (one-tick
+/// buckets) when d < 63, and otherwise in the level n whose buckets of 8^n jiffies start at
+/// 63·8^(n-1) jiffies; a timer fires when its bucket does, at the first bucket boundary after
+/// its deadline, so a level-n timer is late by up to 8^n jiffies (32 ms for 252 ms–2 s, 256 ms
+/// for 2–16 s at HZ=250), half that on average. Measured on 6.18: retransmission and
+/// persist timers of 300 and 600 ms fire 8–28 ms late, always on the same 32 ms grid
+/// (crates/drill/scripts/kernel/: rto-retransmit-backoff, zero-window-probe,
+/// cork-then-uncork). Zero in level 0 (see [`tick_timer_delay`]). The engine has no tick
+/// grid, so it takes the mean: a timer's
+/// error stays within half a bucket instead of growing with every rearm from a late firing.
+/// When a Linux delayed-ACK timer armed `x` ahead fires, on average: it is armed for
+/// d = ceil(x / jiffy) jiffies from the current jiffy and fires on the (d+1)-th tick after
+/// arming, so (d + 1/2) jiffies later on average. Measured on 6.18 (HZ=250) with a 40 ms
+/// delayed ACK repeated at 117.3 ms intervals: 5 of 6 ACKs left on the 11th tick after the
+/// data (1.2–4.0 ms late, the tick grid's phase read off the ACK times), the first on the
+/// 12th (7.7 ms late).
+pub(crate) fn delack_timer_delay(x: Duration) -> Duration {
+    let j = JIFFY.as_nanos() as u64;
+    let d = (x.as_nanos() as u64).div_ceil(j);
+    Duration::from_nanos(d * j + j / 2)
+}
+
+/// When a Linux timer-wheel timer armed `delay` ahead fires, on average: level 0 by the
+/// measured tick rule ([`tick_timer_delay`]), the levels above half a bucket late
+/// ([`wheel_slack`]). The one place the engine applies the kernel's timer granularity.
+pub(crate) fn wheel_delay(delay: Duration) -> Duration {
+    let slack = wheel_slack(delay);
+    if slack.is_zero() {
+        tick_timer_delay(delay)
+    } else {
+        delay + slack
+    }
+}
+
+pub(crate) fn wheel_slack(delay: Duration) -> Duration {
+    let j = JIFFY.as_nanos() as u64;
+    let jiffies = (delay.as_nanos() as u64).div_ceil(j);
+    let (mut gran, mut start) = (1u64, 63u64);
+    while jiffies >= start && gran < 1 << 24 {
+        gran *= 8;
+        start *= 8;
+    }
+    if gran == 1 {
+        return Duration::ZERO;
+    }
+    Duration::from_nanos(gran * j / 2)
+}
 
 /// The connection's probing state (`icsk_probes_out`, `icsk_probes_tstamp`), private to this
 /// file: zero-window and keepalive probes sent and not answered (reported as `tcpi_probes`;
@@ -37,8 +140,8 @@ impl Connection {
     /// handshake states): counters, exponential backoff of the RTO up to `tcp_rto_max_ms`, and
     /// the retransmit timer re-armed.
     pub(crate) fn syn_retransmitted(&mut self, env: &mut Env, now: Instant) {
-        self.retransmits += 1;
-        self.total_retrans += 1;
+        self.timer.retransmits += 1;
+        self.stats.count_retrans(1);
         env.mib.inc(Mib::TCPSynRetrans);
         env.mib.inc(Mib::RetransSegs);
         self.rtt.backoff_rto(self.rto_max(env));
@@ -54,33 +157,33 @@ impl Connection {
                     return false;
                 }
                 self.send_syn(env, now);
-                self.backoff += 1;
+                self.timer.backoff += 1;
                 self.syn_retransmitted(env, now);
                 false
             }
             TcpState::SynRecv => {
                 let max = env.sysint(Sysctl::tcp_synack_retries) as u32;
-                if self.parent.is_some() && self.synack_retries_done >= max {
+                if self.parent.is_some() && self.timer.synack_retries_done >= max {
                     return true;
                 }
                 if self.parent.is_none() && self.write_timeout(env, now) {
                     return false;
                 }
                 self.send_synack(env, now);
-                self.synack_retries_done += 1;
+                self.timer.synack_retries_done += 1;
                 self.syn_retransmitted(env, now);
                 false
             }
             TcpState::Close | TcpState::Listen | TcpState::TimeWait => false,
             _ => {
-                match self.rtx_event {
+                match self.timer.rtx_event {
                     RtxEvent::Rto => {
                         self.retransmit_timer(env, now);
                     }
                     RtxEvent::LossProbe => self.send_loss_probe(env, now),
                     RtxEvent::ReoTimeout => {
                         self.rack_reo_timeout(env, now);
-                        if self.timers[TimerKind::Retrans as usize].is_none() {
+                        if !self.timer.armed(TimerKind::Retrans) {
                             self.schedule_loss_probe_or_rto(env, now, false);
                         }
                     }
@@ -95,21 +198,21 @@ impl Connection {
     /// of probes ends after that long (counted from the first probe, `icsk_probes_tstamp`),
     /// otherwise after `tcp_retries2` unanswered probes.
     pub(crate) fn probe_timer(&mut self, env: &mut Env, now: Instant) {
-        if self.packets_out > 0 || self.write_queue.is_empty() {
-            self.probes.out = 0;
-            self.probes.tstamp = None;
+        if self.rtx.packets_out > 0 || self.snd.write_queue.is_empty() {
+            self.timer.probes.out = 0;
+            self.timer.probes.tstamp = None;
             return;
         }
         let user_timeout = Duration::from_millis(u64::from(self.opts.user_timeout_ms));
-        let timed_out = match self.probes.tstamp {
+        let timed_out = match self.timer.probes.tstamp {
             None => {
-                self.probes.tstamp = Some(now);
+                self.timer.probes.tstamp = Some(now);
                 false
             }
             Some(t0) => self.opts.user_timeout_ms != 0 && now - t0 >= user_timeout,
         };
         let max_probes = env.sysint(Sysctl::tcp_retries2) as u32;
-        if timed_out || self.probes.out >= max_probes {
+        if timed_out || self.timer.probes.out >= max_probes {
             // tcp_write_err
             self.err = Some(self.err_soft.unwrap_or(Errno::ETIMEDOUT));
             env.mib.inc(Mib::TCPAbortOnTimeout);
@@ -118,24 +221,24 @@ impl Connection {
         }
         // tcp_send_probe0
         let local_drop = self.send_probe0(env, now);
-        if self.packets_out > 0 || self.write_queue.is_empty() {
-            self.probes.out = 0;
-            self.backoff = 0;
-            self.probes.tstamp = None;
+        if self.rtx.packets_out > 0 || self.snd.write_queue.is_empty() {
+            self.timer.probes.out = 0;
+            self.timer.backoff = 0;
+            self.timer.probes.tstamp = None;
             return;
         }
-        self.probes.out += 1;
+        self.timer.probes.out += 1;
         let mut when = if local_drop {
             // Not sent for local congestion: retry at TCP_RESOURCE_PROBE_INTERVAL, no backoff.
             Duration::from_millis(500)
         } else {
-            if self.backoff < max_probes {
-                self.backoff += 1;
+            if self.timer.backoff < max_probes {
+                self.timer.backoff += 1;
             }
             self.probe0_when()
         };
         when = self.clamp_probe0_to_user_timeout(now, when);
-        self.rtx_event = RtxEvent::Probe0;
+        self.timer.rtx_event = RtxEvent::Probe0;
         self.arm(env, TimerKind::Retrans, now + when);
     }
 
@@ -144,7 +247,7 @@ impl Connection {
     /// no sooner than `TCP_TIMEOUT_MIN`.
     pub(crate) fn clamp_probe0_to_user_timeout(&self, now: Instant, when: Duration) -> Duration {
         let user_timeout = Duration::from_millis(u64::from(self.opts.user_timeout_ms));
-        match (self.opts.user_timeout_ms != 0, self.probes.tstamp) {
+        match (self.opts.user_timeout_ms != 0, self.timer.probes.tstamp) {
             (true, Some(t0)) => {
                 when.min(user_timeout.saturating_sub(now - t0).max(TCP_TIMEOUT_MIN))
             }
@@ -158,18 +261,18 @@ impl Connection {
     /// interval from this ACK (measured on 6.18: probes answered at 0.70 s and 1.30 s were
     /// followed by the next probe 0.6157 s after the answer, not on the old schedule).
     pub(crate) fn ack_probe(&mut self, env: &mut Env, now: Instant) {
-        let Some(head) = self.write_queue.front() else {
+        let Some(head) = self.snd.write_queue.front() else {
             return;
         };
         if !after(head.end_seq, self.snd_wnd_end()) {
-            self.backoff = 0;
-            self.probes.tstamp = None;
-            if self.rtx_event == RtxEvent::Probe0 {
+            self.timer.backoff = 0;
+            self.timer.probes.tstamp = None;
+            if self.timer.rtx_event == RtxEvent::Probe0 {
                 self.disarm(env, TimerKind::Retrans);
             }
         } else {
             let when = self.clamp_probe0_to_user_timeout(now, self.probe0_when());
-            self.rtx_event = RtxEvent::Probe0;
+            self.timer.rtx_event = RtxEvent::Probe0;
             self.arm(env, TimerKind::Retrans, now + when);
         }
     }
@@ -246,7 +349,7 @@ impl Connection {
             // acceptable ACK clears (tcp_ack).
             TcpState::Close | TcpState::Listen | TcpState::SynSent => false,
             _ if self.opts.keepalive => {
-                if self.packets_out > 0 || !self.write_queue.is_empty() {
+                if self.rtx.packets_out > 0 || !self.snd.write_queue.is_empty() {
                     let idle = self.keepalive_time(env);
                     self.arm(env, TimerKind::Keepalive, now + idle);
                     return false;
@@ -261,9 +364,9 @@ impl Connection {
                 // With TCP_USER_TIMEOUT, that bounds the silence instead of the probe count.
                 let user_timeout = u64::from(self.opts.user_timeout_ms);
                 let timed_out = if user_timeout != 0 {
-                    elapsed >= Duration::from_millis(user_timeout) && self.probes.out > 0
+                    elapsed >= Duration::from_millis(user_timeout) && self.timer.probes.out > 0
                 } else {
-                    self.probes.out >= self.keepalive_probes(env)
+                    self.timer.probes.out >= self.keepalive_probes(env)
                 };
                 if timed_out {
                     self.send_active_reset(env, now);
@@ -274,7 +377,7 @@ impl Connection {
                     return false;
                 }
                 self.send_probe_keepalive(env, now);
-                self.probes.out += 1;
+                self.timer.probes.out += 1;
                 let intvl = self.keepalive_intvl(env);
                 self.arm(env, TimerKind::Keepalive, now + intvl);
                 false
@@ -286,5 +389,141 @@ impl Connection {
     /// The keepalive probe (`tcp_write_wakeup` with nothing to send: `tcp_xmit_probe_skb`).
     pub(crate) fn send_probe_keepalive(&mut self, env: &mut Env, now: Instant) {
         self.xmit_probe_skb(env, now, Mib::TCPKeepAlive);
+    }
+}
+
+/// A connection's timers and what their retries count (`inet_connection_sock`'s timers,
+/// `icsk_pending`, `icsk_backoff`, `icsk_retransmits`, `icsk_probes_out`, and `tcp_sock`'s
+/// `retrans_stamp`). The deadlines are private to this file: [`Connection::arm`] and
+/// [`Connection::disarm`] keep them and the stack's timer set in step. The retry counters are
+/// `pub(crate)`: as in Linux, the timer handlers raise them (the SYN, probe and keepalive
+/// handlers here, the RTO's `tcp_retransmit_timer` in recovery.rs beside the loss state it
+/// enters), the ACK that makes progress (input.rs) resets them, and the undo rules, the
+/// output and `tcp_info` read them.
+#[derive(Debug)]
+pub(crate) struct Timers {
+    /// Deadline of each armed timer, as entered in the stack's timer set.
+    at: [Option<Instant>; NTIMERS],
+    /// What the retransmit timer is armed for (`icsk_pending`).
+    pub rtx_event: RtxEvent,
+    /// Exponential backoff of the RTO or the probe timer (`icsk_backoff`).
+    pub backoff: u32,
+    /// RTOs (or SYN retransmissions) since the last progress (`icsk_retransmits`).
+    pub retransmits: u32,
+    /// First retransmission of the current episode (`tp->retrans_stamp`), for the
+    /// retry limits and undo.
+    pub retrans_stamp: Option<Instant>,
+    /// SYN-ACK retransmissions of this passive child (`req->num_retrans`).
+    pub synack_retries_done: u32,
+    /// Zero-window and keepalive probing (timer.rs).
+    pub probes: Probes,
+}
+
+/// The armed timers of all sockets of one stack, in deadline order: (deadline, socket slot,
+/// generation, kind). Private to this file: entries are added and removed only by
+/// [`Connection::arm`] and [`Connection::disarm`], which keep each socket's [`Timers`] in
+/// step, and taken by the stack when due.
+#[derive(Debug, Default)]
+pub(crate) struct TimerSet {
+    set: BTreeSet<(Instant, u32, u32, TimerKind)>,
+}
+
+impl TimerSet {
+    /// The earliest deadline.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.set.first().map(|t| t.0)
+    }
+
+    /// Take the earliest timer if it is due at `now`: (deadline, socket slot, generation,
+    /// kind). The socket's own record says whether it still stands ([`Timers::fire`]).
+    pub fn pop_due(&mut self, now: Instant) -> Option<(Instant, u32, u32, TimerKind)> {
+        match self.set.first() {
+            Some(&e) if e.0 <= now => {
+                self.set.pop_first();
+                Some(e)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Timers {
+    pub fn new() -> Timers {
+        Timers {
+            at: [None; NTIMERS],
+            rtx_event: RtxEvent::Rto,
+            backoff: 0,
+            retransmits: 0,
+            retrans_stamp: None,
+            synack_retries_done: 0,
+            probes: Probes::default(),
+        }
+    }
+
+    /// Whether a timer of `kind` is armed.
+    pub fn armed(&self, kind: TimerKind) -> bool {
+        self.at[kind as usize].is_some()
+    }
+
+    /// The stack's timer set found this timer due at `at`: true (and the timer is no longer
+    /// armed) if it is still armed for that time, false if it was re-armed or cancelled since.
+    pub fn fire(&mut self, kind: TimerKind, at: Instant) -> bool {
+        let t = &mut self.at[kind as usize];
+        if *t == Some(at) {
+            *t = None;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+impl Connection {
+    /// Arm (or re-arm) a timer for `at`; a timer-wheel timer fires when [`wheel_delay`] (or,
+    /// for the delayed ACK, [`delack_timer_delay`]) says.
+    pub fn arm(&mut self, env: &mut Env, kind: TimerKind, at: Instant) {
+        // The retransmit (RTO, persist, SYN, loss probe, RACK), delayed-ACK and keepalive
+        // (FIN_WAIT2, TIME_WAIT) timers live on the jiffy timer wheel (`sk_reset_timer`);
+        // the compressed-SACK timer is an hrtimer and fires on time.
+        // A timer due at once is the engine's "at the end of this step" and stays so, but
+        // for a delayed ACK due at once (`ato` 0: a bare FIN before any data): Linux arms
+        // the wheel for the current jiffy, which runs at a later tick (kernel recordings of
+        // fuzz seeds 60046, 60057, 60105: 4.7 to 5.7 ms after the FIN of an active opener;
+        // a passive child's within 4 ms, close-remote-fin-then-close), so it leaves half a
+        // jiffy later, as `delack_timer_delay` gives for a zero delay.
+        let at = if kind == TimerKind::Delack && at <= env.clock {
+            env.clock + delack_timer_delay(Duration::ZERO)
+        } else if at <= env.clock {
+            at
+        } else if kind == TimerKind::Delack {
+            env.clock + delack_timer_delay(at - env.clock)
+        } else if matches!(kind, TimerKind::Retrans | TimerKind::Keepalive) {
+            env.clock + wheel_delay(at - env.clock)
+        } else {
+            at
+        };
+        if let Some(old) = self.timer.at[kind as usize].take() {
+            env.timers.set.remove(&(old, self.id.0, self.gen, kind));
+        }
+        self.timer.at[kind as usize] = Some(at);
+        env.timers.set.insert((at, self.id.0, self.gen, kind));
+    }
+
+    /// Cancel a timer.
+    pub fn disarm(&mut self, env: &mut Env, kind: TimerKind) {
+        if let Some(old) = self.timer.at[kind as usize].take() {
+            env.timers.set.remove(&(old, self.id.0, self.gen, kind));
+        }
+    }
+
+    pub fn disarm_all(&mut self, env: &mut Env) {
+        for k in [
+            TimerKind::Retrans,
+            TimerKind::Delack,
+            TimerKind::Keepalive,
+            TimerKind::CompSack,
+        ] {
+            self.disarm(env, k);
+        }
     }
 }

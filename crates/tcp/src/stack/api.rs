@@ -17,10 +17,10 @@ impl Stack {
         local_ip: IpAddr,
         remote: Option<SocketAddr>,
     ) -> Result<u16, Errno> {
-        let r = self.env.sysctl.triple(Sysctl::ip_local_port_range);
+        let r = self.env.config.sysctl.triple(Sysctl::ip_local_port_range);
         let (lo, hi) = (r[0] as u32, r[1] as u32);
         let n = hi - lo + 1;
-        let start = Connection::rand(&mut self.env) % n;
+        let start = self.env.keys.rand() % n;
         for i in 0..n {
             let port = (lo + (start + i) % n) as u16;
             let busy = match remote {
@@ -164,7 +164,7 @@ impl Stack {
             old.userlocks_port,
             old.userlocks_addr,
         );
-        let (osnd, orcv) = (old.sndbuf, old.rcvbuf);
+        let (osnd, orcv) = (old.mem.sndbuf, old.mem.rcvbuf);
         if !locked {
             if let Some(v) = self.ports.get_mut(&local.port()) {
                 v.retain(|x| *x != s);
@@ -188,10 +188,10 @@ impl Stack {
         let sndbuf_lock = fresh.opts.sndbuf_lock;
         let rcvbuf_lock = fresh.opts.rcvbuf_lock;
         if sndbuf_lock {
-            fresh.sndbuf = osnd;
+            fresh.mem.sndbuf = osnd;
         }
         if rcvbuf_lock {
-            fresh.rcvbuf = orcv;
+            fresh.mem.rcvbuf = orcv;
         }
         self.socks[s.0 as usize] = Some(Box::new(fresh));
         Ok(())
@@ -260,21 +260,21 @@ impl Stack {
         sk.remote = remote;
         sk.route = route;
         sk.hashed = true;
-        sk.iss = iss;
-        sk.ts_offset = ts_off;
-        sk.snd_una = iss;
-        sk.snd_nxt = iss.wrapping_add(1);
-        sk.write_seq = sk.snd_nxt;
-        sk.pushed_seq = sk.write_seq;
-        sk.tstamp_ok = env.sysint(Sysctl::tcp_timestamps) != 0;
-        sk.sack_ok = env.sysctl.on(Sysctl::tcp_sack);
-        sk.wscale_ok = env.sysctl.on(Sysctl::tcp_window_scaling);
+        sk.snd.iss = iss;
+        sk.rx_opt.ts_offset = ts_off;
+        sk.snd.una = iss;
+        sk.snd.nxt = iss.wrapping_add(1);
+        sk.snd.write_seq = sk.snd.nxt;
+        sk.snd.pushed_seq = sk.snd.write_seq;
+        sk.rx_opt.tstamp_ok = env.sysint(Sysctl::tcp_timestamps) != 0;
+        sk.rx_opt.sack_ok = env.config.sysctl.on(Sysctl::tcp_sack);
+        sk.rx_opt.wscale_ok = env.config.sysctl.on(Sysctl::tcp_window_scaling);
         sk.init_rcv_window(env, true);
         sk.state = TcpState::SynSent;
         sk.send_syn(env, now);
-        sk.rtx_event = RtxEvent::Rto;
+        sk.timer.rtx_event = RtxEvent::Rto;
         sk.rtt.reset_rto();
-        sk.retrans_stamp = Some(now);
+        sk.timer.retrans_stamp = Some(now);
         sk.arm(env, TimerKind::Retrans, now + TCP_TIMEOUT_INIT);
         env.mib.inc(Mib::ActiveOpens);
         Err(Errno::EINPROGRESS)
@@ -320,7 +320,7 @@ impl Stack {
             }
             if matches!(how, Shutdown::Read | Shutdown::Both) {
                 sk.shutdown |= RCV_SHUTDOWN;
-                env.wake(s, POLLIN | POLLRDNORM | POLLRDHUP);
+                env.out.wake(s, POLLIN | POLLRDNORM | POLLRDHUP);
             }
             if matches!(how, Shutdown::Write | Shutdown::Both) && sk.shutdown & SEND_SHUTDOWN == 0 {
                 sk.close_state_and_fin(env, now);
@@ -408,8 +408,8 @@ impl Stack {
             // tcp_close purges the receive queue first: a RST for unread data already offers
             // the window of the emptied buffer (fuzz seed 70199). The out-of-order queue stays
             // charged until the socket goes.
-            let purged: u32 = sk.rx_queue.drain(..).map(|b| b.truesize).sum();
-            sk.rmem_alloc = sk.rmem_alloc.saturating_sub(purged);
+            let purged: u32 = sk.rcv.rx_queue.drain(..).map(|b| b.truesize).sum();
+            sk.mem.rmem_alloc = sk.mem.rmem_alloc.saturating_sub(purged);
             let linger0 = sk.opts.linger == Some(0);
             match sk.state {
                 TcpState::Close | TcpState::SynSent => {
@@ -509,7 +509,7 @@ impl Stack {
         }
         Ok(match req {
             Ioctl::SiocInq => sk.inq(),
-            Ioctl::SiocOutq => sk.write_seq.wrapping_sub(sk.snd_una),
+            Ioctl::SiocOutq => sk.snd.write_seq.wrapping_sub(sk.snd.una),
             Ioctl::SiocOutqNsd => sk.notsent_bytes(),
         })
     }
@@ -535,7 +535,7 @@ impl Stack {
     /// timers/TX completions defer their work.
     pub fn lock_sock(&mut self, s: SocketId) {
         if let Ok(sk) = self.sock_mut(s) {
-            sk.owned = true;
+            sk.lock.owned = true;
         }
     }
 
@@ -545,7 +545,7 @@ impl Stack {
         self.tick(now);
         loop {
             let batch = match self.sock_mut(s) {
-                Ok(sk) if !sk.backlog.is_empty() => std::mem::take(&mut sk.backlog),
+                Ok(sk) if !sk.lock.backlog.is_empty() => std::mem::take(&mut sk.lock.backlog),
                 _ => break,
             };
             for o in batch {
@@ -558,7 +558,7 @@ impl Stack {
         let Ok((sk, env)) = self.sk_env(s) else {
             return;
         };
-        sk.backlog_len = 0;
+        sk.lock.backlog_len = 0;
         let flags = sk.tsq_flags;
         sk.tsq_flags &= !(tsq::TSQ_DEFERRED
             | tsq::WRITE_TIMER_DEFERRED
@@ -577,11 +577,27 @@ impl Stack {
         if !drop && flags & tsq::ACK_DEFERRED != 0 && sk.ack.pending & ackf::SCHED != 0 {
             sk.send_ack(env, now);
         }
-        sk.owned = false;
+        sk.lock.owned = false;
         if drop {
             self.free(s);
         } else {
             self.reap(s);
         }
     }
+}
+
+/// Socket ownership (`sk_lock.owned`) and the backlog of segments that arrived while the
+/// application owned the socket (`sk_backlog`, its length in truesize bytes). `lock_sock` and
+/// `release_sock` here take and give ownership and drain the backlog; the `pub(crate)` fields
+/// are read where Linux reads them: the network input (stack/rx.rs) queues to the backlog
+/// while owned, the ACK-deferral and TSQ rules (input.rs, stack/poll.rs) ask whether the
+/// socket is owned, and the window and `SO_MEMINFO` count the backlog.
+#[derive(Debug, Default)]
+pub(crate) struct SockLock {
+    /// `sk_lock.owned`.
+    pub owned: bool,
+    /// Segments that arrived while owned (`sk_backlog`).
+    pub backlog: std::collections::VecDeque<crate::packet::OwnedSeg>,
+    /// The backlog's length in truesize bytes (`sk_backlog.len`).
+    pub backlog_len: u32,
 }

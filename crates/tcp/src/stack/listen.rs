@@ -18,7 +18,7 @@ impl Stack {
                     l.syn_queue.retain(|x| *x != id);
                     l.accept_queue.push_back(id);
                 }
-                self.env.wake(p, POLLIN | POLLRDNORM);
+                self.env.out.wake(p, POLLIN | POLLRDNORM);
             }
         }
     }
@@ -73,7 +73,7 @@ impl Stack {
         };
         let (sk, env) = self.sk_env(cid).expect("just created");
         sk.send_synack(env, now);
-        sk.rtx_event = RtxEvent::Rto;
+        sk.timer.rtx_event = RtxEvent::Rto;
         sk.rtt.reset_rto();
         sk.arm(env, TimerKind::Retrans, now + TCP_TIMEOUT_INIT);
         if let Ok(l) = self.sock_mut(lid) {
@@ -101,18 +101,18 @@ impl Stack {
                 l.opts.clone(),
                 l.gen,
                 l.cc.name(),
-                l.sndbuf,
-                l.rcvbuf,
+                l.mem.sndbuf,
+                l.mem.rcvbuf,
                 l.family,
             )
         };
         let cid = self.alloc(family);
         let ts_off = self.ts_offset(seg.dst, seg.src);
-        let cc_params = self.env.cc_params.clone();
+        let cc_params = self.env.config.cc_params.clone();
         let (sk, env) = self.sk_env(cid).ok()?;
         sk.opts = lopts;
-        sk.sndbuf = lsnd;
-        sk.rcvbuf = lrcv;
+        sk.mem.sndbuf = lsnd;
+        sk.mem.rcvbuf = lrcv;
         if let Some(cc) = shallow_cc::by_name(lcc, &cc_params) {
             sk.cc = cc;
         }
@@ -121,16 +121,16 @@ impl Stack {
         sk.remote = seg.src;
         sk.bound = true;
         sk.parent = Some((lid, lgen));
-        sk.iss = iss;
-        sk.ts_offset = ts_off;
-        sk.snd_una = iss;
-        sk.snd_nxt = iss.wrapping_add(1);
-        sk.write_seq = sk.snd_nxt;
-        sk.pushed_seq = sk.write_seq;
-        sk.irs = seg.seq;
-        sk.rcv_nxt = seg.seq.wrapping_add(1);
-        sk.rcv_wup = sk.rcv_nxt;
-        sk.copied_seq = sk.rcv_nxt;
+        sk.snd.iss = iss;
+        sk.rx_opt.ts_offset = ts_off;
+        sk.snd.una = iss;
+        sk.snd.nxt = iss.wrapping_add(1);
+        sk.snd.write_seq = sk.snd.nxt;
+        sk.snd.pushed_seq = sk.snd.write_seq;
+        sk.rcv.irs = seg.seq;
+        sk.rcv.nxt = seg.seq.wrapping_add(1);
+        sk.rcv.wup = sk.rcv.nxt;
+        sk.rcv.copied_seq = sk.rcv.nxt;
         let syn_like = SegIn {
             opts: opts.unwrap_or(seg.opts),
             ..*seg
@@ -145,14 +145,14 @@ impl Stack {
         {
             sk.ecn_flags = crate::socket::ecnf::OK;
         }
-        if let (true, Some((tsval, _))) = (sk.tstamp_ok, syn_like.opts.ts) {
-            sk.ts_recent = tsval;
-            sk.ts_recent_stamp = now;
+        if let (true, Some((tsval, _))) = (sk.rx_opt.tstamp_ok, syn_like.opts.ts) {
+            sk.rx_opt.ts_recent = tsval;
+            sk.rx_opt.ts_recent_stamp = now;
         }
         sk.init_rcv_window(env, false);
-        sk.snd_wnd = u32::from(seg.window);
-        sk.snd_wl1 = seg.seq;
-        sk.max_window = sk.snd_wnd;
+        sk.snd.wnd = u32::from(seg.window);
+        sk.snd.wl1 = seg.seq;
+        sk.snd.max_window = sk.snd.wnd;
         sk.state = TcpState::SynRecv;
         sk.hashed = true;
         self.conns.insert((seg.dst, seg.src), cid);
@@ -170,9 +170,9 @@ impl Stack {
         count: u32,
         data: u32,
     ) -> u32 {
-        let h1 = self.env.hash4(local, remote, 4) as u32;
-        let h2 =
-            (self.env.hash4(local, remote, 5) as u32).wrapping_add(count.wrapping_mul(0x9e37_79b9));
+        let h1 = self.env.keys.hash4(local, remote, 4) as u32;
+        let h2 = (self.env.keys.hash4(local, remote, 5) as u32)
+            .wrapping_add(count.wrapping_mul(0x9e37_79b9));
         h1.wrapping_add(irs)
             .wrapping_add(count << 24)
             .wrapping_add(h2.wrapping_add(data) & 0x00ff_ffff)
@@ -196,18 +196,18 @@ impl Stack {
         if let Ok((sk, env)) = self.sk_env(cid) {
             // With timestamps, encode wscale and SACK in the low 6 bits of TSval
             // (cookie_init_timestamp) so they survive.
-            if sk.tstamp_ok {
-                let mut o = if sk.wscale_ok {
-                    u32::from(sk.snd_wscale)
+            if sk.rx_opt.tstamp_ok {
+                let mut o = if sk.rx_opt.wscale_ok {
+                    u32::from(sk.rx_opt.snd_wscale)
                 } else {
                     0xf
                 };
-                if sk.sack_ok {
+                if sk.rx_opt.sack_ok {
                     o |= 1 << 4;
                 }
                 let ts = sk.tsval(now);
                 let want = (ts & !0x3f) | o;
-                sk.ts_offset = sk.ts_offset.wrapping_add(want.wrapping_sub(ts));
+                sk.rx_opt.ts_offset = sk.rx_opt.ts_offset.wrapping_add(want.wrapping_sub(ts));
             }
             sk.send_synack(env, now);
             env.mib.inc(Mib::SyncookiesSent);
@@ -220,7 +220,7 @@ impl Stack {
     pub(super) fn cookie_check(&mut self, now: Instant, seg: &SegIn<'_>) -> Option<packet::RxOpts> {
         let cookie = seg.ack.wrapping_sub(1);
         let irs = seg.seq.wrapping_sub(1);
-        let h1 = self.env.hash4(seg.dst, seg.src, 4) as u32;
+        let h1 = self.env.keys.hash4(seg.dst, seg.src, 4) as u32;
         let c = cookie.wrapping_sub(h1).wrapping_sub(irs);
         let enc = c >> 24;
         let cur = (now.as_nanos() / 64_000_000_000) as u32;
@@ -230,7 +230,7 @@ impl Stack {
             return None;
         }
         let count = cur.wrapping_sub(age);
-        let h2 = (self.env.hash4(seg.dst, seg.src, 5) as u32)
+        let h2 = (self.env.keys.hash4(seg.dst, seg.src, 5) as u32)
             .wrapping_add(count.wrapping_mul(0x9e37_79b9));
         let data = (c.wrapping_sub(count << 24).wrapping_sub(h2)) & 0x00ff_ffff;
         if data as usize >= SYNCOOKIE_MSS.len() {
@@ -284,25 +284,25 @@ impl Stack {
         };
         if let Ok(sk) = self.sock_mut(cid) {
             // Keep the timestamp clock continuous with the cookie SYN-ACK's TSval.
-            if let (true, Some((_, ecr))) = (sk.tstamp_ok, seg.opts.ts) {
+            if let (true, Some((_, ecr))) = (sk.rx_opt.tstamp_ok, seg.opts.ts) {
                 let ts = sk.tsval(now);
                 if after(ecr, ts) {
-                    sk.ts_offset = sk.ts_offset.wrapping_add(ecr.wrapping_sub(ts));
+                    sk.rx_opt.ts_offset = sk.rx_opt.ts_offset.wrapping_add(ecr.wrapping_sub(ts));
                 }
             }
-            sk.synack_retries_done = 1; // no RTT sample from the SYN-ACK
+            sk.timer.synack_retries_done = 1; // no RTT sample from the SYN-ACK
         }
         self.rcv_conn(now, cid, seg);
     }
 
     /// ISN per RFC 6528: keyed hash of the 4-tuple plus a 64 ns clock.
     pub(super) fn isn(&self, now: Instant, local: SocketAddr, remote: SocketAddr) -> u32 {
-        let h = self.env.hash4(local, remote, 1) as u32;
+        let h = self.env.keys.hash4(local, remote, 1) as u32;
         h.wrapping_add((now.as_nanos() >> 6) as u32)
     }
 
     /// Per-connection timestamp offset (Linux `secure_tcp_ts_off`).
     pub(super) fn ts_offset(&self, local: SocketAddr, remote: SocketAddr) -> u32 {
-        self.env.hash4(local, remote, 2) as u32
+        self.env.keys.hash4(local, remote, 2) as u32
     }
 }

@@ -22,12 +22,13 @@ impl Stack {
         if sk.gen != token.gen {
             return;
         }
-        sk.wmem_alloc = sk.wmem_alloc.saturating_sub(token.truesize);
+        sk.mem.wmem_alloc = sk.mem.wmem_alloc.saturating_sub(token.truesize);
         // The buffer this packet came from (if not yet acked): its copy left the host.
         let i = sk
-            .rtx_queue
+            .rtx
+            .queue
             .partition_point(|s| !after(s.end_seq, token.seq));
-        if let Some(s) = sk.rtx_queue.get_mut(i) {
+        if let Some(s) = sk.rtx.queue.get_mut(i) {
             // A head trimmed by a partial ACK starts after the token's sequence.
             if !before(token.seq, s.seq) || i == 0 {
                 s.in_host = s.in_host.saturating_sub(1);
@@ -35,7 +36,7 @@ impl Stack {
         }
         if sk.tsq_flags & tsq::THROTTLED != 0 {
             sk.tsq_flags &= !tsq::THROTTLED;
-            if sk.owned {
+            if sk.lock.owned {
                 sk.tsq_flags |= tsq::TSQ_DEFERRED;
             } else {
                 sk.tsq_write(env, now);
@@ -46,23 +47,16 @@ impl Stack {
 
     /// Earliest timer deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.env.timers.first().map(|t| t.0)
+        self.env.timers.next_deadline()
     }
 
     /// Run every timer due at or before `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.tick(now);
-        while let Some(&(at, idx, gen, kind)) = self.env.timers.first() {
-            if at > now {
-                break;
-            }
-            self.env.timers.pop_first();
+        while let Some((at, idx, gen, kind)) = self.env.timers.pop_due(now) {
             let id = SocketId(idx);
             let valid = match self.sock_mut(id) {
-                Ok(sk) if sk.gen == gen && sk.timers[kind as usize] == Some(at) => {
-                    sk.timers[kind as usize] = None;
-                    true
-                }
+                Ok(sk) => sk.gen == gen && sk.timer.fire(kind, at),
                 _ => false,
             };
             if valid {
@@ -78,7 +72,7 @@ impl Stack {
         };
         match kind {
             TimerKind::Retrans => {
-                if sk.owned {
+                if sk.lock.owned {
                     sk.tsq_flags |= tsq::WRITE_TIMER_DEFERRED;
                     return;
                 }
@@ -88,7 +82,7 @@ impl Stack {
                 }
             }
             TimerKind::Delack => {
-                if sk.owned {
+                if sk.lock.owned {
                     env.mib.inc(Mib::DelayedACKLocked);
                     sk.tsq_flags |= tsq::DELACK_TIMER_DEFERRED;
                     return;
@@ -102,7 +96,7 @@ impl Stack {
             }
             TimerKind::CompSack => {
                 // tcp_compressed_ack_kick
-                if sk.owned {
+                if sk.lock.owned {
                     sk.tsq_flags |= tsq::DELACK_TIMER_DEFERRED;
                     return;
                 }

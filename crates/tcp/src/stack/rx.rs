@@ -60,7 +60,7 @@ impl Stack {
             return;
         }
         if let Some(&id) = self.conns.get(&(seg.dst, seg.src)) {
-            let owned = self.sock(id).map(|s| s.owned).unwrap_or(false);
+            let owned = self.sock(id).map(|s| s.lock.owned).unwrap_or(false);
             if owned {
                 self.add_backlog(id, &seg);
                 return;
@@ -110,7 +110,7 @@ impl Stack {
             return;
         };
         if !matches!(sk.state, TcpState::SynSent | TcpState::SynRecv)
-            && !between(icmp.seq, sk.snd_una, sk.snd_nxt)
+            && !between(icmp.seq, sk.snd.una, sk.snd.nxt)
         {
             env.mib.inc(Mib::OutOfWindowIcmps);
             return;
@@ -128,14 +128,14 @@ impl Stack {
                     return;
                 }
                 sk.route.mtu = mtu;
-                let old = sk.mss_cache;
+                let old = sk.mss.cache;
                 sk.sync_mss(env);
-                if sk.mss_cache < old {
+                if sk.mss.cache < old {
                     sk.simple_retransmit(env, now);
                 }
             }
             packet::IcmpKind::Unreach(e) => {
-                if matches!(sk.state, TcpState::SynSent | TcpState::SynRecv) && !sk.owned {
+                if matches!(sk.state, TcpState::SynSent | TcpState::SynRecv) && !sk.lock.owned {
                     sk.err = Some(e);
                     if sk.state == TcpState::SynSent {
                         env.mib.inc(Mib::AttemptFails);
@@ -155,24 +155,25 @@ impl Stack {
             return;
         };
         if let Some(tail) = sk
+            .lock
             .backlog
             .back_mut()
-            .filter(|_| env.dev.rx_truesize.coalesces())
+            .filter(|_| env.device.caps.rx_truesize.coalesces())
         {
             if tail.try_coalesce(seg) {
-                sk.backlog_len += seg.payload.len() as u32;
+                sk.lock.backlog_len += seg.payload.len() as u32;
                 env.mib.inc(Mib::TCPBacklogCoalesce);
                 return;
             }
         }
-        let limit = 2u64 * u64::from(sk.rcvbuf) + u64::from(sk.sndbuf / 2) + 65536;
-        if u64::from(sk.backlog_len) + u64::from(sk.rmem_alloc) > limit {
+        let limit = 2u64 * u64::from(sk.mem.rcvbuf) + u64::from(sk.mem.sndbuf / 2) + 65536;
+        if u64::from(sk.lock.backlog_len) + u64::from(sk.mem.rmem_alloc) > limit {
             env.mib.inc(Mib::TCPBacklogDrop);
-            sk.drops += 1;
+            sk.stats.count_drop();
             return;
         }
-        sk.backlog_len += sk.rx_truesize(env, seg, seg.payload.len() as u32);
-        sk.backlog.push_back(packet::OwnedSeg::from_seg(seg));
+        sk.lock.backlog_len += sk.rx_truesize(env, seg, seg.payload.len() as u32);
+        sk.lock.backlog.push_back(packet::OwnedSeg::from_seg(seg));
     }
 
     pub(super) fn rcv_conn(&mut self, now: Instant, id: SocketId, seg: &SegIn<'_>) {
@@ -183,7 +184,7 @@ impl Stack {
                 && seg.has(TcpFlags::SYN)
                 && !seg.has(TcpFlags::ACK)
                 && !seg.has(TcpFlags::RST)
-                && after(seg.seq, sk.rcv_nxt)
+                && after(seg.seq, sk.rcv.nxt)
             {
                 if let Some(l) = self.listener_for(seg.dst) {
                     if sk.orphan {
@@ -228,7 +229,7 @@ impl Stack {
             if full {
                 self.env.mib.inc(Mib::ListenOverflows);
                 self.env.mib.inc(Mib::ListenDrops);
-                if self.env.sysctl.on(Sysctl::tcp_abort_on_overflow) {
+                if self.env.config.sysctl.on(Sysctl::tcp_abort_on_overflow) {
                     self.send_reset_for(seg);
                     self.free(id);
                 }
@@ -260,7 +261,7 @@ impl Stack {
         } else {
             (0, seg.end_seq(), TcpFlags::RST | TcpFlags::ACK)
         };
-        let ident = self.env.next_ident();
+        let ident = self.env.limits.next_ident();
         let out = SegOut {
             local: seg.dst,
             remote: seg.src,

@@ -701,7 +701,7 @@ fn rto_backoff_then_etimedout() {
     }
     assert!(times.len() >= 3);
     // Each interval is the backed-off RTO plus the timer wheel's mean lateness.
-    let nominal = |d: Duration| d - crate::socket::wheel_slack(d);
+    let nominal = |d: Duration| d - crate::timer::wheel_slack(d);
     let d1 = nominal(times[1] - times[0]);
     let d2 = nominal(times[2] - times[1]);
     assert_eq!(d2, d1 * 2);
@@ -1340,7 +1340,7 @@ fn msg_more_corked_until_probe_timer() {
     // The 210 ms probe timer, on the timer wheel.
     assert_eq!(
         t - p.now,
-        crate::socket::wheel_delay(Duration::from_millis(210))
+        crate::timer::wheel_delay(Duration::from_millis(210))
     );
     p.now = t;
     p.st.handle_timeout(p.now);
@@ -2635,7 +2635,7 @@ fn tick_timer_delay_matches_measured_ticks() {
         (40_300, 12),
     ] {
         assert_eq!(
-            crate::socket::tick_timer_delay(us(x)),
+            crate::timer::tick_timer_delay(us(x)),
             us(n * 4000 - 2000),
             "x = {x} us"
         );
@@ -2875,7 +2875,7 @@ fn uncorked_data_is_retransmitted_when_the_persist_timer_was_armed() {
 #[test]
 fn wheel_slack_follows_the_levels() {
     let ms = Duration::from_millis;
-    let slack = crate::socket::wheel_slack;
+    let slack = crate::timer::wheel_slack;
     assert_eq!(slack(ms(200)), ms(0));
     assert_eq!(slack(ms(248)), ms(0));
     assert_eq!(slack(ms(252)), ms(16));
@@ -3124,7 +3124,7 @@ fn data_sent_by_a_persist_probe_is_retransmitted_with_backoff() {
         }
     }
     assert!(times.len() >= 3, "{times:?}");
-    let nominal = |d: Duration| d - crate::socket::wheel_slack(d);
+    let nominal = |d: Duration| d - crate::timer::wheel_slack(d);
     let d1 = nominal(times[1] - times[0]);
     let d2 = nominal(times[2] - times[1]);
     // Within a millisecond (the test's step) of doubling.

@@ -1,0 +1,247 @@
+//! The environment every socket of one stack acts on (`Env`), grouped by what it is: the
+//! configuration (`Config`, sysctl.rs), the device side (`DeviceSide`, device.rs), the clock
+//! and the timer set (`TimerSet`, timer.rs), the outputs waiting for the substrate
+//! (`Outputs`, here), host-wide TCP memory (`HostMem`, mem.rs), the SNMP counters (mib.rs),
+//! the host-wide rate rules (`Limits`, input.rs) and the keyed randomness (`Keys`, here).
+//! Each group keeps its rules beside it; `Env` itself only composes them where one act needs
+//! several (building and queueing a packet: [`Env::emit`]).
+
+use crate::device::DeviceSide;
+use crate::gate::TxMeta;
+use crate::input::Limits;
+use crate::mem::HostMem;
+use crate::mib::{Counters, Mib};
+use crate::packet::{self, SegOut};
+use crate::socket::{Transmit, TxToken, Wakeup, MAX_WAKEUPS};
+use crate::sysctl::{Config, Sysctl};
+use crate::time::Instant;
+use crate::timer::TimerSet;
+use crate::SocketId;
+use bytes::Bytes;
+use core::net::{IpAddr, SocketAddr};
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::VecDeque;
+
+/// What became of a segment the engine emitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Emitted {
+    /// Queued for the substrate.
+    Sent,
+    /// Refused by the device side (NET_XMIT_DROP, [`DeviceSide::admit`]).
+    Refused,
+    /// Could not be built (mixed address families; a bug guard).
+    Unbuilt,
+}
+
+impl Emitted {
+    pub fn sent(self) -> bool {
+        self == Emitted::Sent
+    }
+}
+
+/// What every socket of one stack shares, grouped by what it is. Sockets get it as `&mut Env`
+/// beside themselves (the split borrow of `Stack::sk_env`).
+pub(crate) struct Env {
+    /// Sysctls and module parameters (sysctl.rs).
+    pub config: Config,
+    /// The device below: its capabilities and its admission rule (device.rs).
+    pub device: DeviceSide,
+    /// The latest time the stack was given (for events noticed without a `now`); only
+    /// `Stack::tick` advances it.
+    pub clock: Instant,
+    /// Armed timers of all sockets (timer.rs).
+    pub timers: TimerSet,
+    /// What waits for the substrate.
+    pub out: Outputs,
+    /// Host-wide TCP memory (mem.rs).
+    pub mem: HostMem,
+    /// SNMP counters.
+    pub mib: Counters,
+    /// Host-wide rate rules and counters: the challenge-ACK limiter, the IPv4 ident (input.rs).
+    pub limits: Limits,
+    /// Keyed randomness, from the stack's seed only.
+    pub keys: Keys,
+}
+
+/// The engine's outputs waiting for the substrate (`Stack::poll_transmit`,
+/// `Stack::poll_wakeup`).
+#[derive(Default)]
+pub(crate) struct Outputs {
+    /// Packets to transmit, in order.
+    pub txq: VecDeque<Transmit>,
+    /// Socket wake-ups, merged per socket (`Env::wake`).
+    pub wakeups: VecDeque<Wakeup>,
+}
+
+impl Outputs {
+    /// Queue a wake-up, merging with the previous one for the same socket. If the substrate
+    /// lets the queue grow past [`MAX_WAKEUPS`], wake-ups merge per socket (level-triggered
+    /// waiters lose nothing; edge-triggered ones see fewer edges).
+    pub fn wake(&mut self, socket: SocketId, events: u32) {
+        if let Some(last) = self.wakeups.back_mut() {
+            if last.socket == socket {
+                last.events |= events;
+                return;
+            }
+        }
+        if self.wakeups.len() >= MAX_WAKEUPS {
+            if let Some(w) = self.wakeups.iter_mut().find(|w| w.socket == socket) {
+                w.events |= events;
+                return;
+            }
+        }
+        self.wakeups.push_back(Wakeup { socket, events });
+    }
+}
+
+/// The stack's keyed randomness, from its seed only (the engine draws nothing from the
+/// operating system): a random stream and the secret of its keyed hashes (ISNs, timestamp
+/// offsets, flow hashes, tables). Private: drawn from through the methods.
+pub(crate) struct Keys {
+    /// The stack's random stream.
+    rng: ChaCha8Rng,
+    /// The secret of its keyed hashes.
+    key: (u64, u64),
+}
+
+impl Keys {
+    /// The keys of a stack seeded with `seed`.
+    pub fn new(seed: u64) -> Keys {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let key = (rng.next_u64(), rng.next_u64());
+        Keys { rng, key }
+    }
+
+    /// A random u32 from the stack's stream.
+    pub fn rand(&mut self) -> u32 {
+        self.rng.next_u32()
+    }
+
+    /// The secret, for the stack's keyed hash tables.
+    pub fn key(&self) -> (u64, u64) {
+        self.key
+    }
+
+    /// Keyed hash (SipHash-1-3) over the connection 4-tuple, for ISNs and TS offsets.
+    pub fn hash4(&self, local: SocketAddr, remote: SocketAddr, salt: u8) -> u64 {
+        use core::hash::Hasher;
+        let mut h = siphasher::sip::SipHasher13::new_with_keys(self.key.0, self.key.1);
+        h.write_u8(salt);
+        match local.ip() {
+            IpAddr::V4(a) => h.write(&a.octets()),
+            IpAddr::V6(a) => h.write(&a.octets()),
+        }
+        match remote.ip() {
+            IpAddr::V4(a) => h.write(&a.octets()),
+            IpAddr::V6(a) => h.write(&a.octets()),
+        }
+        h.write_u16(local.port());
+        h.write_u16(remote.port());
+        h.finish()
+    }
+
+    /// The flow hash of a connection (`skb->hash`, fq's key): [`Transmit::flow`].
+    pub fn flow_hash(&self, local: SocketAddr, remote: SocketAddr) -> u32 {
+        (self.hash4(local, remote, 3) & 0xffff_ffff) as u32
+    }
+}
+
+impl Env {
+    pub fn new(seed: u64) -> Env {
+        Env {
+            config: Config::default(),
+            device: DeviceSide::default(),
+            clock: Instant::ZERO,
+            timers: TimerSet::default(),
+            out: Outputs::default(),
+            mem: HostMem::default(),
+            mib: Counters::default(),
+            limits: Limits::default(),
+            keys: Keys::new(seed),
+        }
+    }
+
+    /// A sysctl's integer value.
+    pub fn sysint(&self, s: Sysctl) -> i64 {
+        self.config.sysctl.int(s)
+    }
+
+    /// Build and queue a segment, after asking the device side ([`DeviceSide::admit`]).
+    pub fn emit(
+        &mut self,
+        seg: &SegOut<'_>,
+        gso_size: Option<u16>,
+        departure: Option<Instant>,
+        token: Option<TxToken>,
+    ) -> Emitted {
+        self.emit_inner(seg, None, gso_size, departure, token, false)
+    }
+
+    /// [`Env::emit`] for a segment whose payload (`seg.payload`) is `frag`'s bytes: when the
+    /// device does scatter-gather, the packet carries a share of them instead of a copy.
+    /// `admitted`: the caller already had the packet admitted ([`DeviceSide::admit`], with the
+    /// length [`packet::header_len`] gives), so it is not asked again.
+    pub fn emit_frag(
+        &mut self,
+        seg: &SegOut<'_>,
+        frag: Option<Bytes>,
+        gso_size: Option<u16>,
+        departure: Option<Instant>,
+        token: Option<TxToken>,
+        admitted: bool,
+    ) -> Emitted {
+        self.emit_inner(seg, frag, gso_size, departure, token, admitted)
+    }
+
+    fn emit_inner(
+        &mut self,
+        seg: &SegOut<'_>,
+        frag: Option<Bytes>,
+        gso_size: Option<u16>,
+        departure: Option<Instant>,
+        token: Option<TxToken>,
+        admitted: bool,
+    ) -> Emitted {
+        let flow = self.keys.flow_hash(seg.local, seg.remote);
+        if !admitted {
+            let header_len = packet::header_len(seg);
+            let meta = TxMeta {
+                flow,
+                len: header_len + seg.payload.len(),
+                header_len,
+                gso_size,
+                tos: seg.tos,
+                departure_ns: departure.map(|d| d.as_nanos()),
+                now: self.clock,
+            };
+            if !self.device.admit(&meta) {
+                return Emitted::Refused;
+            }
+        }
+        let partial = self.device.caps.tso_csum_offload
+            && gso_size.is_some_and(|g| g > 0 && seg.payload.len() > usize::from(g));
+        // `frag` must be the very bytes of `seg.payload` (a share of the same buffer).
+        let frag = frag.filter(|f| {
+            self.device.caps.sg
+                && !f.is_empty()
+                && f.as_ptr() == seg.payload.as_ptr()
+                && f.len() == seg.payload.len()
+        });
+        match packet::build_with(seg, partial, frag.is_some()) {
+            Some(data) => {
+                self.mib.inc(Mib::OutSegs);
+                self.out.txq.push_back(Transmit {
+                    data,
+                    frag: frag.unwrap_or_default(),
+                    gso_size,
+                    departure,
+                    token,
+                    flow,
+                });
+                Emitted::Sent
+            }
+            None => Emitted::Unbuilt,
+        }
+    }
+}
