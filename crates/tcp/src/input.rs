@@ -631,6 +631,9 @@ impl Connection {
     fn tcp_ack(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) -> bool {
         let ack = seg.ack;
         let prior_snd_una = self.snd.una;
+        // The segment's TSecr, for every path below (Linux parses it with the options, so
+        // an old ACK's undo checks read its own echo, not the previous ACK's).
+        self.rx_opt.rcv_tsecr = seg.opts.ts.map(|t| t.1).unwrap_or(0);
         if after(ack, self.snd.nxt) {
             // RFC 9293 §3.10.7.4 / RFC 5961 §5.2: ACK of unsent data: drop the segment
             // (its FIN, data and timestamp too) and answer with a rate-limited challenge
@@ -674,7 +677,6 @@ impl Connection {
         // (zero-window and keepalive probes, `tcpi_probes`) starts again.
         self.timer.probes.answered();
         self.rcv_tstamp = now;
-        self.rx_opt.rcv_tsecr = seg.opts.ts.map(|t| t.1).unwrap_or(0);
         let mut flag = AckFlags::default();
         let prior_in_flight = self.packets_in_flight();
         let prior_packets = self.rtx.packets_out;
