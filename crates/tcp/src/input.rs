@@ -56,6 +56,17 @@ pub(crate) struct AckFlags {
     pub sackt: Option<(Instant, Instant)>,
 }
 
+/// The verdict on a segment that failed PAWS ([`Connection::disordered_ack_check`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Paws {
+    /// A reordered duplicate ACK: processed.
+    Accept,
+    /// An old pure ACK: dropped silently (`TcpExtPAWSOldAck`).
+    OldAck,
+    /// Dropped with a rate-limited duplicate ACK (`TcpExtPAWSEstab`).
+    Reject,
+}
+
 /// `tcp_xmit_recovery`'s work after an ACK (Linux's `REXMIT_*`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Rexmit {
@@ -121,17 +132,28 @@ impl Connection {
             }
             _ => {}
         }
-        // PAWS (RFC 7323 §5).
+        // PAWS (RFC 7323 §5; tcp_validate_incoming).
         if let (true, Some((tsval, _))) = (self.rx_opt.tstamp_ok, seg.opts.ts) {
-            if before(tsval, self.rx_opt.ts_recent)
-                && !seg.has(TcpFlags::RST)
-                && now - self.rx_opt.ts_recent_stamp < Duration::from_secs(24 * 86400)
-            {
-                env.mib.inc(Mib::PAWSEstab);
-                if !self.oow_rate_limited(env, now, seg, Mib::TCPACKSkippedPAWS) {
-                    self.send_dupack(env, now, seg);
+            if !self.paws_check(now, tsval, 1) && !seg.has(TcpFlags::RST) {
+                match self.disordered_ack_check(seg, tsval) {
+                    Paws::Accept => {}
+                    _ if seg.has(TcpFlags::SYN) => {
+                        env.mib.inc(Mib::TCPSYNChallenge);
+                        self.send_challenge_ack(env, now);
+                        return out;
+                    }
+                    Paws::OldAck => {
+                        env.mib.inc(Mib::PAWSOldAck);
+                        return out;
+                    }
+                    Paws::Reject => {
+                        env.mib.inc(Mib::PAWSEstab);
+                        if !self.oow_rate_limited(env, now, seg, Mib::TCPACKSkippedPAWS) {
+                            self.send_dupack(env, now, seg);
+                        }
+                        return out;
+                    }
                 }
-                return out;
             }
         }
         // Sequence acceptability (tcp_sequence).
@@ -225,7 +247,7 @@ impl Connection {
         // tcp_replace_ts_recent (FLAG_UPDATE_TS_RECENT): only once the ACK was validated
         // (packetdrill ts_recent/invalid_ack.pkt), for segments covering rcv_wup.
         if let (true, Some((tsval, _))) = (self.rx_opt.tstamp_ok, seg.opts.ts) {
-            if !after(seg.seq, self.rcv.wup) && !before(tsval, self.rx_opt.ts_recent) {
+            if !after(seg.seq, self.rcv.wup) && self.paws_check(now, tsval, 0) {
                 self.rx_opt.ts_recent = tsval;
                 self.rx_opt.ts_recent_stamp = now;
             }
@@ -625,6 +647,49 @@ impl Connection {
 
     fn in_quickack_mode(&self) -> bool {
         self.route.quickack || (self.ack.quick > 0 && self.ack.pingpong == 0)
+    }
+
+    /// `tcp_paws_check`: a TSval at most `win` behind `ts_recent` passes, as does any when
+    /// `ts_recent` is older than 24 days or zero (some stacks send 0 on the handshake).
+    pub(crate) fn paws_check(&self, now: Instant, tsval: u32, win: i32) -> bool {
+        self.rx_opt.ts_recent.wrapping_sub(tsval) as i32 <= win
+            || now - self.rx_opt.ts_recent_stamp >= Duration::from_secs(24 * 86400)
+            || self.rx_opt.ts_recent == 0
+    }
+
+    /// What becomes of a segment that failed PAWS (`tcp_disordered_ack_check`, Linux 6.18): a
+    /// pure ACK below `rcv_nxt` is an old ACK, dropped without an answer; a pure duplicate
+    /// ACK at `rcv_nxt` that updates no window and whose TSval is within the replay window
+    /// (`tcp_tsval_replay`: the RTO read as 1,200 ticks a second) was only reordered and is
+    /// processed; anything else is rejected with a (rate-limited) duplicate ACK.
+    fn disordered_ack_check(&self, seg: &SegIn<'_>, tsval: u32) -> Paws {
+        if !seg.has(TcpFlags::ACK) || seg.end_seq() != seg.seq {
+            return Paws::Reject;
+        }
+        if seg.seq != self.rcv.nxt {
+            return if before(seg.seq, self.rcv.nxt) {
+                Paws::OldAck
+            } else {
+                Paws::Reject
+            };
+        }
+        if seg.ack != self.snd.una {
+            return Paws::Reject;
+        }
+        let nwin = u32::from(seg.window) << self.rx_opt.snd_wscale;
+        let may_update = after(seg.ack, self.snd.una)
+            || after(seg.seq, self.snd.wl1)
+            || (seg.seq == self.snd.wl1 && (nwin > self.snd.wnd || nwin == 0));
+        if may_update {
+            return Paws::Reject;
+        }
+        let jiffy = crate::timer::JIFFY.as_nanos();
+        let jiffies = self.rtt.rto().as_nanos().div_ceil(jiffy) as u64;
+        let replay = jiffies * 1200 / (1_000_000_000 / jiffy) as u64;
+        if i64::from(self.rx_opt.ts_recent.wrapping_sub(tsval) as i32) > replay as i64 {
+            return Paws::Reject;
+        }
+        Paws::Accept
     }
 
     /// `tcp_ack`: process the acknowledgment field. Returns false if the segment must be dropped.

@@ -34,6 +34,7 @@ mibs! {
     TW = "TcpExtTW",
     TWRecycled = "TcpExtTWRecycled",
     PAWSEstab = "TcpExtPAWSEstab",
+    PAWSOldAck = "TcpExtPAWSOldAck",
     DelayedACKs = "TcpExtDelayedACKs",
     DelayedACKLocked = "TcpExtDelayedACKLocked",
     DelayedACKLost = "TcpExtDelayedACKLost",
