@@ -542,10 +542,19 @@ impl RxData {
 #[derive(Debug)]
 pub(crate) struct OfoSkb {
     pub seq: u32,
+    /// End of the payload (the FIN, if any, is one more: [`OfoSkb::sack_end`]).
     pub end_seq: u32,
     pub data: Bytes,
     pub fin: bool,
     pub truesize: u32,
+}
+
+impl OfoSkb {
+    /// The end of the sequence space the segment occupies, FIN included, as a SACK block
+    /// reports it (Linux's `end_seq`).
+    pub fn sack_end(&self) -> u32 {
+        self.end_seq.wrapping_add(u32::from(self.fin))
+    }
 }
 
 /// Listener state: SYN queue (children in SYN_RECV) and accept queue.
