@@ -66,7 +66,7 @@
 //! with `ppoll`'s nanosecond timeouts.
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -81,7 +81,7 @@ use crate::error::OsError;
 pub use crate::hook::{Dir, PacketHook, Verdict, HOLD_NS};
 use crate::iothread;
 use crate::netns::Peer;
-use crate::shared::{wake_all, Shared};
+use crate::shared::{wake_all, Shard, Shared, Steer};
 pub use crate::shared::{HostStats, QueueStats, CHUNK};
 use crate::tun::{Offload, TunConfig};
 use crate::wake::Waker;
@@ -186,11 +186,14 @@ impl Host {
         Self::start_queues(stack, vec![device.into()], egress)
     }
 
-    /// Starts one I/O thread per device queue (the queues of one `IFF_MULTI_QUEUE` TUN, as
-    /// [`TunConfig::open`] returns them), all driving `stack` behind its one mutex, each
-    /// queue with its own `egress` qdisc (Linux's `mq` root). A packet the engine emits goes
-    /// to the queue its flow hash picks, so a flow keeps one queue. `InvalidInput` when
-    /// `devices` is empty.
+    /// Starts one shard and I/O thread per device queue (the queues of one
+    /// `IFF_MULTI_QUEUE` TUN, as [`TunConfig::open`] returns them, or several in-memory
+    /// links). Shard 0's engine is `stack`; shard `k > 0`'s is `stack.fork(k)` (the same
+    /// configuration, its own keys). Each shard has its own `egress` qdisc on its queue
+    /// (Linux's `mq` root with one child per TX queue) and owns the flows [`Host::shard_of`]
+    /// gives it. Above one queue, `net.ipv4.tcp_mem` (host-wide in Linux) is divided evenly
+    /// between the shards, each shard's engine accounting its own sockets against its part.
+    /// `InvalidInput` when `devices` is empty.
     pub fn start_queues(stack: Stack, devices: Vec<Device>, egress: Egress) -> io::Result<Host> {
         if devices.is_empty() {
             return Err(io::Error::new(
@@ -204,26 +207,39 @@ impl Host {
             Device::Mem(l) => l.mtu(),
         };
         let fq = matches!(egress, Egress::Fq | Egress::FqWith(_));
-        let txq = shallow_tcp::driver::Egress::new(
-            (0..n).map(|_| qdisc_for(egress.clone(), mtu)).collect(),
-        );
-        // The engine learns each qdisc's verdict at the transmit (NET_XMIT_DROP), as Linux's
-        // TCP does from dev_queue_xmit: the driver installs the gate.
-        let driver = OsDriver::with_egress(stack, EgressHandle::new(txq));
-        let wakers = (0..n)
-            .map(|_| Waker::new())
-            .collect::<io::Result<Vec<_>>>()?;
-        let shared = Arc::new(Shared::new(driver, wakers));
-        {
+        let steer = Steer::new(host_key(), n);
+        let mut stacks: Vec<Stack> = (1..n).map(|k| stack.fork(k as u64)).collect();
+        stacks.insert(0, stack);
+        if n > 1 {
+            let mem = stacks[0]
+                .sysctl_get("net.ipv4.tcp_mem")
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+            let part = split_tcp_mem(&mem, n);
+            for (k, st) in stacks.iter_mut().enumerate() {
+                st.sysctl_set("net.ipv4.tcp_mem", &part)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+                // A connect on shard k takes only ports whose tuple shard k owns.
+                st.set_connect_port_filter(Some(Arc::new(move |l: SocketAddr, r: SocketAddr| {
+                    steer.owner((l.ip(), l.port(), r.ip(), r.port())) == k
+                })));
+            }
+        }
+        let mut shards = Vec::with_capacity(n);
+        for (k, stack) in stacks.into_iter().enumerate() {
+            // The engine learns its qdisc's verdict at the transmit (NET_XMIT_DROP), as
+            // Linux's TCP does from dev_queue_xmit: the driver installs the gate.
+            let txq = shallow_tcp::driver::Egress::new(vec![qdisc_for(egress.clone(), mtu)]);
+            let mut driver = OsDriver::with_egress(stack, EgressHandle::new(txq));
             // The engine marks its packets with departure times only when fq is there to
             // honour them (Linux: `sk_pacing_status == SK_PACING_FQ`).
-            let mut g = shared.lock();
-            let caps = g.driver.device();
-            g.driver.set_device(DeviceCaps {
+            let caps = driver.device();
+            driver.set_device(DeviceCaps {
                 edt_pacing: fq,
                 ..caps
             });
+            shards.push(Shard::new(k, driver, Waker::new()?));
         }
+        let shared = Arc::new(Shared::new(shards, steer));
         let guard = ThreadGuard {
             shared: Arc::clone(&shared),
             threads: Mutex::new(Vec::with_capacity(n)),
@@ -298,16 +314,85 @@ impl Host {
         Host::attach(&HostConfig::default())
     }
 
-    /// Runs `f` on the engine (under its lock) at the current time, then dispatches the
-    /// wake-ups it produced and lets the I/O thread transmit what it queued. For engine calls
-    /// this crate has no wrapper for (sysctls, counters, sockstat); socket calls on sockets of
-    /// a [`TcpStream`](crate::TcpStream) should go through it, which owns the socket.
+    /// Runs `f` on shard 0's engine (under its lock) at the current time, then dispatches the
+    /// wake-ups it produced and lets its I/O thread transmit what it queued. With one device
+    /// queue that is the host's only engine; with several, use [`Host::with_stacks`] for
+    /// host-wide views (counters, sockstat, `ss`), [`Host::sysctl_set`] for sysctls and
+    /// [`TcpStream::with_stack`](crate::TcpStream::with_stack) for one connection's engine.
+    /// For engine calls this crate has no wrapper for; socket calls on sockets of a
+    /// [`TcpStream`](crate::TcpStream) should go through it, which owns the socket.
     pub fn with_stack<R>(&self, f: impl FnOnce(&mut Stack, Instant) -> R) -> R {
-        let mut g = self.shared.lock();
+        self.with_shard(0, f)
+    }
+
+    /// Runs `f` on shard `k`'s engine, as [`Host::with_stack`] does on shard 0's. Panics when
+    /// `k >= self.shards()`.
+    pub fn with_shard<R>(&self, k: usize, f: impl FnOnce(&mut Stack, Instant) -> R) -> R {
+        let mut g = self.shared.lock(k);
         let now = self.shared.now();
         let r = f(g.driver.stack_mut(), now);
         self.shared.finish(g);
         r
+    }
+
+    /// Runs `f(shard, engine, now)` on every shard's engine in turn (one lock at a time), and
+    /// returns what each call returned, in shard order.
+    pub fn with_stacks<R>(&self, mut f: impl FnMut(usize, &mut Stack, Instant) -> R) -> Vec<R> {
+        (0..self.shards())
+            .map(|k| self.with_shard(k, |st, now| f(k, st, now)))
+            .collect()
+    }
+
+    /// The engines' SNMP counters summed over the shards (the names in shard 0's order).
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        let mut sum: Vec<(String, u64)> = Vec::new();
+        for part in self.with_stacks(|_, st, _| {
+            st.counters()
+                .iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect::<Vec<_>>()
+        }) {
+            if sum.is_empty() {
+                sum = part;
+                continue;
+            }
+            for (k, v) in part {
+                match sum.iter_mut().find(|(n, _)| *n == k) {
+                    Some(e) => e.1 += v,
+                    None => sum.push((k, v)),
+                }
+            }
+        }
+        sum
+    }
+
+    /// Sets a sysctl (`Stack::sysctl_set`'s names) on every shard's engine. `net.ipv4.tcp_mem`
+    /// is divided evenly between the shards (see [`Host::start_queues`]).
+    pub fn sysctl_set(&self, name: &str, value: &str) -> Result<(), shallow_tcp::SysctlError> {
+        let n = self.shards();
+        let value = if name == "net.ipv4.tcp_mem" && n > 1 {
+            split_tcp_mem(value, n)
+        } else {
+            value.to_string()
+        };
+        for r in self.with_stacks(|_, st, _| st.sysctl_set(name, &value)) {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Number of shards (engines; one per device queue).
+    pub fn shards(&self) -> usize {
+        self.shared.shards.len()
+    }
+
+    /// The shard that owns the TCP flow between `local` (an address of this host) and
+    /// `remote`: the one rule by which inbound packets are steered to an engine and `connect`
+    /// picks its ephemeral port (keyed by a random key of this host; always 0 with one queue).
+    pub fn shard_of(&self, local: SocketAddr, remote: SocketAddr) -> usize {
+        self.shared
+            .steer
+            .owner((local.ip(), local.port(), remote.ip(), remote.port()))
     }
 
     /// False once the I/O thread has stopped (shut down, or the device went away).
@@ -327,19 +412,42 @@ impl Host {
     }
 }
 
+/// A random key for the host's flow-ownership hash.
+fn host_key() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
+
+/// `tcp_mem` ("min pressure max" in pages) divided by `n` (each at least 1); the value as
+/// given when it does not parse (the engine then refuses it).
+fn split_tcp_mem(v: &str, n: usize) -> String {
+    let parts: Vec<Option<i64>> = v.split_whitespace().map(|x| x.parse().ok()).collect();
+    if parts.len() != 3 || parts.iter().any(Option::is_none) {
+        return v.to_string();
+    }
+    parts
+        .iter()
+        .map(|x| (x.unwrap_or(0) / n as i64).max(1).to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 impl Host {
-    /// Installs (or with `None` removes) the packet hook of the I/O thread: every packet read
+    /// Installs (or with `None` removes) the packet hook of the I/O threads: every packet read
     /// from the device and every packet written to it is first shown to the hook, which may
     /// pass, drop or hold it ([`Verdict`]). Drops are counted in `HostStats::hook_drops`.
     /// With several queues the one hook is shared: it runs on the thread of the queue that
-    /// read or writes the packet, and a held packet is released by whichever thread comes
-    /// next (a held transmitted packet may then leave on that thread's queue).
+    /// read or writes the packet, and each queue holds back at most one packet per direction,
+    /// released by that queue's thread (a held received packet then goes to the shard that
+    /// owns it, a held transmitted one leaves on its own queue).
     pub fn set_packet_hook(&self, hook: Option<PacketHook>) {
         let mut h = self.shared.hook.lock().unwrap_or_else(|p| p.into_inner());
         h.set(hook);
         self.shared.hooked.store(true, Ordering::SeqCst);
         drop(h);
-        self.shared.kick();
+        self.shared.kick_all();
     }
 }
 
@@ -376,7 +484,7 @@ mod tests {
         s.set_nodelay(true).unwrap();
         let sh = &ha.shared;
         let id = c.socket();
-        let mut o = sh.own(id).unwrap();
+        let mut o = sh.own(c.shard(), id).unwrap();
         let rx0 = sh.stats.rx_packets.load(Ordering::SeqCst);
         o.unlock();
         (&s).write_all(b"hello").unwrap();
@@ -390,7 +498,7 @@ mod tests {
         let inq = o.stack().ioctl(id, shallow_tcp::Ioctl::SiocInq).unwrap();
         assert_eq!(inq, 0, "data reached the receive queue of an owned socket");
         drop(o);
-        let inq = ha.with_stack(|st, _| st.ioctl(id, shallow_tcp::Ioctl::SiocInq).unwrap());
+        let inq = c.with_stack(|st, _| st.ioctl(id, shallow_tcp::Ioctl::SiocInq).unwrap());
         assert_eq!(inq, 5, "release_sock did not process the backlog");
         let mut buf = [0u8; 5];
         (&c).read_exact(&mut buf).unwrap();

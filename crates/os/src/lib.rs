@@ -67,6 +67,7 @@ pub mod poller;
 mod readiness;
 mod shared;
 pub mod skip;
+mod steer;
 #[allow(unsafe_code)]
 mod sys;
 pub mod tun;
