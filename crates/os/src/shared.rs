@@ -753,3 +753,41 @@ pub(crate) fn wake_all(sh: &Shared) {
         p.wake_all();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shard's inbox is bounded: it takes [`INBOX_PACKETS`] packets (or [`INBOX_BYTES`]
+    /// bytes) and refuses more, copying nothing, until its thread takes what it holds.
+    #[test]
+    fn inbox_is_bounded() {
+        let shard = Shard::new(
+            0,
+            OsDriver::new(Stack::new(1)),
+            Waker::new().expect("eventfd"),
+        );
+        for i in 0..INBOX_PACKETS {
+            assert!(shard.push_inbox(&[i as u8; 40], None), "packet {i} refused");
+        }
+        assert!(
+            !shard.push_inbox(&[0; 40], None),
+            "a full inbox took a packet"
+        );
+        let mut out = Vec::new();
+        shard.take_inbox(&mut out);
+        assert_eq!(out.len(), INBOX_PACKETS);
+        assert_eq!(out[7].0, vec![7u8; 40]);
+        out.clear();
+        // By bytes: 64 KiB aggregates fill it before the packet count does.
+        let big = vec![0u8; 65536];
+        let fit = INBOX_BYTES / big.len();
+        for _ in 0..fit {
+            assert!(shard.push_inbox(&big, Some(1448)));
+        }
+        assert!(!shard.push_inbox(&big, Some(1448)));
+        shard.take_inbox(&mut out);
+        assert_eq!(out.len(), fit);
+        assert!(shard.push_inbox(&big, Some(1448)), "taken: room again");
+    }
+}
