@@ -239,14 +239,20 @@ impl Stack {
         }
     }
 
-    /// A new stack with this one's configuration and none of its state, keyed by `seed`: the
+    /// A new stack with this one's configuration and none of its state, keyed by a seed
+    /// derived one-way from this stack's secret and `n` (so forks `0, 1, …` of one stack are
+    /// distinct, and the same for two stacks of one seed): the
     /// sysctls, congestion-control parameters, RTT-log bound, device description, addresses
     /// and routes are copied; sockets, timers, counters, memory accounting, the TX gate and the
     /// connect port filter are not. For a substrate that runs one host as several engines
     /// (one per device queue, each owning the flows its queue's hash gives it), as Linux runs
     /// one host's flows on several CPUs.
-    pub fn fork(&self, seed: u64) -> Stack {
-        let mut s = Stack::with_device(seed, self.env.dev);
+    pub fn fork(&self, n: u64) -> Stack {
+        use core::hash::Hasher;
+        let mut h = siphasher::sip::SipHasher13::new_with_keys(self.env.key.0, self.env.key.1);
+        h.write(b"shallow fork");
+        h.write_u64(n);
+        let mut s = Stack::with_device(h.finish(), self.env.dev);
         s.env.sysctl = self.env.sysctl.clone();
         s.env.cc_params = self.env.cc_params.clone();
         s.env.rtt_log_cap = self.env.rtt_log_cap;
@@ -677,5 +683,15 @@ mod port_filter_tests {
         assert_eq!(f.addresses(), st.addresses());
         assert_eq!(f.socket_count(), 0);
         assert_eq!(f.device(), st.device());
+        // Forks are keyed apart from each other and from the original.
+        let isn = |st: &mut Stack| {
+            let s = st.socket(Family::V4).unwrap();
+            let _ = st.connect(Instant::ZERO, s, remote);
+            st.seqs(s).1
+        };
+        let (mut a, mut b, mut a2) = (st.fork(1), st.fork(2), stack(1).fork(1));
+        assert_ne!(isn(&mut a), isn(&mut b));
+        let mut a1 = st.fork(1);
+        assert_eq!(isn(&mut a1), isn(&mut a2));
     }
 }
