@@ -1,8 +1,8 @@
-//! A Shallow host on Linux: one `shallow_tcp::Stack` driven by an I/O thread over a device
-//! (a TUN queue, or one end of an in-memory [`link`](crate::link)), with application threads
-//! calling socket operations through [`TcpStream`](crate::TcpStream),
-//! [`TcpListener`](crate::TcpListener), the [`Poller`](crate::Poller) readiness API and (feature
-//! `tokio`) async wrappers.
+//! A Shallow host on Linux: `shallow_tcp::Stack` engines driven by I/O threads over a
+//! device (a TUN queue, or one end of an in-memory [`link`](crate::link)) — one engine and one
+//! thread per device queue —, with application threads calling socket operations through
+//! [`TcpStream`](crate::TcpStream), [`TcpListener`](crate::TcpListener), the
+//! [`Poller`](crate::Poller) readiness API and (feature `tokio`) async wrappers.
 //!
 //! # Threads like the kernel's
 //!
@@ -16,24 +16,30 @@
 //! exactly the waiters of the sockets named.
 //!
 //! **Application threads** own a socket for the length of a call, as Linux's `lock_sock`:
-//! the call takes the engine mutex, marks the socket owned (`Stack::lock_sock`), and does
-//! its work. A long call (a big `send` copying into the write queue, a big `recv`) works in
-//! chunks of [`CHUNK`] bytes and drops the mutex between chunks *while still owning the
-//! socket*, so the I/O thread keeps taking input: packets for the owned socket go to its
-//! backlog, timers and TX completions set deferred flags. At its end the call runs
-//! `Stack::release_sock` on the application thread, which processes the backlog there (Linux
-//! `__release_sock`; that is what makes backlog ACK deferral real). A call that must wait
-//! releases ownership while it sleeps and retakes it after (Linux `sk_wait_event`).
+//! the call takes the mutex of the engine that has the socket, marks the socket owned
+//! (`Stack::lock_sock`), and does its work. A long call (a big `send` copying into the write
+//! queue, a big `recv`) works in chunks of [`CHUNK`] bytes and drops the mutex between chunks
+//! *while still owning the socket*, so the I/O thread keeps taking input: packets for the
+//! owned socket go to its backlog, timers and TX completions set deferred flags. At its end
+//! the call runs `Stack::release_sock` on the application thread, which processes the backlog
+//! there (Linux `__release_sock`; that is what makes backlog ACK deferral real). A call that
+//! must wait releases ownership while it sleeps and retakes it after (Linux `sk_wait_event`).
 //!
 //! # No lost wake-ups
 //!
 //! Every socket known to the application has a slot with a generation counter and a condition
-//! variable used with the engine mutex. Whoever drains `Stack::poll_wakeup` (the I/O thread
+//! variable used with its engine's mutex. Whoever drains `Stack::poll_wakeup` (the I/O thread
 //! after each round, an application thread after each call) bumps the generation of each
 //! socket named and signals only that socket's waiters, its pollers and its async tasks. A
 //! waiter reads the generation under the mutex *before* it releases the socket (whose backlog
 //! may itself produce a wake-up) and sleeps only while the generation is unchanged, so a
-//! wake-up between its check and its sleep is never lost.
+//! wake-up between its check and its sleep is never lost. A listener has a socket on every
+//! engine and one host-level generation and condition variable (with a mutex of their own,
+//! never an engine's): every engine's wake-up of any of its sockets bumps it, and a blocking
+//! `accept` reads it before it tries the engines, so a connection that arrives on an engine
+//! already tried ends the sleep. A [`Poller`](crate::Poller) sleeps under the host's pollers
+//! mutex only while its ready list is empty, and a wake-up puts its socket on that list under
+//! the same mutex.
 //!
 //! # Egress
 //!
@@ -45,21 +51,39 @@
 //! autocorking's "data still in the host" test, for exactly as long as it is in the qdisc
 //! or being written. [`HostStats`] shows the qdisc's backlog.
 //!
-//! # Several queues
+//! # Several queues: one engine per queue
 //!
 //! A host may run over the queues of one `IFF_MULTI_QUEUE` TUN ([`Host::start_queues`],
-//! [`HostConfig::queues`]): one I/O thread per queue, all driving the one engine behind its
-//! mutex (taken only to run input, timers and the egress qdiscs, never across a device read or
-//! write). Each queue has its own qdisc, as Linux's `mq` root has one child per TX queue; a
-//! packet goes to the queue its flow hash picks (`skb_tx_hash`), so a flow stays on one queue
-//! and leaves in order (only that queue's thread dequeues and writes it), and the kernel's tun
-//! flow table sends the flow's reverse packets to the same queue. Application calls wake
-//! queue 0's thread, which drains `poll_transmit` and wakes the threads of the other queues it
-//! gave packets to; TX completions are run by the thread that wrote the packet; a timer that is
-//! due is run by whichever thread holds the mutex first (once: the deadline then moves on).
-//! [`HostStats::queues`] counts packets per queue.
+//! [`HostConfig::queues`]) or over several in-memory links. It is then Q **shards**: shard
+//! `k` is its own engine (the given `Stack` for shard 0, `Stack::fork(k)` for the others: the
+//! same configuration, its own keys), with its own egress qdisc on queue `k` (Linux's `mq`
+//! root, one child per TX queue), its own socket slots and its own mutex, served by queue
+//! `k`'s I/O thread; no thread ever holds two shards' mutexes. The engine cannot be split
+//! finer: its connections share one environment (timers, output queue, memory accounting,
+//! MIB, random stream), so a shard is the unit of locking.
 //!
-//! For tests, [`Host::set_packet_hook`] puts a loss/reordering hook on the I/O thread
+//! A TCP 4-tuple belongs to exactly one shard, [`Host::shard_of`] (a keyed flow hash scaled
+//! to Q, the one rule of ownership). Inbound, queue `k`'s thread parses each packet's tuple
+//! (IPv4/IPv6 + TCP; an ICMP error by the TCP header it quotes; anything else, IP fragments
+//! included, goes to shard 0) and gives a packet of another shard's flow to that shard's
+//! inbox (bounded: a full inbox drops the packet, counted in
+//! [`QueueStats::rx_forward_drops`]; forwarded packets in [`QueueStats::rx_forwarded`]), as
+//! Linux's RPS hands a packet to another CPU's backlog. Since shard `k` writes only on queue
+//! `k`, the kernel's tun flow table (automq) sends a flow's packets back to its owner's queue
+//! once the owner has written on it, so forwarding is mostly the first packets of a flow
+//! (a passive open's SYN and the ACK that completes it). A listener listens on every shard
+//! (same address and port; `accept` takes from any); `connect` takes the shards in turn and,
+//! on its shard, an ephemeral port whose tuple that shard owns
+//! (`Stack::set_connect_port_filter`), so two shards never pick one connected tuple.
+//! Pollers are host-wide. Host-wide views: [`Host::counters`] (summed), [`Host::with_stacks`]
+//! (every engine, e.g. for `ss`), [`Host::sysctl_set`] (every engine);
+//! [`TcpStream::with_stack`](crate::TcpStream::with_stack) reaches one connection's engine.
+//! `net.ipv4.tcp_mem`, host-wide in Linux, is divided evenly between the shards (a
+//! deviation: one shard can reach its part while the host as a whole has room).
+//! [`HostStats::queues`] counts packets per queue. With one queue everything is one shard
+//! and no packet is parsed for steering.
+//!
+//! For tests, [`Host::set_packet_hook`] puts a loss/reordering hook on the I/O threads
 //! between the device and the engine, in both directions.
 //!
 //! Time is `std::time::Instant` since the host started, in nanoseconds; the I/O thread waits
@@ -104,10 +128,10 @@ pub struct HostConfig {
     pub sysctls: Vec<(String, String)>,
     /// Egress qdisc (one per queue, as Linux's `mq` root has one child per TX queue).
     pub egress: Egress,
-    /// Device queues, each with its own I/O thread (default 1). Above 1 the TUN is opened
-    /// with `IFF_MULTI_QUEUE`, which must match how the existing device was made (`shallow
-    /// netns up` makes a single-queue one; `ip tuntap add mode tun multi_queue vnet_hdr`
-    /// makes a multi-queue one).
+    /// Device queues, each with its own engine (shard) and I/O thread (default 1). Above 1
+    /// the TUN is opened with `IFF_MULTI_QUEUE`, which must match how the existing device was
+    /// made (`shallow netns up` makes a single-queue one; `ip tuntap add mode tun multi_queue
+    /// vnet_hdr` makes a multi-queue one).
     pub queues: usize,
 }
 
@@ -133,8 +157,8 @@ impl Default for HostConfig {
     }
 }
 
-/// A Shallow host: the engine plus its I/O thread over a device (one thread per queue with
-/// [`Host::start_queues`]). Dropping it stops the threads.
+/// A Shallow host: the engine plus its I/O thread over a device (one engine and thread per
+/// queue with [`Host::start_queues`]). Dropping it stops the threads.
 /// Cheap to clone (a handle on the same host); the thread stops when the last handle and every
 /// socket of the host are gone, or on [`Host::shutdown`].
 #[derive(Clone)]

@@ -35,6 +35,7 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
     let mut dropped_seen = 0u64;
     let mut outq: Vec<Out> = Vec::new();
     let mut kicks = vec![false; sh.shards.len()];
+    let sharded = sh.shards.len() > 1;
     while !sh.stopped() {
         let timeout = {
             let g = shard.lock();
@@ -78,7 +79,9 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
             let mut hook = sh.lock_hook();
             let now = sh.now();
             // What other queues read for this shard first (it was read earlier).
-            shard.take_inbox(&mut inbox);
+            if sharded {
+                shard.take_inbox(&mut inbox);
+            }
             for (p, gso) in inbox.drain(..) {
                 g.driver.input(now, &p, gso);
                 if gso.is_some() {

@@ -358,6 +358,9 @@ fn tokio_listener_across_shards() {
     });
 }
 
+/// (Shallow's port, the peer's port) of each flow and the queue that wrote it.
+type TxLog = Arc<Mutex<Vec<((u16, u16), usize)>>>;
+
 /// A namespace whose `queues`-queue TUN has the kernel peer's addresses, and a Shallow host
 /// with one shard per queue on it.
 fn mq_world(queues: usize) -> (Host, Netns) {
@@ -391,7 +394,7 @@ fn tun_two_and_four_queues_flows_on_several_shards() {
         for queues in [2usize, 4] {
             let (host, ns) = mq_world(queues);
             // Which queue wrote each flow (by Shallow's port, peer's port).
-            let log: Arc<Mutex<Vec<((u16, u16), usize)>>> = Arc::default();
+            let log: TxLog = Arc::default();
             let lg = Arc::clone(&log);
             host.set_packet_hook(Some(Box::new(move |dir, p, _| {
                 if dir == Dir::Tx && p.len() >= 24 && p[0] >> 4 == 4 && p[9] == 6 {
