@@ -123,7 +123,10 @@ fn check_flow_queues(log: &FlowLog, rx_stable: bool, what: &str) -> usize {
 
 /// Per-queue counters add up to the totals, and at least `min` queues carried traffic each
 /// way. Returns (rx, tx) per queue.
+/// The host is stopped first: its threads may still be counting a packet (the total and the
+/// queue's counter are two atomics), and the counts are read once they are all joined.
 fn check_queue_stats(host: &Host, min: usize, what: &str) -> Vec<(u64, u64)> {
+    host.shutdown();
     let st = host.stats();
     let per: Vec<(u64, u64)> = st
         .queues
@@ -524,6 +527,8 @@ fn attach_with_queues() {
         for j in joins {
             j.join().unwrap();
         }
+        // Stopped first, so that no thread is between its two counters.
+        host.shutdown();
         let st = host.stats();
         let total: u64 = st
             .queues
@@ -531,7 +536,6 @@ fn attach_with_queues() {
             .map(|q| q.tx_packets.load(Ordering::SeqCst))
             .sum();
         assert_eq!(total, st.tx_packets.load(Ordering::SeqCst));
-        host.shutdown();
         assert!(!host.is_running());
         drop(host);
         let _ = ns.ip(&["link", "del", "dev", "shmqa0"]);
