@@ -59,10 +59,12 @@ fn main() {
                         let c = r.cpu_s_per_gb().unwrap_or(f64::NAN);
                         println!(
                             "run {rep} {} queues {q} flows {flows}: {g:.2} Gbit/s, {c:.2} CPU-s/GB \
-                             (I/O threads {:.2} s), per-queue (rx, tx) packets {:?}, loadavg {}",
+                             (I/O threads {:.2} s), per-queue (rx, tx) packets {:?}, forwarded \
+                             {:?}, loadavg {}",
                             pair.label(),
                             r.cpu.io_thread_s,
                             r.queue_packets,
+                            r.queue_forwarded,
                             load.split_whitespace().next().unwrap_or("?")
                         );
                         match got.iter_mut().find(|(k, _)| *k == (pair, q)) {

@@ -306,6 +306,9 @@ pub struct BenchResult {
     pub offload: Option<Offload>,
     /// Packets (read, written) on each TUN queue during the run (empty for Linux ↔ Linux).
     pub queue_packets: Vec<(u64, u64)>,
+    /// Of the packets read on each TUN queue, those of a flow another queue's shard owns,
+    /// handed to that shard (empty for Linux ↔ Linux).
+    pub queue_forwarded: Vec<u64>,
 }
 
 impl BenchResult {
@@ -558,6 +561,7 @@ fn result_of(
         qdisc_drops: 0,
         offload: None,
         queue_packets: Vec::new(),
+        queue_forwarded: Vec::new(),
     }
 }
 
@@ -659,13 +663,9 @@ fn shallow_world(cfg: &BenchConfig) -> Result<ShallowWorld, BenchError> {
     Ok(ShallowWorld { host, ns, offload })
 }
 
+/// The engines' counters (summed over the host's shards).
 fn counters_snapshot(host: &Host) -> Vec<(String, u64)> {
-    host.with_stack(|st, _| {
-        st.counters()
-            .iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect()
-    })
+    host.counters()
 }
 
 /// Packets (read, written) per queue of `host` so far.
@@ -675,6 +675,16 @@ fn queue_snapshot(host: &Host) -> Vec<(u64, u64)> {
         .queues
         .iter()
         .map(|q| (q.rx_packets.load(Relaxed), q.tx_packets.load(Relaxed)))
+        .collect()
+}
+
+/// Packets read per queue of `host` so far that went to another queue's shard.
+fn forwarded_snapshot(host: &Host) -> Vec<u64> {
+    use std::sync::atomic::Ordering::Relaxed;
+    host.stats()
+        .queues
+        .iter()
+        .map(|q| q.rx_forwarded.load(Relaxed))
         .collect()
 }
 
@@ -711,6 +721,7 @@ fn run_shallow(cfg: &BenchConfig, pair: Pair) -> Result<BenchResult, BenchError>
     let before = counters_snapshot(&w.host);
     let drops0 = w.host.stats().qdisc_drops.load(Ordering::Relaxed);
     let q0 = queue_snapshot(&w.host);
+    let f0 = forwarded_snapshot(&w.host);
     let cpu0 = snap();
     let (netperf, netserver, streams, rtts) = match pair {
         Pair::ShallowToLinux => {
@@ -759,6 +770,11 @@ fn run_shallow(cfg: &BenchConfig, pair: Pair) -> Result<BenchResult, BenchError>
         .iter()
         .zip(q0.iter().chain(std::iter::repeat(&(0, 0))))
         .map(|(a, b)| (a.0 - b.0, a.1 - b.1))
+        .collect();
+    r.queue_forwarded = forwarded_snapshot(&w.host)
+        .iter()
+        .zip(f0.iter().chain(std::iter::repeat(&0)))
+        .map(|(a, b)| a - b)
         .collect();
     r.qdisc_drops = w.host.stats().qdisc_drops.load(Ordering::Relaxed) - drops0;
     let after = counters_snapshot(&w.host);
@@ -925,6 +941,7 @@ mod tests {
             assert!(r.bytes_written > 0, "{pair:?}: nothing sent");
             assert_eq!(r.bytes_read, r.bytes_written, "{pair:?}: bytes lost");
             assert_eq!(r.queue_packets.len(), 2, "{pair:?}");
+            assert_eq!(r.queue_forwarded.len(), 2, "{pair:?}");
             assert!(
                 r.tcp_info.is_none(),
                 "{pair:?}: one flow's tcp_info for four"

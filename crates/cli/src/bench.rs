@@ -696,6 +696,7 @@ mod linux {
             "total": total,
             "flows": [serde_json::to_value(&m).unwrap_or(Value::Null)],
             "queue_packets": r.queue_packets.iter().map(|(rx, tx)| json!({"rx": rx, "tx": tx})).collect::<Vec<_>>(),
+            "queue_forwarded": r.queue_forwarded,
             "counters": counters,
             "qdisc_drops": r.qdisc_drops,
         })
@@ -781,7 +782,10 @@ mod linux {
                 .queue_packets
                 .iter()
                 .enumerate()
-                .map(|(i, (rx, tx))| format!("q{i} rx {rx} tx {tx}"))
+                .map(|(i, (rx, tx))| {
+                    let fwd = r.queue_forwarded.get(i).copied().unwrap_or(0);
+                    format!("q{i} rx {rx} (forwarded {fwd}) tx {tx}")
+                })
                 .collect();
             println!("TUN queues (packets): {}", q.join(", "));
         }

@@ -192,7 +192,16 @@ fn copy_both_ways(stream: TcpStream, ss: Option<&Host>) -> Result<()> {
     up.join()
         .map_err(|_| anyhow!("the stdin thread panicked"))??;
     if let Some(host) = ss {
-        eprint!("{}", host.with_stack(|st, now| crate::ss::ss(st, now)));
+        // Every shard's sockets, under one header.
+        let parts = host.with_stacks(|_, st, now| crate::ss::ss(st, now));
+        for (i, p) in parts.iter().enumerate() {
+            let body = if i == 0 {
+                p.as_str()
+            } else {
+                p.split_once('\n').map_or("", |x| x.1)
+            };
+            eprint!("{body}");
+        }
     }
     linger(&stream);
     Ok(())

@@ -42,11 +42,11 @@ pub struct AsyncTcpStream {
 impl AsyncTcpStream {
     /// Connects to `addr` (`ECONNREFUSED` on RST, `ETIMEDOUT` after the SYN retries).
     pub async fn connect(host: &Host, addr: SocketAddr) -> io::Result<AsyncTcpStream> {
-        let sock = Sock::new(host, family_of(&addr))?;
-        let id = sock.id;
+        let sock = Sock::new(host, host.shared.connect_shard(), family_of(&addr))?;
+        let (k, id) = (sock.shard, sock.id);
         let sh = &host.shared;
         {
-            let mut o = sh.own(id)?;
+            let mut o = sh.own(k, id)?;
             let now = o.now();
             match o.stack().connect(now, id, addr) {
                 Ok(()) | Err(Errno::EINPROGRESS) => {}
@@ -54,7 +54,7 @@ impl AsyncTcpStream {
             }
         }
         poll_fn(|cx| {
-            let mut o = sh.own(id)?;
+            let mut o = sh.own(k, id)?;
             if o.stack().state(id).map_err(errno)? == TcpState::SynSent {
                 if sh.stopped() {
                     return Poll::Ready(Err(netdown()));
@@ -122,6 +122,7 @@ impl AsyncRead for AsyncTcpStream {
         let dst = buf.initialize_unfilled();
         let r = crate::net::recv_some(
             &s.host.shared,
+            s.shard,
             s.id,
             dst,
             msgflags::MSG_DONTWAIT,
@@ -150,6 +151,7 @@ impl AsyncWrite for AsyncTcpStream {
         let s = self.sock();
         would_block(crate::net::send_all(
             &s.host.shared,
+            s.shard,
             s.id,
             buf,
             msgflags::MSG_DONTWAIT | msgflags::MSG_NOSIGNAL,
@@ -201,39 +203,20 @@ impl AsyncTcpListener {
         poll_fn(|cx| self.poll_accept(cx)).await
     }
 
-    /// Polls for a connection; registers `cx`'s waker when none waits.
+    /// Polls for a connection; registers `cx`'s waker when none waits. On a host of several
+    /// shards each shard's socket is tried in turn, and one that has nothing gets the waker
+    /// in the same hold of its shard's mutex, so no connection that arrives meanwhile on any
+    /// shard is missed.
     pub fn poll_accept(
         &self,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<(AsyncTcpStream, SocketAddr)>> {
-        let ls = &self.inner.sock;
-        let sh = &ls.host.shared;
-        let mut o = sh.own(ls.id)?;
-        match o.stack().accept(ls.id) {
-            Ok((c, peer)) => {
-                o.inner().add_slot(c);
-                drop(o);
-                let sock = Sock {
-                    host: ls.host.clone(),
-                    id: c,
-                };
-                Poll::Ready(Ok((
-                    AsyncTcpStream {
-                        inner: TcpStream {
-                            sock: Arc::new(sock),
-                        },
-                    },
-                    peer,
-                )))
-            }
-            Err(Errno::EAGAIN) => {
-                if sh.stopped() {
-                    return Poll::Ready(Err(netdown()));
-                }
-                o.slot()?.read_waker = Some(cx.waker().clone());
-                Poll::Pending
-            }
-            Err(e) => Poll::Ready(Err(errno(e))),
+        let l = &self.inner.inner;
+        match l.accept_any(Some(cx.waker())) {
+            Ok(Some((s, peer))) => Poll::Ready(Ok((AsyncTcpStream { inner: s }, peer))),
+            Ok(None) if l.host().shared.stopped() => Poll::Ready(Err(netdown())),
+            Ok(None) => Poll::Pending,
+            Err(e) => Poll::Ready(Err(e)),
         }
     }
 }

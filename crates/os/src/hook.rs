@@ -1,8 +1,8 @@
 //! The packet hook of a host's I/O threads: an impairment (loss, one-packet reordering) run
 //! on every packet between the device and the engine, in both directions, and the packets
 //! it holds back. Installed with [`Host::set_packet_hook`](crate::Host::set_packet_hook);
-//! run by the I/O threads (`iothread.rs`) under the hook's own mutex, taken after the engine
-//! mutex and only while the host has a hook.
+//! run by the I/O threads (`iothread.rs`) under the hook's own mutex, taken after the shard's
+//! engine mutex and only while the host has a hook.
 
 use shallow_tcp::TxToken;
 
@@ -47,14 +47,16 @@ pub(crate) struct Held {
     pub until: u64,
 }
 
-/// The packet hook and the packets it holds back, one per direction.
+/// The packet hook and the packets it holds back: per device queue, one per direction (a
+/// held packet is released by its own queue's thread, so a transmitted one leaves on its
+/// flow's queue and is completed by the engine that sent it).
 #[derive(Default)]
 pub(crate) struct HookState {
     hook: Option<PacketHook>,
-    /// The received packet held back.
-    pub held_rx: Option<Held>,
-    /// The transmitted packet held back.
-    pub held_tx: Option<Held>,
+    /// Per queue: the received packet held back.
+    held_rx: Vec<Option<Held>>,
+    /// Per queue: the transmitted packet held back.
+    held_tx: Vec<Option<Held>>,
 }
 
 impl HookState {
@@ -71,10 +73,30 @@ impl HookState {
         }
     }
 
-    /// When the first held packet is due.
-    pub fn next_deadline(&self) -> Option<u64> {
-        let a = self.held_rx.as_ref().map(|h| h.until);
-        let b = self.held_tx.as_ref().map(|h| h.until);
+    /// The packet queue `q` holds back in direction `dir`.
+    pub fn held(&mut self, q: usize, dir: Dir) -> &mut Option<Held> {
+        let v = match dir {
+            Dir::Rx => &mut self.held_rx,
+            Dir::Tx => &mut self.held_tx,
+        };
+        if v.len() <= q {
+            v.resize_with(q + 1, || None);
+        }
+        &mut v[q]
+    }
+
+    /// When the first packet queue `q` holds is due.
+    pub fn next_deadline(&self, q: usize) -> Option<u64> {
+        let a = self
+            .held_rx
+            .get(q)
+            .and_then(Option::as_ref)
+            .map(|h| h.until);
+        let b = self
+            .held_tx
+            .get(q)
+            .and_then(Option::as_ref)
+            .map(|h| h.until);
         match (a, b) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -1,8 +1,8 @@
-//! A Shallow host on Linux: one `shallow_tcp::Stack` driven by an I/O thread over a device
-//! (a TUN queue, or one end of an in-memory [`link`](crate::link)), with application threads
-//! calling socket operations through [`TcpStream`](crate::TcpStream),
-//! [`TcpListener`](crate::TcpListener), the [`Poller`](crate::Poller) readiness API and (feature
-//! `tokio`) async wrappers.
+//! A Shallow host on Linux: `shallow_tcp::Stack` engines driven by I/O threads over a
+//! device (a TUN queue, or one end of an in-memory [`link`](crate::link)) — one engine and one
+//! thread per device queue —, with application threads calling socket operations through
+//! [`TcpStream`](crate::TcpStream), [`TcpListener`](crate::TcpListener), the
+//! [`Poller`](crate::Poller) readiness API and (feature `tokio`) async wrappers.
 //!
 //! # Threads like the kernel's
 //!
@@ -16,24 +16,30 @@
 //! exactly the waiters of the sockets named.
 //!
 //! **Application threads** own a socket for the length of a call, as Linux's `lock_sock`:
-//! the call takes the engine mutex, marks the socket owned (`Stack::lock_sock`), and does
-//! its work. A long call (a big `send` copying into the write queue, a big `recv`) works in
-//! chunks of [`CHUNK`] bytes and drops the mutex between chunks *while still owning the
-//! socket*, so the I/O thread keeps taking input: packets for the owned socket go to its
-//! backlog, timers and TX completions set deferred flags. At its end the call runs
-//! `Stack::release_sock` on the application thread, which processes the backlog there (Linux
-//! `__release_sock`; that is what makes backlog ACK deferral real). A call that must wait
-//! releases ownership while it sleeps and retakes it after (Linux `sk_wait_event`).
+//! the call takes the mutex of the engine that has the socket, marks the socket owned
+//! (`Stack::lock_sock`), and does its work. A long call (a big `send` copying into the write
+//! queue, a big `recv`) works in chunks of [`CHUNK`] bytes and drops the mutex between chunks
+//! *while still owning the socket*, so the I/O thread keeps taking input: packets for the
+//! owned socket go to its backlog, timers and TX completions set deferred flags. At its end
+//! the call runs `Stack::release_sock` on the application thread, which processes the backlog
+//! there (Linux `__release_sock`; that is what makes backlog ACK deferral real). A call that
+//! must wait releases ownership while it sleeps and retakes it after (Linux `sk_wait_event`).
 //!
 //! # No lost wake-ups
 //!
 //! Every socket known to the application has a slot with a generation counter and a condition
-//! variable used with the engine mutex. Whoever drains `Stack::poll_wakeup` (the I/O thread
+//! variable used with its engine's mutex. Whoever drains `Stack::poll_wakeup` (the I/O thread
 //! after each round, an application thread after each call) bumps the generation of each
 //! socket named and signals only that socket's waiters, its pollers and its async tasks. A
 //! waiter reads the generation under the mutex *before* it releases the socket (whose backlog
 //! may itself produce a wake-up) and sleeps only while the generation is unchanged, so a
-//! wake-up between its check and its sleep is never lost.
+//! wake-up between its check and its sleep is never lost. A listener has a socket on every
+//! engine and one host-level generation and condition variable (with a mutex of their own,
+//! never an engine's): every engine's wake-up of any of its sockets bumps it, and a blocking
+//! `accept` reads it before it tries the engines, so a connection that arrives on an engine
+//! already tried ends the sleep. A [`Poller`](crate::Poller) sleeps under the host's pollers
+//! mutex only while its ready list is empty, and a wake-up puts its socket on that list under
+//! the same mutex.
 //!
 //! # Egress
 //!
@@ -45,28 +51,46 @@
 //! autocorking's "data still in the host" test, for exactly as long as it is in the qdisc
 //! or being written. [`HostStats`] shows the qdisc's backlog.
 //!
-//! # Several queues
+//! # Several queues: one engine per queue
 //!
 //! A host may run over the queues of one `IFF_MULTI_QUEUE` TUN ([`Host::start_queues`],
-//! [`HostConfig::queues`]): one I/O thread per queue, all driving the one engine behind its
-//! mutex (taken only to run input, timers and the egress qdiscs, never across a device read or
-//! write). Each queue has its own qdisc, as Linux's `mq` root has one child per TX queue; a
-//! packet goes to the queue its flow hash picks (`skb_tx_hash`), so a flow stays on one queue
-//! and leaves in order (only that queue's thread dequeues and writes it), and the kernel's tun
-//! flow table sends the flow's reverse packets to the same queue. Application calls wake
-//! queue 0's thread, which drains `poll_transmit` and wakes the threads of the other queues it
-//! gave packets to; TX completions are run by the thread that wrote the packet; a timer that is
-//! due is run by whichever thread holds the mutex first (once: the deadline then moves on).
-//! [`HostStats::queues`] counts packets per queue.
+//! [`HostConfig::queues`]) or over several in-memory links. It is then Q **shards**: shard
+//! `k` is its own engine (the given `Stack` for shard 0, `Stack::fork(k)` for the others: the
+//! same configuration, its own keys), with its own egress qdisc on queue `k` (Linux's `mq`
+//! root, one child per TX queue), its own socket slots and its own mutex, served by queue
+//! `k`'s I/O thread; no thread ever holds two shards' mutexes. The engine cannot be split
+//! finer: its connections share one environment (timers, output queue, memory accounting,
+//! MIB, random stream), so a shard is the unit of locking.
 //!
-//! For tests, [`Host::set_packet_hook`] puts a loss/reordering hook on the I/O thread
+//! A TCP 4-tuple belongs to exactly one shard, [`Host::shard_of`] (a keyed flow hash scaled
+//! to Q, the one rule of ownership). Inbound, queue `k`'s thread parses each packet's tuple
+//! (IPv4/IPv6 + TCP; an ICMP error by the TCP header it quotes; anything else, IP fragments
+//! included, goes to shard 0) and gives a packet of another shard's flow to that shard's
+//! inbox (bounded: a full inbox drops the packet, counted in
+//! [`QueueStats::rx_forward_drops`]; forwarded packets in [`QueueStats::rx_forwarded`]), as
+//! Linux's RPS hands a packet to another CPU's backlog. Since shard `k` writes only on queue
+//! `k`, the kernel's tun flow table (automq) sends a flow's packets back to its owner's queue
+//! once the owner has written on it, so forwarding is mostly the first packets of a flow
+//! (a passive open's SYN and the ACK that completes it). A listener listens on every shard
+//! (same address and port; `accept` takes from any); `connect` takes the shards in turn and,
+//! on its shard, an ephemeral port whose tuple that shard owns
+//! (`Stack::set_connect_port_filter`), so two shards never pick one connected tuple.
+//! Pollers are host-wide. Host-wide views: [`Host::counters`] (summed), [`Host::with_stacks`]
+//! (every engine, e.g. for `ss`), [`Host::sysctl_set`] (every engine);
+//! [`TcpStream::with_stack`](crate::TcpStream::with_stack) reaches one connection's engine.
+//! `net.ipv4.tcp_mem`, host-wide in Linux, is divided evenly between the shards (a
+//! deviation: one shard can reach its part while the host as a whole has room).
+//! [`HostStats::queues`] counts packets per queue. With one queue everything is one shard
+//! and no packet is parsed for steering.
+//!
+//! For tests, [`Host::set_packet_hook`] puts a loss/reordering hook on the I/O threads
 //! between the device and the engine, in both directions.
 //!
 //! Time is `std::time::Instant` since the host started, in nanoseconds; the I/O thread waits
 //! with `ppoll`'s nanosecond timeouts.
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -81,7 +105,7 @@ use crate::error::OsError;
 pub use crate::hook::{Dir, PacketHook, Verdict, HOLD_NS};
 use crate::iothread;
 use crate::netns::Peer;
-use crate::shared::{wake_all, Shared};
+use crate::shared::{wake_all, Shard, Shared, Steer};
 pub use crate::shared::{HostStats, QueueStats, CHUNK};
 use crate::tun::{Offload, TunConfig};
 use crate::wake::Waker;
@@ -104,10 +128,10 @@ pub struct HostConfig {
     pub sysctls: Vec<(String, String)>,
     /// Egress qdisc (one per queue, as Linux's `mq` root has one child per TX queue).
     pub egress: Egress,
-    /// Device queues, each with its own I/O thread (default 1). Above 1 the TUN is opened
-    /// with `IFF_MULTI_QUEUE`, which must match how the existing device was made (`shallow
-    /// netns up` makes a single-queue one; `ip tuntap add mode tun multi_queue vnet_hdr`
-    /// makes a multi-queue one).
+    /// Device queues, each with its own engine (shard) and I/O thread (default 1). Above 1
+    /// the TUN is opened with `IFF_MULTI_QUEUE`, which must match how the existing device was
+    /// made (`shallow netns up` makes a single-queue one; `ip tuntap add mode tun multi_queue
+    /// vnet_hdr` makes a multi-queue one).
     pub queues: usize,
 }
 
@@ -133,8 +157,8 @@ impl Default for HostConfig {
     }
 }
 
-/// A Shallow host: the engine plus its I/O thread over a device (one thread per queue with
-/// [`Host::start_queues`]). Dropping it stops the threads.
+/// A Shallow host: the engine plus its I/O thread over a device (one engine and thread per
+/// queue with [`Host::start_queues`]). Dropping it stops the threads.
 /// Cheap to clone (a handle on the same host); the thread stops when the last handle and every
 /// socket of the host are gone, or on [`Host::shutdown`].
 #[derive(Clone)]
@@ -186,11 +210,14 @@ impl Host {
         Self::start_queues(stack, vec![device.into()], egress)
     }
 
-    /// Starts one I/O thread per device queue (the queues of one `IFF_MULTI_QUEUE` TUN, as
-    /// [`TunConfig::open`] returns them), all driving `stack` behind its one mutex, each
-    /// queue with its own `egress` qdisc (Linux's `mq` root). A packet the engine emits goes
-    /// to the queue its flow hash picks, so a flow keeps one queue. `InvalidInput` when
-    /// `devices` is empty.
+    /// Starts one shard and I/O thread per device queue (the queues of one
+    /// `IFF_MULTI_QUEUE` TUN, as [`TunConfig::open`] returns them, or several in-memory
+    /// links). Shard 0's engine is `stack`; shard `k > 0`'s is `stack.fork(k)` (the same
+    /// configuration, its own keys). Each shard has its own `egress` qdisc on its queue
+    /// (Linux's `mq` root with one child per TX queue) and owns the flows [`Host::shard_of`]
+    /// gives it. Above one queue, `net.ipv4.tcp_mem` (host-wide in Linux) is divided evenly
+    /// between the shards, each shard's engine accounting its own sockets against its part.
+    /// `InvalidInput` when `devices` is empty.
     pub fn start_queues(stack: Stack, devices: Vec<Device>, egress: Egress) -> io::Result<Host> {
         if devices.is_empty() {
             return Err(io::Error::new(
@@ -204,26 +231,39 @@ impl Host {
             Device::Mem(l) => l.mtu(),
         };
         let fq = matches!(egress, Egress::Fq | Egress::FqWith(_));
-        let txq = shallow_tcp::driver::Egress::new(
-            (0..n).map(|_| qdisc_for(egress.clone(), mtu)).collect(),
-        );
-        // The engine learns each qdisc's verdict at the transmit (NET_XMIT_DROP), as Linux's
-        // TCP does from dev_queue_xmit: the driver installs the gate.
-        let driver = OsDriver::with_egress(stack, EgressHandle::new(txq));
-        let wakers = (0..n)
-            .map(|_| Waker::new())
-            .collect::<io::Result<Vec<_>>>()?;
-        let shared = Arc::new(Shared::new(driver, wakers));
-        {
+        let steer = Steer::new(host_key(), n);
+        let mut stacks: Vec<Stack> = (1..n).map(|k| stack.fork(k as u64)).collect();
+        stacks.insert(0, stack);
+        if n > 1 {
+            let mem = stacks[0]
+                .sysctl_get("net.ipv4.tcp_mem")
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+            let part = split_tcp_mem(&mem, n);
+            for (k, st) in stacks.iter_mut().enumerate() {
+                st.sysctl_set("net.ipv4.tcp_mem", &part)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+                // A connect on shard k takes only ports whose tuple shard k owns.
+                st.set_connect_port_filter(Some(Arc::new(move |l: SocketAddr, r: SocketAddr| {
+                    steer.owner((l.ip(), l.port(), r.ip(), r.port())) == k
+                })));
+            }
+        }
+        let mut shards = Vec::with_capacity(n);
+        for (k, stack) in stacks.into_iter().enumerate() {
+            // The engine learns its qdisc's verdict at the transmit (NET_XMIT_DROP), as
+            // Linux's TCP does from dev_queue_xmit: the driver installs the gate.
+            let txq = shallow_tcp::driver::Egress::new(vec![qdisc_for(egress.clone(), mtu)]);
+            let mut driver = OsDriver::with_egress(stack, EgressHandle::new(txq));
             // The engine marks its packets with departure times only when fq is there to
             // honour them (Linux: `sk_pacing_status == SK_PACING_FQ`).
-            let mut g = shared.lock();
-            let caps = g.driver.device();
-            g.driver.set_device(DeviceCaps {
+            let caps = driver.device();
+            driver.set_device(DeviceCaps {
                 edt_pacing: fq,
                 ..caps
             });
+            shards.push(Shard::new(k, driver, Waker::new()?));
         }
+        let shared = Arc::new(Shared::new(shards, steer));
         let guard = ThreadGuard {
             shared: Arc::clone(&shared),
             threads: Mutex::new(Vec::with_capacity(n)),
@@ -298,16 +338,85 @@ impl Host {
         Host::attach(&HostConfig::default())
     }
 
-    /// Runs `f` on the engine (under its lock) at the current time, then dispatches the
-    /// wake-ups it produced and lets the I/O thread transmit what it queued. For engine calls
-    /// this crate has no wrapper for (sysctls, counters, sockstat); socket calls on sockets of
-    /// a [`TcpStream`](crate::TcpStream) should go through it, which owns the socket.
+    /// Runs `f` on shard 0's engine (under its lock) at the current time, then dispatches the
+    /// wake-ups it produced and lets its I/O thread transmit what it queued. With one device
+    /// queue that is the host's only engine; with several, use [`Host::with_stacks`] for
+    /// host-wide views (counters, sockstat, `ss`), [`Host::sysctl_set`] for sysctls and
+    /// [`TcpStream::with_stack`](crate::TcpStream::with_stack) for one connection's engine.
+    /// For engine calls this crate has no wrapper for; socket calls on sockets of a
+    /// [`TcpStream`](crate::TcpStream) should go through it, which owns the socket.
     pub fn with_stack<R>(&self, f: impl FnOnce(&mut Stack, Instant) -> R) -> R {
-        let mut g = self.shared.lock();
+        self.with_shard(0, f)
+    }
+
+    /// Runs `f` on shard `k`'s engine, as [`Host::with_stack`] does on shard 0's. Panics when
+    /// `k >= self.shards()`.
+    pub fn with_shard<R>(&self, k: usize, f: impl FnOnce(&mut Stack, Instant) -> R) -> R {
+        let mut g = self.shared.lock(k);
         let now = self.shared.now();
         let r = f(g.driver.stack_mut(), now);
         self.shared.finish(g);
         r
+    }
+
+    /// Runs `f(shard, engine, now)` on every shard's engine in turn (one lock at a time), and
+    /// returns what each call returned, in shard order.
+    pub fn with_stacks<R>(&self, mut f: impl FnMut(usize, &mut Stack, Instant) -> R) -> Vec<R> {
+        (0..self.shards())
+            .map(|k| self.with_shard(k, |st, now| f(k, st, now)))
+            .collect()
+    }
+
+    /// The engines' SNMP counters summed over the shards (the names in shard 0's order).
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        let mut sum: Vec<(String, u64)> = Vec::new();
+        for part in self.with_stacks(|_, st, _| {
+            st.counters()
+                .iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect::<Vec<_>>()
+        }) {
+            if sum.is_empty() {
+                sum = part;
+                continue;
+            }
+            for (k, v) in part {
+                match sum.iter_mut().find(|(n, _)| *n == k) {
+                    Some(e) => e.1 += v,
+                    None => sum.push((k, v)),
+                }
+            }
+        }
+        sum
+    }
+
+    /// Sets a sysctl (`Stack::sysctl_set`'s names) on every shard's engine. `net.ipv4.tcp_mem`
+    /// is divided evenly between the shards (see [`Host::start_queues`]).
+    pub fn sysctl_set(&self, name: &str, value: &str) -> Result<(), shallow_tcp::SysctlError> {
+        let n = self.shards();
+        let value = if name == "net.ipv4.tcp_mem" && n > 1 {
+            split_tcp_mem(value, n)
+        } else {
+            value.to_string()
+        };
+        for r in self.with_stacks(|_, st, _| st.sysctl_set(name, &value)) {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Number of shards (engines; one per device queue).
+    pub fn shards(&self) -> usize {
+        self.shared.shards.len()
+    }
+
+    /// The shard that owns the TCP flow between `local` (an address of this host) and
+    /// `remote`: the one rule by which inbound packets are steered to an engine and `connect`
+    /// picks its ephemeral port (keyed by a random key of this host; always 0 with one queue).
+    pub fn shard_of(&self, local: SocketAddr, remote: SocketAddr) -> usize {
+        self.shared
+            .steer
+            .owner((local.ip(), local.port(), remote.ip(), remote.port()))
     }
 
     /// False once the I/O thread has stopped (shut down, or the device went away).
@@ -327,19 +436,42 @@ impl Host {
     }
 }
 
+/// A random key for the host's flow-ownership hash.
+fn host_key() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
+
+/// `tcp_mem` ("min pressure max" in pages) divided by `n` (each at least 1); the value as
+/// given when it does not parse (the engine then refuses it).
+fn split_tcp_mem(v: &str, n: usize) -> String {
+    let parts: Vec<Option<i64>> = v.split_whitespace().map(|x| x.parse().ok()).collect();
+    if parts.len() != 3 || parts.iter().any(Option::is_none) {
+        return v.to_string();
+    }
+    parts
+        .iter()
+        .map(|x| (x.unwrap_or(0) / n as i64).max(1).to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 impl Host {
-    /// Installs (or with `None` removes) the packet hook of the I/O thread: every packet read
+    /// Installs (or with `None` removes) the packet hook of the I/O threads: every packet read
     /// from the device and every packet written to it is first shown to the hook, which may
     /// pass, drop or hold it ([`Verdict`]). Drops are counted in `HostStats::hook_drops`.
     /// With several queues the one hook is shared: it runs on the thread of the queue that
-    /// read or writes the packet, and a held packet is released by whichever thread comes
-    /// next (a held transmitted packet may then leave on that thread's queue).
+    /// read or writes the packet, and each queue holds back at most one packet per direction,
+    /// released by that queue's thread (a held received packet then goes to the shard that
+    /// owns it, a held transmitted one leaves on its own queue).
     pub fn set_packet_hook(&self, hook: Option<PacketHook>) {
         let mut h = self.shared.hook.lock().unwrap_or_else(|p| p.into_inner());
         h.set(hook);
         self.shared.hooked.store(true, Ordering::SeqCst);
         drop(h);
-        self.shared.kick();
+        self.shared.kick_all();
     }
 }
 
@@ -376,7 +508,7 @@ mod tests {
         s.set_nodelay(true).unwrap();
         let sh = &ha.shared;
         let id = c.socket();
-        let mut o = sh.own(id).unwrap();
+        let mut o = sh.own(c.shard(), id).unwrap();
         let rx0 = sh.stats.rx_packets.load(Ordering::SeqCst);
         o.unlock();
         (&s).write_all(b"hello").unwrap();
@@ -390,7 +522,7 @@ mod tests {
         let inq = o.stack().ioctl(id, shallow_tcp::Ioctl::SiocInq).unwrap();
         assert_eq!(inq, 0, "data reached the receive queue of an owned socket");
         drop(o);
-        let inq = ha.with_stack(|st, _| st.ioctl(id, shallow_tcp::Ioctl::SiocInq).unwrap());
+        let inq = c.with_stack(|st, _| st.ioctl(id, shallow_tcp::Ioctl::SiocInq).unwrap());
         assert_eq!(inq, 5, "release_sock did not process the backlog");
         let mut buf = [0u8; 5];
         (&c).read_exact(&mut buf).unwrap();

@@ -1,14 +1,14 @@
-//! The I/O threads of a [`Host`](crate::Host): softirq's role (see [`crate::host`]). One thread
-//! per device queue (one for a single-queue TUN or a [`MemLink`](crate::MemLink); one per
-//! `IFF_MULTI_QUEUE` queue otherwise). Each reads its queue in batches and feeds the engine,
-//! runs the engine's timers when they are due (under the engine mutex, so a deadline fires
-//! once whichever thread sees it), moves `poll_transmit` into the egress qdisc of the queue
-//! the packet's flow hash picks (Linux's `mq` root with one child per TX queue, and
-//! `skb_tx_hash`'s `reciprocal_scale`), writes what *its own* qdisc releases with the engine
-//! mutex dropped and completes it, and dispatches the engine's wake-ups; plus the optional
-//! packet hook. Only queue `k`'s thread dequeues queue `k`'s qdisc and writes queue `k`, so a
-//! flow's packets leave in order; a thread that puts packets in another queue's qdisc kicks
-//! that queue's thread.
+//! The I/O threads of a [`Host`](crate::Host): softirq's role (see `host.rs`). One thread per
+//! device queue and shard (one for a single-queue TUN or a [`MemLink`](crate::MemLink); one
+//! per `IFF_MULTI_QUEUE` queue otherwise). Thread `k` reads its queue in batches; a packet of a
+//! flow its shard owns (or any packet, with one queue) goes to its engine, a packet of a flow
+//! another shard owns is copied into that shard's bounded inbox and that shard's thread is
+//! kicked (as Linux's RPS hands a packet to another CPU's backlog). Under its shard's mutex it
+//! also feeds its engine the packets of its own inbox, runs the engine's timers when they are
+//! due, moves `poll_transmit` into the egress qdisc of its one TX queue (Linux's `mq` child of
+//! that queue), writes what the qdisc releases with the mutex dropped and completes it, and
+//! dispatches the engine's wake-ups; plus the optional packet hook. Only queue `k`'s thread
+//! writes queue `k`, and only shard `k`'s packets: a flow leaves on one queue, in order.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -24,23 +24,25 @@ use crate::wake::wait_readable;
 /// Packets read per batch by the I/O thread.
 const RX_BATCH: usize = 64;
 
-/// The loop of queue `me`'s I/O thread over `dev`; returns when the host stops or the device
-/// fails (which stops the host: every thread and every blocked call is woken).
+/// The loop of queue `me`'s I/O thread over `dev`, serving shard `me`; returns when the host
+/// stops or the device fails (which stops the host: every thread and every blocked call is
+/// woken).
 pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
+    let shard = &sh.shards[me];
     let mut batch = RxBatch::new(RX_BATCH);
     let mut mem_batch: Vec<(Vec<u8>, Option<u16>)> = Vec::with_capacity(RX_BATCH);
+    let mut inbox: Vec<(Vec<u8>, Option<u16>)> = Vec::new();
     let mut dropped_seen = 0u64;
     let mut outq: Vec<Out> = Vec::new();
-    let mut kicks = vec![false; sh.queues()];
+    let mut kicks = vec![false; sh.shards.len()];
+    let sharded = sh.shards.len() > 1;
     while !sh.stopped() {
         let timeout = {
-            let g = sh.lock();
+            let g = shard.lock();
             let now = sh.now();
-            // Every thread waits for the engine's next timer too: the deadline may have been
-            // moved earlier by this thread's own input (application calls kick thread 0).
-            let mut next = g.driver.poll_deadline(me, now).map(|t| t.as_nanos());
+            let mut next = g.driver.poll_deadline(0, now).map(|t| t.as_nanos());
             if let Some(h) = sh.lock_hook() {
-                next = match (next, h.next_deadline()) {
+                next = match (next, h.next_deadline(me)) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
@@ -48,11 +50,11 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
             next.map(|t| Duration::from_nanos(t.saturating_sub(now.as_nanos())))
         };
         // A poll error (EINTR is already absorbed) is not recoverable by waiting: stop.
-        let Ok(ready) = wait_readable(dev.fd(), &sh.wakers[me], timeout) else {
+        let Ok(ready) = wait_readable(dev.fd(), &shard.waker, timeout) else {
             break;
         };
         if ready.woken {
-            let _ = sh.wakers[me].drain();
+            let _ = shard.waker.drain();
         }
         loop {
             let n = if ready.device {
@@ -73,9 +75,19 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
             } else {
                 0
             };
-            let mut g = sh.lock();
+            let mut g = shard.lock();
             let mut hook = sh.lock_hook();
             let now = sh.now();
+            // What other queues read for this shard first (it was read earlier).
+            if sharded {
+                shard.take_inbox(&mut inbox);
+            }
+            for (p, gso) in inbox.drain(..) {
+                g.driver.input(now, &p, gso);
+                if gso.is_some() {
+                    bump(&sh.stats.rx_gso);
+                }
+            }
             match dev {
                 Device::Tun(_) => {
                     for p in batch.packets().iter().take(n) {
@@ -87,23 +99,31 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
                             p.packet(),
                             p.gso_size(),
                             now,
+                            &mut kicks,
                         );
                     }
                 }
                 Device::Mem(l) => {
                     for (p, gso) in mem_batch.drain(..) {
-                        rx(sh, me, &mut g, hook.as_deref_mut(), &p, gso, now);
+                        rx(
+                            sh,
+                            me,
+                            &mut g,
+                            hook.as_deref_mut(),
+                            &p,
+                            gso,
+                            now,
+                            &mut kicks,
+                        );
                         l.recycle(p);
                     }
                 }
             }
             if let Some(h) = hook.as_deref_mut() {
-                if h.held_rx
-                    .as_ref()
-                    .is_some_and(|x| x.until <= now.as_nanos())
-                {
-                    if let Some(x) = h.held_rx.take() {
-                        deliver(sh, me, &mut g, &x.data, x.gso_size, now);
+                let held = h.held(me, Dir::Rx);
+                if held.as_ref().is_some_and(|x| x.until <= now.as_nanos()) {
+                    if let Some(x) = held.take() {
+                        route(sh, me, &mut g, &x.data, x.gso_size, now, &mut kicks);
                     }
                 }
             }
@@ -113,23 +133,13 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
                     .fetch_add(batch.dropped - dropped_seen, Ordering::Relaxed);
                 dropped_seen = batch.dropped;
             }
-            // Under the engine mutex: a deadline that another thread already handled has
-            // moved on, so it does not fire twice.
             g.driver.run_timers(now);
-            egress(
-                sh,
-                me,
-                &mut g,
-                &mut outq,
-                hook.as_deref_mut(),
-                now,
-                &mut kicks,
-            );
+            egress(sh, me, &mut g, &mut outq, hook.as_deref_mut(), now);
             drop(hook);
-            g.dispatch(&sh.stats);
+            g.dispatch(sh);
             drop(g);
             kick_others(sh, &mut kicks);
-            write_out(sh, me, dev, &mut outq, &mut kicks);
+            write_out(sh, me, dev, &mut outq);
             if n < RX_BATCH {
                 break;
             }
@@ -140,29 +150,48 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
     wake_all(sh);
 }
 
-/// Wakes the threads of the other queues that were given packets (after the engine mutex is
-/// dropped; the eventfd keeps the wake-up until they wait again, so none is lost).
+/// Wakes the threads of the shards whose inboxes were given packets (after this shard's mutex
+/// is dropped; the eventfd keeps the wake-up until they wait again, so none is lost).
 fn kick_others(sh: &Shared, kicks: &mut [bool]) {
     for (q, k) in kicks.iter_mut().enumerate() {
         if std::mem::take(k) {
-            sh.kick_queue(q);
+            sh.shards[q].kick();
         }
     }
 }
 
-/// Gives one received packet to the engine.
-fn deliver(sh: &Shared, me: usize, g: &mut Inner, p: &[u8], gso: Option<u16>, now: Instant) {
-    g.driver.input(now, p, gso);
+/// Gives one received packet to the shard that owns its flow: this one's engine, or another
+/// shard's inbox (bounded: a full inbox drops the packet, counted).
+#[allow(clippy::too_many_arguments)]
+fn route(
+    sh: &Shared,
+    me: usize,
+    g: &mut Inner,
+    p: &[u8],
+    gso: Option<u16>,
+    now: Instant,
+    kicks: &mut [bool],
+) {
+    let owner = sh.steer.owner_of_packet(p);
+    let q = &sh.stats.queues[me];
+    if owner == me {
+        g.driver.input(now, p, gso);
+        if gso.is_some() {
+            bump(&sh.stats.rx_gso);
+        }
+    } else if sh.shards[owner].push_inbox(p, gso) {
+        bump(&q.rx_forwarded);
+        kicks[owner] = true;
+    } else {
+        bump(&q.rx_forward_drops);
+        return;
+    }
     bump(&sh.stats.rx_packets);
-    if let Some(q) = sh.stats.queues.get(me) {
-        bump(&q.rx_packets);
-    }
-    if gso.is_some() {
-        bump(&sh.stats.rx_gso);
-    }
+    bump(&q.rx_packets);
 }
 
-/// One received packet through the hook (if any) to the engine.
+/// One received packet through the hook (if any) to its shard.
+#[allow(clippy::too_many_arguments)]
 fn rx(
     sh: &Shared,
     me: usize,
@@ -171,16 +200,17 @@ fn rx(
     p: &[u8],
     gso: Option<u16>,
     now: Instant,
+    kicks: &mut [bool],
 ) {
     let Some(h) = hook else {
-        deliver(sh, me, g, p, gso, now);
+        route(sh, me, g, p, gso, now, kicks);
         return;
     };
     match h.verdict(Dir::Rx, p, gso) {
         Verdict::Pass => {
-            deliver(sh, me, g, p, gso, now);
-            if let Some(x) = h.held_rx.take() {
-                deliver(sh, me, g, &x.data, x.gso_size, now);
+            route(sh, me, g, p, gso, now, kicks);
+            if let Some(x) = h.held(me, Dir::Rx).take() {
+                route(sh, me, g, &x.data, x.gso_size, now, kicks);
             }
         }
         Verdict::Drop => bump(&sh.stats.hook_drops),
@@ -191,18 +221,17 @@ fn rx(
                 token: None,
                 until: now.as_nanos().saturating_add(HOLD_NS),
             };
-            if let Some(x) = h.held_rx.replace(new) {
-                deliver(sh, me, g, &x.data, x.gso_size, now);
+            if let Some(x) = h.held(me, Dir::Rx).replace(new) {
+                route(sh, me, g, &x.data, x.gso_size, now, kicks);
             }
         }
     }
 }
 
-/// Drains `poll_transmit` into the qdisc of each packet's queue (the driver's egress step;
-/// without a qdisc the packet waits for its queue's thread), then moves what this queue
-/// releases at `now` to `outq` (see [`write_out`]). Queues other than `me` that were given
-/// packets are marked in `kicks`. Repeats while something moved: a completion (a hook's drop)
-/// may let the engine send more.
+/// Drains `poll_transmit` into the shard's qdisc (the driver's egress step; without a qdisc
+/// the packet waits for the write), then moves what the qdisc releases at `now` to `outq`
+/// (see [`write_out`]). Repeats while something moved: a completion (a hook's drop) may let
+/// the engine send more.
 fn egress(
     sh: &Shared,
     me: usize,
@@ -210,27 +239,19 @@ fn egress(
     outq: &mut Vec<Out>,
     mut hook: Option<&mut HookState>,
     now: Instant,
-    kicks: &mut [bool],
 ) {
     let driver = &mut g.driver;
     if let Some(h) = hook.as_deref_mut() {
-        if h.held_tx
-            .as_ref()
-            .is_some_and(|x| x.until <= now.as_nanos())
-        {
-            if let Some(x) = h.held_tx.take() {
+        let held = h.held(me, Dir::Tx);
+        if held.as_ref().is_some_and(|x| x.until <= now.as_nanos()) {
+            if let Some(x) = held.take() {
                 out(outq, x.data, x.gso_size, x.token);
             }
         }
     }
     loop {
         let mut any = false;
-        let dropped = driver.transmit(now, |q| {
-            any = true;
-            if q != me {
-                kicks[q] = true;
-            }
-        });
+        let dropped = driver.transmit(now, |_| any = true);
         // Refusals at the transmit are the qdisc's drops too.
         let (refused, held) = {
             let mut e = driver.egress().lock();
@@ -244,9 +265,9 @@ fn egress(
         sh.stats
             .qdisc_backlog_max
             .fetch_max(held as u64, Ordering::Relaxed);
-        while let Some(p) = driver.poll_release(me, now) {
+        while let Some(p) = driver.poll_release(0, now) {
             any = true;
-            tx_hooked(sh, driver, outq, hook.as_deref_mut(), p, now);
+            tx_hooked(sh, me, driver, outq, hook.as_deref_mut(), p, now);
         }
         let held = driver.egress().lock().backlog_bytes();
         sh.stats.qdisc_backlog.store(held as u64, Ordering::Relaxed);
@@ -260,6 +281,7 @@ fn egress(
 #[allow(clippy::too_many_arguments)]
 fn tx_hooked(
     sh: &Shared,
+    me: usize,
     stack: &mut Stack,
     outq: &mut Vec<Out>,
     hook: Option<&mut HookState>,
@@ -281,7 +303,7 @@ fn tx_hooked(
     match h.verdict(Dir::Tx, &data, gso_size) {
         Verdict::Pass => {
             out(outq, data, gso_size, token);
-            if let Some(x) = h.held_tx.take() {
+            if let Some(x) = h.held(me, Dir::Tx).take() {
                 out(outq, x.data, x.gso_size, x.token);
             }
         }
@@ -298,14 +320,14 @@ fn tx_hooked(
                 token,
                 until: now.as_nanos().saturating_add(HOLD_NS),
             };
-            if let Some(x) = h.held_tx.replace(new) {
+            if let Some(x) = h.held(me, Dir::Tx).replace(new) {
                 out(outq, x.data, x.gso_size, x.token);
             }
         }
     }
 }
 
-/// A packet ready for the device: written by the I/O thread after it drops the engine
+/// A packet ready for the device: written by the I/O thread after it drops the shard's
 /// mutex, then completed under the mutex again.
 type Out = (Vec<u8>, Option<u16>, Option<TxToken>);
 
@@ -313,21 +335,19 @@ fn out(outq: &mut Vec<Out>, data: Vec<u8>, gso_size: Option<u16>, token: Option<
     outq.push((data, gso_size, token));
 }
 
-/// Writes `outq` to the device without the engine mutex, then completes the data packets
+/// Writes `outq` to the device without the shard's mutex, then completes the data packets
 /// under it (the device has them, or refused them: a drop below TCP completes too, as
 /// `kfree_skb` runs the destructor). Completions may let TSQ queue more and the qdisc release
 /// more, so this repeats until nothing is left to write.
-fn write_out(sh: &Shared, me: usize, dev: &Device, outq: &mut Vec<Out>, kicks: &mut [bool]) {
+fn write_out(sh: &Shared, me: usize, dev: &Device, outq: &mut Vec<Out>) {
     let mut tokens: Vec<TxToken> = Vec::new();
-    let qstats = sh.stats.queues.get(me);
+    let qstats = &sh.stats.queues[me];
     while !outq.is_empty() {
         for (data, gso_size, token) in outq.drain(..) {
             match dev.send(&data, gso_size) {
                 Ok(()) => {
                     bump(&sh.stats.tx_packets);
-                    if let Some(q) = qstats {
-                        bump(&q.tx_packets);
-                    }
+                    bump(&qstats.tx_packets);
                     if gso_size.is_some() {
                         bump(&sh.stats.tx_gso);
                     }
@@ -339,16 +359,14 @@ fn write_out(sh: &Shared, me: usize, dev: &Device, outq: &mut Vec<Out>, kicks: &
         if tokens.is_empty() {
             break;
         }
-        let mut g = sh.lock();
+        let mut g = sh.shards[me].lock();
         let mut hook = sh.lock_hook();
         let now = sh.now();
         for t in tokens.drain(..) {
             g.driver.tx_complete(now, t);
         }
-        egress(sh, me, &mut g, outq, hook.as_deref_mut(), now, kicks);
+        egress(sh, me, &mut g, outq, hook.as_deref_mut(), now);
         drop(hook);
-        g.dispatch(&sh.stats);
-        drop(g);
-        kick_others(sh, kicks);
+        g.dispatch(sh);
     }
 }

@@ -1,8 +1,9 @@
 //! Shallow's Linux substrate: the engine on real threads over a real device.
 //!
-//! - [`host`]: a [`Host`] runs one `shallow_tcp::Stack` on an I/O thread (softirq's role) over
-//!   a TUN queue or an in-memory [`link`], with an fq egress qdisc that paces by earliest
-//!   departure time and completes packets when the device write returns. Application threads
+//! - [`host`]: a [`Host`] runs a `shallow_tcp::Stack` on an I/O thread (softirq's role) over
+//!   a TUN queue or an in-memory [`link`] — one engine and thread per queue of a multi-queue
+//!   TUN, each owning the flows its 4-tuple hash gives it —, with an fq egress qdisc that
+//!   paces by earliest departure time and completes packets when the device write returns. Application threads
 //!   own a socket for the length of a call (`lock_sock`), packets arriving meanwhile go to the
 //!   socket's backlog and are processed by the caller at `release_sock`.
 //! - [`net`]: blocking [`TcpStream`] and [`TcpListener`] shaped like `std::net`, errors as
@@ -67,6 +68,7 @@ pub mod poller;
 mod readiness;
 mod shared;
 pub mod skip;
+mod steer;
 #[allow(unsafe_code)]
 mod sys;
 pub mod tun;

@@ -9,6 +9,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +18,9 @@ use shallow_tcp::{
 };
 
 use crate::host::Host;
-use crate::shared::{deadline, ebadf, errno, netdown, Owned, Shared, Slot, WaitEnd, Want, CHUNK};
+use crate::shared::{
+    deadline, ebadf, errno, netdown, ListenWait, Shared, Slot, WaitEnd, Want, CHUNK,
+};
 
 /// Chunks a `send` copies before it processes its backlog once on the way (Linux
 /// `tcp_sendmsg_locked` calls `sk_flush_backlog` every 16 new skbs).
@@ -48,21 +51,24 @@ impl ShutdownHow for std::net::Shutdown {
     }
 }
 
-/// The application's handle on one engine socket; the socket is closed when the last handle
-/// (see [`TcpStream::try_clone`]) goes.
+/// The application's handle on one engine socket (of one shard); the socket is closed when
+/// the last handle (see [`TcpStream::try_clone`]) goes.
 pub(crate) struct Sock {
     pub host: Host,
+    /// The shard whose engine has the socket.
+    pub shard: usize,
     pub id: SocketId,
 }
 
 impl Sock {
-    /// Creates a socket of `family`.
-    pub fn new(host: &Host, family: Family) -> io::Result<Sock> {
-        let mut g = host.shared.lock();
+    /// Creates a socket of `family` on shard `shard`.
+    pub fn new(host: &Host, shard: usize, family: Family) -> io::Result<Sock> {
+        let mut g = host.shared.lock(shard);
         let id = g.driver.socket(family).map_err(errno)?;
         g.add_slot(id);
         Ok(Sock {
             host: host.clone(),
+            shard,
             id,
         })
     }
@@ -72,7 +78,7 @@ impl Sock {
         &self,
         f: impl FnOnce(&mut shallow_tcp::Stack, shallow_tcp::Instant, SocketId) -> Result<R, Errno>,
     ) -> io::Result<R> {
-        let mut o = self.host.shared.own(self.id)?;
+        let mut o = self.host.shared.own(self.shard, self.id)?;
         let now = o.now();
         f(o.stack(), now, self.id).map_err(errno)
     }
@@ -84,7 +90,7 @@ impl Sock {
         f: impl FnOnce(&mut shallow_tcp::Stack, shallow_tcp::Instant, SocketId) -> Result<R, Errno>,
     ) -> io::Result<R> {
         let sh = &self.host.shared;
-        let mut g = sh.lock();
+        let mut g = sh.lock(self.shard);
         if g.slot(self.id).is_none() {
             return Err(ebadf());
         }
@@ -96,7 +102,7 @@ impl Sock {
 
     /// Runs `f` on the socket's slot.
     pub fn with_slot<R>(&self, f: impl FnOnce(&mut Slot) -> R) -> io::Result<R> {
-        let mut g = self.host.shared.lock();
+        let mut g = self.host.shared.lock(self.shard);
         let slot = g.slot_mut(self.id).ok_or_else(ebadf)?;
         Ok(f(slot))
     }
@@ -122,7 +128,7 @@ impl Drop for Sock {
         // so that its backlog is processed before it is orphaned.
         // All under one hold of the mutex, so the engine cannot reuse the id (for a new
         // connection that another thread accepts) before the slot is gone.
-        if let Ok(o) = sh.own(self.id) {
+        if let Ok(o) = sh.own(self.shard, self.id) {
             o.close();
         }
     }
@@ -177,11 +183,13 @@ impl TcpStream {
         addr: SocketAddr,
         timeout: Option<Duration>,
     ) -> io::Result<TcpStream> {
-        let sock = Sock::new(host, family_of(&addr))?;
+        // The connection goes to the next shard in turn; its engine picks an ephemeral port
+        // whose tuple that shard owns.
+        let sock = Sock::new(host, host.shared.connect_shard(), family_of(&addr))?;
         let sh = &host.shared;
         let dl = deadline(timeout);
         {
-            let mut o = sh.own(sock.id)?;
+            let mut o = sh.own(sock.shard, sock.id)?;
             let now = o.now();
             match o.stack().connect(now, sock.id, addr) {
                 Ok(()) | Err(Errno::EINPROGRESS) => {}
@@ -211,9 +219,25 @@ impl TcpStream {
         })
     }
 
-    /// The engine's socket id (for `Host::with_stack` calls this type has no wrapper for).
+    /// The engine's socket id (for [`TcpStream::with_stack`] calls this type has no wrapper
+    /// for), in the engine of shard [`TcpStream::shard`].
     pub fn socket(&self) -> SocketId {
         self.sock.id
+    }
+
+    /// The shard (engine) that has the connection: the one its 4-tuple belongs to
+    /// ([`Host::shard_of`]).
+    pub fn shard(&self) -> usize {
+        self.sock.shard
+    }
+
+    /// Runs `f` on the engine that has this connection (see [`Host::with_stack`]), e.g.
+    /// `s.with_stack(|st, now| st.tcp_info(now, s.socket()))`.
+    pub fn with_stack<R>(
+        &self,
+        f: impl FnOnce(&mut shallow_tcp::Stack, shallow_tcp::Instant) -> R,
+    ) -> R {
+        self.sock.host.with_shard(self.sock.shard, f)
     }
 
     /// The host the connection belongs to.
@@ -359,12 +383,26 @@ impl TcpStream {
     /// all of `buf` is queued unless non-blocking, `MSG_DONTWAIT` or the write timeout says
     /// otherwise.
     pub fn send_with_flags(&self, buf: &[u8], flags: u32) -> io::Result<usize> {
-        send_all(&self.sock.host.shared, self.sock.id, buf, flags, None)
+        send_all(
+            &self.sock.host.shared,
+            self.sock.shard,
+            self.sock.id,
+            buf,
+            flags,
+            None,
+        )
     }
 
     /// `recv(2)` with flags (`MSG_PEEK`, `MSG_WAITALL`, `MSG_DONTWAIT`, …).
     pub fn recv_with_flags(&self, buf: &mut [u8], flags: u32) -> io::Result<usize> {
-        recv_some(&self.sock.host.shared, self.sock.id, buf, flags, None)
+        recv_some(
+            &self.sock.host.shared,
+            self.sock.shard,
+            self.sock.id,
+            buf,
+            flags,
+            None,
+        )
     }
 
     /// `recv(MSG_PEEK)`: like std's `peek`.
@@ -441,15 +479,88 @@ impl shallow_workload::Conn for &TcpStream {
     }
 }
 
-/// A listening socket of a [`Host`], with `std::net::TcpListener`'s shape.
+/// A listening socket of a [`Host`], with `std::net::TcpListener`'s shape. On a host of
+/// several shards it listens on every shard (one engine socket each, same address and port),
+/// since a connecting peer's tuple may belong to any of them; `accept` takes a connection
+/// from whichever shard has one.
 pub struct TcpListener {
-    pub(crate) sock: Arc<Sock>,
+    pub(crate) inner: Arc<Listener>,
+}
+
+/// The state of a [`TcpListener`]: its socket on each shard (index = shard), the host-level
+/// wait a blocking `accept` sleeps on, and the options it applies to all of them.
+pub(crate) struct Listener {
+    pub socks: Vec<Sock>,
+    pub wait: Arc<ListenWait>,
+    nonblocking: AtomicBool,
+    /// The shard the next `accept` looks at first (round-robin, so no shard starves).
+    next: AtomicUsize,
+}
+
+impl Listener {
+    pub fn host(&self) -> &Host {
+        &self.socks[0].host
+    }
+
+    /// One non-blocking `accept` on shard `k`'s socket (owned for the call); with `waker`, a
+    /// call that finds nothing registers it as that socket's read waker before releasing it.
+    pub fn try_accept(
+        &self,
+        k: usize,
+        waker: Option<&std::task::Waker>,
+    ) -> io::Result<Option<(TcpStream, SocketAddr)>> {
+        let ls = &self.socks[k];
+        let sh = &ls.host.shared;
+        let mut o = sh.own(k, ls.id)?;
+        match o.stack().accept(ls.id) {
+            Ok((c, peer)) => {
+                o.inner().add_slot(c);
+                drop(o);
+                let sock = Sock {
+                    host: ls.host.clone(),
+                    shard: k,
+                    id: c,
+                };
+                Ok(Some((
+                    TcpStream {
+                        sock: Arc::new(sock),
+                    },
+                    peer,
+                )))
+            }
+            Err(Errno::EAGAIN) => {
+                if let Some(w) = waker {
+                    o.slot()?.read_waker = Some(w.clone());
+                }
+                Ok(None)
+            }
+            Err(e) => Err(errno(e)),
+        }
+    }
+
+    /// Tries every shard once, starting at the next in turn.
+    pub fn accept_any(
+        &self,
+        waker: Option<&std::task::Waker>,
+    ) -> io::Result<Option<(TcpStream, SocketAddr)>> {
+        let n = self.socks.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        for i in 0..n {
+            if let Some(c) = self.try_accept((start + i) % n, waker)? {
+                return Ok(Some(c));
+            }
+        }
+        Ok(None)
+    }
 }
 
 impl std::fmt::Debug for TcpListener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TcpListener")
-            .field("sock", &self.sock.id)
+            .field(
+                "socks",
+                &self.inner.socks.iter().map(|s| s.id).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -462,44 +573,74 @@ impl TcpListener {
     }
 
     /// [`TcpListener::bind`] with an explicit `listen(2)` backlog (the accept queue's limit,
-    /// Linux `sk_max_ack_backlog`).
+    /// Linux `sk_max_ack_backlog`; each shard's socket has this backlog).
     pub fn bind_with_backlog(
         host: &Host,
         addr: SocketAddr,
         backlog: i32,
     ) -> io::Result<TcpListener> {
-        let sock = Sock::new(host, family_of(&addr))?;
-        sock.call(|st, now, s| {
-            st.setsockopt(now, s, SockOpt::SoReuseaddr, &OptVal::Int(1))?;
-            st.bind(s, addr)?;
-            st.listen(s, backlog)
-        })?;
+        // Port 0: shard 0 picks the port, the others bind the same; should one of them have
+        // it in use (by a connection of its own), start again with another.
+        let tries = if addr.port() == 0 { 8 } else { 1 };
+        let mut last = None;
+        for _ in 0..tries {
+            match Self::bind_all(host, addr, backlog) {
+                Ok(l) => return Ok(l),
+                Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| errno(Errno::EADDRINUSE)))
+    }
+
+    fn bind_all(host: &Host, addr: SocketAddr, backlog: i32) -> io::Result<TcpListener> {
+        let wait = Arc::new(ListenWait::default());
+        let mut socks = Vec::with_capacity(host.shards());
+        let mut addr = addr;
+        for k in 0..host.shards() {
+            let sock = Sock::new(host, k, family_of(&addr))?;
+            sock.with_slot(|sl| sl.listen = Some(Arc::clone(&wait)))?;
+            let bound = sock.call(|st, now, s| {
+                st.setsockopt(now, s, SockOpt::SoReuseaddr, &OptVal::Int(1))?;
+                st.bind(s, addr)?;
+                st.listen(s, backlog)?;
+                st.local_addr(s)
+            });
+            socks.push(sock);
+            // The other shards bind the port shard 0 got.
+            addr.set_port(bound?.port());
+        }
         Ok(TcpListener {
-            sock: Arc::new(sock),
+            inner: Arc::new(Listener {
+                socks,
+                wait,
+                nonblocking: AtomicBool::new(false),
+                next: AtomicUsize::new(0),
+            }),
         })
     }
 
-    /// Accepts a connection: blocks until one is established (unless non-blocking).
+    /// Accepts a connection: blocks until one is established on any shard (unless
+    /// non-blocking). The wait is the listener's host-level one: its generation is read before
+    /// the shards are tried, and any shard's wake-up of the listener bumps it, so a
+    /// connection that arrives on a shard already tried ends the wait.
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
-        let host = &self.sock.host;
-        let (id, peer) = blocking(&host.shared, self.sock.id, Want::Read, |o| {
-            let s = self.sock.id;
-            let r = o.stack().accept(s);
-            if let Ok((c, _)) = r {
-                o.inner().add_slot(c);
+        let l = &self.inner;
+        let sh = &l.host().shared;
+        loop {
+            let gen0 = l.wait.gen();
+            if let Some(c) = l.accept_any(None)? {
+                return Ok(c);
             }
-            r
-        })?;
-        let sock = Sock {
-            host: host.clone(),
-            id,
-        };
-        Ok((
-            TcpStream {
-                sock: Arc::new(sock),
-            },
-            peer,
-        ))
+            if l.nonblocking.load(Ordering::Relaxed) {
+                return Err(errno(Errno::EAGAIN));
+            }
+            if sh.stopped() {
+                return Err(netdown());
+            }
+            crate::shared::bump(&sh.stats.sleeps);
+            l.wait.wait(gen0, &sh.stop, None);
+        }
     }
 
     /// An iterator of accepted connections (never `None`), like std's `incoming`.
@@ -509,36 +650,49 @@ impl TcpListener {
 
     /// The bound address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.sock.peek(|st, _, s| st.local_addr(s))
+        self.inner.socks[0].peek(|st, _, s| st.local_addr(s))
     }
 
     /// `O_NONBLOCK`: `accept` fails with `WouldBlock` when no connection waits.
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        self.sock.set_nonblocking(on)
+        self.inner.nonblocking.store(on, Ordering::Relaxed);
+        for s in &self.inner.socks {
+            s.set_nonblocking(on)?;
+        }
+        Ok(())
     }
 
-    /// The engine's socket id.
+    /// The engine's socket id of shard 0's socket (the listener has one per shard, see
+    /// [`TcpListener::sockets`]).
     pub fn socket(&self) -> SocketId {
-        self.sock.id
+        self.inner.socks[0].id
+    }
+
+    /// The listener's socket on each shard: `(shard, socket id)`.
+    pub fn sockets(&self) -> Vec<(usize, SocketId)> {
+        self.inner.socks.iter().map(|s| (s.shard, s.id)).collect()
     }
 
     /// The host the listener belongs to.
     pub fn host(&self) -> &Host {
-        &self.sock.host
+        self.inner.host()
     }
 
-    /// `SO_ERROR`: the pending error, cleared.
+    /// `SO_ERROR`: the pending error, cleared (the first shard's that has one).
     pub fn take_error(&self) -> io::Result<Option<io::Error>> {
-        let v = self
-            .sock
-            .call(|st, _, s| st.getsockopt(s, SockOpt::SoError)?.int())?;
-        Ok((v != 0).then(|| io::Error::from_raw_os_error(v as i32)))
+        for sock in &self.inner.socks {
+            let v = sock.call(|st, _, s| st.getsockopt(s, SockOpt::SoError)?.int())?;
+            if v != 0 {
+                return Ok(Some(io::Error::from_raw_os_error(v as i32)));
+            }
+        }
+        Ok(None)
     }
 
     /// Another handle on the same listener.
     pub fn try_clone(&self) -> io::Result<TcpListener> {
         Ok(TcpListener {
-            sock: Arc::clone(&self.sock),
+            inner: Arc::clone(&self.inner),
         })
     }
 }
@@ -556,40 +710,6 @@ impl Iterator for Incoming<'_> {
     }
 }
 
-/// A blocking socket call's loop: run `op` while owning the socket; on `EAGAIN` wait for a
-/// wake-up of the socket (unless non-blocking), up to `timeout`.
-pub(crate) fn blocking<R>(
-    sh: &Shared,
-    s: SocketId,
-    want: Want,
-    mut op: impl FnMut(&mut Owned<'_>) -> Result<R, Errno>,
-) -> io::Result<R> {
-    let mut o = sh.own(s)?;
-    let (nonblocking, timeout) = {
-        let slot = o.slot()?;
-        let t = if want == Want::Write {
-            slot.sndtimeo
-        } else {
-            slot.rcvtimeo
-        };
-        (slot.nonblocking, t)
-    };
-    let dl = deadline(timeout);
-    loop {
-        match op(&mut o) {
-            Err(Errno::EAGAIN) if !nonblocking => {
-                if sh.stopped() {
-                    return Err(netdown());
-                }
-                if let WaitEnd::TimedOut = o.wait(want, dl)? {
-                    return Err(errno(Errno::EAGAIN));
-                }
-            }
-            r => return r.map_err(errno),
-        }
-    }
-}
-
 /// `send` of a whole buffer as Linux's blocking `tcp_sendmsg`: copies in [`CHUNK`]s, dropping
 /// the mutex between chunks, waits for write space when the buffer is full (`sk_stream_wait_memory`),
 /// and returns the bytes accepted (partial only on timeout, error or `O_NONBLOCK`).
@@ -599,12 +719,13 @@ pub(crate) fn blocking<R>(
 /// fall between the failed attempt and the registration.
 pub(crate) fn send_all(
     sh: &Shared,
+    k: usize,
     s: SocketId,
     buf: &[u8],
     flags: u32,
     waker: Option<&std::task::Waker>,
 ) -> io::Result<usize> {
-    let mut o = sh.own(s)?;
+    let mut o = sh.own(k, s)?;
     let (nonblocking, timeout) = {
         let slot = o.slot()?;
         if let Some(e) = slot.pending_err.take() {
@@ -682,6 +803,7 @@ pub(crate) fn send_all(
 /// registers it as the socket's read waker before it releases the socket.
 pub(crate) fn recv_some(
     sh: &Shared,
+    k: usize,
     s: SocketId,
     buf: &mut [u8],
     flags: u32,
@@ -690,7 +812,7 @@ pub(crate) fn recv_some(
     if buf.is_empty() {
         return Ok(0);
     }
-    let mut o = sh.own(s)?;
+    let mut o = sh.own(k, s)?;
     let (nonblocking, timeout) = {
         let slot = o.slot()?;
         if let Some(e) = slot.pending_err.take() {

@@ -25,7 +25,7 @@ use shallow_tcp::{pollbits, SocketId};
 use crate::host::Host;
 use crate::net::{TcpListener, TcpStream};
 pub use crate::readiness::PollerStats;
-use crate::readiness::{PollerState, Reg, ALWAYS};
+use crate::readiness::{PollerState, Reg, SockRef, ALWAYS};
 use crate::shared::{deadline, ebadf, netdown};
 
 /// What a registration waits for: a set of poll bits.
@@ -140,10 +140,13 @@ impl<'a> IntoIterator for &'a Events {
 
 /// Something that can be registered: a [`TcpStream`] or a [`TcpListener`].
 pub trait Source {
-    /// The engine socket.
+    /// The engine socket (a listener's: shard 0's).
     fn socket_id(&self) -> SocketId;
     /// Its host.
     fn source_host(&self) -> &Host;
+    /// Its engine sockets, `(shard, socket id)`: one for a stream, one per shard for a
+    /// listener (registered together, reported as one event).
+    fn source_sockets(&self) -> Vec<(usize, SocketId)>;
 }
 
 impl Source for TcpStream {
@@ -152,6 +155,9 @@ impl Source for TcpStream {
     }
     fn source_host(&self) -> &Host {
         self.host()
+    }
+    fn source_sockets(&self) -> Vec<(usize, SocketId)> {
+        vec![(self.shard(), self.socket())]
     }
 }
 
@@ -162,11 +168,15 @@ impl Source for TcpListener {
     fn source_host(&self) -> &Host {
         self.host()
     }
+    fn source_sockets(&self) -> Vec<(usize, SocketId)> {
+        self.sockets()
+    }
 }
 
 impl Reg {
-    fn new(token: usize, interest: Interest, trigger: Trigger) -> Reg {
+    fn new(src: SockRef, token: usize, interest: Interest, trigger: Trigger) -> Reg {
         Reg {
+            src,
             token,
             interest: interest.0,
             edge: trigger == Trigger::Edge,
@@ -174,7 +184,9 @@ impl Reg {
     }
 }
 
-/// An epoll-like readiness set over the sockets of one [`Host`].
+/// An epoll-like readiness set over the sockets of one [`Host`]. Its state is host-wide
+/// (under the host's pollers mutex, which a shard's dispatch takes after the shard's own), so
+/// one poller watches sockets of every shard.
 pub struct Poller {
     host: Host,
     id: usize,
@@ -189,16 +201,16 @@ impl std::fmt::Debug for Poller {
 impl Poller {
     /// A new, empty poller for `host`'s sockets (`epoll_create`).
     pub fn new(host: &Host) -> Poller {
-        let mut g = host.shared.lock();
+        let mut ps = host.shared.lock_pollers();
         let st = PollerState::new();
-        let id = match g.pollers.iter().position(Option::is_none) {
+        let id = match ps.iter().position(Option::is_none) {
             Some(i) => {
-                g.pollers[i] = Some(st);
+                ps[i] = Some(st);
                 i
             }
             None => {
-                g.pollers.push(Some(st));
-                g.pollers.len() - 1
+                ps.push(Some(st));
+                ps.len() - 1
             }
         };
         Poller {
@@ -207,11 +219,11 @@ impl Poller {
         }
     }
 
-    fn check(&self, src: &impl Source) -> io::Result<SocketId> {
+    fn check(&self, src: &impl Source) -> io::Result<Vec<SockRef>> {
         if !Arc::ptr_eq(&src.source_host().shared, &self.host.shared) {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        Ok(src.socket_id())
+        Ok(src.source_sockets())
     }
 
     /// Adds `src` with `token` (`EPOLL_CTL_ADD`; `EEXIST` if already registered). A socket
@@ -223,18 +235,28 @@ impl Poller {
         interest: Interest,
         trigger: Trigger,
     ) -> io::Result<()> {
-        let s = self.check(src)?;
-        let mut g = self.host.shared.lock();
-        let slot = g.slot_mut(s).ok_or_else(ebadf)?;
-        if !slot.pollers.contains(&self.id) {
-            slot.pollers.push(self.id);
+        let socks = self.check(src)?;
+        let sh = &self.host.shared;
+        let first = socks[0];
+        for (i, r) in socks.iter().enumerate() {
+            // Shard first, then the pollers (the lock order).
+            let mut g = sh.lock(r.0);
+            let slot = g.slot_mut(r.1).ok_or_else(ebadf)?;
+            let mut ps = sh.lock_pollers();
+            let st = ps[self.id].as_mut().expect("own poller");
+            if st.regs.contains_key(r) {
+                if i == 0 {
+                    return Err(io::Error::from_raw_os_error(libc::EEXIST));
+                }
+                continue;
+            }
+            if !slot.pollers.contains(&self.id) {
+                slot.pollers.push(self.id);
+            }
+            st.regs
+                .insert(*r, Reg::new(first, token, interest, trigger));
+            st.enqueue(*r);
         }
-        let ps = g.pollers[self.id].as_mut().expect("own poller");
-        if ps.regs.contains_key(&s) {
-            return Err(io::Error::from_raw_os_error(libc::EEXIST));
-        }
-        ps.regs.insert(s, Reg::new(token, interest, trigger));
-        ps.enqueue(s);
         Ok(())
     }
 
@@ -248,29 +270,40 @@ impl Poller {
         interest: Interest,
         trigger: Trigger,
     ) -> io::Result<()> {
-        let s = self.check(src)?;
-        let mut g = self.host.shared.lock();
-        let ps = g.pollers[self.id].as_mut().expect("own poller");
-        let r = ps
-            .regs
-            .get_mut(&s)
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
-        *r = Reg::new(token, interest, trigger);
-        ps.enqueue(s);
+        let socks = self.check(src)?;
+        let mut ps = self.host.shared.lock_pollers();
+        let st = ps[self.id].as_mut().expect("own poller");
+        for r in &socks {
+            let reg = st
+                .regs
+                .get_mut(r)
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+            *reg = Reg::new(socks[0], token, interest, trigger);
+            st.enqueue(*r);
+        }
         Ok(())
     }
 
     /// Removes a registration (`EPOLL_CTL_DEL`; `ENOENT` if not registered).
     pub fn deregister(&self, src: &impl Source) -> io::Result<()> {
-        let s = self.check(src)?;
-        let mut g = self.host.shared.lock();
-        let ps = g.pollers[self.id].as_mut().expect("own poller");
-        if !ps.regs.contains_key(&s) {
-            return Err(io::Error::from_raw_os_error(libc::ENOENT));
-        }
-        ps.forget(s);
-        if let Some(slot) = g.slot_mut(s) {
-            slot.pollers.retain(|p| *p != self.id);
+        let socks = self.check(src)?;
+        let sh = &self.host.shared;
+        for (i, r) in socks.iter().enumerate() {
+            let mut g = sh.lock(r.0);
+            {
+                let mut ps = sh.lock_pollers();
+                let st = ps[self.id].as_mut().expect("own poller");
+                if !st.regs.contains_key(r) {
+                    if i == 0 {
+                        return Err(io::Error::from_raw_os_error(libc::ENOENT));
+                    }
+                    continue;
+                }
+                st.forget(*r);
+            }
+            if let Some(slot) = g.slot_mut(r.1) {
+                slot.pollers.retain(|p| *p != self.id);
+            }
         }
         Ok(())
     }
@@ -278,44 +311,83 @@ impl Poller {
     /// Waits until at least one registered socket is ready, [`Poller::notify`] is called,
     /// or `timeout` passes (`None`: no limit; `Some(ZERO)`: just look). Fills `events` (at most
     /// its capacity) and returns how many. `ENETDOWN` when the host has stopped.
+    ///
+    /// The ready list is taken under the pollers mutex, each listed socket polled under its
+    /// shard's mutex (the pollers mutex dropped: shard before pollers), and the wait sleeps
+    /// only if, under the pollers mutex again, the ready list is still empty: a wake-up that
+    /// came while the sockets were polled has put its socket back on the list.
     pub fn wait(&self, events: &mut Events, timeout: Option<Duration>) -> io::Result<usize> {
         events.list.clear();
         let sh = &self.host.shared;
         let dl = deadline(timeout);
-        let mut g = sh.lock();
-        g.pollers[self.id].as_mut().expect("own poller").stats.waits += 1;
+        // Wake-ups that callers have produced but not yet dispatched.
+        for k in 0..sh.shards.len() {
+            let mut g = sh.lock(k);
+            g.dispatch(sh);
+        }
+        sh.lock_pollers()[self.id]
+            .as_mut()
+            .expect("own poller")
+            .stats
+            .waits += 1;
+        let mut srcs: Vec<SockRef> = Vec::new();
+        let mut batch: Vec<(SockRef, Reg)> = Vec::new();
+        // Level-triggered sockets reported by this wait: listed again when it returns.
+        let mut requeue: Vec<SockRef> = Vec::new();
         loop {
-            // Wake-ups that callers have produced but not yet dispatched.
-            g.dispatch(&sh.stats);
-            let inner = &mut *g;
-            let ps = inner.pollers[self.id].as_mut().expect("own poller");
-            let mut requeue = Vec::new();
-            while events.list.len() < events.cap {
-                let Some(s) = ps.ready.pop_front() else { break };
-                ps.queued.remove(&s);
-                let Some(r) = ps.regs.get(&s).copied() else {
-                    continue;
-                };
-                let bits = inner.driver.poll(s).unwrap_or(ALWAYS) & (r.interest | ALWAYS);
-                if bits != 0 {
-                    events.list.push(Event {
-                        token: r.token,
-                        readiness: bits,
-                    });
-                    if !r.edge {
-                        requeue.push(s);
+            {
+                let mut ps = sh.lock_pollers();
+                let st = ps[self.id].as_mut().expect("own poller");
+                while batch.len() + events.list.len() < events.cap {
+                    let Some(s) = st.ready.pop_front() else { break };
+                    st.queued.remove(&s);
+                    if let Some(r) = st.regs.get(&s) {
+                        batch.push((s, *r));
                     }
                 }
             }
-            for s in requeue {
-                ps.enqueue(s);
+            for (s, r) in batch.drain(..) {
+                let bits = {
+                    let mut g = sh.lock(s.0);
+                    if g.slot(s.1).is_some() {
+                        g.driver.poll(s.1).unwrap_or(ALWAYS)
+                    } else {
+                        ALWAYS
+                    }
+                } & (r.interest | ALWAYS);
+                if bits == 0 {
+                    continue;
+                }
+                match srcs.iter().position(|x| *x == r.src) {
+                    Some(i) => events.list[i].readiness |= bits,
+                    None => {
+                        srcs.push(r.src);
+                        events.list.push(Event {
+                            token: r.token,
+                            readiness: bits,
+                        });
+                    }
+                }
+                if !r.edge {
+                    requeue.push(s);
+                }
             }
-            let notified = std::mem::take(&mut ps.notified);
+            let mut ps = sh.lock_pollers();
+            let st = ps[self.id].as_mut().expect("own poller");
+            if events.list.len() < events.cap && !st.ready.is_empty() {
+                // More listed sockets to look at.
+                continue;
+            }
+            for s in requeue.drain(..) {
+                // Still registered (not forgotten meanwhile)?
+                if st.regs.contains_key(&s) {
+                    st.enqueue(s);
+                }
+            }
+            let notified = std::mem::take(&mut st.notified);
             if !events.list.is_empty() || notified {
-                ps.stats.events += events.list.len() as u64;
-                let n = events.list.len();
-                sh.finish(g);
-                return Ok(n);
+                st.stats.events += events.list.len() as u64;
+                return Ok(events.list.len());
             }
             if sh.stopped() {
                 return Err(netdown());
@@ -330,39 +402,40 @@ impl Poller {
                     Some(left)
                 }
             };
-            ps.sleeping = true;
-            ps.stats.sleeps += 1;
-            let cv = Arc::clone(&ps.cv);
-            g = match left {
-                None => cv.wait(g).unwrap_or_else(|p| p.into_inner()),
-                Some(l) => cv.wait_timeout(g, l).unwrap_or_else(|p| p.into_inner()).0,
+            st.sleeping = true;
+            st.stats.sleeps += 1;
+            let cv = Arc::clone(&st.cv);
+            let mut ps = match left {
+                None => cv.wait(ps).unwrap_or_else(|p| p.into_inner()),
+                Some(l) => cv.wait_timeout(ps, l).unwrap_or_else(|p| p.into_inner()).0,
             };
-            g.pollers[self.id].as_mut().expect("own poller").sleeping = false;
+            ps[self.id].as_mut().expect("own poller").sleeping = false;
         }
     }
 
     /// Makes a current or the next `wait` return (with no events if none is ready), from any
     /// thread.
     pub fn notify(&self) {
-        let mut g = self.host.shared.lock();
-        let ps = g.pollers[self.id].as_mut().expect("own poller");
-        ps.notified = true;
-        ps.cv.notify_all();
+        let mut ps = self.host.shared.lock_pollers();
+        let st = ps[self.id].as_mut().expect("own poller");
+        st.notified = true;
+        st.cv.notify_all();
     }
 
     /// The poller's counters.
     pub fn stats(&self) -> PollerStats {
-        let g = self.host.shared.lock();
-        g.pollers[self.id].as_ref().expect("own poller").stats
+        let ps = self.host.shared.lock_pollers();
+        ps[self.id].as_ref().expect("own poller").stats
     }
 }
 
 impl Drop for Poller {
     fn drop(&mut self) {
-        let mut g = self.host.shared.lock();
-        if let Some(ps) = g.pollers.get_mut(self.id).and_then(Option::take) {
-            for s in ps.regs.keys() {
-                if let Some(slot) = g.slot_mut(*s) {
+        let sh = &self.host.shared;
+        let st = sh.lock_pollers().get_mut(self.id).and_then(Option::take);
+        if let Some(st) = st {
+            for r in st.regs.keys() {
+                if let Some(slot) = sh.lock(r.0).slot_mut(r.1) {
                     slot.pollers.retain(|p| *p != self.id);
                 }
             }

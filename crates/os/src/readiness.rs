@@ -1,7 +1,8 @@
-//! The readiness set of a [`Poller`](crate::Poller), kept under the engine mutex: its
-//! registrations, its ready list and the condition variable its `wait` sleeps on. The
-//! engine's wake-ups reach it through [`Inner::dispatch`](crate::shared::Inner::dispatch)
-//! (`ep_poll_callback`); the public API is in [`crate::poller`].
+//! The readiness set of a [`Poller`](crate::Poller), kept under the host's pollers mutex
+//! (taken after a shard's engine mutex, never before one): its registrations, its ready list
+//! and the condition variable its `wait` sleeps on. The engine's wake-ups reach it through
+//! the dispatch of the shard that drained them (`ep_poll_callback`); the public API is in
+//! `poller.rs`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar};
@@ -22,8 +23,14 @@ pub struct PollerStats {
     pub events: u64,
 }
 
+/// A socket of a host: (shard, the shard engine's socket id).
+pub(crate) type SockRef = (usize, SocketId);
+
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Reg {
+    /// The registered source's first socket: a listener has one socket per shard, reported
+    /// as one event.
+    pub src: SockRef,
     /// The token given at registration.
     pub token: usize,
     /// Poll bits of interest.
@@ -32,15 +39,15 @@ pub(crate) struct Reg {
     pub edge: bool,
 }
 
-/// A poller's state, kept under the engine mutex.
+/// A poller's state, kept under the host's pollers mutex.
 pub(crate) struct PollerState {
     /// Registrations by socket.
-    pub regs: HashMap<SocketId, Reg>,
+    pub regs: HashMap<SockRef, Reg>,
     /// Sockets to poll at the next `wait`, in order.
-    pub ready: VecDeque<SocketId>,
+    pub ready: VecDeque<SockRef>,
     /// The sockets on `ready`.
-    pub queued: HashSet<SocketId>,
-    /// Where `wait` sleeps (with the engine mutex).
+    pub queued: HashSet<SockRef>,
+    /// Where `wait` sleeps (with the pollers mutex).
     pub cv: Arc<Condvar>,
     /// A `wait` sleeps on `cv`.
     pub sleeping: bool,
@@ -68,14 +75,14 @@ impl PollerState {
     }
 
     /// Puts `s` on the ready list (once).
-    pub fn enqueue(&mut self, s: SocketId) {
+    pub fn enqueue(&mut self, s: SockRef) {
         if self.queued.insert(s) {
             self.ready.push_back(s);
         }
     }
 
     /// `ep_poll_callback`: a wake-up of `s` with `events`.
-    pub fn on_wakeup(&mut self, s: SocketId, events: u32) {
+    pub fn on_wakeup(&mut self, s: SockRef, events: u32) {
         let Some(r) = self.regs.get(&s) else { return };
         if events & (r.interest | ALWAYS) == 0 {
             return;
@@ -88,7 +95,7 @@ impl PollerState {
     }
 
     /// The socket was closed: drop its registration.
-    pub fn forget(&mut self, s: SocketId) {
+    pub fn forget(&mut self, s: SockRef) {
         self.regs.remove(&s);
         if self.queued.remove(&s) {
             self.ready.retain(|x| *x != s);

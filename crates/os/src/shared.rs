@@ -1,11 +1,19 @@
-//! The state an [`Host`](crate::Host)'s threads share: the engine behind its one mutex
-//! ([`Shared::lock`]) with the application's socket slots, the pollers' readiness sets and the
-//! TX queues; the rules of waiting on a socket ([`Owned`]: Linux's `lock_sock`,
-//! `release_sock`, `sk_wait_event`) and of waking its waiters ([`Inner::dispatch`]); the
-//! host's counters. See [`crate::host`] for the threading model.
+//! The state an [`Host`](crate::Host)'s threads share. A host over Q device queues is Q
+//! **shards** ([`Shard`]): each an engine (`shallow_tcp::Stack` with its driver and its one
+//! TX queue) behind its own mutex ([`Shard::lock`]) with the application's slots of its
+//! sockets, served by the I/O thread of its queue, plus a bounded inbox of packets other
+//! queues read for it. Host-wide are the pollers' readiness sets (their own mutex, always
+//! taken *after* a shard's, never before one), the flow-ownership rule ([`Steer`]), the packet
+//! hook and the counters. The rules of waiting on a socket ([`Owned`]: Linux's `lock_sock`,
+//! `release_sock`, `sk_wait_event`) and of waking its waiters ([`Inner::dispatch`]) are per
+//! shard; a listener, which has a socket on every shard, also has a host-level wait
+//! ([`ListenWait`]). See `host.rs` for the threading model.
+//!
+//! Lock order: shard → pollers, shard → a listener's wait, shard → an inbox, shard → hook; no
+//! thread holds two shards' mutexes at once.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -14,11 +22,20 @@ use shallow_tcp::{pollbits, Errno, Instant, SocketId, Stack};
 use crate::egress::OsDriver;
 use crate::hook::HookState;
 use crate::readiness::PollerState;
+pub(crate) use crate::steer::Steer;
 use crate::wake::Waker;
 
 /// Bytes an application call moves per hold of the engine mutex: between chunks the mutex is
 /// dropped (the socket stays owned) so that the I/O thread can run.
 pub const CHUNK: usize = 64 * 1024;
+
+/// Most packets a shard's inbox holds (packets another queue read for it); more are dropped
+/// and counted ([`QueueStats::rx_forward_drops`]), as a full backlog of Linux's RPS
+/// (`enqueue_to_backlog` over `netdev_max_backlog`) drops.
+pub(crate) const INBOX_PACKETS: usize = 1024;
+
+/// Most bytes a shard's inbox holds.
+pub(crate) const INBOX_BYTES: usize = 16 << 20;
 
 /// Poll bits that wake readers: data, end of stream, errors, hang-up.
 pub(crate) const READ_EVENTS: u32 = pollbits::POLLIN
@@ -34,7 +51,8 @@ pub(crate) const WRITE_EVENTS: u32 =
 /// application boundary).
 #[derive(Debug, Default)]
 pub struct HostStats {
-    /// Packets read from the device and given to the engine.
+    /// Packets read from the device and given to the engine (to the shard that owns them,
+    /// forwarded ones included).
     pub rx_packets: AtomicU64,
     /// Of those, GSO aggregates (`gso_size` set).
     pub rx_gso: AtomicU64,
@@ -48,11 +66,12 @@ pub struct HostStats {
     pub tx_errors: AtomicU64,
     /// Packets the packet hook dropped ([`Host::set_packet_hook`](crate::Host::set_packet_hook)).
     pub hook_drops: AtomicU64,
-    /// Bytes held by the egress qdisc now.
+    /// Bytes held by the egress qdiscs now (the last figure a queue's thread stored for its
+    /// own qdisc).
     pub qdisc_backlog: AtomicU64,
-    /// Most bytes the egress qdisc has held at once.
+    /// Most bytes an egress qdisc has held at once.
     pub qdisc_backlog_max: AtomicU64,
-    /// Packets the egress qdisc dropped (its limit; completed so TSQ does not stall).
+    /// Packets the egress qdiscs dropped (their limit; completed so TSQ does not stall).
     pub qdisc_drops: AtomicU64,
     /// Engine wake-ups drained (`Stack::poll_wakeup`), for sockets with or without waiters.
     pub wakeups: AtomicU64,
@@ -62,22 +81,74 @@ pub struct HostStats {
     pub task_wakeups: AtomicU64,
     /// Times a blocking call went to sleep waiting for a socket event.
     pub sleeps: AtomicU64,
-    /// Per device queue (one entry per I/O thread, in queue order): packets read and written
-    /// there. The totals above count every queue.
+    /// Per device queue (one entry per I/O thread and shard, in queue order): packets read
+    /// and written there. The totals above count every queue.
     pub queues: Vec<QueueStats>,
 }
 
-/// Counters of one device queue and its I/O thread (see [`HostStats::queues`]).
+/// Counters of one device queue, its I/O thread and its shard (see [`HostStats::queues`]).
 #[derive(Debug, Default)]
 pub struct QueueStats {
-    /// Packets read from this queue and given to the engine.
+    /// Packets read from this queue and given to an engine (this queue's shard, or by way of
+    /// its inbox the shard that owns the packet's flow).
     pub rx_packets: AtomicU64,
-    /// Packets written to this queue.
+    /// Of those, packets of a flow another shard owns, copied into that shard's inbox.
+    pub rx_forwarded: AtomicU64,
+    /// Packets read from this queue for another shard whose inbox was full: dropped.
+    pub rx_forward_drops: AtomicU64,
+    /// Packets written to this queue (all of them by this queue's shard).
     pub tx_packets: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The host-level wait of a listener, which has one socket per shard: a generation bumped by
+/// every shard's dispatch of a wake-up of any of its sockets, and the condition variable a
+/// blocking `accept` sleeps on, with this mutex only (never a shard's).
+#[derive(Debug, Default)]
+pub(crate) struct ListenWait {
+    gen: Mutex<u64>,
+    cv: Condvar,
+}
+
+impl ListenWait {
+    /// The generation now (read before trying the shards, so that a connection that arrives
+    /// after a shard was tried ends the wait).
+    pub fn gen(&self) -> u64 {
+        *self.gen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A wake-up of one of the listener's sockets: bump and wake the sleepers.
+    pub fn bump(&self) {
+        let mut g = self.gen.lock().unwrap_or_else(|p| p.into_inner());
+        *g = g.wrapping_add(1);
+        self.cv.notify_all();
+    }
+
+    /// Sleeps while the generation is `gen0`, the host runs and the deadline has not passed.
+    /// True when the deadline passed.
+    pub fn wait(&self, gen0: u64, stop: &AtomicBool, deadline: Option<std::time::Instant>) -> bool {
+        let mut g = self.gen.lock().unwrap_or_else(|p| p.into_inner());
+        while *g == gen0 && !stop.load(Ordering::SeqCst) {
+            match deadline {
+                None => g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return true;
+                    }
+                    g = self
+                        .cv
+                        .wait_timeout(g, left)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+            }
+        }
+        false
+    }
 }
 
 /// Per-socket application state: the wait queue and the options the substrate implements.
@@ -86,7 +157,7 @@ pub(crate) struct Slot {
     pub rgen: u64,
     /// Bumped by every engine wake-up of the socket for writers ([`WRITE_EVENTS`]).
     pub wgen: u64,
-    /// Waiters of this socket (events and ownership), used with the engine mutex.
+    /// Waiters of this socket (events and ownership), used with its shard's mutex.
     pub cv: Arc<Condvar>,
     /// An application call owns the socket (across mutex drops).
     pub owned: bool,
@@ -108,6 +179,8 @@ pub(crate) struct Slot {
     pub write_waker: Option<std::task::Waker>,
     /// Pollers the socket is registered with.
     pub pollers: Vec<usize>,
+    /// A listener's host-level wait (the listener's socket on each shard shares it).
+    pub listen: Option<Arc<ListenWait>>,
 }
 
 impl Slot {
@@ -125,18 +198,19 @@ impl Slot {
             read_waker: None,
             write_waker: None,
             pollers: Vec::new(),
+            listen: None,
         }
     }
 }
 
-/// The engine and everything guarded with it.
+/// A shard's engine and everything guarded with it.
 pub(crate) struct Inner {
-    /// The engine with the egress qdisc of each device queue (Linux's `mq` children), whose
-    /// admission it asks at the transmit (`shallow_tcp::driver`).
+    /// The shard's index (its device queue).
+    pub k: usize,
+    /// The engine with the egress qdisc of its device queue (Linux's `mq` child of that TX
+    /// queue), whose admission it asks at the transmit (`shallow_tcp::driver`).
     pub driver: OsDriver,
     slots: Vec<Option<Slot>>,
-    /// Readiness sets, by poller id.
-    pub pollers: Vec<Option<PollerState>>,
 }
 
 impl Inner {
@@ -159,16 +233,22 @@ impl Inner {
 
     /// Stops tracking `s` (closed by the application), unregistering it from its pollers and
     /// waking whoever still waits on it.
-    pub fn remove_slot(&mut self, s: SocketId) {
+    pub fn remove_slot(&mut self, s: SocketId, sh: &Shared) {
         let Some(slot) = self.slots.get_mut(s.0 as usize).and_then(Option::take) else {
             return;
         };
-        for p in &slot.pollers {
-            if let Some(ps) = self.pollers.get_mut(*p).and_then(Option::as_mut) {
-                ps.forget(s);
+        if !slot.pollers.is_empty() {
+            let mut ps = sh.lock_pollers();
+            for p in &slot.pollers {
+                if let Some(st) = ps.get_mut(*p).and_then(Option::as_mut) {
+                    st.forget((self.k, s));
+                }
             }
         }
         slot.cv.notify_all();
+        if let Some(l) = &slot.listen {
+            l.bump();
+        }
         if let Some(w) = slot.read_waker {
             w.wake();
         }
@@ -178,9 +258,12 @@ impl Inner {
     }
 
     /// Drains the engine's wake-ups and wakes exactly the waiters of the sockets named: the
-    /// socket's blocking callers (condition variable), its async tasks (by event direction)
-    /// and the pollers it is registered with.
-    pub fn dispatch(&mut self, stats: &HostStats) {
+    /// socket's blocking callers (condition variable; a listener's host-level wait), its async
+    /// tasks (by event direction) and the pollers it is registered with (whose mutex is taken
+    /// here, after this shard's).
+    pub fn dispatch(&mut self, sh: &Shared) {
+        let stats = &sh.stats;
+        let mut pollers = None;
         while let Some(w) = self.driver.poll_wakeup() {
             bump(&stats.wakeups);
             let Some(slot) = self
@@ -202,6 +285,9 @@ impl Inner {
                 slot.cv.notify_all();
                 bump(&stats.thread_wakeups);
             }
+            if let Some(l) = &slot.listen {
+                l.bump();
+            }
             if w.events & READ_EVENTS != 0 {
                 if let Some(t) = slot.read_waker.take() {
                     t.wake();
@@ -214,19 +300,91 @@ impl Inner {
                     bump(&stats.task_wakeups);
                 }
             }
-            for p in &slot.pollers {
-                if let Some(ps) = self.pollers.get_mut(*p).and_then(Option::as_mut) {
-                    ps.on_wakeup(w.socket, w.events);
+            if !slot.pollers.is_empty() {
+                let ps = pollers.get_or_insert_with(|| sh.lock_pollers());
+                for p in &slot.pollers {
+                    if let Some(st) = ps.get_mut(*p).and_then(Option::as_mut) {
+                        st.on_wakeup((self.k, w.socket), w.events);
+                    }
                 }
             }
         }
     }
 }
 
-pub(crate) struct Shared {
+/// Packets another queue's thread read for a shard, waiting for the shard's thread.
+#[derive(Default)]
+pub(crate) struct Inbox {
+    pkts: Vec<(Vec<u8>, Option<u16>)>,
+    bytes: usize,
+}
+
+/// One engine of a host: the flows its device queue's hash gives it (see [`Steer`]).
+pub(crate) struct Shard {
     inner: Mutex<Inner>,
-    /// One per queue's I/O thread; application calls wake queue 0's ([`Shared::kick`]).
-    pub wakers: Vec<Waker>,
+    /// Wakes this shard's I/O thread.
+    pub waker: Waker,
+    inbox: Mutex<Inbox>,
+}
+
+impl Shard {
+    /// The shard `k` over `driver`, its thread woken by `waker`.
+    pub fn new(k: usize, driver: OsDriver, waker: Waker) -> Shard {
+        Shard {
+            inner: Mutex::new(Inner {
+                k,
+                driver,
+                slots: Vec::new(),
+            }),
+            waker,
+            inbox: Mutex::new(Inbox::default()),
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves the engine in an unknown state; going on with
+        // it is still better than poisoning every socket of the shard.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wakes this shard's I/O thread (to transmit what a call queued, or to take its inbox).
+    pub fn kick(&self) {
+        // An eventfd write only fails if the descriptor is gone, i.e. the host is shutting down.
+        let _ = self.waker.wake();
+    }
+
+    /// Copies a packet into the inbox; false (nothing copied) when the inbox is full.
+    pub fn push_inbox(&self, p: &[u8], gso: Option<u16>) -> bool {
+        let mut b = self.inbox.lock().unwrap_or_else(|p| p.into_inner());
+        if b.pkts.len() >= INBOX_PACKETS || b.bytes + p.len() > INBOX_BYTES {
+            return false;
+        }
+        b.bytes += p.len();
+        b.pkts.push((p.to_vec(), gso));
+        true
+    }
+
+    /// Moves the inbox's packets to `out` (empty on entry: the two vectors swap, so their
+    /// allocations are reused).
+    pub fn take_inbox(&self, out: &mut Vec<(Vec<u8>, Option<u16>)>) {
+        let mut b = self.inbox.lock().unwrap_or_else(|p| p.into_inner());
+        if b.pkts.is_empty() {
+            return;
+        }
+        std::mem::swap(&mut b.pkts, out);
+        b.bytes = 0;
+    }
+}
+
+pub(crate) struct Shared {
+    /// One per device queue.
+    pub shards: Vec<Shard>,
+    /// Which shard owns a flow.
+    pub steer: Steer,
+    /// Readiness sets, by poller id (taken after a shard's mutex, never before).
+    pollers: Mutex<Vec<Option<PollerState>>>,
+    /// The shard the next `connect` goes to (round-robin).
+    next_connect: AtomicUsize,
     pub hook: Mutex<HookState>,
     pub hooked: AtomicBool,
     pub stop: AtomicBool,
@@ -235,17 +393,15 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The shared state of a host over `driver` (the engine and its egress qdiscs) with one
-    /// device queue per waker in `wakers`; time starts now.
-    pub fn new(driver: OsDriver, wakers: Vec<Waker>) -> Shared {
-        let n = wakers.len();
+    /// The shared state of a host over `shards` (one per device queue), flows owned as
+    /// `steer` says; time starts now.
+    pub fn new(shards: Vec<Shard>, steer: Steer) -> Shared {
+        let n = shards.len();
         Shared {
-            inner: Mutex::new(Inner {
-                driver,
-                slots: Vec::new(),
-                pollers: Vec::new(),
-            }),
-            wakers,
+            shards,
+            steer,
+            pollers: Mutex::new(Vec::new()),
+            next_connect: AtomicUsize::new(0),
             hook: Mutex::new(HookState::default()),
             hooked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -264,7 +420,7 @@ impl Shared {
 
     /// The packet hook's state, locked, once a hook has been installed (`None` before, so
     /// that the I/O threads skip the hook's mutex on hosts that never had one). Taken by the
-    /// I/O threads with the engine mutex held.
+    /// I/O threads with their shard's mutex held.
     pub fn lock_hook(&self) -> Option<MutexGuard<'_, HookState>> {
         if self.hooked.load(Ordering::Relaxed) {
             Some(self.hook.lock().unwrap_or_else(|p| p.into_inner()))
@@ -273,55 +429,49 @@ impl Shared {
         }
     }
 
-    pub fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic while holding the lock leaves the engine in an unknown state; going on with
-        // it is still better than poisoning every socket of the host.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    /// The pollers' readiness sets (after a shard's mutex, if one is held).
+    pub fn lock_pollers(&self) -> MutexGuard<'_, Vec<Option<PollerState>>> {
+        self.pollers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Wakes the I/O thread of queue 0 (to transmit what a call queued: it drains
-    /// `poll_transmit` and hands other queues their packets).
-    pub fn kick(&self) {
-        self.kick_queue(0);
+    /// Shard `k`'s engine, locked.
+    pub fn lock(&self, k: usize) -> MutexGuard<'_, Inner> {
+        self.shards[k].lock()
     }
 
-    /// Wakes the I/O thread of queue `q`.
-    pub fn kick_queue(&self, q: usize) {
-        // An eventfd write only fails if the descriptor is gone, i.e. the host is shutting down.
-        if let Some(w) = self.wakers.get(q) {
-            let _ = w.wake();
-        }
+    /// The shard a new connection goes to.
+    pub fn connect_shard(&self) -> usize {
+        self.next_connect.fetch_add(1, Ordering::Relaxed) % self.shards.len()
     }
 
-    /// Wakes every I/O thread (stop).
+    /// Wakes every I/O thread (stop, a new hook).
     pub fn kick_all(&self) {
-        for q in 0..self.wakers.len() {
-            self.kick_queue(q);
+        for s in &self.shards {
+            s.kick();
         }
-    }
-
-    /// Number of device queues (I/O threads).
-    pub fn queues(&self) -> usize {
-        self.wakers.len()
     }
 
     pub fn stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
 
-    /// Dispatches wake-ups, unlocks, and kicks the I/O thread.
+    /// Dispatches wake-ups, unlocks, and kicks the shard's I/O thread.
     pub fn finish(&self, mut g: MutexGuard<'_, Inner>) {
-        g.dispatch(&self.stats);
+        g.dispatch(self);
+        let k = g.k;
         drop(g);
-        self.kick();
+        self.shards[k].kick();
     }
 
-    /// Takes ownership of `s` for an application call (Linux `lock_sock`): waits while another
-    /// call owns it. `EBADF` when the socket is not (or no longer) the application's.
-    pub fn own(&self, s: SocketId) -> io::Result<Owned<'_>> {
-        let g = self.lock();
+    /// Takes ownership of socket `s` of shard `k` for an application call (Linux
+    /// `lock_sock`): waits while another call owns it. `EBADF` when the socket is not (or no
+    /// longer) the application's.
+    pub fn own(&self, k: usize, s: SocketId) -> io::Result<Owned<'_>> {
+        let shard = &self.shards[k];
+        let g = shard.lock();
         let mut o = Owned {
             sh: self,
+            shard,
             g: Some(g),
             s,
         };
@@ -376,10 +526,12 @@ pub(crate) enum WaitEnd {
 }
 
 /// An application call that owns a socket (between `lock_sock` and `release_sock`). Holds
-/// the engine mutex except while it yields between chunks or sleeps. Dropping it releases the
-/// socket on this thread (backlog processed here) and wakes the I/O thread.
+/// its shard's engine mutex except while it yields between chunks or sleeps. Dropping it
+/// releases the socket on this thread (backlog processed here) and wakes the shard's I/O
+/// thread.
 pub(crate) struct Owned<'a> {
     sh: &'a Shared,
+    shard: &'a Shard,
     g: Option<MutexGuard<'a, Inner>>,
     s: SocketId,
 }
@@ -395,7 +547,7 @@ impl<'a> Owned<'a> {
     /// Takes the engine mutex again after [`Owned::unlock`].
     #[cfg(test)]
     pub(crate) fn relock(&mut self) {
-        self.g = Some(self.sh.lock());
+        self.g = Some(self.shard.lock());
     }
 
     pub fn inner(&mut self) -> &mut Inner {
@@ -456,11 +608,11 @@ impl<'a> Owned<'a> {
     /// call), so the I/O thread can take input; packets for this socket go to its backlog.
     pub fn yield_now(&mut self) {
         if let Some(mut g) = self.g.take() {
-            g.dispatch(&self.sh.stats);
+            g.dispatch(self.sh);
             drop(g);
         }
-        self.sh.kick();
-        self.g = Some(self.sh.lock());
+        self.shard.kick();
+        self.g = Some(self.shard.lock());
     }
 
     /// `close()` as Linux's `tcp_close`: under ownership, then `release_sock` (backlog
@@ -485,7 +637,8 @@ impl<'a> Owned<'a> {
             self.stack().linger_finish(now, s);
         }
         self.release();
-        self.inner().remove_slot(s);
+        let sh = self.sh;
+        self.inner().remove_slot(s, sh);
         // Drop finds no slot (nothing more to release) and dispatches, unlocks, kicks.
     }
 
@@ -511,8 +664,8 @@ impl<'a> Owned<'a> {
         let gen0 = want.gen(self.slot()?);
         self.release();
         let sh = self.sh;
-        self.inner().dispatch(&sh.stats);
-        self.sh.kick();
+        self.inner().dispatch(sh);
+        self.shard.kick();
         let mut end = WaitEnd::Woken;
         loop {
             if self.sh.stopped() {
@@ -581,17 +734,60 @@ pub(crate) fn deadline(timeout: Option<Duration>) -> Option<std::time::Instant> 
 
 /// Wakes every sleeper of the host (it stopped: their calls return `ENETDOWN`).
 pub(crate) fn wake_all(sh: &Shared) {
-    let mut g = sh.lock();
-    for slot in g.slots.iter_mut().flatten() {
-        slot.cv.notify_all();
-        if let Some(w) = slot.read_waker.take() {
-            w.wake();
-        }
-        if let Some(w) = slot.write_waker.take() {
-            w.wake();
+    for shard in &sh.shards {
+        let mut g = shard.lock();
+        for slot in g.slots.iter_mut().flatten() {
+            slot.cv.notify_all();
+            if let Some(l) = &slot.listen {
+                l.bump();
+            }
+            if let Some(w) = slot.read_waker.take() {
+                w.wake();
+            }
+            if let Some(w) = slot.write_waker.take() {
+                w.wake();
+            }
         }
     }
-    for p in g.pollers.iter_mut().flatten() {
+    for p in sh.lock_pollers().iter_mut().flatten() {
         p.wake_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shard's inbox is bounded: it takes [`INBOX_PACKETS`] packets (or [`INBOX_BYTES`]
+    /// bytes) and refuses more, copying nothing, until its thread takes what it holds.
+    #[test]
+    fn inbox_is_bounded() {
+        let shard = Shard::new(
+            0,
+            OsDriver::new(Stack::new(1)),
+            Waker::new().expect("eventfd"),
+        );
+        for i in 0..INBOX_PACKETS {
+            assert!(shard.push_inbox(&[i as u8; 40], None), "packet {i} refused");
+        }
+        assert!(
+            !shard.push_inbox(&[0; 40], None),
+            "a full inbox took a packet"
+        );
+        let mut out = Vec::new();
+        shard.take_inbox(&mut out);
+        assert_eq!(out.len(), INBOX_PACKETS);
+        assert_eq!(out[7].0, vec![7u8; 40]);
+        out.clear();
+        // By bytes: 64 KiB aggregates fill it before the packet count does.
+        let big = vec![0u8; 65536];
+        let fit = INBOX_BYTES / big.len();
+        for _ in 0..fit {
+            assert!(shard.push_inbox(&big, Some(1448)));
+        }
+        assert!(!shard.push_inbox(&big, Some(1448)));
+        shard.take_inbox(&mut out);
+        assert_eq!(out.len(), fit);
+        assert!(shard.push_inbox(&big, Some(1448)), "taken: room again");
     }
 }

@@ -1,5 +1,6 @@
-//! The multi-queue runtime: one I/O thread per device queue, one egress qdisc per queue (Linux's
-//! `mq`), packets steered to a queue by their flow hash, all threads driving one engine.
+//! The multi-queue runtime: one I/O thread and one engine (shard) per device queue, one egress
+//! qdisc per queue (Linux's `mq`), each flow owned by the shard its 4-tuple hash picks and
+//! written on that shard's queue (more on the shards in `shards.rs`).
 //!
 //! - Over in-memory links (no root): several queues per host, parallel flows both ways, every
 //!   byte checked, more than one queue used, each flow on one queue.
@@ -123,7 +124,10 @@ fn check_flow_queues(log: &FlowLog, rx_stable: bool, what: &str) -> usize {
 
 /// Per-queue counters add up to the totals, and at least `min` queues carried traffic each
 /// way. Returns (rx, tx) per queue.
+/// The host is stopped first: its threads may still be counting a packet (the total and the
+/// queue's counter are two atomics), and the counts are read once they are all joined.
 fn check_queue_stats(host: &Host, min: usize, what: &str) -> Vec<(u64, u64)> {
+    host.shutdown();
     let st = host.stats();
     let per: Vec<(u64, u64)> = st
         .queues
@@ -193,7 +197,8 @@ fn kernel_exchange(s: std::net::TcpStream, n: u64, seed_out: u64, seed_in: u64, 
 /// Two hosts joined by three in-memory links, each host with one I/O thread per link: six
 /// flows (three opened from each side) move 4 MiB each way at once, every byte checked; each
 /// flow is written on one queue by each host; both hosts used more than one queue. With fq
-/// per queue (the default) and with no qdisc (packets for another queue handed to its thread).
+/// per queue (the default) and with no qdisc. A host reads each flow on the queue the other
+/// host wrote it, so packets also cross between shards here (forwarded through inboxes).
 #[test]
 fn mem_three_queues_parallel_flows() {
     mem_three_queues(Egress::default());
@@ -259,9 +264,9 @@ fn mem_three_queues(egress: Egress) {
 }
 
 /// Loss and reordering on a two-queue host (the packet hook drops 1% and holds back 2% of the
-/// packets in both directions): the engine's timers (RTO, TLP, delayed ACK), run by whichever
-/// I/O thread finds them due, and the held packets, released by whichever thread comes next,
-/// still bring every byte of four flows across, both ways.
+/// packets in both directions): each shard's timers (RTO, TLP, delayed ACK), run by its I/O
+/// thread, and the held packets, released by the thread of the queue that holds them, still
+/// bring every byte of four flows across, both ways.
 #[test]
 fn mem_two_queues_with_loss_and_reordering() {
     with_watchdog(Duration::from_secs(180), || {
@@ -524,6 +529,8 @@ fn attach_with_queues() {
         for j in joins {
             j.join().unwrap();
         }
+        // Stopped first, so that no thread is between its two counters.
+        host.shutdown();
         let st = host.stats();
         let total: u64 = st
             .queues
@@ -531,7 +538,6 @@ fn attach_with_queues() {
             .map(|q| q.tx_packets.load(Ordering::SeqCst))
             .sum();
         assert_eq!(total, st.tx_packets.load(Ordering::SeqCst));
-        host.shutdown();
         assert!(!host.is_running());
         drop(host);
         let _ = ns.ip(&["link", "del", "dev", "shmqa0"]);

@@ -158,7 +158,13 @@ pub struct Stack {
     ports: HashMap<u16, Vec<SocketId>, TableHasher>,
     addrs: Vec<IpAddr>,
     routes: Vec<Route>,
+    /// Which 4-tuples an ephemeral port of `connect` may give ([`Stack::set_connect_port_filter`]).
+    port_filter: Option<PortFilter>,
 }
+
+/// A rule on the 4-tuples `connect` may pick an ephemeral port for: called with (local,
+/// remote), true when the port may be used. See [`Stack::set_connect_port_filter`].
+pub type PortFilter = std::sync::Arc<dyn Fn(SocketAddr, SocketAddr) -> bool + Send + Sync>;
 
 fn prefix_match(a: IpAddr, b: IpAddr, len: u8) -> bool {
     match (a, b) {
@@ -232,7 +238,41 @@ impl Stack {
             ports: HashMap::with_hasher(tables),
             addrs: Vec::new(),
             routes: Vec::new(),
+            port_filter: None,
         }
+    }
+
+    /// A new stack with this one's configuration and none of its state, keyed by a seed
+    /// derived one-way from this stack's secret and `n` (so forks `0, 1, …` of one stack are
+    /// distinct, and the same for two stacks of one seed): the
+    /// sysctls, congestion-control parameters, RTT-log bound, device description, addresses
+    /// and routes are copied; sockets, timers, counters, memory accounting, the TX gate and the
+    /// connect port filter are not. For a substrate that runs one host as several engines
+    /// (one per device queue, each owning the flows its queue's hash gives it), as Linux runs
+    /// one host's flows on several CPUs.
+    pub fn fork(&self, n: u64) -> Stack {
+        use core::hash::Hasher;
+        let mut h = siphasher::sip::SipHasher13::new_with_keys(self.env.key.0, self.env.key.1);
+        h.write(b"shallow fork");
+        h.write_u64(n);
+        let mut s = Stack::with_device(h.finish(), self.env.dev);
+        s.env.sysctl = self.env.sysctl.clone();
+        s.env.cc_params = self.env.cc_params.clone();
+        s.env.rtt_log_cap = self.env.rtt_log_cap;
+        s.addrs = self.addrs.clone();
+        s.routes = self.routes.clone();
+        s
+    }
+
+    /// Restricts the ephemeral ports `connect` picks (an unbound socket's port, chosen from
+    /// `net.ipv4.ip_local_port_range` as Linux's `__inet_hash_connect` does: a keyed random
+    /// start, then every port of the range in turn) to those whose 4-tuple (local, remote)
+    /// `filter` accepts; a port it refuses counts as taken. `None` (the default) accepts
+    /// every port, and then the choice is exactly Linux's. Linux has no such rule; a substrate
+    /// that splits a host's flows between engines by 4-tuple hash gives each engine the ports
+    /// whose tuples it owns, so that two engines never pick the same connected tuple.
+    pub fn set_connect_port_filter(&mut self, filter: Option<PortFilter>) {
+        self.port_filter = filter;
     }
 
     /// Set a sysctl by Linux name.
@@ -574,5 +614,87 @@ mod table_hasher_tests {
         let there = std::thread::spawn(move || hash(7)).join().unwrap();
         assert_eq!(here, there);
         assert_ne!(here, hash(8));
+    }
+}
+
+#[cfg(test)]
+mod port_filter_tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn stack(seed: u64) -> Stack {
+        let mut s = Stack::new(seed);
+        s.add_address(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
+        s
+    }
+
+    /// `connect` picks only ports whose 4-tuple the filter accepts (here: even ports), from
+    /// `ip_local_port_range`, and fails with `EADDRNOTAVAIL` (as `__inet_hash_connect` does
+    /// when the range is used up) when the filter refuses every port of the range.
+    #[test]
+    fn connect_port_filter_limits_the_ephemeral_choice() {
+        let remote = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), 80);
+        let mut st = stack(7);
+        st.sysctl_set("net.ipv4.ip_local_port_range", "40000 40009")
+            .unwrap();
+        st.set_connect_port_filter(Some(std::sync::Arc::new(move |l, r| {
+            assert_eq!(r, remote);
+            l.port() % 2 == 0
+        })));
+        let mut ports = Vec::new();
+        for _ in 0..5 {
+            let s = st.socket(Family::V4).unwrap();
+            assert_eq!(
+                st.connect(Instant::ZERO, s, remote),
+                Err(Errno::EINPROGRESS)
+            );
+            let p = st.local_addr(s).unwrap().port();
+            assert!(p % 2 == 0 && (40000..=40009).contains(&p), "port {p}");
+            ports.push(p);
+        }
+        ports.sort_unstable();
+        assert_eq!(ports, vec![40000, 40002, 40004, 40006, 40008]);
+        let s = st.socket(Family::V4).unwrap();
+        assert_eq!(
+            st.connect(Instant::ZERO, s, remote),
+            Err(Errno::EADDRNOTAVAIL)
+        );
+        // Without a filter the same stack takes an odd port again.
+        st.set_connect_port_filter(None);
+        let s = st.socket(Family::V4).unwrap();
+        assert_eq!(
+            st.connect(Instant::ZERO, s, remote),
+            Err(Errno::EINPROGRESS)
+        );
+        assert_eq!(st.local_addr(s).unwrap().port() % 2, 1);
+    }
+
+    /// `fork` copies the configuration (sysctls, addresses) and none of the state.
+    #[test]
+    fn fork_copies_configuration_only() {
+        let mut st = stack(1);
+        st.sysctl_set("net.ipv4.tcp_wmem", "4096 16384 1048576")
+            .unwrap();
+        let s = st.socket(Family::V4).unwrap();
+        let remote = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), 80);
+        let _ = st.connect(Instant::ZERO, s, remote);
+        let f = st.fork(2);
+        assert_eq!(
+            f.sysctl_get("net.ipv4.tcp_wmem").unwrap(),
+            st.sysctl_get("net.ipv4.tcp_wmem").unwrap()
+        );
+        assert_eq!(f.addresses(), st.addresses());
+        assert_eq!(f.socket_count(), 0);
+        assert_eq!(f.device(), st.device());
+        // Forks are keyed apart from each other and from the original.
+        let isn = |st: &mut Stack| {
+            let s = st.socket(Family::V4).unwrap();
+            let _ = st.connect(Instant::ZERO, s, remote);
+            st.seqs(s).1
+        };
+        let (mut a, mut b, mut a2) = (st.fork(1), st.fork(2), stack(1).fork(1));
+        assert_ne!(isn(&mut a), isn(&mut b));
+        let mut a1 = st.fork(1);
+        assert_eq!(isn(&mut a1), isn(&mut a2));
     }
 }

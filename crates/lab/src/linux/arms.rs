@@ -229,14 +229,9 @@ fn kernel_arm(
     Ok(run.end(recv, samples, &c0, || (world.kernel_counters(), 0)))
 }
 
-/// The engine's counters now.
+/// The engines' counters now (summed over the host's shards).
 fn engine_counters(h: &shallow_os::Host) -> BTreeMap<String, u64> {
-    h.with_stack(|st, _| {
-        st.counters()
-            .iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect()
-    })
+    h.counters().into_iter().collect()
 }
 
 /// The state of Shallow's sockets and its egress tbf at `t`.

@@ -25,8 +25,12 @@ impl Stack {
             let port = (lo + (start + i) % n) as u16;
             let busy = match remote {
                 Some(rem) => {
-                    self.conns
-                        .contains_key(&(SocketAddr::new(local_ip, port), rem))
+                    self.port_filter
+                        .as_ref()
+                        .is_some_and(|f| !f(SocketAddr::new(local_ip, port), rem))
+                        || self
+                            .conns
+                            .contains_key(&(SocketAddr::new(local_ip, port), rem))
                         || self.ports.get(&port).is_some_and(|v| {
                             v.iter().any(|s| {
                                 self.sock(*s)
