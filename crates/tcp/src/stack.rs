@@ -252,13 +252,14 @@ impl Stack {
     /// one host's flows on several CPUs.
     pub fn fork(&self, n: u64) -> Stack {
         use core::hash::Hasher;
-        let mut h = siphasher::sip::SipHasher13::new_with_keys(self.env.key.0, self.env.key.1);
+        let key = self.env.keys.key();
+        let mut h = siphasher::sip::SipHasher13::new_with_keys(key.0, key.1);
         h.write(b"shallow fork");
         h.write_u64(n);
-        let mut s = Stack::with_device(h.finish(), self.env.dev);
-        s.env.sysctl = self.env.sysctl.clone();
-        s.env.cc_params = self.env.cc_params.clone();
-        s.env.rtt_log_cap = self.env.rtt_log_cap;
+        let mut s = Stack::with_device(h.finish(), self.env.device.caps);
+        s.env.config.sysctl = self.env.config.sysctl.clone();
+        s.env.config.cc_params = self.env.config.cc_params.clone();
+        s.env.config.rtt_log_cap = self.env.config.rtt_log_cap;
         s.addrs = self.addrs.clone();
         s.routes = self.routes.clone();
         s
