@@ -184,6 +184,8 @@ struct FuzzSummary {
     kernel_repeats: usize,
     divergences: Vec<FuzzDivergence>,
     kernel_variance: Vec<FuzzDivergence>,
+    /// Scenarios the kernel could not run as generated, and why.
+    rejections: Vec<FuzzDivergence>,
 }
 
 #[derive(Serialize)]
@@ -216,6 +218,7 @@ fn fuzz(args: &FuzzArgs) -> Result<()> {
         tolerance:
             "the runner's: 4 ms or 12.5% of the interval since the previous event, the larger",
         divergences: Vec::new(),
+        rejections: Vec::new(),
     };
     for seed in args.seed..args.seed + args.count {
         match fuzz_one(
@@ -255,6 +258,11 @@ fn fuzz(args: &FuzzArgs) -> Result<()> {
                 if !args.json {
                     println!("REJECTED seed {seed}: {why}");
                 }
+                sum.rejections.push(FuzzDivergence {
+                    seed,
+                    actions: 0,
+                    failure: why,
+                });
             }
             Verdict::Disagree {
                 scenario,

@@ -164,7 +164,7 @@ pub fn generate_with(seed: u64, timestamps: bool) -> Scenario {
     // The kernel's anchor with timestamps names its options exactly (packetdrill takes the
     // TS base from it): Linux's order, MSS 1460 (MTU 1500), window scale 8 (its default
     // buffers), and what the peer offered.
-    let kernel_opts = |ecr: u64| {
+    let synack_opts = |ecr: u64| {
         let base = PeerTs::KERNEL_BASE;
         let mut o = match sack {
             true => format!("mss 1460,sackOK,TS val {base} ecr {ecr}"),
@@ -184,7 +184,7 @@ pub fn generate_with(seed: u64, timestamps: bool) -> Scenario {
         let (syn, synack, ack) = match ts {
             Some(_) => (
                 syn_opts(Some(format!("TS val {} ecr 0", PeerTs::PEER_BASE + 100))),
-                format!("<{}>", kernel_opts(PeerTs::PEER_BASE + 100)),
+                format!("<{}>", synack_opts(PeerTs::PEER_BASE + 100)),
                 format!(
                     " <nop,nop,TS val {} ecr {}>",
                     PeerTs::PEER_BASE + 110,
@@ -209,8 +209,12 @@ pub fn generate_with(seed: u64, timestamps: bool) -> Scenario {
         let (syn, synack) = match ts {
             // The SYN-ACK echoes the SYN's value (Linux resets a SYN-ACK whose echo is
             // not between its SYN's TSval and now).
+            // The kernel's SYN offers everything whatever the peer will answer.
             Some(_) => (
-                format!("<{}>", kernel_opts(0)),
+                format!(
+                    "<mss 1460,sackOK,TS val {} ecr 0,nop,wscale 8>",
+                    PeerTs::KERNEL_BASE
+                ),
                 syn_opts(Some(format!(
                     "TS val {} ecr {}",
                     PeerTs::PEER_BASE + 10,
