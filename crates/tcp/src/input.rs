@@ -483,6 +483,10 @@ impl Connection {
             if self.rx_opt.tstamp_ok {
                 self.rx_opt.ts_recent = tsval;
                 self.rx_opt.ts_recent_stamp = now;
+                // tcp_rcv_synsent_state_process: with timestamps the MSS we advertised
+                // carries 12 bytes of options in every segment, so advmss (the window's
+                // growth step, the receive MSS hint) loses them.
+                self.mss.advmss = self.mss.advmss.saturating_sub(12);
             }
         }
         if seg.has(TcpFlags::ACK) {
