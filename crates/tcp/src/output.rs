@@ -718,6 +718,8 @@ impl Connection {
         let mut sent_pkts = 0u32;
         let mut sent_segs = 0u32;
         let mut limits = XmitLimits::default();
+        // What tcp_event_new_data_sent will do with the timer if anything goes out.
+        let rearm_rto = self.rtx.packets_out == 0 || self.timer.rtx_event == RtxEvent::LossProbe;
         if !push_one {
             match self.mtu_probe(env, now) {
                 0 => return false,
@@ -847,10 +849,15 @@ impl Connection {
                 self.prr.sent(sent_segs);
             }
             self.cwnd_validate(limited);
-            // tcp_schedule_loss_probe after every send: data in flight is watched by the
-            // loss probe or the RTO, never by a persist timer armed while nothing was out
-            // (event_new_data_sent took that timer's place).
-            self.schedule_loss_probe_or_rto(env, now, false);
+            // tcp_event_new_data_sent re-arms the RTO only when nothing was in flight or the
+            // pending timer was the loss probe's (a pending RTO or RACK reordering timer
+            // stays: fuzz seed 200083, timestamps, where new data sent right after a SACK
+            // must not push back the reordering timer that retransmits 11 ms later); then
+            // tcp_schedule_loss_probe, which replaces it with a probe where one is allowed.
+            // Data in flight is never watched by a persist timer armed while nothing was out.
+            if !self.schedule_loss_probe(env, now, false) && rearm_rto {
+                self.rearm_rto(env, now);
+            }
             return false;
         }
         if limited {

@@ -199,6 +199,19 @@ impl Connection {
         if self.rtx.packets_out == 0 {
             return;
         }
+        if !self.schedule_loss_probe(env, now, advancing) {
+            self.timer.rtx_event = RtxEvent::Rto;
+            let at = self.rto_deadline(now, advancing);
+            self.arm(env, TimerKind::Retrans, at);
+        }
+    }
+
+    /// `tcp_schedule_loss_probe`: arm the loss probe when the connection may send one (SACK,
+    /// Open or CWR, no probe outstanding); false, leaving the timer as it is, when not.
+    pub fn schedule_loss_probe(&mut self, env: &mut Env, now: Instant, advancing: bool) -> bool {
+        if self.rtx.packets_out == 0 {
+            return false;
+        }
         let er = env.sysint(Sysctl::tcp_early_retrans);
         let tlp_ok = (er == 3 || er == 4)
             && self.rx_opt.sack_ok
@@ -222,10 +235,9 @@ impl Connection {
             }
             self.timer.rtx_event = RtxEvent::LossProbe;
             self.arm(env, TimerKind::Retrans, now + pto);
-            return;
+            return true;
         }
-        self.timer.rtx_event = RtxEvent::Rto;
-        self.arm(env, TimerKind::Retrans, rto_at);
+        false
     }
 
     /// `tcp_send_loss_probe`: send new data if the window allows the head of the write
