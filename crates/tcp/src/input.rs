@@ -400,6 +400,14 @@ impl Connection {
     /// `become_established`: state change, counters, CC init, buffers.
     pub fn become_established(&mut self, env: &mut Env, now: Instant) {
         self.state = TcpState::Established;
+        // With timestamps every segment carries 12 bytes of options, so the MSS we
+        // advertised (the SYN's or SYN-ACK's option) loses them from here on: advmss is the
+        // receive window's growth step and bounds the receive MSS estimate (measured on
+        // 6.18: tcpi_advmss 1448 after active and passive opens with timestamps; kernel
+        // recording active-ts-advmss.pkt, fuzz seed 210065's immediate ACK of 1460 bytes).
+        if self.rx_opt.tstamp_ok {
+            self.mss.advmss = self.mss.advmss.saturating_sub(12);
+        }
         env.mib.inc(Mib::CurrEstab);
         self.lrcvtime = now;
         self.rcv_tstamp = now;
@@ -483,10 +491,6 @@ impl Connection {
             if self.rx_opt.tstamp_ok {
                 self.rx_opt.ts_recent = tsval;
                 self.rx_opt.ts_recent_stamp = now;
-                // tcp_rcv_synsent_state_process: with timestamps the MSS we advertised
-                // carries 12 bytes of options in every segment, so advmss (the window's
-                // growth step, the receive MSS hint) loses them.
-                self.mss.advmss = self.mss.advmss.saturating_sub(12);
             }
         }
         if seg.has(TcpFlags::ACK) {
