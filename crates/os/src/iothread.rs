@@ -11,12 +11,11 @@
 //! that queue's thread.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use shallow_tcp::{Instant, Stack, Transmit, TxToken};
 
 use crate::device::Device;
-use crate::hook::{Dir, Held, HookState, Verdict, HOLD_NS};
+use crate::hook::{Dir, Held, HookState, Verdict, HOLD};
 use crate::shared::{bump, wake_all, Inner, Shared};
 use crate::tun::RxBatch;
 use crate::wake::wait_readable;
@@ -38,14 +37,14 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
             let now = sh.now();
             // Every thread waits for the engine's next timer too: the deadline may have been
             // moved earlier by this thread's own input (application calls kick thread 0).
-            let mut next = g.driver.poll_deadline(me, now).map(|t| t.as_nanos());
+            let mut next = g.driver.poll_deadline(me, now);
             if let Some(h) = sh.lock_hook() {
                 next = match (next, h.next_deadline()) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
             }
-            next.map(|t| Duration::from_nanos(t.saturating_sub(now.as_nanos())))
+            next.map(|t| t - now)
         };
         // A poll error (EINTR is already absorbed) is not recoverable by waiting: stop.
         let Ok(ready) = wait_readable(dev.fd(), &sh.wakers[me], timeout) else {
@@ -98,10 +97,7 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
                 }
             }
             if let Some(h) = hook.as_deref_mut() {
-                if h.held_rx
-                    .as_ref()
-                    .is_some_and(|x| x.until <= now.as_nanos())
-                {
+                if h.held_rx.as_ref().is_some_and(|x| x.until <= now) {
                     if let Some(x) = h.held_rx.take() {
                         deliver(sh, me, &mut g, &x.data, x.gso_size, now);
                     }
@@ -189,7 +185,7 @@ fn rx(
                 data: p.to_vec(),
                 gso_size: gso,
                 token: None,
-                until: now.as_nanos().saturating_add(HOLD_NS),
+                until: now + HOLD,
             };
             if let Some(x) = h.held_rx.replace(new) {
                 deliver(sh, me, g, &x.data, x.gso_size, now);
@@ -214,10 +210,7 @@ fn egress(
 ) {
     let driver = &mut g.driver;
     if let Some(h) = hook.as_deref_mut() {
-        if h.held_tx
-            .as_ref()
-            .is_some_and(|x| x.until <= now.as_nanos())
-        {
+        if h.held_tx.as_ref().is_some_and(|x| x.until <= now) {
             if let Some(x) = h.held_tx.take() {
                 out(outq, x.data, x.gso_size, x.token);
             }
@@ -296,7 +289,7 @@ fn tx_hooked(
                 data,
                 gso_size,
                 token,
-                until: now.as_nanos().saturating_add(HOLD_NS),
+                until: now + HOLD,
             };
             if let Some(x) = h.held_tx.replace(new) {
                 out(outq, x.data, x.gso_size, x.token);

@@ -15,6 +15,7 @@
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -29,7 +30,7 @@ use crate::qdisc::{EgressHandle, QdiscRef};
 use crate::rng::SimRng;
 use crate::segment;
 use crate::spec::{LinkSpec, QdiscSpec, QueueLimit, SpecError};
-use crate::time::{Rate, RateExt, Time};
+use crate::time::{nanos, Instant, Rate};
 
 /// Index of a host in a [`Sim`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -66,7 +67,7 @@ pub struct NicConfig {
     /// Interrupt coalescing of TX completions (ethtool `tx-usecs`): a completion interrupt
     /// fires this long after the first packet it reports left; 0 reports each packet as its
     /// last bit leaves.
-    pub tx_coalesce: Time,
+    pub tx_coalesce: Duration,
     /// Complete each packet as soon as the NIC takes it from the qdisc, as drivers that orphan
     /// the skb at xmit do (veth across namespaces, loopback): TX completions then say nothing
     /// about the wire, which makes TSQ almost inert (spec §2.9).
@@ -82,7 +83,7 @@ impl Default for NicConfig {
             rate: Rate::gbps(10),
             ring_bytes: 2 * 65536,
             ring_descriptors: 256,
-            tx_coalesce: Time::ZERO,
+            tx_coalesce: Duration::ZERO,
             orphan_at_xmit: false,
             framing_overhead: 0,
         }
@@ -103,10 +104,10 @@ pub struct HostConfig {
     /// NIC.
     pub nic: NicConfig,
     /// One-way delay between this host's NIC and the bottleneck router.
-    pub access_delay: Time,
+    pub access_delay: Duration,
     /// RX interrupt coalescing: the NAPI poll runs this long after the first packet of a batch
     /// arrives (ethtool `rx-usecs`).
-    pub rx_coalesce: Time,
+    pub rx_coalesce: Duration,
     /// RX ring size in packets; arrivals beyond it are dropped.
     pub rx_ring: usize,
     /// Packets per NAPI poll (`napi budget`, 64).
@@ -127,8 +128,8 @@ impl Default for HostConfig {
             txqueuelen: 1000,
             mtu: 1500,
             nic: NicConfig::default(),
-            access_delay: Time::ZERO,
-            rx_coalesce: Time::ZERO,
+            access_delay: Duration::ZERO,
+            rx_coalesce: Duration::ZERO,
             rx_ring: 1024,
             napi_budget: 64,
             gro: true,
@@ -244,7 +245,7 @@ pub enum TraceKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TraceEvent {
     /// When.
-    pub time: Time,
+    pub time: Instant,
     /// What.
     pub kind: TraceKind,
     /// Host or link index.
@@ -319,7 +320,7 @@ impl Nic {
 /// in the event heap keeps the heap small (one event per line, not one per packet in flight).
 #[derive(Default)]
 struct DelayLine {
-    q: VecDeque<(Time, Packet)>,
+    q: VecDeque<(Instant, Packet)>,
     armed: bool,
 }
 
@@ -332,14 +333,14 @@ struct Host<E> {
     /// The egress qdisc, shared with the endpoint's admission at the transmit.
     egress: EgressHandle,
     nic: Nic,
-    access_delay: Time,
+    access_delay: Duration,
     rx: VecDeque<Packet>,
     rx_ring: usize,
-    rx_coalesce: Time,
+    rx_coalesce: Duration,
     napi_budget: usize,
     napi_scheduled: bool,
     gro: Option<Gro>,
-    timer_at: Option<Time>,
+    timer_at: Option<Instant>,
     /// Time of the pending (valid) timer event, if any. A later deadline does not move it:
     /// it fires, finds the deadline not yet due, and re-arms (keeps the event heap small
     /// when an endpoint's deadline moves often).
@@ -347,10 +348,10 @@ struct Host<E> {
     /// event queue so re-arming replaces it instead of leaving stale entries behind (a
     /// socket's RTO deadline is re-armed on nearly every event). [`Sim::step`] merges it
     /// with the queue in the queue's own (time, sequence) order.
-    timer_event: Option<(Time, u64)>,
-    timer_last: Time,
+    timer_event: Option<(Instant, u64)>,
+    timer_last: Instant,
     timer_repeats: u32,
-    wake_at: Option<Time>,
+    wake_at: Option<Instant>,
     stats: HostStats,
     metrics: HostMetrics,
     record_delays: bool,
@@ -366,7 +367,7 @@ struct Link {
     busy: bool,
     in_service: Option<Packet>,
     ge_bad: bool,
-    last_arrival: Time,
+    last_arrival: Instant,
     stats: LinkStats,
 }
 
@@ -488,7 +489,7 @@ impl<E: Endpoint> TopologyBuilder<E> {
                 gro: cfg.gro.then(Gro::new),
                 timer_at: None,
                 timer_event: None,
-                timer_last: Time::MAX,
+                timer_last: Instant::MAX,
                 timer_repeats: 0,
                 wake_at: None,
                 stats: HostStats::default(),
@@ -506,7 +507,7 @@ impl<E: Endpoint> TopologyBuilder<E> {
             busy: false,
             in_service: None,
             ge_bad: false,
-            last_arrival: Time::ZERO,
+            last_arrival: Instant::ZERO,
             stats: LinkStats::default(),
         };
         let links = [
@@ -514,7 +515,7 @@ impl<E: Endpoint> TopologyBuilder<E> {
             mk(self.reverse, "link/reverse", Side::Left),
         ];
         Ok(Sim {
-            now: Time::ZERO,
+            now: Instant::ZERO,
             events: EventQueue::new(),
             hosts,
             links,
@@ -532,7 +533,7 @@ impl<E: Endpoint> TopologyBuilder<E> {
 
 /// A running emulation.
 pub struct Sim<E> {
-    now: Time,
+    now: Instant,
     events: EventQueue<Ev>,
     hosts: Vec<Host<E>>,
     links: [Link; 2],
@@ -555,7 +556,7 @@ impl<E: Endpoint> Sim<E> {
     // ----------------------------------------------------------------- public API
 
     /// The current virtual time.
-    pub fn now(&self) -> Time {
+    pub fn now(&self) -> Instant {
         self.now
     }
     /// Number of hosts.
@@ -573,7 +574,7 @@ impl<E: Endpoint> Sim<E> {
     }
     /// Act on a host's endpoint at the current time (a socket call, say); afterwards the host
     /// drains `poll_transmit` and re-reads `poll_timeout`.
-    pub fn with_endpoint<R>(&mut self, h: HostId, f: impl FnOnce(&mut E, Time) -> R) -> R {
+    pub fn with_endpoint<R>(&mut self, h: HostId, f: impl FnOnce(&mut E, Instant) -> R) -> R {
         self.start();
         let r = f(&mut self.hosts[h.0].ep, self.now);
         self.service(h.0);
@@ -593,7 +594,7 @@ impl<E: Endpoint> Sim<E> {
         std::mem::take(&mut self.hosts[h.0].metrics.delays)
     }
     /// Run for `d` from the current time.
-    pub fn run_for(&mut self, d: Time) {
+    pub fn run_for(&mut self, d: Duration) {
         let until = self.now + d;
         self.run_until(until);
     }
@@ -658,7 +659,7 @@ impl<E: Endpoint> Sim<E> {
         self.hosts[h.0].capture.take()?.finish()
     }
     /// Time of the next scheduled event.
-    pub fn next_event_time(&self) -> Option<Time> {
+    pub fn next_event_time(&self) -> Option<Instant> {
         let timer = self.earliest_timer().map(|((t, _), _)| t);
         match (self.events.peek_time(), timer) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -667,25 +668,25 @@ impl<E: Endpoint> Sim<E> {
     }
 
     /// Run every event up to and including `until`, then set the clock to `until`.
-    pub fn run_until(&mut self, until: Time) {
+    pub fn run_until(&mut self, until: Instant) {
         self.start();
         while self.step_until(until) {}
         self.now = self.now.max(until);
     }
 
     /// Run until no event is left or `limit` is reached; returns true if the queue emptied.
-    pub fn run_until_idle(&mut self, limit: Time) -> bool {
+    pub fn run_until_idle(&mut self, limit: Instant) -> bool {
         self.run_until(limit);
         self.pending_events() == 0
     }
 
     /// Run the next event; false if there is none.
     pub fn step(&mut self) -> bool {
-        self.step_until(Time::MAX)
+        self.step_until(Instant::MAX)
     }
 
     /// Run the next event if it is due by `until`; false if there is none.
-    fn step_until(&mut self, until: Time) -> bool {
+    fn step_until(&mut self, until: Instant) -> bool {
         self.start();
         let queued = self.events.peek_key();
         if let Some((key, host)) = self.earliest_timer() {
@@ -738,7 +739,7 @@ impl<E: Endpoint> Sim<E> {
     // ----------------------------------------------------------------- internals
 
     /// The earliest armed host timer: its (time, sequence) key and host.
-    fn earliest_timer(&self) -> Option<((Time, u64), usize)> {
+    fn earliest_timer(&self) -> Option<((Instant, u64), usize)> {
         self.hosts
             .iter()
             .enumerate()
@@ -834,7 +835,7 @@ impl<E: Endpoint> Sim<E> {
         if let Some(t) = t {
             let mut at = t.max(now);
             if at == hs.timer_last && hs.timer_repeats >= TIMER_SPIN_LIMIT {
-                at = now + Time::from_micros(1);
+                at = now + Duration::from_micros(1);
             }
             if hs.timer_event.is_none_or(|(e, _)| at < e) {
                 if at > t.max(now) {
@@ -860,7 +861,7 @@ impl<E: Endpoint> Sim<E> {
         let skb = Skb::new(pkt, now);
         // A packet admitted at the transmit has its place held: it moves from the ledger
         // into the queue (and cannot be refused there).
-        let r = hs.egress.lock().enqueue(0, now.0, skb);
+        let r = hs.egress.lock().enqueue(0, now, skb);
         if let Err(skb) = r {
             hs.stats.qdisc_drops += 1;
             if let Some(f) = hs.metrics.flows.get_mut(&skb.pkt.flow) {
@@ -883,7 +884,7 @@ impl<E: Endpoint> Sim<E> {
             if hs.nic.ring_full() {
                 break;
             }
-            let deq = hs.egress.lock().dequeue(0, now.0);
+            let deq = hs.egress.lock().dequeue(0, now);
             match deq {
                 Some(skb) => {
                     let len = skb.len();
@@ -936,8 +937,8 @@ impl<E: Endpoint> Sim<E> {
                     self.record(TraceKind::NicDequeue, h, len, flow);
                 }
                 None => {
-                    let wake = hs.egress.lock().next_wakeup(0, now.0);
-                    if let Some(t) = wake.map(Time) {
+                    let wake = hs.egress.lock().next_wakeup(0, now);
+                    if let Some(t) = wake {
                         if hs.wake_at.is_none_or(|w| t < w) {
                             hs.wake_at = Some(t);
                             self.events.push(t.max(now), Ev::QdiscWake { host: h });
@@ -1045,14 +1046,14 @@ impl<E: Endpoint> Sim<E> {
             Side::Right => 1,
         };
         let pkt = seg;
-        if access > Time::ZERO {
+        if access > Duration::ZERO {
             self.line_push(h, true, now + access, pkt);
         } else {
             self.link_input(link, pkt);
         }
         self.nic_start(h);
         if finished {
-            if coalesce == Time::ZERO {
+            if coalesce == Duration::ZERO {
                 self.complete_done(h);
             } else if !self.hosts[h].nic.irq_pending {
                 self.hosts[h].nic.irq_pending = true;
@@ -1199,9 +1200,10 @@ impl<E: Endpoint> Sim<E> {
         let s = &l.spec;
         let dup = l.rng.chance(s.dup);
         let mut delay = s.delay;
-        if s.jitter > Time::ZERO {
-            let j = l.rng.below(2 * s.jitter.0 + 1);
-            delay = Time((s.delay.0 + j).saturating_sub(s.jitter.0));
+        if s.jitter > Duration::ZERO {
+            let jitter = nanos(s.jitter);
+            let j = l.rng.below(2 * jitter + 1);
+            delay = Duration::from_nanos((nanos(s.delay) + j).saturating_sub(jitter));
         }
         let mut arrival = now + delay;
         let reordered = l.rng.chance(s.reorder);
@@ -1258,7 +1260,7 @@ impl<E: Endpoint> Sim<E> {
         }
     }
 
-    fn line_push(&mut self, h: usize, up: bool, t: Time, pkt: Packet) {
+    fn line_push(&mut self, h: usize, up: bool, t: Instant, pkt: Packet) {
         let hs = &mut self.hosts[h];
         let line = if up { &mut hs.uplink } else { &mut hs.downlink };
         let t = line.q.back().map_or(t, |b| t.max(b.0));

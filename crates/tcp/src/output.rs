@@ -910,7 +910,7 @@ impl Connection {
             } else {
                 self.opts.tos
             },
-            departure_ns: Some(self.wstamp.max(now).as_nanos()),
+            departure: Some(self.wstamp.max(now)),
             now,
         };
         if !env.admit(&meta) {
