@@ -35,8 +35,6 @@
 //! * A wake-up with its context switch is 2 µs, so wake-up counts cost throughput, as the
 //!   NOTSENT_LOWAT seeds' context-switch counts do.
 
-use std::time::Duration;
-
 use crate::time::Instant;
 
 /// CPU time of each operation, in nanoseconds (per byte: picoseconds). See the module docs for
@@ -265,7 +263,7 @@ pub struct Cpu {
 impl Cpu {
     /// Run `cost` ns of work starting at `now` (the CPU must be free by then).
     pub fn run(&mut self, now: Instant, cost: u64, softirq: bool) {
-        self.free_at = now.max(self.free_at) + Duration::from_nanos(cost);
+        self.free_at = now.max(self.free_at).saturating_add_nanos(cost);
         self.busy_ns += cost;
         if softirq {
             self.softirq_ns += cost;

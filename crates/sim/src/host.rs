@@ -25,7 +25,6 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
 
 use shallow_tcp::{
     driver::Driver, msgflags, pollbits::*, DeviceCaps, Errno, Family, Instant, OptVal, RxPacket,
@@ -499,7 +498,7 @@ impl TcpHost {
         self.stats.tx_packets += packets;
         self.stats.tx_segments += segs;
         let cost = self.costs.tx(packets, segs);
-        let release = now + Duration::from_nanos(base + cost);
+        let release = now.saturating_add_nanos(base + cost);
         for (p, _) in scratch.drain(..) {
             self.out.push(release, p);
         }
@@ -648,7 +647,7 @@ impl TcpHost {
         let total = base + tx;
         let cs = &mut self.cpus[c];
         cs.cpu.run(now, total, true);
-        cs.soft_free_at = now + Duration::from_nanos(total);
+        cs.soft_free_at = now.saturating_add_nanos(total);
         cs.soft_streak += total;
         if cs.soft_streak >= SOFTIRQ_BUDGET_NS {
             cs.ksoft_soft += total;
@@ -658,7 +657,7 @@ impl TcpHost {
             cs.ksoft_soft = 0;
             cs.ksoft_thread = 0;
         }
-        self.drain_wakeups(now + Duration::from_nanos(total));
+        self.drain_wakeups(now.saturating_add_nanos(total));
     }
 
     /// The end of a socket call: `release_sock` processes the backlog (paying each queued
@@ -688,7 +687,7 @@ impl TcpHost {
             self.cpus[c].ksoft_thread += total;
         }
         self.threads[t].stats.cpu_ns += total;
-        self.drain_wakeups(now + Duration::from_nanos(total));
+        self.drain_wakeups(now.saturating_add_nanos(total));
     }
 
     fn run_thread(&mut self, c: usize, t: usize, now: Instant) {
@@ -717,7 +716,7 @@ impl TcpHost {
             }
             Sched::Done => {
                 if th.stats.done_at.is_none() {
-                    th.stats.done_at = Some(now + Duration::from_nanos(total));
+                    th.stats.done_at = Some(now.saturating_add_nanos(total));
                 }
                 if th.stats.sha256.is_none() {
                     th.stats.sha256 = th.play.finish();
@@ -725,7 +724,7 @@ impl TcpHost {
             }
             Sched::Blocked(_) => {}
         }
-        self.drain_wakeups(now + Duration::from_nanos(total));
+        self.drain_wakeups(now.saturating_add_nanos(total));
     }
 
     /// Block on `mask` unless the socket already reports one of its bits (`tcp_poll`).
@@ -1045,6 +1044,6 @@ impl Conn for SimConn<'_> {
         Ok(())
     }
     fn now(&self) -> Instant {
-        self.now + Duration::from_nanos(*self.cost)
+        self.now.saturating_add_nanos(*self.cost)
     }
 }

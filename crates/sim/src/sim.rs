@@ -307,6 +307,24 @@ struct Nic {
     irq_pending: bool,
     /// (flow, acct_len, token) of packets orphaned at xmit, to complete after the pull.
     orphaned: Vec<(u32, u32, Option<u64>)>,
+    /// `cfg.tx_coalesce` in whole nanoseconds (see [`SpanNs`]).
+    tx_coalesce: SpanNs,
+}
+
+/// A configured span (a link's delay, a coalescing time) in whole nanoseconds, as the
+/// per-packet path adds it to an [`Instant`] (`Instant::saturating_add_nanos`): the same
+/// instants as adding the configured [`Duration`], without converting it for every packet.
+/// Made once from the configuration when the topology is built.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct SpanNs(u64);
+
+impl SpanNs {
+    fn of(d: Duration) -> SpanNs {
+        SpanNs(nanos(d))
+    }
+    fn after(self, t: Instant) -> Instant {
+        t.saturating_add_nanos(self.0)
+    }
 }
 
 impl Nic {
@@ -333,10 +351,10 @@ struct Host<E> {
     /// The egress qdisc, shared with the endpoint's admission at the transmit.
     egress: EgressHandle,
     nic: Nic,
-    access_delay: Duration,
+    access_delay: SpanNs,
     rx: VecDeque<Packet>,
     rx_ring: usize,
-    rx_coalesce: Duration,
+    rx_coalesce: SpanNs,
     napi_budget: usize,
     napi_scheduled: bool,
     gro: Option<Gro>,
@@ -360,6 +378,10 @@ struct Host<E> {
 
 struct Link {
     spec: LinkSpec,
+    /// The spec's delay, jitter and reorder delay in whole nanoseconds.
+    delay: SpanNs,
+    jitter: SpanNs,
+    reorder_delay: SpanNs,
     rng: SimRng,
     to: Side,
     queue: VecDeque<Packet>,
@@ -468,6 +490,7 @@ impl<E: Endpoint> TopologyBuilder<E> {
                 addrs,
                 egress,
                 nic: Nic {
+                    tx_coalesce: SpanNs::of(cfg.nic.tx_coalesce),
                     cfg: cfg.nic,
                     mtu: cfg.mtu as usize,
                     ring: VecDeque::new(),
@@ -480,10 +503,10 @@ impl<E: Endpoint> TopologyBuilder<E> {
                     irq_pending: false,
                     orphaned: Vec::new(),
                 },
-                access_delay: cfg.access_delay,
+                access_delay: SpanNs::of(cfg.access_delay),
                 rx: VecDeque::new(),
                 rx_ring: cfg.rx_ring,
-                rx_coalesce: cfg.rx_coalesce,
+                rx_coalesce: SpanNs::of(cfg.rx_coalesce),
                 napi_budget: cfg.napi_budget.max(1),
                 napi_scheduled: false,
                 gro: cfg.gro.then(Gro::new),
@@ -500,6 +523,9 @@ impl<E: Endpoint> TopologyBuilder<E> {
         }
         let mk = |spec: LinkSpec, name: &str, to: Side| Link {
             rng: SimRng::new(self.seed, name),
+            delay: SpanNs::of(spec.delay),
+            jitter: SpanNs::of(spec.jitter),
+            reorder_delay: SpanNs::of(spec.reorder_delay),
             spec,
             to,
             queue: VecDeque::new(),
@@ -980,7 +1006,7 @@ impl<E: Endpoint> Sim<E> {
         hs.nic.cur_flow = e.skb.pkt.flow;
         hs.nic.cur = Some(seg);
         hs.nic.busy = true;
-        let done = now + hs.nic.cfg.rate.tx_time(wire);
+        let done = hs.nic.cfg.rate.tx_end(now, wire);
         self.events.push(done, Ev::NicTxDone { host: h });
     }
 
@@ -1038,7 +1064,7 @@ impl<E: Endpoint> Sim<E> {
             }
         }
         let (side, access) = (hs.side, hs.access_delay);
-        let coalesce = hs.nic.cfg.tx_coalesce;
+        let coalesce = hs.nic.tx_coalesce;
         let len = seg.len();
         self.record(TraceKind::Wire, h, len, flow);
         let link = match side {
@@ -1046,18 +1072,19 @@ impl<E: Endpoint> Sim<E> {
             Side::Right => 1,
         };
         let pkt = seg;
-        if access > Duration::ZERO {
-            self.line_push(h, true, now + access, pkt);
+        if access > SpanNs(0) {
+            self.line_push(h, true, access.after(now), pkt);
         } else {
             self.link_input(link, pkt);
         }
         self.nic_start(h);
         if finished {
-            if coalesce == Duration::ZERO {
+            if coalesce == SpanNs(0) {
                 self.complete_done(h);
             } else if !self.hosts[h].nic.irq_pending {
                 self.hosts[h].nic.irq_pending = true;
-                self.events.push(now + coalesce, Ev::NicIrq { host: h });
+                self.events
+                    .push(coalesce.after(now), Ev::NicIrq { host: h });
             }
         }
     }
@@ -1135,7 +1162,7 @@ impl<E: Endpoint> Sim<E> {
             return;
         };
         l.qbytes -= p.len();
-        let t = now + rate.tx_time(p.len() as u64);
+        let t = rate.tx_end(now, p.len() as u64);
         l.in_service = Some(p);
         l.busy = true;
         self.events.push(t, Ev::LinkTxDone { link });
@@ -1199,22 +1226,21 @@ impl<E: Endpoint> Sim<E> {
         let l = &mut self.links[link];
         let s = &l.spec;
         let dup = l.rng.chance(s.dup);
-        let mut delay = s.delay;
-        if s.jitter > Duration::ZERO {
-            let jitter = nanos(s.jitter);
-            let j = l.rng.below(2 * jitter + 1);
-            delay = Duration::from_nanos((nanos(s.delay) + j).saturating_sub(jitter));
+        let mut delay = l.delay;
+        if l.jitter > SpanNs(0) {
+            let j = l.rng.below(2 * l.jitter.0 + 1);
+            delay = SpanNs((l.delay.0 + j).saturating_sub(l.jitter.0));
         }
-        let mut arrival = now + delay;
+        let mut arrival = delay.after(now);
         let reordered = l.rng.chance(s.reorder);
         if reordered {
             l.stats.reordered += 1;
-            arrival += s.reorder_delay;
+            arrival = l.reorder_delay.after(arrival);
         } else {
             arrival = arrival.max(l.last_arrival);
             l.last_arrival = arrival;
         }
-        arrival += self.hosts[host].access_delay;
+        arrival = self.hosts[host].access_delay.after(arrival);
         let l = &mut self.links[link];
         l.stats.delivered += 1 + u64::from(dup);
         l.stats.duplicated += u64::from(dup);
@@ -1317,7 +1343,7 @@ impl<E: Endpoint> Sim<E> {
         hs.rx.push_back(pkt);
         if !hs.napi_scheduled {
             hs.napi_scheduled = true;
-            let t = now + hs.rx_coalesce;
+            let t = hs.rx_coalesce.after(now);
             self.events.push(t, Ev::Napi { host: h });
         }
     }

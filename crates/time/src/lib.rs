@@ -126,6 +126,13 @@ impl Instant {
     pub const fn saturating_add(self, d: Duration) -> Instant {
         Instant(self.0.saturating_add(nanos(d)))
     }
+    /// `self + Duration::from_nanos(ns)`, saturating at [`Instant::MAX`], for a span its
+    /// caller already counts in whole nanoseconds (a CPU cost table's figures), without the
+    /// round trip through [`Duration`].
+    #[inline]
+    pub const fn saturating_add_nanos(self, ns: u64) -> Instant {
+        Instant(self.0.saturating_add(ns))
+    }
     /// `self - d`, saturating at [`Instant::ZERO`] (same as `self - d`).
     #[inline]
     pub const fn saturating_sub(self, d: Duration) -> Instant {
@@ -219,6 +226,13 @@ impl Rate {
         let bits = u128::from(bytes) * 8 * u128::from(NSEC_PER_SEC);
         u64::try_from(bits.div_ceil(u128::from(self.0))).unwrap_or(u64::MAX)
     }
+    /// When the last bit of `bytes` leaves if the first leaves at `start`: `start +
+    /// self.tx_time(bytes)` (saturating: a zero rate gives [`Instant::MAX`]), without the round
+    /// trip through [`Duration`].
+    #[inline]
+    pub fn tx_end(self, start: Instant, bytes: u64) -> Instant {
+        start.saturating_add_nanos(self.tx_nanos(bytes))
+    }
     /// Bytes this rate carries in `d` (rounded down, counted in whole nanoseconds of `d`,
     /// saturating).
     #[inline]
@@ -256,6 +270,8 @@ mod tests {
         m += Duration::from_nanos(3);
         m -= Duration::from_nanos(1);
         assert_eq!(m, Instant(5_000_002));
+        assert_eq!(t.saturating_add_nanos(7), t + Duration::from_nanos(7));
+        assert_eq!(Instant(u64::MAX - 1).saturating_add_nanos(2), Instant::MAX);
         assert_eq!(t.checked_duration_since(Instant::from_millis(6)), None);
         assert_eq!(
             t.checked_duration_since(Instant::from_millis(4)),
@@ -312,6 +328,12 @@ mod tests {
             Duration::from_nanos(u64::MAX)
         );
         assert_eq!(Rate::mbps(8).bytes_in(Duration::from_secs(1)), 1_000_000);
+        let t = Instant::from_millis(1);
+        for bytes in [0, 1, 1500, 65536, u64::MAX] {
+            for r in [Rate::bps(0), Rate::bps(3), Rate::gbps(1), Rate::gbps(400)] {
+                assert_eq!(r.tx_end(t, bytes), t + r.tx_time(bytes));
+            }
+        }
         assert_eq!(Rate::bps(u64::MAX).bytes_in(Duration::MAX), u64::MAX);
         assert_eq!(Rate::gbps(u64::MAX), Rate(u64::MAX));
     }
