@@ -40,7 +40,7 @@ use shallow_os::{
 };
 use shallow_tcp::{DeviceCaps, Stack, TcpInfo};
 pub use shallow_workload::Test;
-use shallow_workload::{wall_ns, Conn, Play, Role, Source, Workload, Writer};
+use shallow_workload::{wall_clock, Conn, Play, Role, Source, Workload, Writer};
 
 /// Linux's `USER_HZ`: the unit of the tick counts in `/proc/stat` and `/proc/PID/stat`.
 pub const USER_HZ: f64 = 100.0;
@@ -400,13 +400,13 @@ fn join_flows(hs: Vec<JoinHandle<io::Result<Side>>>) -> io::Result<Side> {
 fn play(mut conn: impl Conn<Error = io::Error>, role: Role, cfg: &BenchConfig) -> io::Result<Side> {
     let data = vec![0x5au8; cfg.msg_size.max(cfg.req_size).max(cfg.resp_size)];
     let t0 = StdInstant::now();
-    let mut p = Play::new(role).until(wall_ns() + cfg.duration.as_nanos() as u64);
+    let mut p = Play::new(role).until(wall_clock() + cfg.duration);
     let mut latencies = Vec::new();
     p.run_blocking(
         &mut conn,
         Source::Fill(&data),
         |_| false,
-        |l| latencies.push(l),
+        |l| latencies.push(shallow_time::nanos(l)),
     )?;
     latencies.sort_unstable();
     let c = p.counts;

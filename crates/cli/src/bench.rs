@@ -7,15 +7,36 @@
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use serde_json::{json, Value};
 use shallow_sim::bench::{self, BenchConfig, BenchReport, FlowMetrics, Test};
 use shallow_sim::spec::{parse_bytes, parse_rate, parse_time};
-use shallow_sim::{CaptureOut, CostTable, CpuLayout, LinkSpec, QdiscSpec, Rate, Time, Writer};
+use shallow_sim::time::{nanos, secs_f64};
+use shallow_sim::{CaptureOut, CostTable, CpuLayout, LinkSpec, QdiscSpec, Rate, Writer};
 
-fn time_arg(s: &str) -> Result<Time, String> {
+/// A link as the report's `config` echoes it: the spelling of `LinkSpec`'s `Debug` from when
+/// the emulator had a time type of its own, `Time(ns)` (the reports stay byte-identical).
+fn link_echo(l: &LinkSpec) -> String {
+    format!(
+        "LinkSpec {{ rate: {:?}, delay: Time({}), jitter: Time({}), loss: {:?}, gilbert: {:?}, \
+         reorder: {:?}, reorder_delay: Time({}), dup: {:?}, corrupt: {:?}, queue: {:?} }}",
+        l.rate,
+        nanos(l.delay),
+        nanos(l.jitter),
+        l.loss,
+        l.gilbert,
+        l.reorder,
+        nanos(l.reorder_delay),
+        l.dup,
+        l.corrupt,
+        l.queue
+    )
+}
+
+fn time_arg(s: &str) -> Result<Duration, String> {
     parse_time("time", s).map_err(|e| e.to_string())
 }
 fn bytes_arg(s: &str) -> Result<u64, String> {
@@ -118,7 +139,7 @@ pub struct BenchArgs {
     /// default 600s: the run ends when every flow has delivered its bytes). With
     /// `--substrate linux`: real time of each run, default 5s.
     #[arg(long, value_parser = time_arg)]
-    duration: Option<Time>,
+    duration: Option<Duration>,
     /// Bytes per flow: 1g, 64m, 1500 (k/m/g are powers of 1024). Required by BULK; with
     /// TCP_STREAM/TCP_MAERTS each flow stops after this many.
     #[arg(long, value_parser = bytes_arg)]
@@ -166,11 +187,11 @@ pub struct BenchArgs {
     nic_rate: Option<Rate>,
     /// TX completion interrupt delay (ethtool tx-usecs), e.g. 20us.
     #[arg(long, default_value = "0us", value_parser = time_arg)]
-    tx_completion_delay: Time,
+    tx_completion_delay: Duration,
     /// RX interrupt coalescing of both hosts (ethtool rx-usecs), e.g. 8us: segments that
     /// arrive meanwhile are merged by GRO.
     #[arg(long, default_value = "8us", value_parser = time_arg)]
-    rx_coalesce: Time,
+    rx_coalesce: Duration,
     /// CPU layout of each host: `same` (application and packet processing share one CPU) or
     /// `split` (packet processing on CPU 0, application threads on CPU 1).
     #[arg(long, default_value = "same", value_parser = |s: &str| s.parse::<CpuLayout>())]
@@ -189,7 +210,7 @@ pub struct BenchArgs {
     seed: u64,
     /// How often socket memory and RTT are sampled (virtual time).
     #[arg(long, default_value = "10ms", value_parser = time_arg)]
-    sample_interval: Time,
+    sample_interval: Duration,
     /// Write the sending host's egress (as tcpdump on it would see it, TSO packets whole) to
     /// this classic pcap file (nanosecond timestamps, raw IP).
     #[arg(long)]
@@ -231,7 +252,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     if args.test == Test::Bulk && args.bytes.is_none() {
         usage_error("--test BULK needs --bytes (e.g. --bytes 8m)");
     }
-    if args.sample_interval < Time::from_micros(100) {
+    if args.sample_interval < Duration::from_micros(100) {
         usage_error("--sample-interval must be at least 100us");
     }
     let cfg = BenchConfig {
@@ -364,7 +385,7 @@ fn json_of(args: &BenchArgs, r: &BenchReport) -> Value {
         "config": {
             "test": r.test,
             "flows": args.flows,
-            "duration_s": args.duration.map(|d| d.as_secs_f64()),
+            "duration_s": args.duration.map(secs_f64),
             "bytes": args.bytes,
             "msg_size_bytes": args.msg_size,
             "recv_size_bytes": args.recv_size,
@@ -373,8 +394,8 @@ fn json_of(args: &BenchArgs, r: &BenchReport) -> Value {
             "writer": format!("{:?}", args.writer).to_lowercase(),
             "nodelay": args.nodelay,
             "probe": args.probe,
-            "link": format!("{:?}", args.link),
-            "reverse_link": args.reverse_link.as_ref().map(|l| format!("{l:?}")),
+            "link": link_echo(&args.link),
+            "reverse_link": args.reverse_link.as_ref().map(link_echo),
             "qdisc": format!("{:?}", args.qdisc),
             "nic_rate_bps": args.nic_rate.map(|r| r.as_bps()),
             "tx_completion_delay_us": args.tx_completion_delay.as_nanos() as f64 / 1000.0,
@@ -495,7 +516,6 @@ fn print_text(r: &BenchReport) {
 mod linux {
     use super::*;
     use shallow_bench::{self as ob, BenchResult, Pair};
-    use std::time::Duration;
 
     /// Options that only the emulator has: rejected with `--substrate linux`.
     fn check(args: &BenchArgs) {
@@ -544,7 +564,7 @@ mod linux {
     fn config(args: &BenchArgs, test: Test) -> ob::BenchConfig {
         ob::BenchConfig {
             test,
-            duration: Duration::from_nanos(args.duration.map_or(5_000_000_000, |d| d.as_nanos())),
+            duration: args.duration.unwrap_or(Duration::from_secs(5)),
             msg_size: args.msg_size,
             recv_size: args.recv_size,
             req_size: args.req_size,

@@ -4,7 +4,9 @@
 //! run by the I/O threads (`iothread.rs`) under the hook's own mutex, taken after the shard's
 //! engine mutex and only while the host has a hook.
 
-use shallow_tcp::TxToken;
+use std::time::Duration;
+
+use shallow_tcp::{Instant, TxToken};
 
 /// Direction of a packet shown to a [`PacketHook`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +25,7 @@ pub enum Verdict {
     /// Drop it (a transmitted data packet is still TX-completed: the drop is below TCP).
     Drop,
     /// Hold it and deliver it after the next packet of the same direction, or after
-    /// [`HOLD_NS`] if none comes: a one-packet reordering. A second hold delivers the first.
+    /// [`HOLD`] if none comes: a one-packet reordering. A second hold delivers the first.
     Hold,
 }
 
@@ -33,7 +35,7 @@ pub enum Verdict {
 pub type PacketHook = Box<dyn FnMut(Dir, &[u8], Option<u16>) -> Verdict + Send>;
 
 /// Longest time a held packet waits for the next one (1 ms).
-pub const HOLD_NS: u64 = 1_000_000;
+pub const HOLD: Duration = Duration::from_millis(1);
 
 /// A packet the hook holds back ([`Verdict::Hold`]).
 pub(crate) struct Held {
@@ -43,8 +45,8 @@ pub(crate) struct Held {
     pub gso_size: Option<u16>,
     /// Its TX-completion token (a transmitted data packet).
     pub token: Option<TxToken>,
-    /// Delivered at this time (ns) if no packet of its direction comes first.
-    pub until: u64,
+    /// Delivered at this time if no packet of its direction comes first.
+    pub until: Instant,
 }
 
 /// The packet hook and the packets it holds back: per device queue, one per direction (a
@@ -86,7 +88,7 @@ impl HookState {
     }
 
     /// When the first packet queue `q` holds is due.
-    pub fn next_deadline(&self, q: usize) -> Option<u64> {
+    pub fn next_deadline(&self, q: usize) -> Option<Instant> {
         let a = self
             .held_rx
             .get(q)

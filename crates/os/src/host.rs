@@ -102,7 +102,7 @@ pub use crate::device::Device;
 pub use crate::egress::Egress;
 use crate::egress::{qdisc_for, OsDriver};
 use crate::error::OsError;
-pub use crate::hook::{Dir, PacketHook, Verdict, HOLD_NS};
+pub use crate::hook::{Dir, PacketHook, Verdict, HOLD};
 use crate::iothread;
 use crate::netns::Peer;
 use crate::shared::{wake_all, Shard, Shared, Steer};

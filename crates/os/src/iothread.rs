@@ -11,12 +11,11 @@
 //! writes queue `k`, and only shard `k`'s packets: a flow leaves on one queue, in order.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use shallow_tcp::{Instant, Stack, Transmit, TxToken};
 
 use crate::device::Device;
-use crate::hook::{Dir, Held, HookState, Verdict, HOLD_NS};
+use crate::hook::{Dir, Held, HookState, Verdict, HOLD};
 use crate::shared::{bump, wake_all, Inner, Shared};
 use crate::tun::RxBatch;
 use crate::wake::wait_readable;
@@ -40,14 +39,14 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
         let timeout = {
             let g = shard.lock();
             let now = sh.now();
-            let mut next = g.driver.poll_deadline(0, now).map(|t| t.as_nanos());
+            let mut next = g.driver.poll_deadline(0, now);
             if let Some(h) = sh.lock_hook() {
                 next = match (next, h.next_deadline(me)) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
             }
-            next.map(|t| Duration::from_nanos(t.saturating_sub(now.as_nanos())))
+            next.map(|t| t - now)
         };
         // A poll error (EINTR is already absorbed) is not recoverable by waiting: stop.
         let Ok(ready) = wait_readable(dev.fd(), &shard.waker, timeout) else {
@@ -121,7 +120,7 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
             }
             if let Some(h) = hook.as_deref_mut() {
                 let held = h.held(me, Dir::Rx);
-                if held.as_ref().is_some_and(|x| x.until <= now.as_nanos()) {
+                if held.as_ref().is_some_and(|x| x.until <= now) {
                     if let Some(x) = held.take() {
                         route(sh, me, &mut g, &x.data, x.gso_size, now, &mut kicks);
                     }
@@ -219,7 +218,7 @@ fn rx(
                 data: p.to_vec(),
                 gso_size: gso,
                 token: None,
-                until: now.as_nanos().saturating_add(HOLD_NS),
+                until: now + HOLD,
             };
             if let Some(x) = h.held(me, Dir::Rx).replace(new) {
                 route(sh, me, g, &x.data, x.gso_size, now, kicks);
@@ -243,7 +242,7 @@ fn egress(
     let driver = &mut g.driver;
     if let Some(h) = hook.as_deref_mut() {
         let held = h.held(me, Dir::Tx);
-        if held.as_ref().is_some_and(|x| x.until <= now.as_nanos()) {
+        if held.as_ref().is_some_and(|x| x.until <= now) {
             if let Some(x) = held.take() {
                 out(outq, x.data, x.gso_size, x.token);
             }
@@ -318,7 +317,7 @@ fn tx_hooked(
                 data,
                 gso_size,
                 token,
-                until: now.as_nanos().saturating_add(HOLD_NS),
+                until: now + HOLD,
             };
             if let Some(x) = h.held(me, Dir::Tx).replace(new) {
                 out(outq, x.data, x.gso_size, x.token);

@@ -474,8 +474,8 @@ impl shallow_workload::Conn for &TcpStream {
         self.shutdown(std::net::Shutdown::Write)
             .map_err(shallow_workload::Io::Failed)
     }
-    fn now_ns(&self) -> u64 {
-        shallow_workload::wall_ns()
+    fn now(&self) -> shallow_tcp::Instant {
+        shallow_workload::wall_clock()
     }
 }
 

@@ -414,8 +414,7 @@ impl Shared {
     }
 
     pub fn now(&self) -> Instant {
-        let ns = self.epoch.elapsed().as_nanos();
-        Instant::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+        Instant::ZERO + self.epoch.elapsed()
     }
 
     /// The packet hook's state, locked, once a hook has been installed (`None` before, so

@@ -20,7 +20,7 @@ pub struct Offer {
     /// Priority ([`QdiscPacket::priority`](crate::QdiscPacket::priority)).
     pub priority: u8,
     /// Earliest departure time, if stamped (fq's horizon).
-    pub departure_ns: Option<u64>,
+    pub departure: Option<crate::Instant>,
     /// Bytes of headers (IP and TCP), repeated in every wire segment of a GSO packet.
     pub header_len: usize,
     /// For a GSO packet, the payload bytes per wire segment; `None` for a plain packet.
@@ -111,7 +111,7 @@ impl Admitted {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testpkt::{pkt, Pkt};
+    use crate::testpkt::{at, pkt, Pkt};
     use crate::{Fifo, Fq, FqConfig, PfifoFast, Qdisc, QdiscPacket, Tbf};
 
     fn offer(p: &Pkt) -> Offer {
@@ -119,7 +119,7 @@ mod tests {
             len: p.len,
             flow: p.flow,
             priority: p.priority(),
-            departure_ns: p.edt,
+            departure: p.edt.map(crate::Instant),
             header_len: p.hdr,
             gso_size: p.gso,
         }
@@ -132,7 +132,7 @@ mod tests {
         let mut ok = Vec::new();
         let mut refused = 0;
         for p in pkts {
-            if q.admit(0, &offer(&p), &mut led) {
+            if q.admit(at(0), &offer(&p), &mut led) {
                 ok.push(p);
             } else {
                 refused += 1;
@@ -142,7 +142,7 @@ mod tests {
         for p in ok {
             assert!(led.remove(p.len, p.flow, p.priority()));
             assert!(
-                q.enqueue(0, p).is_ok(),
+                q.enqueue(at(0), p).is_ok(),
                 "an admitted packet is never refused"
             );
         }
@@ -154,7 +154,7 @@ mod tests {
     #[test]
     fn pfifo_admits_up_to_its_limit() {
         let mut q = Fifo::pfifo(5);
-        q.enqueue(0, pkt(100, 1)).unwrap();
+        q.enqueue(at(0), pkt(100, 1)).unwrap();
         let r = admit_then_enqueue(&mut q, (0..8).map(|_| pkt(100, 1)).collect());
         assert_eq!(r, (4, 4));
         let mut z = Fifo::pfifo(0);
@@ -184,7 +184,7 @@ mod tests {
         let mut cfg = FqConfig::new(1500);
         cfg.flow_limit = 3;
         let mut q = Fq::new(cfg);
-        q.enqueue(0, pkt(100, 7)).unwrap();
+        q.enqueue(at(0), pkt(100, 7)).unwrap();
         let pkts = (0..4)
             .flat_map(|_| [pkt(100, 7), pkt(100, 8)])
             .collect::<Vec<_>>();

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use crate::{Admitted, Offer, Qdisc, QdiscPacket, QdiscStats};
+use crate::{Admitted, Instant, Offer, Qdisc, QdiscPacket, QdiscStats};
 
 /// `pfifo` (limit in packets) or `bfifo` (limit in bytes): one drop-tail FIFO.
 #[derive(Debug)]
@@ -42,7 +42,7 @@ impl<P: QdiscPacket> Qdisc<P> for Fifo<P> {
             "pfifo"
         }
     }
-    fn enqueue(&mut self, _now: u64, pkt: P) -> Result<(), P> {
+    fn enqueue(&mut self, _now: Instant, pkt: P) -> Result<(), P> {
         let ok = if self.in_bytes {
             self.bytes.saturating_add(pkt.len()) <= self.limit
         } else {
@@ -57,7 +57,7 @@ impl<P: QdiscPacket> Qdisc<P> for Fifo<P> {
         self.q.push_back(pkt);
         Ok(())
     }
-    fn admit(&mut self, _now: u64, o: &Offer, admitted: &mut Admitted) -> bool {
+    fn admit(&mut self, _now: Instant, o: &Offer, admitted: &mut Admitted) -> bool {
         let ok = if self.in_bytes {
             self.bytes
                 .saturating_add(admitted.bytes())
@@ -73,13 +73,13 @@ impl<P: QdiscPacket> Qdisc<P> for Fifo<P> {
         }
         ok
     }
-    fn dequeue(&mut self, _now: u64) -> Option<P> {
+    fn dequeue(&mut self, _now: Instant) -> Option<P> {
         let p = self.q.pop_front()?;
         self.bytes -= p.len();
         self.stats.on_deq(p.len());
         Some(p)
     }
-    fn next_wakeup(&self, _now: u64) -> Option<u64> {
+    fn next_wakeup(&self, _now: Instant) -> Option<Instant> {
         None
     }
     fn backlog_packets(&self) -> usize {
@@ -96,29 +96,29 @@ impl<P: QdiscPacket> Qdisc<P> for Fifo<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testpkt::{pkt, Pkt};
+    use crate::testpkt::{at, pkt, Pkt};
 
     #[test]
     fn pfifo_limit_zero_drops_everything() {
         let mut q = Fifo::<Pkt>::pfifo(0);
-        assert!(q.enqueue(0, pkt(100, 0)).is_err());
+        assert!(q.enqueue(at(0), pkt(100, 0)).is_err());
         assert_eq!(q.stats().dropped, 1);
         let mut q = Fifo::pfifo(2);
-        assert!(q.enqueue(0, pkt(100, 0)).is_ok());
-        assert!(q.enqueue(0, pkt(100, 0)).is_ok());
-        assert!(q.enqueue(0, pkt(100, 0)).is_err());
+        assert!(q.enqueue(at(0), pkt(100, 0)).is_ok());
+        assert!(q.enqueue(at(0), pkt(100, 0)).is_ok());
+        assert!(q.enqueue(at(0), pkt(100, 0)).is_err());
         assert_eq!(q.kind(), "pfifo");
     }
 
     #[test]
     fn bfifo_limit_in_bytes() {
         let mut q = Fifo::bfifo(250);
-        assert!(q.enqueue(0, pkt(100, 0)).is_ok());
-        assert!(q.enqueue(0, pkt(150, 0)).is_ok());
-        assert!(q.enqueue(0, pkt(1, 0)).is_err());
+        assert!(q.enqueue(at(0), pkt(100, 0)).is_ok());
+        assert!(q.enqueue(at(0), pkt(150, 0)).is_ok());
+        assert!(q.enqueue(at(0), pkt(1, 0)).is_err());
         assert_eq!(q.backlog_bytes(), 250);
-        assert_eq!(q.dequeue(0).unwrap().len, 100);
-        assert!(q.enqueue(0, pkt(100, 0)).is_ok());
+        assert_eq!(q.dequeue(at(0)).unwrap().len, 100);
+        assert!(q.enqueue(at(0), pkt(100, 0)).is_ok());
         assert_eq!(q.kind(), "bfifo");
         assert_eq!(q.stats().dequeued_bytes, 100);
     }

@@ -1,10 +1,11 @@
 //! `fq` (Linux `sch_fq`): per-flow fair queueing with earliest departure times and pacing.
 
 use std::collections::{BTreeSet, VecDeque};
+use std::time::Duration;
 
-use crate::{Admitted, FlowMap, Offer, Qdisc, QdiscPacket, QdiscStats, Rate, NSEC_PER_SEC};
+use crate::{Admitted, FlowMap, Instant, Offer, Qdisc, QdiscPacket, QdiscStats, Rate};
 
-/// Parameters of [`Fq`] (Linux `sch_fq` defaults). Times in nanoseconds.
+/// Parameters of [`Fq`] (Linux `sch_fq` defaults).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FqConfig {
     /// Total packets held (`limit`, default 10000).
@@ -21,11 +22,11 @@ pub struct FqConfig {
     /// (`low_rate_threshold`, default 550 kbit/s).
     pub low_rate_threshold: Rate,
     /// A flow idle this long gets its credit topped up to `quantum` when it returns
-    /// (`flow_refill_delay`, default 40 ms), in nanoseconds.
-    pub flow_refill_delay: u64,
+    /// (`flow_refill_delay`, default 40 ms).
+    pub flow_refill_delay: Duration,
     /// Packets whose EDT is further than this in the future are dropped (`horizon`, 10 s,
-    /// with `horizon_drop` on), in nanoseconds.
-    pub horizon: u64,
+    /// with `horizon_drop` on).
+    pub horizon: Duration,
 }
 
 impl FqConfig {
@@ -38,8 +39,8 @@ impl FqConfig {
             initial_quantum: 10 * mtu,
             maxrate: None,
             low_rate_threshold: Rate::bps(550_000),
-            flow_refill_delay: 40_000_000,
-            horizon: 10 * NSEC_PER_SEC,
+            flow_refill_delay: Duration::from_millis(40),
+            horizon: Duration::from_secs(10),
         }
     }
 }
@@ -57,14 +58,16 @@ struct FqFlow<P> {
     key: u32,
     q: VecDeque<P>,
     credit: i64,
-    time_next_packet: u64,
+    /// When the flow may send again under `maxrate` (`ZERO`: not paced yet).
+    time_next_packet: Instant,
     state: FlowState,
-    age: u64,
+    /// When the flow detached (`MAX` marks a free slot).
+    age: Instant,
 }
 
 /// `fq`: per-flow queues keyed by [`QdiscPacket::flow_hash`], served round robin with byte
 /// credits (new flows before old ones), each packet held until its earliest departure time
-/// ([`QdiscPacket::departure_ns`]) and each flow limited to `maxrate` (Linux `sch_fq`, without
+/// ([`QdiscPacket::departure`]) and each flow limited to `maxrate` (Linux `sch_fq`, without
 /// priority bands).
 #[derive(Debug)]
 pub struct Fq<P> {
@@ -74,7 +77,7 @@ pub struct Fq<P> {
     free: Vec<usize>,
     new_flows: VecDeque<usize>,
     old_flows: VecDeque<usize>,
-    throttled: BTreeSet<(u64, usize)>,
+    throttled: BTreeSet<(Instant, usize)>,
     qlen: usize,
     bytes: usize,
     stats: QdiscStats,
@@ -108,7 +111,7 @@ impl<P: QdiscPacket> Fq<P> {
     }
 
     /// Forget flows detached for more than 3 s (Linux `fq_gc`), when the table grows.
-    fn gc(&mut self, now: u64) {
+    fn gc(&mut self, now: Instant) {
         if self.flow_count() < 1024 {
             return;
         }
@@ -116,19 +119,19 @@ impl<P: QdiscPacket> Fq<P> {
             let f = &self.flows[i];
             if f.state == FlowState::Detached
                 && f.q.is_empty()
-                && now.saturating_sub(f.age) > 3 * NSEC_PER_SEC
+                && now - f.age > Duration::from_secs(3)
                 && self.index.get(&f.key) == Some(&i)
             {
                 self.index.remove(&f.key);
                 self.free.push(i);
                 self.flows[i].key = u32::MAX;
                 self.flows[i].state = FlowState::Detached;
-                self.flows[i].age = u64::MAX; // marks a free slot
+                self.flows[i].age = Instant::MAX; // marks a free slot
             }
         }
     }
 
-    fn flow_for(&mut self, key: u32, now: u64) -> usize {
+    fn flow_for(&mut self, key: u32, now: Instant) -> usize {
         if let Some(&i) = self.index.get(&key) {
             return i;
         }
@@ -137,7 +140,7 @@ impl<P: QdiscPacket> Fq<P> {
             key,
             q: VecDeque::new(),
             credit: i64::from(self.cfg.initial_quantum),
-            time_next_packet: 0,
+            time_next_packet: Instant::ZERO,
             state: FlowState::Detached,
             age: now,
         };
@@ -152,7 +155,7 @@ impl<P: QdiscPacket> Fq<P> {
         i
     }
 
-    fn unthrottle(&mut self, now: u64) {
+    fn unthrottle(&mut self, now: Instant) {
         while let Some(&(t, i)) = self.throttled.first() {
             if t > now {
                 break;
@@ -168,13 +171,13 @@ impl<P: QdiscPacket> Qdisc<P> for Fq<P> {
     fn kind(&self) -> &'static str {
         "fq"
     }
-    fn enqueue(&mut self, now: u64, pkt: P) -> Result<(), P> {
+    fn enqueue(&mut self, now: Instant, pkt: P) -> Result<(), P> {
         if self.qlen >= self.cfg.limit {
             self.stats.dropped += 1;
             return Err(pkt);
         }
-        if let Some(d) = pkt.departure_ns() {
-            if d > now.saturating_add(self.cfg.horizon) {
+        if let Some(d) = pkt.departure() {
+            if d > now + self.cfg.horizon {
                 self.stats.dropped += 1;
                 self.stats.horizon_drops += 1;
                 return Err(pkt);
@@ -188,7 +191,7 @@ impl<P: QdiscPacket> Qdisc<P> for Fq<P> {
             return Err(pkt);
         }
         if f.state == FlowState::Detached {
-            if now.saturating_sub(f.age) > self.cfg.flow_refill_delay {
+            if now - f.age > self.cfg.flow_refill_delay {
                 f.credit = f.credit.max(i64::from(self.cfg.quantum));
             }
             f.state = FlowState::New;
@@ -201,15 +204,13 @@ impl<P: QdiscPacket> Qdisc<P> for Fq<P> {
         Ok(())
     }
 
-    fn admit(&mut self, now: u64, o: &Offer, admitted: &mut Admitted) -> bool {
+    fn admit(&mut self, now: Instant, o: &Offer, admitted: &mut Admitted) -> bool {
         // The rules of `enqueue`, in its order, with the admitted packets counted as queued.
         if self.qlen + admitted.packets() >= self.cfg.limit {
             self.stats.dropped += 1;
             return false;
         }
-        if o.departure_ns
-            .is_some_and(|d| d > now.saturating_add(self.cfg.horizon))
-        {
+        if o.departure.is_some_and(|d| d > now + self.cfg.horizon) {
             self.stats.dropped += 1;
             self.stats.horizon_drops += 1;
             return false;
@@ -226,7 +227,7 @@ impl<P: QdiscPacket> Qdisc<P> for Fq<P> {
         admitted.add(o);
         true
     }
-    fn dequeue(&mut self, now: u64) -> Option<P> {
+    fn dequeue(&mut self, now: Instant) -> Option<P> {
         self.unthrottle(now);
         loop {
             let (from_new, i) = if let Some(&i) = self.new_flows.front() {
@@ -266,7 +267,9 @@ impl<P: QdiscPacket> Qdisc<P> for Fq<P> {
                 }
                 continue;
             };
-            let send_at = f.time_next_packet.max(head.departure_ns().unwrap_or(0));
+            let send_at = f
+                .time_next_packet
+                .max(head.departure().unwrap_or(Instant::ZERO));
             if send_at > now {
                 if from_new {
                     self.new_flows.pop_front();
@@ -291,13 +294,13 @@ impl<P: QdiscPacket> Qdisc<P> for Fq<P> {
                     pace = f.credit <= 0;
                 }
                 if pace && rate.as_bps() > 0 {
-                    let mut delay = rate.tx_time_ns(plen).min(NSEC_PER_SEC);
-                    if f.time_next_packet > 0 {
+                    let mut delay = rate.tx_time(plen).min(Duration::from_secs(1));
+                    if f.time_next_packet > Instant::ZERO {
                         // Credit for timer slack, at most half the delay (Linux fq does the same).
-                        let late = now.saturating_sub(f.time_next_packet);
+                        let late = now - f.time_next_packet;
                         delay -= late.min(delay / 2);
                     }
-                    f.time_next_packet = now.saturating_add(delay);
+                    f.time_next_packet = now + delay;
                 }
             }
             self.qlen -= 1;
@@ -307,7 +310,7 @@ impl<P: QdiscPacket> Qdisc<P> for Fq<P> {
         }
     }
 
-    fn next_wakeup(&self, _now: u64) -> Option<u64> {
+    fn next_wakeup(&self, _now: Instant) -> Option<Instant> {
         self.throttled.first().map(|&(t, _)| t)
     }
     fn backlog_packets(&self) -> usize {
@@ -324,7 +327,7 @@ impl<P: QdiscPacket> Qdisc<P> for Fq<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testpkt::{pkt, Pkt};
+    use crate::testpkt::{at, pkt, Pkt};
 
     const MS: u64 = 1_000_000;
 
@@ -337,10 +340,10 @@ mod tests {
         cfg.quantum = 2000; // two packets per round
         let mut q = Fq::new(cfg);
         for _ in 0..6 {
-            q.enqueue(0, pkt(1000, 1)).unwrap();
-            q.enqueue(0, pkt(1000, 2)).unwrap();
+            q.enqueue(at(0), pkt(1000, 1)).unwrap();
+            q.enqueue(at(0), pkt(1000, 2)).unwrap();
         }
-        let order: Vec<u32> = std::iter::from_fn(|| q.dequeue(0))
+        let order: Vec<u32> = std::iter::from_fn(|| q.dequeue(at(0)))
             .map(|p| p.flow)
             .collect();
         assert_eq!(order, vec![1, 2, 1, 1, 2, 2, 1, 1, 2, 2, 1, 2]);
@@ -355,13 +358,13 @@ mod tests {
             edt: Some(5 * MS),
             ..pkt(1000, 1)
         };
-        q.enqueue(0, a).unwrap();
-        q.enqueue(0, pkt(1000, 2)).unwrap();
-        assert_eq!(q.dequeue(0).unwrap().flow, 2);
-        assert!(q.dequeue(0).is_none());
-        assert_eq!(q.next_wakeup(0), Some(5 * MS));
-        assert!(q.dequeue(5 * MS - 1000).is_none());
-        assert_eq!(q.dequeue(5 * MS).unwrap().flow, 1);
+        q.enqueue(at(0), a).unwrap();
+        q.enqueue(at(0), pkt(1000, 2)).unwrap();
+        assert_eq!(q.dequeue(at(0)).unwrap().flow, 2);
+        assert!(q.dequeue(at(0)).is_none());
+        assert_eq!(q.next_wakeup(at(0)), Some(at(5 * MS)));
+        assert!(q.dequeue(at(5 * MS - 1000)).is_none());
+        assert_eq!(q.dequeue(at(5 * MS)).unwrap().flow, 1);
         assert_eq!(q.stats().overlimits, 1);
     }
 
@@ -374,14 +377,14 @@ mod tests {
         cfg.quantum = 2000;
         let mut q = Fq::new(cfg);
         for _ in 0..5 {
-            q.enqueue(0, pkt(1000, 7)).unwrap();
+            q.enqueue(at(0), pkt(1000, 7)).unwrap();
         }
         let mut now = 0;
         let mut times = Vec::new();
         while q.backlog_packets() > 0 {
-            match q.dequeue(now) {
+            match q.dequeue(at(now)) {
                 Some(_) => times.push(now),
-                None => now = q.next_wakeup(now).unwrap(),
+                None => now = q.next_wakeup(at(now)).unwrap().as_nanos(),
             }
         }
         // First packet spends the initial credit → next allowed after max(len, quantum)/rate
@@ -396,14 +399,14 @@ mod tests {
         cfg.maxrate = Some(Rate::bps(80_000)); // 100 µs per byte
         let mut q = Fq::new(cfg);
         for _ in 0..3 {
-            q.enqueue(0, pkt(100, 7)).unwrap();
+            q.enqueue(at(0), pkt(100, 7)).unwrap();
         }
         let mut now = 0;
         let mut times = Vec::new();
         while q.backlog_packets() > 0 {
-            match q.dequeue(now) {
+            match q.dequeue(at(now)) {
                 Some(_) => times.push(now),
-                None => now = q.next_wakeup(now).unwrap(),
+                None => now = q.next_wakeup(at(now)).unwrap().as_nanos(),
             }
         }
         assert_eq!(times, vec![0, 10 * MS, 20 * MS]);
@@ -415,17 +418,17 @@ mod tests {
         cfg.flow_limit = 2;
         cfg.limit = 3;
         let mut q = Fq::new(cfg);
-        assert!(q.enqueue(0, pkt(10, 1)).is_ok());
-        assert!(q.enqueue(0, pkt(10, 1)).is_ok());
-        assert!(q.enqueue(0, pkt(10, 1)).is_err());
-        assert!(q.enqueue(0, pkt(10, 2)).is_ok());
-        assert!(q.enqueue(0, pkt(10, 3)).is_err());
+        assert!(q.enqueue(at(0), pkt(10, 1)).is_ok());
+        assert!(q.enqueue(at(0), pkt(10, 1)).is_ok());
+        assert!(q.enqueue(at(0), pkt(10, 1)).is_err());
+        assert!(q.enqueue(at(0), pkt(10, 2)).is_ok());
+        assert!(q.enqueue(at(0), pkt(10, 3)).is_err());
         let far = Pkt {
             edt: Some(11 * 1_000 * MS),
             ..pkt(10, 4)
         };
         let mut q2 = Fq::new(FqConfig::new(1500));
-        assert!(q2.enqueue(0, far).is_err());
+        assert!(q2.enqueue(at(0), far).is_err());
         assert_eq!(q2.stats().horizon_drops, 1);
         assert_eq!(q.stats().flow_limit_drops, 1);
         assert_eq!(q.stats().dropped, 2);
@@ -438,11 +441,11 @@ mod tests {
     fn gc_reuses_idle_flows() {
         let mut q = Fq::new(FqConfig::new(1500));
         for k in 0..1024 {
-            q.enqueue(0, pkt(10, k)).unwrap();
+            q.enqueue(at(0), pkt(10, k)).unwrap();
         }
-        while q.dequeue(0).is_some() {}
+        while q.dequeue(at(0)).is_some() {}
         assert_eq!(q.flow_count(), 1024);
-        q.enqueue(4 * 1_000 * MS, pkt(10, 5000)).unwrap();
+        q.enqueue(at(4 * 1_000 * MS), pkt(10, 5000)).unwrap();
         assert_eq!(q.flow_count(), 1);
     }
 }

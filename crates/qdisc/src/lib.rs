@@ -8,28 +8,30 @@
 //!
 //! Qdiscs are generic over the packet type through [`QdiscPacket`] (length, flow hash, earliest
 //! departure time, priority, and the GSO split tbf needs), so each substrate queues its own
-//! packet type without conversion. Time is a plain `u64` count of nanoseconds on whatever
-//! monotonic clock the substrate uses: the qdiscs only add and compare times, never read a
+//! packet type without conversion. Time is the workspace's one time type, `shallow-time`'s
+//! [`Instant`] (nanoseconds on whatever monotonic clock the substrate uses; spans are
+//! [`Duration`](core::time::Duration)s): the qdiscs only add and compare times, never read a
 //! clock. Same inputs → same outputs.
 //!
 //! The disciplines ([`Fifo`] for `pfifo`/`bfifo`, [`PfifoFast`], [`Tbf`], [`Fq`]) follow the
 //! observable rules of Linux's `sch_fifo`, `sch_generic` (`pfifo_fast`), `sch_tbf` and `sch_fq`.
 //!
 //! ```
-//! use shallow_qdisc::{Fq, FqConfig, Qdisc, QdiscPacket};
+//! use shallow_qdisc::{Fq, FqConfig, Instant, Qdisc, QdiscPacket};
 //!
-//! struct P { len: usize, flow: u32, edt: Option<u64> }
+//! struct P { len: usize, flow: u32, edt: Option<Instant> }
 //! impl QdiscPacket for P {
 //!     fn len(&self) -> usize { self.len }
 //!     fn flow_hash(&self) -> u32 { self.flow }
-//!     fn departure_ns(&self) -> Option<u64> { self.edt }
+//!     fn departure(&self) -> Option<Instant> { self.edt }
 //! }
 //!
+//! let (t0, t2) = (Instant::ZERO, Instant::from_micros(2));
 //! let mut q = Fq::new(FqConfig::new(1500));
-//! q.enqueue(0, P { len: 1500, flow: 1, edt: Some(2_000) }).ok().unwrap();
-//! assert!(q.dequeue(0).is_none());             // held until its EDT
-//! assert_eq!(q.next_wakeup(0), Some(2_000));   // arm a timer for then
-//! assert_eq!(q.dequeue(2_000).unwrap().len, 1500);
+//! q.enqueue(t0, P { len: 1500, flow: 1, edt: Some(t2) }).ok().unwrap();
+//! assert!(q.dequeue(t0).is_none());            // held until its EDT
+//! assert_eq!(q.next_wakeup(t0), Some(t2));     // arm a timer for then
+//! assert_eq!(q.dequeue(t2).unwrap().len, 1500);
 //! ```
 
 #![forbid(unsafe_code)]
@@ -47,13 +49,14 @@ pub use fq::{Fq, FqConfig};
 pub use pfifo_fast::{pfifo_fast_band, tos_to_priority, PfifoFast};
 pub use tbf::Tbf;
 
-/// Nanoseconds per second.
-pub const NSEC_PER_SEC: u64 = 1_000_000_000;
+/// The one time type and the one rate type of the workspace, from `shallow-time` (re-exported
+/// so the qdiscs' users keep their paths).
+pub use shallow_time::{Instant, Rate, NSEC_PER_SEC};
 
 /// What a qdisc needs to know about a packet.
 ///
 /// Only [`len`](QdiscPacket::len), [`flow_hash`](QdiscPacket::flow_hash) and
-/// [`departure_ns`](QdiscPacket::departure_ns) are required; the others have defaults that
+/// [`departure`](QdiscPacket::departure) are required; the others have defaults that
 /// suit a packet type without priorities or GSO.
 pub trait QdiscPacket: Sized {
     /// Length in bytes as the qdisc accounts it (Linux `qdisc_pkt_len`; a GSO packet counts
@@ -65,9 +68,9 @@ pub trait QdiscPacket: Sized {
     }
     /// Flow hash (Linux `skb->hash`): the key of fq's per-flow queues.
     fn flow_hash(&self) -> u32;
-    /// Earliest departure time in nanoseconds (Linux `skb->tstamp` under EDT), if stamped.
-    /// fq holds the packet until then; the other qdiscs ignore it, as in Linux.
-    fn departure_ns(&self) -> Option<u64>;
+    /// Earliest departure time (Linux `skb->tstamp` under EDT), if stamped. fq holds the
+    /// packet until then; the other qdiscs ignore it, as in Linux.
+    fn departure(&self) -> Option<Instant>;
     /// Priority (Linux `skb->priority`, 0..=15; values above 15 are masked with 15 as
     /// `TC_PRIO_MAX`): picks the `pfifo_fast` band. For an IP packet whose socket set no
     /// priority, Linux uses the TOS byte's priority ([`tos_to_priority`]). Default 0
@@ -125,75 +128,31 @@ impl QdiscStats {
     }
 }
 
-/// A queueing discipline over packets of type `P`, with time in nanoseconds.
+/// A queueing discipline over packets of type `P`, with time on the caller's clock.
 pub trait Qdisc<P: QdiscPacket> {
     /// The `tc` name (`"pfifo_fast"`, `"fq"`, ...).
     fn kind(&self) -> &'static str;
     /// Offer a packet at time `now`. `Err` hands a dropped packet back, so the caller can
     /// complete its TX-completion duty (Linux runs the skb destructor on a drop); the drop is
     /// already counted.
-    fn enqueue(&mut self, now: u64, pkt: P) -> Result<(), P>;
+    fn enqueue(&mut self, now: Instant, pkt: P) -> Result<(), P>;
     /// The next packet the device may send at `now`, if any.
-    fn dequeue(&mut self, now: u64) -> Option<P>;
+    fn dequeue(&mut self, now: Instant) -> Option<P>;
     /// Admission at the transmit (Linux's `NET_XMIT_DROP` returned to the sender, see
     /// [`Admitted`]): would [`enqueue`](Qdisc::enqueue) at `now` take the packet `offer`
     /// describes if the packets of `admitted` were queued first? If yes, the offer is added to
     /// `admitted` (the caller removes it when it enqueues the packet, which then cannot be
     /// refused); if no, the refusal is counted as the drop it stands for.
-    fn admit(&mut self, now: u64, offer: &Offer, admitted: &mut Admitted) -> bool;
+    fn admit(&mut self, now: Instant, offer: &Offer, admitted: &mut Admitted) -> bool;
     /// When `dequeue` returned `None` but packets are held: the earliest time one may be
     /// released (arm a timer for then). `None` when nothing is held back by time.
-    fn next_wakeup(&self, now: u64) -> Option<u64>;
+    fn next_wakeup(&self, now: Instant) -> Option<Instant>;
     /// Packets held.
     fn backlog_packets(&self) -> usize;
     /// Bytes held.
     fn backlog_bytes(&self) -> usize;
     /// Counters.
     fn stats(&self) -> &QdiscStats;
-}
-
-/// A transmission rate in bits per second (tbf's `rate`, fq's `maxrate`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Rate(pub u64);
-
-impl Rate {
-    /// `n` bits per second.
-    pub const fn bps(n: u64) -> Rate {
-        Rate(n)
-    }
-    /// `n` megabits per second.
-    pub const fn mbps(n: u64) -> Rate {
-        Rate(n.saturating_mul(1_000_000))
-    }
-    /// `n` gigabits per second.
-    pub const fn gbps(n: u64) -> Rate {
-        Rate(n.saturating_mul(1_000_000_000))
-    }
-    /// Bits per second.
-    pub const fn as_bps(self) -> u64 {
-        self.0
-    }
-    /// Nanoseconds to serialise `bytes` at this rate, rounded up so a packet never leaves
-    /// earlier than the rate allows. A zero rate means "infinitely slow": `u64::MAX`.
-    pub fn tx_time_ns(self, bytes: u64) -> u64 {
-        if self.0 == 0 {
-            return u64::MAX;
-        }
-        let bits = u128::from(bytes) * 8 * u128::from(NSEC_PER_SEC);
-        u64::try_from(bits.div_ceil(u128::from(self.0))).unwrap_or(u64::MAX)
-    }
-    /// Bytes this rate carries in `ns` nanoseconds (rounded down).
-    pub fn bytes_in_ns(self, ns: u64) -> u64 {
-        let b = u128::from(self.0) * u128::from(ns) / 8 / u128::from(NSEC_PER_SEC);
-        u64::try_from(b).unwrap_or(u64::MAX)
-    }
-}
-
-impl core::fmt::Display for Rate {
-    /// `tc`'s spelling in bits: `1000000bit`.
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{}bit", self.0)
-    }
 }
 
 /// A small, fast, deterministic hasher for `u32` flow keys (multiply–rotate, in the style of
@@ -228,7 +187,12 @@ pub type FlowMap<V> = std::collections::HashMap<u32, V, FlowBuildHasher>;
 
 #[cfg(test)]
 pub(crate) mod testpkt {
-    use super::QdiscPacket;
+    use super::{Instant, QdiscPacket};
+
+    /// The instant `ns` nanoseconds after the epoch.
+    pub fn at(ns: u64) -> Instant {
+        Instant(ns)
+    }
 
     /// A test packet: `len` bytes, of which `hdr` are headers; `gso` payload bytes per wire
     /// segment when a super-segment; `token` stands for a completion duty.
@@ -258,8 +222,8 @@ pub(crate) mod testpkt {
         fn flow_hash(&self) -> u32 {
             self.flow
         }
-        fn departure_ns(&self) -> Option<u64> {
-            self.edt
+        fn departure(&self) -> Option<Instant> {
+            self.edt.map(crate::Instant)
         }
         fn priority(&self) -> u8 {
             self.prio
@@ -282,17 +246,5 @@ pub(crate) mod testpkt {
                 })
                 .collect())
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tx_time_rounds_up() {
-        assert_eq!(Rate::gbps(1).tx_time_ns(1500), 12_000);
-        assert_eq!(Rate::bps(3).tx_time_ns(1), 2_666_666_667);
-        assert_eq!(Rate::bps(0).tx_time_ns(1), u64::MAX);
     }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use crate::{Admitted, Offer, Qdisc, QdiscPacket, QdiscStats};
+use crate::{Admitted, Instant, Offer, Qdisc, QdiscPacket, QdiscStats};
 
 /// The priority Linux gives an IP packet from its TOS byte (`rt_tos2priority`: the table
 /// `ip_tos2prio` indexed by the four TOS bits `(tos & 0x1e) >> 1`).
@@ -45,7 +45,7 @@ impl<P: QdiscPacket> Qdisc<P> for PfifoFast<P> {
     fn kind(&self) -> &'static str {
         "pfifo_fast"
     }
-    fn enqueue(&mut self, _now: u64, pkt: P) -> Result<(), P> {
+    fn enqueue(&mut self, _now: Instant, pkt: P) -> Result<(), P> {
         let b = pfifo_fast_band(pkt.priority());
         if self.bands[b].len() >= self.limit {
             self.stats.dropped += 1;
@@ -56,7 +56,7 @@ impl<P: QdiscPacket> Qdisc<P> for PfifoFast<P> {
         self.bands[b].push_back(pkt);
         Ok(())
     }
-    fn admit(&mut self, _now: u64, o: &Offer, admitted: &mut Admitted) -> bool {
+    fn admit(&mut self, _now: Instant, o: &Offer, admitted: &mut Admitted) -> bool {
         let b = pfifo_fast_band(o.priority);
         let ok = self.bands[b].len() + admitted.band_packets(b) < self.limit;
         if ok {
@@ -66,7 +66,7 @@ impl<P: QdiscPacket> Qdisc<P> for PfifoFast<P> {
         }
         ok
     }
-    fn dequeue(&mut self, _now: u64) -> Option<P> {
+    fn dequeue(&mut self, _now: Instant) -> Option<P> {
         for b in &mut self.bands {
             if let Some(p) = b.pop_front() {
                 self.bytes -= p.len();
@@ -76,7 +76,7 @@ impl<P: QdiscPacket> Qdisc<P> for PfifoFast<P> {
         }
         None
     }
-    fn next_wakeup(&self, _now: u64) -> Option<u64> {
+    fn next_wakeup(&self, _now: Instant) -> Option<Instant> {
         None
     }
     fn backlog_packets(&self) -> usize {
@@ -93,7 +93,7 @@ impl<P: QdiscPacket> Qdisc<P> for PfifoFast<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testpkt::Pkt;
+    use crate::testpkt::{at, Pkt};
 
     fn with_tos(tos: u8) -> Pkt {
         Pkt {
@@ -116,10 +116,10 @@ mod tests {
         assert_eq!(pfifo_fast_band(6), 0); // TC_PRIO_INTERACTIVE
         assert_eq!(pfifo_fast_band(16 + 6), 0); // masked with TC_PRIO_MAX
         let mut q = PfifoFast::new(10);
-        q.enqueue(0, with_tos(0x08)).unwrap();
-        q.enqueue(0, with_tos(0x00)).unwrap();
-        q.enqueue(0, with_tos(0x10)).unwrap();
-        let order: Vec<u32> = std::iter::from_fn(|| q.dequeue(0))
+        q.enqueue(at(0), with_tos(0x08)).unwrap();
+        q.enqueue(at(0), with_tos(0x00)).unwrap();
+        q.enqueue(at(0), with_tos(0x10)).unwrap();
+        let order: Vec<u32> = std::iter::from_fn(|| q.dequeue(at(0)))
             .map(|p| p.flow)
             .collect();
         assert_eq!(order, vec![0x10, 0x00, 0x08]);
@@ -129,10 +129,10 @@ mod tests {
     fn limit_per_band() {
         let mut q = PfifoFast::new(2);
         for _ in 0..2 {
-            q.enqueue(0, with_tos(0)).unwrap();
+            q.enqueue(at(0), with_tos(0)).unwrap();
         }
-        assert!(q.enqueue(0, with_tos(0)).is_err());
-        assert!(q.enqueue(0, with_tos(0x10)).is_ok());
+        assert!(q.enqueue(at(0), with_tos(0)).is_err());
+        assert!(q.enqueue(at(0), with_tos(0x10)).is_ok());
         assert_eq!(q.stats().dropped, 1);
         assert_eq!(q.backlog_packets(), 3);
         assert_eq!(q.backlog_bytes(), 120);

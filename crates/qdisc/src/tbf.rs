@@ -1,10 +1,11 @@
 //! `tbf` (Linux `sch_tbf`): token bucket filter.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
-use crate::{Admitted, Offer, Qdisc, QdiscPacket, QdiscStats, Rate};
+use crate::{Admitted, Instant, Offer, Qdisc, QdiscPacket, QdiscStats, Rate};
 
-/// `tbf`: token bucket filter. Tokens are kept in nanoseconds of transmission time at `rate`
+/// `tbf`: token bucket filter. Tokens are kept as transmission time at `rate`
 /// (as Linux's `tbf_dequeue` does): the bucket holds at most `burst` bytes' worth, starts
 /// full, and the head packet leaves once the bucket holds its transmission time. Backlog is
 /// limited to `limit` bytes (drop-tail). A GSO packet larger than `burst` is split into its
@@ -16,10 +17,10 @@ use crate::{Admitted, Offer, Qdisc, QdiscPacket, QdiscStats, Rate};
 pub struct Tbf<P> {
     rate: Rate,
     burst: u64,
-    buffer: u64,
+    buffer: Duration,
     limit: usize,
-    tokens: u64,
-    t_c: u64,
+    tokens: Duration,
+    t_c: Instant,
     q: VecDeque<P>,
     bytes: usize,
     stats: QdiscStats,
@@ -28,14 +29,14 @@ pub struct Tbf<P> {
 impl<P: QdiscPacket> Tbf<P> {
     /// `tbf rate R burst B limit L` (B, L in bytes).
     pub fn new(rate: Rate, burst: u64, limit: usize) -> Tbf<P> {
-        let buffer = rate.tx_time_ns(burst);
+        let buffer = rate.tx_time(burst);
         Tbf {
             rate,
             burst,
             buffer,
             limit,
             tokens: buffer,
-            t_c: 0,
+            t_c: Instant::ZERO,
             q: VecDeque::new(),
             bytes: 0,
             stats: QdiscStats::default(),
@@ -53,10 +54,8 @@ impl<P: QdiscPacket> Tbf<P> {
         Ok(())
     }
 
-    fn tokens_at(&self, now: u64) -> u64 {
-        self.tokens
-            .saturating_add(now.saturating_sub(self.t_c))
-            .min(self.buffer)
+    fn tokens_at(&self, now: Instant) -> Duration {
+        self.tokens.saturating_add(now - self.t_c).min(self.buffer)
     }
 }
 
@@ -64,7 +63,7 @@ impl<P: QdiscPacket> Qdisc<P> for Tbf<P> {
     fn kind(&self) -> &'static str {
         "tbf"
     }
-    fn enqueue(&mut self, _now: u64, pkt: P) -> Result<(), P> {
+    fn enqueue(&mut self, _now: Instant, pkt: P) -> Result<(), P> {
         if pkt.len() as u64 <= self.burst {
             return self.push(pkt);
         }
@@ -94,7 +93,7 @@ impl<P: QdiscPacket> Qdisc<P> for Tbf<P> {
         }
         result
     }
-    fn admit(&mut self, _now: u64, o: &Offer, admitted: &mut Admitted) -> bool {
+    fn admit(&mut self, _now: Instant, o: &Offer, admitted: &mut Admitted) -> bool {
         // A packet within the burst is queued whole; a larger GSO packet is cut into
         // segments that each carry the headers (tbf_segment), all of which must fit.
         let need = if o.len as u64 <= self.burst {
@@ -118,9 +117,9 @@ impl<P: QdiscPacket> Qdisc<P> for Tbf<P> {
         }
         ok
     }
-    fn dequeue(&mut self, now: u64) -> Option<P> {
+    fn dequeue(&mut self, now: Instant) -> Option<P> {
         let len = self.q.front()?.len();
-        let need = self.rate.tx_time_ns(len as u64);
+        let need = self.rate.tx_time(len as u64);
         let toks = self.tokens_at(now);
         if toks < need {
             self.stats.overlimits += 1;
@@ -133,11 +132,11 @@ impl<P: QdiscPacket> Qdisc<P> for Tbf<P> {
         self.stats.on_deq(p.len());
         Some(p)
     }
-    fn next_wakeup(&self, now: u64) -> Option<u64> {
+    fn next_wakeup(&self, now: Instant) -> Option<Instant> {
         let len = self.q.front()?.len();
-        let need = self.rate.tx_time_ns(len as u64);
+        let need = self.rate.tx_time(len as u64);
         let toks = self.tokens_at(now);
-        Some(now.saturating_add(need.saturating_sub(toks)))
+        Some(now + need.saturating_sub(toks))
     }
     fn backlog_packets(&self) -> usize {
         self.q.len()
@@ -153,7 +152,7 @@ impl<P: QdiscPacket> Qdisc<P> for Tbf<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testpkt::{pkt, Pkt};
+    use crate::testpkt::{at, pkt, Pkt};
 
     const MS: u64 = 1_000_000;
 
@@ -163,36 +162,36 @@ mod tests {
     fn release_times_match_rate_and_burst() {
         let mut q = Tbf::new(Rate::mbps(8), 3000, 100_000);
         for _ in 0..6 {
-            q.enqueue(0, pkt(1000, 0)).unwrap();
+            q.enqueue(at(0), pkt(1000, 0)).unwrap();
         }
         let mut now = 0;
         let mut times = Vec::new();
         while q.backlog_packets() > 0 {
-            match q.dequeue(now) {
+            match q.dequeue(at(now)) {
                 Some(_) => times.push(now),
-                None => now = q.next_wakeup(now).unwrap(),
+                None => now = q.next_wakeup(at(now)).unwrap().as_nanos(),
             }
         }
         assert_eq!(times, vec![0, 0, 0, MS, 2 * MS, 3 * MS]);
         // Idle for 10 ms refills only up to the burst.
         for _ in 0..4 {
-            q.enqueue(now, pkt(1000, 0)).unwrap();
+            q.enqueue(at(now), pkt(1000, 0)).unwrap();
         }
         let t0 = now + 10 * MS;
-        assert!(q.dequeue(t0).is_some());
-        assert!(q.dequeue(t0).is_some());
-        assert!(q.dequeue(t0).is_some());
-        assert!(q.dequeue(t0).is_none());
-        assert_eq!(q.next_wakeup(t0), Some(t0 + MS));
+        assert!(q.dequeue(at(t0)).is_some());
+        assert!(q.dequeue(at(t0)).is_some());
+        assert!(q.dequeue(at(t0)).is_some());
+        assert!(q.dequeue(at(t0)).is_none());
+        assert_eq!(q.next_wakeup(at(t0)), Some(at(t0 + MS)));
     }
 
     #[test]
     fn limit_and_oversize() {
         let mut q = Tbf::new(Rate::mbps(8), 3000, 2500);
-        assert!(q.enqueue(0, pkt(1000, 0)).is_ok());
-        assert!(q.enqueue(0, pkt(1000, 0)).is_ok());
-        assert!(q.enqueue(0, pkt(1000, 0)).is_err());
-        assert!(q.enqueue(0, pkt(4000, 0)).is_err()); // non-GSO > burst
+        assert!(q.enqueue(at(0), pkt(1000, 0)).is_ok());
+        assert!(q.enqueue(at(0), pkt(1000, 0)).is_ok());
+        assert!(q.enqueue(at(0), pkt(1000, 0)).is_err());
+        assert!(q.enqueue(at(0), pkt(4000, 0)).is_err()); // non-GSO > burst
         assert_eq!(q.stats().dropped, 2);
     }
 
@@ -208,22 +207,22 @@ mod tests {
             ..Pkt::default()
         };
         let mut q = Tbf::new(Rate::gbps(1), 3000, 1_000_000);
-        q.enqueue(0, big.clone()).unwrap();
+        q.enqueue(at(0), big.clone()).unwrap();
         assert_eq!(q.backlog_packets(), 5);
         assert_eq!(q.backlog_bytes(), 5 * 1040);
         assert_eq!(q.stats().segmented, 1);
         let mut tokens = Vec::new();
         let mut now = 0;
         while q.backlog_packets() > 0 {
-            match q.dequeue(now) {
+            match q.dequeue(at(now)) {
                 Some(p) => tokens.push(p.token),
-                None => now = q.next_wakeup(now).unwrap(),
+                None => now = q.next_wakeup(at(now)).unwrap().as_nanos(),
             }
         }
         assert_eq!(tokens, vec![None, None, None, None, Some(9)]);
         // Segments still larger than the burst: dropped whole.
         let mut q = Tbf::new(Rate::gbps(1), 1000, 1_000_000);
-        assert_eq!(q.enqueue(0, big).unwrap_err().token, Some(9));
+        assert_eq!(q.enqueue(at(0), big).unwrap_err().token, Some(9));
         assert_eq!(q.stats().dropped, 1);
     }
 
@@ -239,7 +238,7 @@ mod tests {
             ..Pkt::default()
         };
         let mut q = Tbf::new(Rate::gbps(1), 2000, 2100);
-        assert_eq!(q.enqueue(0, big).unwrap_err().token, Some(4));
+        assert_eq!(q.enqueue(at(0), big).unwrap_err().token, Some(4));
         assert_eq!(q.backlog_packets(), 2);
         assert_eq!(q.stats().dropped, 1);
     }

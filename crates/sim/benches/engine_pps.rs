@@ -6,19 +6,19 @@
 //! as in the `shallow` binary.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use std::time::Duration;
 
 /// The allocator the `shallow` binary uses, so the figure is the one `shallow bench` gives.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use shallow_sim::bench::{run, BenchConfig};
-use shallow_sim::Time;
 
 fn cfg(flows: usize) -> BenchConfig {
     BenchConfig {
         flows,
         msg_size: 64 * 1024,
-        duration: Some(Time::from_millis(200)),
+        duration: Some(Duration::from_millis(200)),
         link: "rate=10gbit,delay=500us".parse().unwrap(),
         ..BenchConfig::default()
     }

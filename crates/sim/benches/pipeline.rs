@@ -5,7 +5,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 use shallow_sim::segment::{build_ipv4_tcp, TcpPacketSpec};
 use shallow_sim::{
-    Endpoint, HostConfig, LinkSpec, NicConfig, Packet, QdiscSpec, Rate, Time, TopologyBuilder,
+    Endpoint, HostConfig, Instant, LinkSpec, NicConfig, Packet, QdiscSpec, Rate, TopologyBuilder,
 };
 
 enum Ep {
@@ -23,7 +23,7 @@ enum Ep {
 }
 
 impl Endpoint for Ep {
-    fn input(&mut self, _now: Time, _pkt: &mut Packet) {
+    fn input(&mut self, _now: Instant, _pkt: &mut Packet) {
         if let Ep::Sink { packets } = self {
             *packets += 1;
         }
@@ -32,7 +32,7 @@ impl Endpoint for Ep {
     fn accepts_frags(&self) -> bool {
         true
     }
-    fn poll_transmit(&mut self, _now: Time) -> Option<Packet> {
+    fn poll_transmit(&mut self, _now: Instant) -> Option<Packet> {
         match self {
             Ep::Src {
                 template,
@@ -57,15 +57,15 @@ impl Endpoint for Ep {
             _ => None,
         }
     }
-    fn tx_complete(&mut self, _now: Time, _token: u64) {
+    fn tx_complete(&mut self, _now: Instant, _token: u64) {
         if let Ep::Src { below, .. } = self {
             *below -= 1;
         }
     }
-    fn poll_timeout(&self) -> Option<Time> {
+    fn poll_timeout(&self) -> Option<Instant> {
         None
     }
-    fn handle_timeout(&mut self, _now: Time) {}
+    fn handle_timeout(&mut self, _now: Instant) {}
 }
 
 fn run(packets: u64, segs: u16, qdisc: QdiscSpec, gro: bool) -> u64 {
@@ -107,7 +107,7 @@ fn run(packets: u64, segs: u16, qdisc: QdiscSpec, gro: bool) -> u64 {
             .unwrap(),
     );
     let mut sim = b.build().unwrap();
-    sim.run_until(Time::from_secs(3600));
+    sim.run_until(Instant::from_secs(3600));
     sim.host_stats(s).wire_packets
 }
 

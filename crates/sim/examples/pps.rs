@@ -6,10 +6,10 @@
 //! (defaults: 1, `rate=10gbit,delay=500us`, `pfifo_fast`). With `--json` the whole report is
 //! printed as JSON instead, to compare two builds bit for bit.
 
+use std::time::Duration;
 use std::time::Instant;
 
 use shallow_sim::bench::{run, BenchConfig};
-use shallow_sim::Time;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -21,7 +21,7 @@ fn main() {
     let cfg = BenchConfig {
         flows,
         msg_size: 64 * 1024,
-        duration: Some(Time::from_millis(200)),
+        duration: Some(Duration::from_millis(200)),
         link: link.parse().expect("valid link"),
         qdisc: qdisc.parse().expect("valid qdisc"),
         ..BenchConfig::default()

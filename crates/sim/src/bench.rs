@@ -16,9 +16,10 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 use serde::Serialize;
-use shallow_tcp::{DeviceCaps, Instant, SocketId};
+use shallow_tcp::{DeviceCaps, SocketId};
 
 use crate::capture::{CaptureOut, CapturePoint};
 use crate::cpu::{CostTable, CpuLayout};
@@ -27,7 +28,7 @@ use crate::host::{SysctlFailure, TcpHost, TcpHostConfig, Thread};
 use crate::series::{HostSample, Recorder, Sample, Series, SeriesConfig};
 use crate::sim::{HostConfig, HostId, NicConfig, Sim, TopologyBuilder, TopologyError};
 use crate::spec::{LinkSpec, QdiscSpec};
-use crate::time::{Rate, Time};
+use crate::time::{nanos, Instant, Rate};
 pub use crate::workload::Test;
 use crate::workload::{Client, Listener, Role, Workload, Writer};
 
@@ -39,7 +40,7 @@ pub struct BenchConfig {
     /// Parallel flows (super_netperf).
     pub flows: usize,
     /// Virtual run time (default 10 s); with a byte count an upper bound (default 600 s).
-    pub duration: Option<Time>,
+    pub duration: Option<Duration>,
     /// Bytes per flow (BULK: required; TCP_STREAM/MAERTS: stop each flow after this many).
     pub bytes: Option<u64>,
     /// Bytes per `send()` (netperf `-m`).
@@ -65,11 +66,11 @@ pub struct BenchConfig {
     /// NIC line rate of both hosts; `None`: the larger of 10 Gbit/s and the link rate.
     pub nic_rate: Option<Rate>,
     /// TX completion interrupt delay (ethtool `tx-usecs`) of both hosts.
-    pub tx_completion_delay: Time,
+    pub tx_completion_delay: Duration,
     /// RX interrupt coalescing of both hosts (ethtool `rx-usecs`): how long the NIC waits
     /// before raising the interrupt that starts a NAPI poll, so GRO can merge the segments of
     /// a flow that arrived meanwhile.
-    pub rx_coalesce: Time,
+    pub rx_coalesce: Duration,
     /// CPU layout of both hosts.
     pub cpus: CpuLayout,
     /// CPU costs.
@@ -81,7 +82,7 @@ pub struct BenchConfig {
     /// Master seed.
     pub seed: u64,
     /// Sampling period of socket memory and RTT.
-    pub sample_interval: Time,
+    pub sample_interval: Duration,
 }
 
 impl Default for BenchConfig {
@@ -102,14 +103,14 @@ impl Default for BenchConfig {
             reverse_link: None,
             qdisc: QdiscSpec::default(),
             nic_rate: None,
-            tx_completion_delay: Time::ZERO,
-            rx_coalesce: Time::from_micros(8),
+            tx_completion_delay: Duration::ZERO,
+            rx_coalesce: Duration::from_micros(8),
             cpus: CpuLayout::Same,
             costs: CostTable::default(),
             sysctls: Vec::new(),
             rx_sysctls: Vec::new(),
             seed: 1,
-            sample_interval: Time::from_millis(10),
+            sample_interval: Duration::from_millis(10),
         }
     }
 }
@@ -528,17 +529,18 @@ fn run_inner(
     // A byte count per flow makes a run finite: it ends when every receiver has read to the
     // end of its stream.
     let finite = cfg.bytes.is_some() && cfg.test != Test::Rr;
-    let limit = cfg.duration.unwrap_or(if finite {
-        Time::from_secs(600)
-    } else {
-        Time::from_secs(10)
-    });
+    let limit = Instant::ZERO
+        + cfg.duration.unwrap_or(if finite {
+            Duration::from_secs(600)
+        } else {
+            Duration::from_secs(10)
+        });
     let n_all = cfg.flows + usize::from(cfg.probe);
     let mut acc = vec![FlowAcc::default(); n_all];
     let mut mem_pages_max = 0u64;
     let mut mem_pages_sum = 0u128;
     let mut mem_samples = 0u64;
-    let step = cfg.sample_interval.max(Time::from_micros(100));
+    let step = cfg.sample_interval.max(Duration::from_micros(100));
     let mut end = limit;
     // (local port, remote port) on the left host → flow, filled as connections come up.
     let mut port_flow: BTreeMap<(u16, u16), usize> = BTreeMap::new();
@@ -571,7 +573,7 @@ fn run_inner(
                     .flow_ports(d.flow)
                     .and_then(|p| port_flow.get(&p).copied());
                 if let Some(f) = f {
-                    acc[f].qdelay.add(d.host_queue_delay().0);
+                    acc[f].qdelay.add(nanos(d.host_queue_delay()));
                 }
             }
         }
@@ -640,7 +642,7 @@ fn run_inner(
             r.push(sample_of(&sim, lh, rh, cfg));
         }
     }
-    let dur = end.max(Time(1));
+    let dur = end.max(Instant(1));
     let secs = dur.as_secs_f64();
     let (lhost, rhost) = (sim.endpoint(lh), sim.endpoint(rh));
     let qflows = &sim.host_metrics(lh).flows;
@@ -769,7 +771,7 @@ fn run_inner(
 fn sample_of(sim: &BenchSim, lh: HostId, rh: HostId, cfg: &BenchConfig) -> Sample {
     let (l, r) = (sim.endpoint(lh), sim.endpoint(rh));
     let now = sim.now();
-    let at = Instant::from_nanos(now.0);
+    let at = now;
     let host = |h: HostId, ep: &TcpHost| HostSample {
         bytes_below_tcp: sim.host_metrics(h).flows.values().map(|f| f.current).sum(),
         qdisc_bytes: sim.qdisc(h).backlog_bytes() as u64,
@@ -873,13 +875,13 @@ fn fill_flow(
     r: Option<&Thread>,
     l: &TcpHost,
     rh: &TcpHost,
-    now: Time,
+    now: Instant,
     secs: f64,
     bulk: bool,
 ) {
     // The data sender is always on the left host.
     let (shost, rhost) = (l, rh);
-    let at = Instant::from_nanos(now.0);
+    let at = now;
     let rr = m.kind == "rr" || m.kind == "probe";
     m.bytes_written = s.counts().bytes_sent;
     m.send_calls = s.counts().send_calls;

@@ -3,12 +3,11 @@
 //! seed write identical files.
 
 use std::io::{self, Write};
-use std::time::Duration;
 
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::{DataLink, Endianness, TsResolution};
 
-use crate::time::Time;
+use crate::time::Instant;
 
 /// Where on the sending host packets are captured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,7 +86,7 @@ impl Capture {
     }
 
     /// [`Capture::write`] for a packet in two parts (`data` then `frag`, a paged packet).
-    pub fn write_parts(&mut self, t: Time, data: &[u8], frag: &[u8]) {
+    pub fn write_parts(&mut self, t: Instant, data: &[u8], frag: &[u8]) {
         if frag.is_empty() {
             return self.write(t, data);
         }
@@ -101,13 +100,13 @@ impl Capture {
     }
 
     /// Record `data` at virtual time `t`.
-    pub fn write(&mut self, t: Time, data: &[u8]) {
+    pub fn write(&mut self, t: Instant, data: &[u8]) {
         let Some(w) = self.writer.as_mut() else {
             return;
         };
         let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
         let cap = &data[..data.len().min(SNAPLEN as usize)];
-        let pkt = PcapPacket::new(Duration::from_nanos(t.0), len, cap);
+        let pkt = PcapPacket::new(t.since_epoch(), len, cap);
         match w.write_packet(&pkt) {
             Ok(_) => self.packets += 1,
             Err(e) => {

@@ -35,7 +35,7 @@
 //! * A wake-up with its context switch is 2 µs, so wake-up counts cost throughput, as the
 //!   NOTSENT_LOWAT seeds' context-switch counts do.
 
-use crate::time::Time;
+use crate::time::Instant;
 
 /// CPU time of each operation, in nanoseconds (per byte: picoseconds). See the module docs for
 /// how the defaults were chosen. Every field can be set from the command line.
@@ -253,7 +253,7 @@ impl std::str::FromStr for CpuLayout {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Cpu {
     /// The CPU finishes its current work at this time.
-    pub free_at: Time,
+    pub free_at: Instant,
     /// Total busy time, ns.
     pub busy_ns: u64,
     /// Busy time spent in packet processing (softirq), ns.
@@ -262,8 +262,8 @@ pub struct Cpu {
 
 impl Cpu {
     /// Run `cost` ns of work starting at `now` (the CPU must be free by then).
-    pub fn run(&mut self, now: Time, cost: u64, softirq: bool) {
-        self.free_at = now.max(self.free_at) + Time(cost);
+    pub fn run(&mut self, now: Instant, cost: u64, softirq: bool) {
+        self.free_at = now.max(self.free_at).saturating_add_nanos(cost);
         self.busy_ns += cost;
         if softirq {
             self.softirq_ns += cost;
@@ -297,9 +297,9 @@ mod tests {
         assert_eq!(c.rx(false, 1), c.ack_ns + c.rx_segment_ns);
         assert_eq!(c.rx(true, 44), 1000 + 44 * 150);
         let mut cpu = Cpu::default();
-        cpu.run(Time(100), 50, true);
-        cpu.run(Time(120), 10, false);
-        assert_eq!(cpu.free_at, Time(160));
+        cpu.run(Instant(100), 50, true);
+        cpu.run(Instant(120), 10, false);
+        assert_eq!(cpu.free_at, Instant(160));
         assert_eq!((cpu.busy_ns, cpu.softirq_ns), (60, 50));
     }
 }

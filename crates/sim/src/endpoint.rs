@@ -2,7 +2,7 @@
 
 use crate::packet::Packet;
 use crate::qdisc::EgressHandle;
-use crate::time::Time;
+use crate::time::Instant;
 
 /// The network side of one host's stack, as the emulator drives it.
 ///
@@ -14,11 +14,11 @@ pub trait Endpoint {
     /// wire segments were merged into it). The endpoint may take `pkt.data` to keep the bytes
     /// without copying them (swapping in a spare buffer or an empty one); the emulator recycles
     /// whatever buffer is left in `pkt.data`.
-    fn input(&mut self, now: Time, pkt: &mut Packet);
+    fn input(&mut self, now: Instant, pkt: &mut Packet);
     /// [`Endpoint::input`] for a packet whose TCP checksum the receive path has already
     /// verified (receive checksum offload, Linux `CHECKSUM_UNNECESSARY`): an endpoint may skip
     /// summing it again. The default ignores the hint.
-    fn input_csum_verified(&mut self, now: Time, pkt: &mut Packet) {
+    fn input_csum_verified(&mut self, now: Instant, pkt: &mut Packet) {
         self.input(now, pkt)
     }
     /// True if [`Endpoint::input`] takes packets with a [`Packet::frag`] (a device with
@@ -29,10 +29,10 @@ pub trait Endpoint {
     }
     /// The next packet the endpoint wants sent, if any. The host calls this until it returns
     /// `None` after every other call.
-    fn poll_transmit(&mut self, now: Time) -> Option<Packet>;
+    fn poll_transmit(&mut self, now: Instant) -> Option<Packet>;
     /// The packet that carried `token` has left the host (its last bit is on the wire and the
     /// NIC's completion interrupt ran) or was dropped below the endpoint.
-    fn tx_complete(&mut self, now: Time, token: u64);
+    fn tx_complete(&mut self, now: Instant, token: u64);
     /// The emulator gives the endpoint its host's egress qdisc once, when the topology is
     /// built, so that it can learn the qdisc's verdict on a packet at the transmit
     /// ([`EgressGate`](crate::qdisc::EgressGate), Linux's `NET_XMIT_DROP`). An endpoint whose
@@ -43,34 +43,34 @@ pub trait Endpoint {
         let _ = egress;
     }
     /// The endpoint's next timer deadline.
-    fn poll_timeout(&self) -> Option<Time>;
+    fn poll_timeout(&self) -> Option<Instant>;
     /// The deadline returned by `poll_timeout` has passed.
-    fn handle_timeout(&mut self, now: Time);
+    fn handle_timeout(&mut self, now: Instant);
 }
 
 impl<T: Endpoint + ?Sized> Endpoint for Box<T> {
-    fn input(&mut self, now: Time, pkt: &mut Packet) {
+    fn input(&mut self, now: Instant, pkt: &mut Packet) {
         (**self).input(now, pkt)
     }
-    fn input_csum_verified(&mut self, now: Time, pkt: &mut Packet) {
+    fn input_csum_verified(&mut self, now: Instant, pkt: &mut Packet) {
         (**self).input_csum_verified(now, pkt)
     }
     fn accepts_frags(&self) -> bool {
         (**self).accepts_frags()
     }
-    fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
+    fn poll_transmit(&mut self, now: Instant) -> Option<Packet> {
         (**self).poll_transmit(now)
     }
     fn attach_egress(&mut self, egress: &EgressHandle) {
         (**self).attach_egress(egress)
     }
-    fn tx_complete(&mut self, now: Time, token: u64) {
+    fn tx_complete(&mut self, now: Instant, token: u64) {
         (**self).tx_complete(now, token)
     }
-    fn poll_timeout(&self) -> Option<Time> {
+    fn poll_timeout(&self) -> Option<Instant> {
         (**self).poll_timeout()
     }
-    fn handle_timeout(&mut self, now: Time) {
+    fn handle_timeout(&mut self, now: Instant) {
         (**self).handle_timeout(now)
     }
 }

@@ -3,10 +3,10 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use crate::time::Time;
+use crate::time::Instant;
 
 struct Entry<E> {
-    time: Time,
+    time: Instant,
     seq: u64,
     ev: E,
 }
@@ -51,7 +51,7 @@ impl<E> EventQueue<E> {
         Self::default()
     }
     /// Schedule `ev` at `time`.
-    pub fn push(&mut self, time: Time, ev: E) {
+    pub fn push(&mut self, time: Instant, ev: E) {
         self.seq += 1;
         self.heap.push(Entry {
             time,
@@ -60,11 +60,11 @@ impl<E> EventQueue<E> {
         });
     }
     /// Time of the earliest event.
-    pub fn peek_time(&self) -> Option<Time> {
+    pub fn peek_time(&self) -> Option<Instant> {
         self.heap.peek().map(|e| e.time)
     }
     /// (time, sequence number) of the earliest event: the order events come out in.
-    pub fn peek_key(&self) -> Option<(Time, u64)> {
+    pub fn peek_key(&self) -> Option<(Instant, u64)> {
         self.heap.peek().map(|e| (e.time, e.seq))
     }
     /// Take the sequence number the next push would get, for an event kept outside the
@@ -75,7 +75,7 @@ impl<E> EventQueue<E> {
         self.seq
     }
     /// Remove the earliest event.
-    pub fn pop(&mut self) -> Option<(Time, E)> {
+    pub fn pop(&mut self) -> Option<(Instant, E)> {
         self.heap.pop().map(|e| (e.time, e.ev))
     }
     /// Number of pending events.
@@ -95,11 +95,11 @@ mod tests {
     #[test]
     fn equal_times_pop_in_insertion_order() {
         let mut q = EventQueue::new();
-        q.push(Time(5), 'a');
-        q.push(Time(1), 'b');
-        q.push(Time(5), 'c');
-        q.push(Time(1), 'd');
-        q.push(Time(3), 'e');
+        q.push(Instant(5), 'a');
+        q.push(Instant(1), 'b');
+        q.push(Instant(5), 'c');
+        q.push(Instant(1), 'd');
+        q.push(Instant(3), 'e');
         let order: Vec<char> = std::iter::from_fn(|| q.pop()).map(|(_, e)| e).collect();
         assert_eq!(order, vec!['b', 'd', 'e', 'a', 'c']);
     }
@@ -109,10 +109,10 @@ mod tests {
     #[test]
     fn taken_sequence_numbers_order_outside_events() {
         let mut q = EventQueue::new();
-        q.push(Time(5), 'a');
-        let timer = (Time(5), q.take_seq());
-        q.push(Time(5), 'b');
-        q.push(Time(4), 'c');
+        q.push(Instant(5), 'a');
+        let timer = (Instant(5), q.take_seq());
+        q.push(Instant(5), 'b');
+        q.push(Instant(4), 'c');
         let mut order = Vec::new();
         let mut pending = Some(timer);
         loop {

@@ -40,12 +40,8 @@ use crate::packet::{Packet, Skb};
 use crate::pool::{BufPool, FlowMap};
 use crate::rng::SimRng;
 use crate::segment;
-use crate::time::Time;
+use crate::time::nanos;
 use crate::workload::{Client, Listener, Role};
-
-fn inst(t: Time) -> Instant {
-    Instant::from_nanos(t.0)
-}
 
 /// Length of the repeating pseudo-random pattern senders write (a prime, so a misplaced
 /// block of any power-of-two size shows up in the receiver's SHA-256).
@@ -63,7 +59,7 @@ pub struct ThreadStats {
     /// TCP_RR round-trip latency, ns (request sent → response read).
     pub latency: Histogram,
     /// When the thread finished (end of stream read, or its last byte sent).
-    pub done_at: Option<Time>,
+    pub done_at: Option<Instant>,
     /// The error that ended the thread, if any.
     pub error: Option<Errno>,
     /// SHA-256 of the bytes sent or received (BULK), when finished.
@@ -109,7 +105,7 @@ pub struct Thread {
     cpu: usize,
     sched: Sched,
     phase: Phase,
-    ready_at: Time,
+    ready_at: Instant,
     pending_cs: bool,
     /// Its role being played (acceptors: the role of the listener, never played).
     play: Play,
@@ -128,7 +124,7 @@ impl Thread {
             cpu,
             sched: Sched::Runnable,
             phase,
-            ready_at: Time::ZERO,
+            ready_at: Instant::ZERO,
             pending_cs: false,
             play: Play::new(role),
         }
@@ -170,7 +166,7 @@ enum Task {
 struct CpuState {
     cpu: Cpu,
     /// Softirq work finishes at this time (softirq work is never preempted).
-    soft_free_at: Time,
+    soft_free_at: Instant,
     softirq: VecDeque<Task>,
     run: VecDeque<usize>,
     /// A thread's socket call in progress: (thread, socket) to `release_sock` when the CPU
@@ -358,7 +354,7 @@ impl TcpHost {
         t.flow = Some(c.flow);
         t.remote = Some(c.remote);
         t.nodelay = c.nodelay;
-        self.spawn(t, Time::ZERO);
+        self.spawn(t, Instant::ZERO);
     }
 
     /// Add a listener with its accept-loop thread. Errors are the engine's (`bind`/`listen`).
@@ -379,7 +375,7 @@ impl TcpHost {
         let mut t = Thread::new(l.role.clone(), cpu, Phase::Accept(self.listeners.len()));
         t.sock = Some(s);
         self.listeners.push(l);
-        let idx = self.spawn(t, Time::ZERO);
+        let idx = self.spawn(t, Instant::ZERO);
         self.threads[idx].sched = Sched::Blocked(POLLIN | POLLERR | POLLHUP);
         self.cpus[cpu].run.retain(|&x| x != idx);
         self.bind_thread(s, idx);
@@ -431,7 +427,7 @@ impl TcpHost {
         v
     }
 
-    fn spawn(&mut self, mut t: Thread, at: Time) -> usize {
+    fn spawn(&mut self, mut t: Thread, at: Instant) -> usize {
         t.ready_at = at;
         t.sched = Sched::Runnable;
         let idx = self.threads.len();
@@ -467,10 +463,10 @@ impl TcpHost {
     }
 
     /// Drain the engine's output: packets leave at `release + tx cost`. Returns the tx cost.
-    fn drain_output(&mut self, now: Time, base: u64) -> u64 {
+    fn drain_output(&mut self, now: Instant, base: u64) -> u64 {
         let mut scratch = std::mem::take(&mut self.scratch);
         let (mut packets, mut segs) = (0u64, 0u64);
-        while let Some(tx) = self.driver.poll_transmit(inst(now)) {
+        while let Some(tx) = self.driver.poll_transmit(now) {
             let view = segment::parse_tcp_split(&tx.data, tx.frag.len());
             let n = match (tx.gso_size, view) {
                 (Some(g), Some(v)) if g > 0 => v.payload_len.div_ceil(usize::from(g)).max(1),
@@ -492,7 +488,7 @@ impl TcpHost {
                 data: tx.data,
                 frag: tx.frag.into(),
                 gso_size: tx.gso_size,
-                departure: tx.departure.map(|d| Time(d.as_nanos())),
+                departure: tx.departure,
                 token,
                 flow: tx.flow,
                 seg: None,
@@ -502,7 +498,7 @@ impl TcpHost {
         self.stats.tx_packets += packets;
         self.stats.tx_segments += segs;
         let cost = self.costs.tx(packets, segs);
-        let release = now + Time(base + cost);
+        let release = now.saturating_add_nanos(base + cost);
         for (p, _) in scratch.drain(..) {
             self.out.push(release, p);
         }
@@ -512,7 +508,7 @@ impl TcpHost {
 
     /// Deliver the engine's wake-ups: blocked threads whose wait condition matches become
     /// runnable at `at` and pay a context switch.
-    fn drain_wakeups(&mut self, at: Time) {
+    fn drain_wakeups(&mut self, at: Instant) {
         while let Some(w) = self.driver.poll_wakeup() {
             let Some(Some(t)) = self.sock_thread.get(w.socket.0 as usize).copied() else {
                 continue;
@@ -534,15 +530,10 @@ impl TcpHost {
     }
 
     /// Run everything due at `now` on every CPU.
-    fn run(&mut self, now: Time) {
+    fn run(&mut self, now: Instant) {
         let mut guard = 0u32;
         loop {
-            if !self.timer_queued
-                && self
-                    .driver
-                    .poll_timeout()
-                    .is_some_and(|t| t.as_nanos() <= now.0)
-            {
+            if !self.timer_queued && self.driver.poll_timeout().is_some_and(|t| t <= now) {
                 self.timer_queued = true;
                 self.cpus[self.softirq_cpu].softirq.push_back(Task::Timer);
             }
@@ -598,7 +589,7 @@ impl TcpHost {
         }
     }
 
-    fn run_softirq(&mut self, c: usize, task: Task, now: Time) {
+    fn run_softirq(&mut self, c: usize, task: Task, now: Instant) {
         let base = match task {
             Task::Rx(data, frag, gso, csum_ok) => {
                 self.rx_pending -= 1;
@@ -625,7 +616,7 @@ impl TcpHost {
                     RxPacket::paged(&data, &frag)
                 };
                 self.driver
-                    .handle_packet(inst(now), rx.gso(gso).csum_verified(csum_ok));
+                    .handle_packet(now, rx.gso(gso).csum_verified(csum_ok));
                 self.pool.put(data);
                 if let Some(s) = owner {
                     self.stats.rx_to_backlog += 1;
@@ -641,14 +632,14 @@ impl TcpHost {
                 self.stats.tx_completions += 1;
                 if let Some(t) = self.tokens.get_mut(tok as usize).and_then(Option::take) {
                     self.free_tokens.push(tok);
-                    self.driver.tx_complete(inst(now), t);
+                    self.driver.tx_complete(now, t);
                 }
                 self.costs.tx_completion_ns
             }
             Task::Timer => {
                 self.stats.timer_runs += 1;
                 self.timer_queued = false;
-                self.driver.handle_timeout(inst(now));
+                self.driver.handle_timeout(now);
                 self.costs.timer_ns
             }
         };
@@ -656,7 +647,7 @@ impl TcpHost {
         let total = base + tx;
         let cs = &mut self.cpus[c];
         cs.cpu.run(now, total, true);
-        cs.soft_free_at = now + Time(total);
+        cs.soft_free_at = now.saturating_add_nanos(total);
         cs.soft_streak += total;
         if cs.soft_streak >= SOFTIRQ_BUDGET_NS {
             cs.ksoft_soft += total;
@@ -666,16 +657,16 @@ impl TcpHost {
             cs.ksoft_soft = 0;
             cs.ksoft_thread = 0;
         }
-        self.drain_wakeups(now + Time(total));
+        self.drain_wakeups(now.saturating_add_nanos(total));
     }
 
     /// The end of a socket call: `release_sock` processes the backlog (paying each queued
     /// packet's receive cost) and the deferred work, on the caller's CPU.
-    fn run_release(&mut self, c: usize, now: Time) {
+    fn run_release(&mut self, c: usize, now: Instant) {
         let Some((t, s)) = self.cpus[c].release.take() else {
             return;
         };
-        self.driver.release_sock(inst(now), s);
+        self.driver.release_sock(now, s);
         // sk_wait_event: a thread about to sleep releases the socket first, then re-checks
         // its condition; what the backlog brought in lets it go on without sleeping.
         if let Sched::Blocked(mask) = self.threads[t].sched {
@@ -696,10 +687,10 @@ impl TcpHost {
             self.cpus[c].ksoft_thread += total;
         }
         self.threads[t].stats.cpu_ns += total;
-        self.drain_wakeups(now + Time(total));
+        self.drain_wakeups(now.saturating_add_nanos(total));
     }
 
-    fn run_thread(&mut self, c: usize, t: usize, now: Time) {
+    fn run_thread(&mut self, c: usize, t: usize, now: Instant) {
         let mut cost = 0;
         if std::mem::take(&mut self.threads[t].pending_cs) {
             cost += self.costs.context_switch_ns;
@@ -725,7 +716,7 @@ impl TcpHost {
             }
             Sched::Done => {
                 if th.stats.done_at.is_none() {
-                    th.stats.done_at = Some(now + Time(total));
+                    th.stats.done_at = Some(now.saturating_add_nanos(total));
                 }
                 if th.stats.sha256.is_none() {
                     th.stats.sha256 = th.play.finish();
@@ -733,7 +724,7 @@ impl TcpHost {
             }
             Sched::Blocked(_) => {}
         }
-        self.drain_wakeups(now + Time(total));
+        self.drain_wakeups(now.saturating_add_nanos(total));
     }
 
     /// Block on `mask` unless the socket already reports one of its bits (`tcp_poll`).
@@ -764,7 +755,7 @@ impl TcpHost {
 
     /// One scheduling step of thread `t`: one system call (an accept loop or a blocking
     /// call's continuation counts as one). Adds its CPU time to `cost`.
-    fn step(&mut self, t: usize, now: Time, cost: &mut u64) -> Sched {
+    fn step(&mut self, t: usize, now: Instant, cost: &mut u64) -> Sched {
         let sc = self.costs.syscall_ns;
         match self.threads[t].phase {
             Phase::Connect => {
@@ -784,11 +775,11 @@ impl TcpHost {
                 self.threads[t].sock = Some(s);
                 self.bind_thread(s, t);
                 if self.threads[t].nodelay {
-                    let _ =
-                        self.driver
-                            .setsockopt(inst(now), s, SockOpt::TcpNodelay, &OptVal::Int(1));
+                    let _ = self
+                        .driver
+                        .setsockopt(now, s, SockOpt::TcpNodelay, &OptVal::Int(1));
                 }
-                match self.driver.connect(inst(now), s, remote) {
+                match self.driver.connect(now, s, remote) {
                     Err(Errno::EINPROGRESS) | Ok(()) => {}
                     Err(e) => return self.fail(t, e),
                 }
@@ -812,7 +803,7 @@ impl TcpHost {
                         // A failed connect reports its error to the next connect() call.
                         *cost += sc;
                         let e = match self.threads[t].remote {
-                            Some(r) => match self.driver.connect(inst(now), s, r) {
+                            Some(r) => match self.driver.connect(now, s, r) {
                                 Err(e) => e,
                                 Ok(()) => Errno::ECONNABORTED,
                             },
@@ -827,7 +818,7 @@ impl TcpHost {
         }
     }
 
-    fn step_accept(&mut self, t: usize, li: usize, now: Time, cost: &mut u64) -> Sched {
+    fn step_accept(&mut self, t: usize, li: usize, now: Instant, cost: &mut u64) -> Sched {
         let Some(ls) = self.threads[t].sock else {
             return Sched::Done;
         };
@@ -839,7 +830,7 @@ impl TcpHost {
                     let (role, nodelay) = (l.role.clone(), l.nodelay);
                     if nodelay {
                         let _ = self.driver.setsockopt(
-                            inst(now),
+                            now,
                             child,
                             SockOpt::TcpNodelay,
                             &OptVal::Int(1),
@@ -861,7 +852,7 @@ impl TcpHost {
     /// One step of the thread's role ([`Play::step`]): its one socket call through
     /// [`SimConn`], which charges the call's CPU time; the role's next move becomes the
     /// thread's scheduling state (`epoll_wait` costs a system call).
-    fn step_play(&mut self, t: usize, now: Time, cost: &mut u64) -> Sched {
+    fn step_play(&mut self, t: usize, now: Instant, cost: &mut u64) -> Sched {
         let Some(s) = self.threads[t].sock else {
             return Sched::Done;
         };
@@ -874,13 +865,11 @@ impl TcpHost {
             lock: &mut self.cur_lock,
         };
         let th = &mut self.threads[t];
-        let step = th
-            .play
-            .step(&mut conn, now.0, Source::Pattern(&self.pattern));
+        let step = th.play.step(&mut conn, now, Source::Pattern(&self.pattern));
         let next = match step {
             Ok(step) => {
-                if let Some(l) = step.latency_ns {
-                    th.stats.latency.add(l);
+                if let Some(l) = step.latency {
+                    th.stats.latency.add(nanos(l));
                 }
                 step.next
             }
@@ -901,14 +890,14 @@ impl TcpHost {
         }
     }
 
-    fn next_deadline(&self) -> Option<Time> {
+    fn next_deadline(&self) -> Option<Instant> {
         let mut best = self.out.peek_time();
-        let mut take = |t: Time| {
-            best = Some(best.map_or(t, |b: Time| b.min(t)));
+        let mut take = |t: Instant| {
+            best = Some(best.map_or(t, |b: Instant| b.min(t)));
         };
         if !self.timer_queued {
             if let Some(t) = self.driver.poll_timeout() {
-                take(Time(t.as_nanos()));
+                take(t);
             }
         }
         for c in &self.cpus {
@@ -931,7 +920,7 @@ impl TcpHost {
 impl TcpHost {
     /// A packet from the network onto a softirq queue; `csum_ok`: the NIC verified its TCP
     /// checksum (`CHECKSUM_UNNECESSARY`), so the stack does not sum it again.
-    fn rx(&mut self, now: Time, pkt: &mut Packet, csum_ok: bool) {
+    fn rx(&mut self, now: Instant, pkt: &mut Packet, csum_ok: bool) {
         if self.rx_pending >= RX_BACKLOG_LIMIT {
             self.stats.rx_backlog_drops += 1;
             self.run(now);
@@ -955,11 +944,11 @@ impl TcpHost {
 }
 
 impl Endpoint for TcpHost {
-    fn input(&mut self, now: Time, pkt: &mut Packet) {
+    fn input(&mut self, now: Instant, pkt: &mut Packet) {
         self.rx(now, pkt, false);
     }
 
-    fn input_csum_verified(&mut self, now: Time, pkt: &mut Packet) {
+    fn input_csum_verified(&mut self, now: Instant, pkt: &mut Packet) {
         self.rx(now, pkt, true);
     }
 
@@ -967,7 +956,7 @@ impl Endpoint for TcpHost {
         true
     }
 
-    fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
+    fn poll_transmit(&mut self, now: Instant) -> Option<Packet> {
         if self.out.peek_time()? <= now {
             self.out.pop().map(|(_, p)| p)
         } else {
@@ -981,7 +970,7 @@ impl Endpoint for TcpHost {
         self.driver.set_egress(egress.clone());
     }
 
-    fn tx_complete(&mut self, now: Time, token: u64) {
+    fn tx_complete(&mut self, now: Instant, token: u64) {
         let cpu = self
             .token_cpu
             .get(token as usize)
@@ -992,11 +981,11 @@ impl Endpoint for TcpHost {
         self.run(now);
     }
 
-    fn poll_timeout(&self) -> Option<Time> {
+    fn poll_timeout(&self) -> Option<Instant> {
         self.next_deadline()
     }
 
-    fn handle_timeout(&mut self, now: Time) {
+    fn handle_timeout(&mut self, now: Instant) {
         self.run(now);
     }
 }
@@ -1009,7 +998,7 @@ struct SimConn<'a> {
     costs: &'a CostTable,
     s: SocketId,
     /// When the step started.
-    now: Time,
+    now: Instant,
     /// CPU time of the step so far.
     cost: &'a mut u64,
     /// The socket the step locked.
@@ -1021,7 +1010,7 @@ impl SimConn<'_> {
         *self.cost += self.costs.syscall_ns;
         self.stack.lock_sock(self.s);
         *self.lock = Some(self.s);
-        f(self.stack, self.s, inst(self.now))
+        f(self.stack, self.s, self.now)
     }
 
     fn moved(&mut self, r: Result<usize, Errno>) -> Result<usize, Io<Errno>> {
@@ -1054,7 +1043,7 @@ impl Conn for SimConn<'_> {
         let _ = self.call(|st, s, n| st.shutdown(n, s, Shutdown::Write));
         Ok(())
     }
-    fn now_ns(&self) -> u64 {
-        self.now.0 + *self.cost
+    fn now(&self) -> Instant {
+        self.now.saturating_add_nanos(*self.cost)
     }
 }

@@ -1,6 +1,7 @@
 //! `shallow-sim`: the deterministic network emulator of Shallow.
 //!
-//! Virtual time in nanoseconds ([`Time`]), one event queue ([`EventQueue`]) with
+//! Virtual time as the workspace's one time type (points are [`Instant`]s, nanoseconds since
+//! the start of a run; spans are [`Duration`](std::time::Duration)s), one event queue ([`EventQueue`]) with
 //! insertion-order tie-breaking, one seeded random stream per component ([`SimRng`]), and a
 //! network model: per host an egress path qdisc → NIC TX ring → wire (with TSO segmentation and
 //! TX completions at the time the last bit leaves), a bottleneck link per direction with a
@@ -19,7 +20,7 @@
 //!
 //! ```
 //! use shallow_sim::testing::{Sink, Source, SourceConfig, TestEndpoint};
-//! use shallow_sim::{Dir, HostConfig, LinkSpec, QdiscSpec, Time, TopologyBuilder};
+//! use shallow_sim::{Dir, HostConfig, Instant, LinkSpec, QdiscSpec, TopologyBuilder};
 //!
 //! let mut b = TopologyBuilder::new(42);
 //! let tx = b.sender(
@@ -29,7 +30,7 @@
 //! let rx = b.receiver(HostConfig::default(), TestEndpoint::Sink(Sink::default()));
 //! b.forward("rate=100mbit,delay=10ms,queue=100p".parse::<LinkSpec>()?);
 //! let mut sim = b.build()?;
-//! sim.run_until(Time::from_secs(1));
+//! sim.run_until(Instant::from_secs(1));
 //! assert_eq!(sim.endpoint(rx).sink().unwrap().packets, 10);
 //! assert_eq!(sim.link_stats(Dir::Forward).packets_in, 10);
 //! assert_eq!(sim.endpoint(tx).source().unwrap().completions.len(), 10);
@@ -75,5 +76,5 @@ pub use sim::{
     TopologyError,
 };
 pub use spec::{GilbertElliott, LinkSpec, QdiscSpec, QueueLimit, SpecError};
-pub use time::{Rate, RateExt, Time};
+pub use time::{Instant, Rate};
 pub use workload::{Role, Writer};

@@ -1,6 +1,8 @@
 //! Measurements of the host egress path.
 
-use crate::time::Time;
+use std::time::Duration;
+
+use crate::time::{nanos, Instant};
 
 /// Count, sum, min and max of a series of durations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -10,27 +12,27 @@ pub struct Summary {
     /// Sum of samples, ns.
     pub sum: u128,
     /// Smallest sample.
-    pub min: Time,
+    pub min: Duration,
     /// Largest sample.
-    pub max: Time,
+    pub max: Duration,
 }
 
 impl Summary {
     /// Add a sample.
-    pub fn add(&mut self, t: Time) {
+    pub fn add(&mut self, t: Duration) {
         if self.count == 0 || t < self.min {
             self.min = t;
         }
         self.max = self.max.max(t);
         self.count += 1;
-        self.sum += u128::from(t.0);
+        self.sum += u128::from(nanos(t));
     }
     /// Mean, or zero without samples.
-    pub fn mean(&self) -> Time {
+    pub fn mean(&self) -> Duration {
         if self.count == 0 {
-            return Time::ZERO;
+            return Duration::ZERO;
         }
-        Time((self.sum / u128::from(self.count)) as u64)
+        Duration::from_nanos((self.sum / u128::from(self.count)) as u64)
     }
 }
 
@@ -49,17 +51,17 @@ pub struct FlowBytes {
     /// Integral of bytes over time, byte·ns, up to `last_change`.
     pub integral: u128,
     /// Time of the first change.
-    pub first: Time,
+    pub first: Instant,
     /// Time of the last change.
-    pub last_change: Time,
+    pub last_change: Instant,
 }
 
 impl FlowBytes {
-    fn set(&mut self, now: Time, value: u64) {
+    fn set(&mut self, now: Instant, value: u64) {
         if self.samples == 0 {
             self.first = now;
         } else {
-            self.integral += u128::from(self.current) * u128::from((now - self.last_change).0);
+            self.integral += u128::from(self.current) * u128::from(nanos(now - self.last_change));
         }
         self.current = value;
         self.last_change = now;
@@ -68,11 +70,11 @@ impl FlowBytes {
         self.sample_sum += u128::from(value);
     }
     /// Add bytes at `now`.
-    pub fn add(&mut self, now: Time, n: u64) {
+    pub fn add(&mut self, now: Instant, n: u64) {
         self.set(now, self.current.saturating_add(n));
     }
     /// Remove bytes at `now`.
-    pub fn sub(&mut self, now: Time, n: u64) {
+    pub fn sub(&mut self, now: Instant, n: u64) {
         self.set(now, self.current.saturating_sub(n));
     }
     /// Mean of the values after each change.
@@ -83,13 +85,13 @@ impl FlowBytes {
         self.sample_sum as f64 / self.samples as f64
     }
     /// Time-weighted mean from the first change until `now`.
-    pub fn time_weighted_mean(&self, now: Time) -> f64 {
-        let span = now.saturating_sub(self.first).0;
+    pub fn time_weighted_mean(&self, now: Instant) -> f64 {
+        let span = nanos(now - self.first);
         if span == 0 {
             return self.current as f64;
         }
         let total =
-            self.integral + u128::from(self.current) * u128::from((now - self.last_change).0);
+            self.integral + u128::from(self.current) * u128::from(nanos(now - self.last_change));
         total as f64 / span as f64
     }
 }
@@ -104,14 +106,14 @@ pub struct PacketDelay {
     /// Its TX-completion token.
     pub token: Option<u64>,
     /// Entered the qdisc.
-    pub enqueued: Time,
+    pub enqueued: Instant,
     /// Last bit of its last wire segment left the NIC.
-    pub left: Time,
+    pub left: Instant,
 }
 
 impl PacketDelay {
     /// Host-queue delay: from qdisc enqueue until the last bit left the NIC.
-    pub fn host_queue_delay(&self) -> Time {
+    pub fn host_queue_delay(&self) -> Duration {
         self.left - self.enqueued
     }
 }
@@ -123,15 +125,16 @@ mod tests {
     #[test]
     fn flow_bytes_time_weighting() {
         let mut f = FlowBytes::default();
-        f.add(Time(0), 100); // 100 for 10 ns
-        f.add(Time(10), 100); // 200 for 10 ns
-        f.sub(Time(20), 200); // 0 for 20 ns
+        f.add(Instant(0), 100); // 100 for 10 ns
+        f.add(Instant(10), 100); // 200 for 10 ns
+        f.sub(Instant(20), 200); // 0 for 20 ns
         assert_eq!(f.max, 200);
-        assert!((f.time_weighted_mean(Time(40)) - (1000.0 + 2000.0) / 40.0).abs() < 1e-9);
+        assert!((f.time_weighted_mean(Instant(40)) - (1000.0 + 2000.0) / 40.0).abs() < 1e-9);
         assert!((f.mean() - 100.0).abs() < 1e-9);
         let mut s = Summary::default();
-        s.add(Time(3));
-        s.add(Time(5));
-        assert_eq!((s.min, s.max, s.mean()), (Time(3), Time(5), Time(4)));
+        s.add(Duration::from_nanos(3));
+        s.add(Duration::from_nanos(5));
+        let ns = Duration::from_nanos;
+        assert_eq!((s.min, s.max, s.mean()), (ns(3), ns(5), ns(4)));
     }
 }

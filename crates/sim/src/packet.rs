@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 use crate::pool::BufPool;
 use crate::segment::{self, TcpView};
-use crate::time::Time;
+use crate::time::Instant;
 
 /// One IP packet leaving or reaching an endpoint.
 ///
@@ -29,7 +29,7 @@ pub struct Packet {
     pub gso_size: Option<u16>,
     /// Earliest departure time (EDT, Linux `skb->tstamp`): a pacing qdisc (fq) holds the packet
     /// until then. Other qdiscs ignore it, as in Linux.
-    pub departure: Option<Time>,
+    pub departure: Option<Instant>,
     /// TX-completion token: when `Some`, the host calls [`Endpoint::tx_complete`](crate::Endpoint::tx_complete) with it
     /// exactly once, when the packet has left the NIC (or was dropped below the endpoint, as
     /// Linux's `kfree_skb` runs the skb destructor `tcp_wfree` on a drop too).
@@ -327,7 +327,7 @@ pub struct Skb {
     /// The packet.
     pub pkt: Packet,
     /// When it entered the qdisc (start of its host-queue delay).
-    pub enqueued: Time,
+    pub enqueued: Instant,
     /// Bytes this skb releases from its flow's "bytes below the endpoint" account when it
     /// completes: its length, except for pieces a qdisc split off a larger packet, where the
     /// last piece carries the whole original length and the others 0.
@@ -336,7 +336,7 @@ pub struct Skb {
 
 impl Skb {
     /// Wrap `pkt`, entering the egress path at `now`.
-    pub fn new(pkt: Packet, now: Time) -> Skb {
+    pub fn new(pkt: Packet, now: Instant) -> Skb {
         Skb {
             acct_len: u32::try_from(pkt.data.len() + pkt.frag.len()).unwrap_or(u32::MAX),
             enqueued: now,

@@ -3,11 +3,11 @@
 //!
 //! The NIC pulls with [`Qdisc::dequeue`] while its TX ring has room; when a qdisc holds
 //! packets it may not release yet, [`Qdisc::next_wakeup`] says when to try again (Linux's
-//! `qdisc_watchdog`). Times passed to the qdiscs are [`Time`](crate::Time)'s nanoseconds.
+//! `qdisc_watchdog`). The qdiscs take the emulator's virtual [`Instant`](crate::Instant) as it is.
 
 pub use shallow_qdisc::{
     pfifo_fast_band, tos_to_priority, Admitted, Fifo, Fq, FqConfig, Offer, PfifoFast, Qdisc,
-    QdiscPacket, QdiscStats, Rate as QdiscRate, Tbf,
+    QdiscPacket, QdiscStats, Tbf,
 };
 use shallow_tcp::driver::{gso_segment_len, gso_segments};
 use std::sync::MutexGuard;
@@ -22,8 +22,8 @@ impl QdiscPacket for Skb {
     fn flow_hash(&self) -> u32 {
         self.pkt.flow
     }
-    fn departure_ns(&self) -> Option<u64> {
-        self.pkt.departure.map(|t| t.0)
+    fn departure(&self) -> Option<crate::Instant> {
+        self.pkt.departure
     }
     /// The TOS byte's priority (Linux `rt_tos2priority`); a non-IP packet gets 0.
     fn priority(&self) -> u8 {
@@ -97,13 +97,13 @@ impl std::ops::Deref for QdiscRef<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::time::Time;
+    use crate::time::Instant;
 
     fn with_tos(tos: u8) -> Skb {
         let mut d = vec![0u8; 40];
         d[0] = 0x45;
         d[1] = tos;
-        Skb::new(Packet::new(d), Time::ZERO)
+        Skb::new(Packet::new(d), Instant::ZERO)
     }
 
     /// The band comes from the IP TOS byte (ip_tos2prio + default priomap); non-IP → band 1.
@@ -112,13 +112,13 @@ mod tests {
         assert_eq!(pfifo_fast_band(with_tos(0x10).priority()), 0);
         assert_eq!(pfifo_fast_band(with_tos(0x00).priority()), 1);
         assert_eq!(pfifo_fast_band(with_tos(0x08).priority()), 2);
-        let non_ip = Skb::new(Packet::new(vec![0x00, 0x10]), Time::ZERO);
+        let non_ip = Skb::new(Packet::new(vec![0x00, 0x10]), Instant::ZERO);
         assert_eq!(pfifo_fast_band(non_ip.priority()), 1);
         let mut q = PfifoFast::new(10);
-        q.enqueue(0, with_tos(0x08)).unwrap();
-        q.enqueue(0, with_tos(0x00)).unwrap();
-        q.enqueue(0, with_tos(0x10)).unwrap();
-        let order: Vec<u8> = std::iter::from_fn(|| q.dequeue(0))
+        q.enqueue(Instant::ZERO, with_tos(0x08)).unwrap();
+        q.enqueue(Instant::ZERO, with_tos(0x00)).unwrap();
+        q.enqueue(Instant::ZERO, with_tos(0x10)).unwrap();
+        let order: Vec<u8> = std::iter::from_fn(|| q.dequeue(Instant::ZERO))
             .map(|s| s.pkt.data[1])
             .collect();
         assert_eq!(order, vec![0x10, 0x00, 0x08]);
@@ -133,12 +133,13 @@ mod tests {
         let mut p = Packet::new(d);
         p.gso_size = Some(1000);
         p.token = Some(9);
-        let mut q = Tbf::new(QdiscRate::gbps(1), 3000, 1_000_000);
-        q.enqueue(0, Skb::new(p, Time::ZERO)).unwrap();
+        let mut q = Tbf::new(crate::Rate::gbps(1), 3000, 1_000_000);
+        q.enqueue(Instant::ZERO, Skb::new(p, Instant::ZERO))
+            .unwrap();
         assert_eq!(q.backlog_packets(), 5);
         assert_eq!(q.stats().segmented, 1);
         let mut tokens = Vec::new();
-        let mut now = 0;
+        let mut now = Instant::ZERO;
         while q.backlog_packets() > 0 {
             match q.dequeue(now) {
                 Some(s) => {

@@ -13,13 +13,15 @@
 //! difference of their ends). Same seed, same series.
 
 use crate::hist::Histogram;
-use crate::time::Time;
+use std::time::Duration;
+
+use crate::time::{nanos, secs_f64, Instant};
 
 /// How to record a [`Series`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SeriesConfig {
     /// Sampling period in virtual time (at least 1 µs is used).
-    pub interval: Time,
+    pub interval: Duration,
     /// Most samples kept (at least 4; rounded up to an even number). Past it the series is
     /// decimated: every other sample dropped, the period doubled.
     pub max_points: usize,
@@ -28,7 +30,7 @@ pub struct SeriesConfig {
 impl Default for SeriesConfig {
     fn default() -> Self {
         SeriesConfig {
-            interval: Time::from_millis(1),
+            interval: Duration::from_millis(1),
             max_points: 4096,
         }
     }
@@ -54,7 +56,7 @@ pub struct HostSample {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sample {
     /// Virtual time of the sample.
-    pub t: Time,
+    pub t: Instant,
     /// The data-sending (left) host, then the receiving (right) host.
     pub hosts: [HostSample; 2],
     /// Wake-ups of the data senders' threads from a blocking wait (blocked writers woken
@@ -79,7 +81,7 @@ pub struct Sample {
 pub struct Series {
     /// Period between samples now (the configured one, doubled at each decimation); the last
     /// sample may be closer to its predecessor (it is taken when the run ends).
-    pub interval: Time,
+    pub interval: Duration,
     /// Samples in time order; the first at time zero.
     pub samples: Vec<Sample>,
     /// Times the series was decimated.
@@ -94,7 +96,7 @@ pub struct Series {
 pub struct Recorder {
     series: Series,
     max: usize,
-    next: Time,
+    next: Instant,
 }
 
 impl Recorder {
@@ -103,23 +105,23 @@ impl Recorder {
         let max = cfg.max_points.max(4).next_multiple_of(2);
         Recorder {
             series: Series {
-                interval: cfg.interval.max(Time::from_micros(1)),
+                interval: cfg.interval.max(Duration::from_micros(1)),
                 samples: Vec::with_capacity(max.min(1024)),
                 decimations: 0,
                 host_queue_delay: Histogram::new(),
             },
             max,
-            next: Time::ZERO,
+            next: Instant::ZERO,
         }
     }
 
     /// When the next sample is due.
-    pub fn next_due(&self) -> Time {
+    pub fn next_due(&self) -> Instant {
         self.next
     }
 
     /// Time of the last sample taken, if any.
-    pub fn last_time(&self) -> Option<Time> {
+    pub fn last_time(&self) -> Option<Instant> {
         self.series.samples.last().map(|s| s.t)
     }
 
@@ -132,7 +134,8 @@ impl Recorder {
                 i += 1;
                 i % 2 == 1
             });
-            self.series.interval = Time(self.series.interval.0.saturating_mul(2));
+            self.series.interval =
+                Duration::from_nanos(nanos(self.series.interval).saturating_mul(2));
             self.series.decimations += 1;
         }
         self.next = s.t + self.series.interval;
@@ -154,7 +157,7 @@ impl Series {
             .windows(2)
             .filter(|w| w[1].t > w[0].t)
             .map(|w| {
-                let dt = (w[1].t - w[0].t).as_secs_f64();
+                let dt = secs_f64(w[1].t - w[0].t);
                 let d = counter(&w[1]).saturating_sub(counter(&w[0]));
                 (w[1].t.as_secs_f64(), d as f64 / dt)
             })
@@ -176,7 +179,7 @@ mod tests {
 
     fn at(t: u64, n: u64) -> Sample {
         Sample {
-            t: Time(t),
+            t: Instant(t),
             acks_sent: n,
             ..Sample::default()
         }
@@ -185,7 +188,7 @@ mod tests {
     #[test]
     fn decimation_keeps_a_regular_grid_and_bounds_memory() {
         let mut r = Recorder::new(SeriesConfig {
-            interval: Time::from_micros(10),
+            interval: Duration::from_micros(10),
             max_points: 8,
         });
         let mut k = 0;
@@ -198,12 +201,12 @@ mod tests {
         }
         let s = r.finish(Histogram::new());
         assert!(s.decimations >= 3, "{}", s.decimations);
-        assert_eq!(s.samples[0].t, Time(0));
+        assert_eq!(s.samples[0].t, Instant(0));
         // Regular grid at the final period.
         for w in s.samples.windows(2) {
-            assert_eq!(w[1].t.0 - w[0].t.0, s.interval.0, "{:?}", s.samples);
+            assert_eq!(w[1].t - w[0].t, s.interval, "{:?}", s.samples);
         }
-        assert_eq!(s.interval, Time::from_micros(10 << s.decimations));
+        assert_eq!(s.interval, Duration::from_micros(10 << s.decimations));
         // A counter rising by 1 per ns has rate 1e9/s in every interval.
         for (_, v) in s.rate(|x| x.acks_sent) {
             assert!((v - 1e9).abs() < 1e-3, "{v}");
@@ -213,7 +216,7 @@ mod tests {
     #[test]
     fn rate_times_interval_sums_to_the_total() {
         let mut r = Recorder::new(SeriesConfig {
-            interval: Time(1000),
+            interval: Duration::from_nanos(1000),
             max_points: 6,
         });
         let counts = [0u64, 5, 5, 17, 30, 31, 40, 52, 60, 61, 99];

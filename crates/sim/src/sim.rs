@@ -15,6 +15,7 @@
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -29,7 +30,7 @@ use crate::qdisc::{EgressHandle, QdiscRef};
 use crate::rng::SimRng;
 use crate::segment;
 use crate::spec::{LinkSpec, QdiscSpec, QueueLimit, SpecError};
-use crate::time::{Rate, RateExt, Time};
+use crate::time::{nanos, Instant, Rate};
 
 /// Index of a host in a [`Sim`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -66,7 +67,7 @@ pub struct NicConfig {
     /// Interrupt coalescing of TX completions (ethtool `tx-usecs`): a completion interrupt
     /// fires this long after the first packet it reports left; 0 reports each packet as its
     /// last bit leaves.
-    pub tx_coalesce: Time,
+    pub tx_coalesce: Duration,
     /// Complete each packet as soon as the NIC takes it from the qdisc, as drivers that orphan
     /// the skb at xmit do (veth across namespaces, loopback): TX completions then say nothing
     /// about the wire, which makes TSQ almost inert (spec §2.9).
@@ -82,7 +83,7 @@ impl Default for NicConfig {
             rate: Rate::gbps(10),
             ring_bytes: 2 * 65536,
             ring_descriptors: 256,
-            tx_coalesce: Time::ZERO,
+            tx_coalesce: Duration::ZERO,
             orphan_at_xmit: false,
             framing_overhead: 0,
         }
@@ -103,10 +104,10 @@ pub struct HostConfig {
     /// NIC.
     pub nic: NicConfig,
     /// One-way delay between this host's NIC and the bottleneck router.
-    pub access_delay: Time,
+    pub access_delay: Duration,
     /// RX interrupt coalescing: the NAPI poll runs this long after the first packet of a batch
     /// arrives (ethtool `rx-usecs`).
-    pub rx_coalesce: Time,
+    pub rx_coalesce: Duration,
     /// RX ring size in packets; arrivals beyond it are dropped.
     pub rx_ring: usize,
     /// Packets per NAPI poll (`napi budget`, 64).
@@ -127,8 +128,8 @@ impl Default for HostConfig {
             txqueuelen: 1000,
             mtu: 1500,
             nic: NicConfig::default(),
-            access_delay: Time::ZERO,
-            rx_coalesce: Time::ZERO,
+            access_delay: Duration::ZERO,
+            rx_coalesce: Duration::ZERO,
             rx_ring: 1024,
             napi_budget: 64,
             gro: true,
@@ -244,7 +245,7 @@ pub enum TraceKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TraceEvent {
     /// When.
-    pub time: Time,
+    pub time: Instant,
     /// What.
     pub kind: TraceKind,
     /// Host or link index.
@@ -306,6 +307,24 @@ struct Nic {
     irq_pending: bool,
     /// (flow, acct_len, token) of packets orphaned at xmit, to complete after the pull.
     orphaned: Vec<(u32, u32, Option<u64>)>,
+    /// `cfg.tx_coalesce` in whole nanoseconds (see [`SpanNs`]).
+    tx_coalesce: SpanNs,
+}
+
+/// A configured span (a link's delay, a coalescing time) in whole nanoseconds, as the
+/// per-packet path adds it to an [`Instant`] (`Instant::saturating_add_nanos`): the same
+/// instants as adding the configured [`Duration`], without converting it for every packet.
+/// Made once from the configuration when the topology is built.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct SpanNs(u64);
+
+impl SpanNs {
+    fn of(d: Duration) -> SpanNs {
+        SpanNs(nanos(d))
+    }
+    fn after(self, t: Instant) -> Instant {
+        t.saturating_add_nanos(self.0)
+    }
 }
 
 impl Nic {
@@ -319,7 +338,7 @@ impl Nic {
 /// in the event heap keeps the heap small (one event per line, not one per packet in flight).
 #[derive(Default)]
 struct DelayLine {
-    q: VecDeque<(Time, Packet)>,
+    q: VecDeque<(Instant, Packet)>,
     armed: bool,
 }
 
@@ -332,14 +351,14 @@ struct Host<E> {
     /// The egress qdisc, shared with the endpoint's admission at the transmit.
     egress: EgressHandle,
     nic: Nic,
-    access_delay: Time,
+    access_delay: SpanNs,
     rx: VecDeque<Packet>,
     rx_ring: usize,
-    rx_coalesce: Time,
+    rx_coalesce: SpanNs,
     napi_budget: usize,
     napi_scheduled: bool,
     gro: Option<Gro>,
-    timer_at: Option<Time>,
+    timer_at: Option<Instant>,
     /// Time of the pending (valid) timer event, if any. A later deadline does not move it:
     /// it fires, finds the deadline not yet due, and re-arms (keeps the event heap small
     /// when an endpoint's deadline moves often).
@@ -347,10 +366,10 @@ struct Host<E> {
     /// event queue so re-arming replaces it instead of leaving stale entries behind (a
     /// socket's RTO deadline is re-armed on nearly every event). [`Sim::step`] merges it
     /// with the queue in the queue's own (time, sequence) order.
-    timer_event: Option<(Time, u64)>,
-    timer_last: Time,
+    timer_event: Option<(Instant, u64)>,
+    timer_last: Instant,
     timer_repeats: u32,
-    wake_at: Option<Time>,
+    wake_at: Option<Instant>,
     stats: HostStats,
     metrics: HostMetrics,
     record_delays: bool,
@@ -359,6 +378,10 @@ struct Host<E> {
 
 struct Link {
     spec: LinkSpec,
+    /// The spec's delay, jitter and reorder delay in whole nanoseconds.
+    delay: SpanNs,
+    jitter: SpanNs,
+    reorder_delay: SpanNs,
     rng: SimRng,
     to: Side,
     queue: VecDeque<Packet>,
@@ -366,7 +389,7 @@ struct Link {
     busy: bool,
     in_service: Option<Packet>,
     ge_bad: bool,
-    last_arrival: Time,
+    last_arrival: Instant,
     stats: LinkStats,
 }
 
@@ -467,6 +490,7 @@ impl<E: Endpoint> TopologyBuilder<E> {
                 addrs,
                 egress,
                 nic: Nic {
+                    tx_coalesce: SpanNs::of(cfg.nic.tx_coalesce),
                     cfg: cfg.nic,
                     mtu: cfg.mtu as usize,
                     ring: VecDeque::new(),
@@ -479,16 +503,16 @@ impl<E: Endpoint> TopologyBuilder<E> {
                     irq_pending: false,
                     orphaned: Vec::new(),
                 },
-                access_delay: cfg.access_delay,
+                access_delay: SpanNs::of(cfg.access_delay),
                 rx: VecDeque::new(),
                 rx_ring: cfg.rx_ring,
-                rx_coalesce: cfg.rx_coalesce,
+                rx_coalesce: SpanNs::of(cfg.rx_coalesce),
                 napi_budget: cfg.napi_budget.max(1),
                 napi_scheduled: false,
                 gro: cfg.gro.then(Gro::new),
                 timer_at: None,
                 timer_event: None,
-                timer_last: Time::MAX,
+                timer_last: Instant::MAX,
                 timer_repeats: 0,
                 wake_at: None,
                 stats: HostStats::default(),
@@ -499,6 +523,9 @@ impl<E: Endpoint> TopologyBuilder<E> {
         }
         let mk = |spec: LinkSpec, name: &str, to: Side| Link {
             rng: SimRng::new(self.seed, name),
+            delay: SpanNs::of(spec.delay),
+            jitter: SpanNs::of(spec.jitter),
+            reorder_delay: SpanNs::of(spec.reorder_delay),
             spec,
             to,
             queue: VecDeque::new(),
@@ -506,7 +533,7 @@ impl<E: Endpoint> TopologyBuilder<E> {
             busy: false,
             in_service: None,
             ge_bad: false,
-            last_arrival: Time::ZERO,
+            last_arrival: Instant::ZERO,
             stats: LinkStats::default(),
         };
         let links = [
@@ -514,7 +541,7 @@ impl<E: Endpoint> TopologyBuilder<E> {
             mk(self.reverse, "link/reverse", Side::Left),
         ];
         Ok(Sim {
-            now: Time::ZERO,
+            now: Instant::ZERO,
             events: EventQueue::new(),
             hosts,
             links,
@@ -532,7 +559,7 @@ impl<E: Endpoint> TopologyBuilder<E> {
 
 /// A running emulation.
 pub struct Sim<E> {
-    now: Time,
+    now: Instant,
     events: EventQueue<Ev>,
     hosts: Vec<Host<E>>,
     links: [Link; 2],
@@ -555,7 +582,7 @@ impl<E: Endpoint> Sim<E> {
     // ----------------------------------------------------------------- public API
 
     /// The current virtual time.
-    pub fn now(&self) -> Time {
+    pub fn now(&self) -> Instant {
         self.now
     }
     /// Number of hosts.
@@ -573,7 +600,7 @@ impl<E: Endpoint> Sim<E> {
     }
     /// Act on a host's endpoint at the current time (a socket call, say); afterwards the host
     /// drains `poll_transmit` and re-reads `poll_timeout`.
-    pub fn with_endpoint<R>(&mut self, h: HostId, f: impl FnOnce(&mut E, Time) -> R) -> R {
+    pub fn with_endpoint<R>(&mut self, h: HostId, f: impl FnOnce(&mut E, Instant) -> R) -> R {
         self.start();
         let r = f(&mut self.hosts[h.0].ep, self.now);
         self.service(h.0);
@@ -593,7 +620,7 @@ impl<E: Endpoint> Sim<E> {
         std::mem::take(&mut self.hosts[h.0].metrics.delays)
     }
     /// Run for `d` from the current time.
-    pub fn run_for(&mut self, d: Time) {
+    pub fn run_for(&mut self, d: Duration) {
         let until = self.now + d;
         self.run_until(until);
     }
@@ -658,7 +685,7 @@ impl<E: Endpoint> Sim<E> {
         self.hosts[h.0].capture.take()?.finish()
     }
     /// Time of the next scheduled event.
-    pub fn next_event_time(&self) -> Option<Time> {
+    pub fn next_event_time(&self) -> Option<Instant> {
         let timer = self.earliest_timer().map(|((t, _), _)| t);
         match (self.events.peek_time(), timer) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -667,25 +694,25 @@ impl<E: Endpoint> Sim<E> {
     }
 
     /// Run every event up to and including `until`, then set the clock to `until`.
-    pub fn run_until(&mut self, until: Time) {
+    pub fn run_until(&mut self, until: Instant) {
         self.start();
         while self.step_until(until) {}
         self.now = self.now.max(until);
     }
 
     /// Run until no event is left or `limit` is reached; returns true if the queue emptied.
-    pub fn run_until_idle(&mut self, limit: Time) -> bool {
+    pub fn run_until_idle(&mut self, limit: Instant) -> bool {
         self.run_until(limit);
         self.pending_events() == 0
     }
 
     /// Run the next event; false if there is none.
     pub fn step(&mut self) -> bool {
-        self.step_until(Time::MAX)
+        self.step_until(Instant::MAX)
     }
 
     /// Run the next event if it is due by `until`; false if there is none.
-    fn step_until(&mut self, until: Time) -> bool {
+    fn step_until(&mut self, until: Instant) -> bool {
         self.start();
         let queued = self.events.peek_key();
         if let Some((key, host)) = self.earliest_timer() {
@@ -738,7 +765,7 @@ impl<E: Endpoint> Sim<E> {
     // ----------------------------------------------------------------- internals
 
     /// The earliest armed host timer: its (time, sequence) key and host.
-    fn earliest_timer(&self) -> Option<((Time, u64), usize)> {
+    fn earliest_timer(&self) -> Option<((Instant, u64), usize)> {
         self.hosts
             .iter()
             .enumerate()
@@ -834,7 +861,7 @@ impl<E: Endpoint> Sim<E> {
         if let Some(t) = t {
             let mut at = t.max(now);
             if at == hs.timer_last && hs.timer_repeats >= TIMER_SPIN_LIMIT {
-                at = now + Time::from_micros(1);
+                at = now + Duration::from_micros(1);
             }
             if hs.timer_event.is_none_or(|(e, _)| at < e) {
                 if at > t.max(now) {
@@ -860,7 +887,7 @@ impl<E: Endpoint> Sim<E> {
         let skb = Skb::new(pkt, now);
         // A packet admitted at the transmit has its place held: it moves from the ledger
         // into the queue (and cannot be refused there).
-        let r = hs.egress.lock().enqueue(0, now.0, skb);
+        let r = hs.egress.lock().enqueue(0, now, skb);
         if let Err(skb) = r {
             hs.stats.qdisc_drops += 1;
             if let Some(f) = hs.metrics.flows.get_mut(&skb.pkt.flow) {
@@ -883,7 +910,7 @@ impl<E: Endpoint> Sim<E> {
             if hs.nic.ring_full() {
                 break;
             }
-            let deq = hs.egress.lock().dequeue(0, now.0);
+            let deq = hs.egress.lock().dequeue(0, now);
             match deq {
                 Some(skb) => {
                     let len = skb.len();
@@ -936,8 +963,8 @@ impl<E: Endpoint> Sim<E> {
                     self.record(TraceKind::NicDequeue, h, len, flow);
                 }
                 None => {
-                    let wake = hs.egress.lock().next_wakeup(0, now.0);
-                    if let Some(t) = wake.map(Time) {
+                    let wake = hs.egress.lock().next_wakeup(0, now);
+                    if let Some(t) = wake {
                         if hs.wake_at.is_none_or(|w| t < w) {
                             hs.wake_at = Some(t);
                             self.events.push(t.max(now), Ev::QdiscWake { host: h });
@@ -979,7 +1006,7 @@ impl<E: Endpoint> Sim<E> {
         hs.nic.cur_flow = e.skb.pkt.flow;
         hs.nic.cur = Some(seg);
         hs.nic.busy = true;
-        let done = now + hs.nic.cfg.rate.tx_time(wire);
+        let done = hs.nic.cfg.rate.tx_end(now, wire);
         self.events.push(done, Ev::NicTxDone { host: h });
     }
 
@@ -1037,7 +1064,7 @@ impl<E: Endpoint> Sim<E> {
             }
         }
         let (side, access) = (hs.side, hs.access_delay);
-        let coalesce = hs.nic.cfg.tx_coalesce;
+        let coalesce = hs.nic.tx_coalesce;
         let len = seg.len();
         self.record(TraceKind::Wire, h, len, flow);
         let link = match side {
@@ -1045,18 +1072,19 @@ impl<E: Endpoint> Sim<E> {
             Side::Right => 1,
         };
         let pkt = seg;
-        if access > Time::ZERO {
-            self.line_push(h, true, now + access, pkt);
+        if access > SpanNs(0) {
+            self.line_push(h, true, access.after(now), pkt);
         } else {
             self.link_input(link, pkt);
         }
         self.nic_start(h);
         if finished {
-            if coalesce == Time::ZERO {
+            if coalesce == SpanNs(0) {
                 self.complete_done(h);
             } else if !self.hosts[h].nic.irq_pending {
                 self.hosts[h].nic.irq_pending = true;
-                self.events.push(now + coalesce, Ev::NicIrq { host: h });
+                self.events
+                    .push(coalesce.after(now), Ev::NicIrq { host: h });
             }
         }
     }
@@ -1134,7 +1162,7 @@ impl<E: Endpoint> Sim<E> {
             return;
         };
         l.qbytes -= p.len();
-        let t = now + rate.tx_time(p.len() as u64);
+        let t = rate.tx_end(now, p.len() as u64);
         l.in_service = Some(p);
         l.busy = true;
         self.events.push(t, Ev::LinkTxDone { link });
@@ -1198,21 +1226,21 @@ impl<E: Endpoint> Sim<E> {
         let l = &mut self.links[link];
         let s = &l.spec;
         let dup = l.rng.chance(s.dup);
-        let mut delay = s.delay;
-        if s.jitter > Time::ZERO {
-            let j = l.rng.below(2 * s.jitter.0 + 1);
-            delay = Time((s.delay.0 + j).saturating_sub(s.jitter.0));
+        let mut delay = l.delay;
+        if l.jitter > SpanNs(0) {
+            let j = l.rng.below(2 * l.jitter.0 + 1);
+            delay = SpanNs((l.delay.0 + j).saturating_sub(l.jitter.0));
         }
-        let mut arrival = now + delay;
+        let mut arrival = delay.after(now);
         let reordered = l.rng.chance(s.reorder);
         if reordered {
             l.stats.reordered += 1;
-            arrival += s.reorder_delay;
+            arrival = l.reorder_delay.after(arrival);
         } else {
             arrival = arrival.max(l.last_arrival);
             l.last_arrival = arrival;
         }
-        arrival += self.hosts[host].access_delay;
+        arrival = self.hosts[host].access_delay.after(arrival);
         let l = &mut self.links[link];
         l.stats.delivered += 1 + u64::from(dup);
         l.stats.duplicated += u64::from(dup);
@@ -1258,7 +1286,7 @@ impl<E: Endpoint> Sim<E> {
         }
     }
 
-    fn line_push(&mut self, h: usize, up: bool, t: Time, pkt: Packet) {
+    fn line_push(&mut self, h: usize, up: bool, t: Instant, pkt: Packet) {
         let hs = &mut self.hosts[h];
         let line = if up { &mut hs.uplink } else { &mut hs.downlink };
         let t = line.q.back().map_or(t, |b| t.max(b.0));
@@ -1315,7 +1343,7 @@ impl<E: Endpoint> Sim<E> {
         hs.rx.push_back(pkt);
         if !hs.napi_scheduled {
             hs.napi_scheduled = true;
-            let t = now + hs.rx_coalesce;
+            let t = hs.rx_coalesce.after(now);
             self.events.push(t, Ev::Napi { host: h });
         }
     }

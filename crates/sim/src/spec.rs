@@ -12,12 +12,13 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use thiserror::Error;
 
 use crate::packet::Skb;
-use crate::qdisc::{Fifo, Fq, FqConfig, PfifoFast, Qdisc, QdiscRate, Tbf};
-use crate::time::{Rate, Time};
+use crate::qdisc::{Fifo, Fq, FqConfig, PfifoFast, Qdisc, Tbf};
+use crate::time::Rate;
 
 /// A malformed link or qdisc specification.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -97,7 +98,7 @@ pub fn parse_rate(key: &str, v: &str) -> Result<Rate, SpecError> {
 }
 
 /// Parse a duration: a number followed by `s`, `ms`, `us` or `ns`.
-pub fn parse_time(key: &str, v: &str) -> Result<Time, SpecError> {
+pub fn parse_time(key: &str, v: &str) -> Result<Duration, SpecError> {
     const WHY: &str = "a time such as 50ms (units s, ms, us, ns)";
     let (n, unit) = split_num(v.trim());
     let mult = match unit.to_ascii_lowercase().as_str() {
@@ -111,7 +112,7 @@ pub fn parse_time(key: &str, v: &str) -> Result<Time, SpecError> {
     if x > 1e18 {
         return Err(bad(key, v, WHY));
     }
-    Ok(Time(x.round() as u64))
+    Ok(Duration::from_nanos(x.round() as u64))
 }
 
 /// Parse a probability: `0.5%` or `0.005`, within [0, 1].
@@ -208,10 +209,10 @@ pub struct LinkSpec {
     /// Bottleneck rate; `None` is infinitely fast (no serialisation, no queue).
     pub rate: Option<Rate>,
     /// One-way propagation delay.
-    pub delay: Time,
+    pub delay: Duration,
     /// Uniform jitter: each packet's delay is `delay ± jitter` (packets stay in order unless
     /// reordered explicitly).
-    pub jitter: Time,
+    pub jitter: Duration,
     /// Independent random loss probability.
     pub loss: f64,
     /// Bursty loss (applied in addition to `loss`).
@@ -219,7 +220,7 @@ pub struct LinkSpec {
     /// Probability that a packet is held back by `reorder_delay`, letting later ones pass.
     pub reorder: f64,
     /// Extra delay of a reordered packet.
-    pub reorder_delay: Time,
+    pub reorder_delay: Duration,
     /// Probability that a packet is delivered twice.
     pub dup: f64,
     /// Probability that one random bit of a packet is flipped.
@@ -232,12 +233,12 @@ impl Default for LinkSpec {
     fn default() -> Self {
         LinkSpec {
             rate: None,
-            delay: Time::ZERO,
-            jitter: Time::ZERO,
+            delay: Duration::ZERO,
+            jitter: Duration::ZERO,
             loss: 0.0,
             gilbert: None,
             reorder: 0.0,
-            reorder_delay: Time::from_millis(1),
+            reorder_delay: Duration::from_millis(1),
             dup: 0.0,
             corrupt: 0.0,
             queue: QueueLimit::Packets(1000),
@@ -361,11 +362,11 @@ impl QdiscSpec {
                 c.flow_limit = flow_limit.unwrap_or(c.flow_limit);
                 c.quantum = quantum.unwrap_or(c.quantum);
                 c.initial_quantum = initial_quantum.unwrap_or(c.initial_quantum);
-                c.maxrate = maxrate.map(|r| QdiscRate(r.0));
+                c.maxrate = *maxrate;
                 Box::new(Fq::new(c))
             }
             QdiscSpec::Tbf { rate, burst, limit } => Box::new(Tbf::new(
-                QdiscRate(rate.0),
+                *rate,
                 *burst,
                 usize::try_from(*limit).unwrap_or(usize::MAX),
             )),
@@ -466,7 +467,7 @@ impl fmt::Display for LinkSpec {
         if let Some(r) = self.rate {
             parts.push(format!("rate={}bit", r.as_bps()));
         }
-        let t = |x: Time| format!("{}ns", x.as_nanos());
+        let t = |x: Duration| format!("{}ns", x.as_nanos());
         let p = |x: f64| format!("{x}");
         if self.delay != d.delay {
             parts.push(format!("delay={}", t(self.delay)));
@@ -519,8 +520,8 @@ mod tests {
                 .parse()
                 .unwrap();
         assert_eq!(l.rate, Some(Rate::gbps(1)));
-        assert_eq!(l.delay, Time::from_millis(50));
-        assert_eq!(l.jitter, Time::from_millis(1));
+        assert_eq!(l.delay, Duration::from_millis(50));
+        assert_eq!(l.jitter, Duration::from_millis(1));
         assert!((l.loss - 0.005).abs() < 1e-12);
         assert!((l.reorder - 0.01).abs() < 1e-12);
         assert!((l.dup - 0.001).abs() < 1e-12);
@@ -546,9 +547,12 @@ mod tests {
         assert_eq!(parse_rate("r", "2.5mbit").unwrap(), Rate::bps(2_500_000));
         assert_eq!(parse_rate("r", "100kbit").unwrap(), Rate::bps(100_000));
         assert_eq!(parse_rate("r", "800bit").unwrap(), Rate::bps(800));
-        assert_eq!(parse_time("d", "1.5s").unwrap(), Time::from_millis(1500));
-        assert_eq!(parse_time("d", "20us").unwrap(), Time::from_micros(20));
-        assert_eq!(parse_time("d", "7ns").unwrap(), Time(7));
+        assert_eq!(
+            parse_time("d", "1.5s").unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(parse_time("d", "20us").unwrap(), Duration::from_micros(20));
+        assert_eq!(parse_time("d", "7ns").unwrap(), Duration::from_nanos(7));
         assert!((parse_prob("l", "0.02").unwrap() - 0.02).abs() < 1e-12);
         assert_eq!(parse_bytes("q", "64k").unwrap(), 65536);
         assert_eq!(parse_bytes("q", "1m").unwrap(), 1 << 20);

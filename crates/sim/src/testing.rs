@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use crate::endpoint::Endpoint;
 use crate::packet::Packet;
 use crate::segment::{self, build_ipv4_tcp, TcpPacketSpec};
-use crate::time::{Rate, RateExt, Time};
+use crate::time::{Instant, Rate};
 use shallow_wire::TcpFlags;
 
 /// How a [`Source`] decides when to send.
@@ -46,7 +46,7 @@ pub struct SourceConfig {
     /// IPv4 TOS byte.
     pub tos: u8,
     /// Start time.
-    pub start: Time,
+    pub start: Instant,
 }
 
 impl Default for SourceConfig {
@@ -62,7 +62,7 @@ impl Default for SourceConfig {
             mode: SourceMode::Window(u64::MAX),
             flow: 1,
             tos: 0,
-            start: Time::ZERO,
+            start: Instant::ZERO,
         }
     }
 }
@@ -79,11 +79,11 @@ pub struct Source {
     /// Largest `below` seen.
     pub max_below: u64,
     /// `(token, time)` of each TX completion, in order.
-    pub completions: Vec<(u64, Time)>,
+    pub completions: Vec<(u64, Instant)>,
     /// Send time of each packet (index = token).
-    pub send_times: Vec<Time>,
+    pub send_times: Vec<Instant>,
     lens: Vec<u32>,
-    next_at: Time,
+    next_at: Instant,
     seq: u32,
     payload: Vec<u8>,
 }
@@ -106,7 +106,7 @@ impl Source {
         }
     }
 
-    fn make(&mut self, now: Time) -> Packet {
+    fn make(&mut self, now: Instant) -> Packet {
         let spec = TcpPacketSpec {
             src: self.cfg.src.octets(),
             dst: self.cfg.dst.octets(),
@@ -142,8 +142,8 @@ impl Source {
 }
 
 impl Endpoint for Source {
-    fn input(&mut self, _now: Time, _pkt: &mut Packet) {}
-    fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
+    fn input(&mut self, _now: Instant, _pkt: &mut Packet) {}
+    fn poll_transmit(&mut self, now: Instant) -> Option<Packet> {
         if self.sent >= self.cfg.count || now < self.cfg.start {
             return None;
         }
@@ -170,13 +170,13 @@ impl Endpoint for Source {
             }
         }
     }
-    fn tx_complete(&mut self, now: Time, token: u64) {
+    fn tx_complete(&mut self, now: Instant, token: u64) {
         if let Some(&l) = self.lens.get(token as usize) {
             self.below = self.below.saturating_sub(u64::from(l));
         }
         self.completions.push((token, now));
     }
-    fn poll_timeout(&self) -> Option<Time> {
+    fn poll_timeout(&self) -> Option<Instant> {
         if self.sent >= self.cfg.count {
             return None;
         }
@@ -186,7 +186,7 @@ impl Endpoint for Source {
             _ => None,
         }
     }
-    fn handle_timeout(&mut self, _now: Time) {}
+    fn handle_timeout(&mut self, _now: Instant) {}
 }
 
 /// A receiver that counts what arrives and checks checksums.
@@ -203,12 +203,12 @@ pub struct Sink {
     /// Keep every packet received, with its arrival time.
     pub keep: bool,
     /// The packets kept.
-    pub kept: Vec<(Time, Packet)>,
+    pub kept: Vec<(Instant, Packet)>,
 }
 
 impl Sink {
     /// Count one arrival whose checksum was `good`.
-    fn count(&mut self, now: Time, pkt: &Packet, good: bool) {
+    fn count(&mut self, now: Instant, pkt: &Packet, good: bool) {
         self.packets += 1;
         if good {
             let v = segment::parse_tcp(&pkt.data);
@@ -231,7 +231,7 @@ impl Sink {
 impl Endpoint for Sink {
     /// A verified packet is checked all the same: a GRO aggregate's checksum is completed
     /// from its `CHECKSUM_PARTIAL` form first, so a bad merge still shows as a bad checksum.
-    fn input_csum_verified(&mut self, now: Time, pkt: &mut Packet) {
+    fn input_csum_verified(&mut self, now: Instant, pkt: &mut Packet) {
         if pkt.gso_size.is_some() {
             if let Some(v) = segment::parse_tcp(&pkt.data) {
                 let mut full = pkt.data.clone();
@@ -243,18 +243,18 @@ impl Endpoint for Sink {
         }
         self.input(now, pkt)
     }
-    fn input(&mut self, now: Time, pkt: &mut Packet) {
+    fn input(&mut self, now: Instant, pkt: &mut Packet) {
         let good = segment::tcp_checksum_ok(&pkt.data);
         self.count(now, pkt, good);
     }
-    fn poll_transmit(&mut self, _now: Time) -> Option<Packet> {
+    fn poll_transmit(&mut self, _now: Instant) -> Option<Packet> {
         None
     }
-    fn tx_complete(&mut self, _now: Time, _token: u64) {}
-    fn poll_timeout(&self) -> Option<Time> {
+    fn tx_complete(&mut self, _now: Instant, _token: u64) {}
+    fn poll_timeout(&self) -> Option<Instant> {
         None
     }
-    fn handle_timeout(&mut self, _now: Time) {}
+    fn handle_timeout(&mut self, _now: Instant) {}
 }
 
 /// Either test endpoint, so one `Sim` can hold both.
@@ -284,37 +284,37 @@ impl TestEndpoint {
 }
 
 impl Endpoint for TestEndpoint {
-    fn input(&mut self, now: Time, pkt: &mut Packet) {
+    fn input(&mut self, now: Instant, pkt: &mut Packet) {
         match self {
             TestEndpoint::Source(s) => s.input(now, pkt),
             TestEndpoint::Sink(s) => s.input(now, pkt),
         }
     }
-    fn input_csum_verified(&mut self, now: Time, pkt: &mut Packet) {
+    fn input_csum_verified(&mut self, now: Instant, pkt: &mut Packet) {
         match self {
             TestEndpoint::Source(s) => s.input_csum_verified(now, pkt),
             TestEndpoint::Sink(s) => s.input_csum_verified(now, pkt),
         }
     }
-    fn poll_transmit(&mut self, now: Time) -> Option<Packet> {
+    fn poll_transmit(&mut self, now: Instant) -> Option<Packet> {
         match self {
             TestEndpoint::Source(s) => s.poll_transmit(now),
             TestEndpoint::Sink(s) => s.poll_transmit(now),
         }
     }
-    fn tx_complete(&mut self, now: Time, token: u64) {
+    fn tx_complete(&mut self, now: Instant, token: u64) {
         match self {
             TestEndpoint::Source(s) => s.tx_complete(now, token),
             TestEndpoint::Sink(s) => s.tx_complete(now, token),
         }
     }
-    fn poll_timeout(&self) -> Option<Time> {
+    fn poll_timeout(&self) -> Option<Instant> {
         match self {
             TestEndpoint::Source(s) => s.poll_timeout(),
             TestEndpoint::Sink(s) => s.poll_timeout(),
         }
     }
-    fn handle_timeout(&mut self, now: Time) {
+    fn handle_timeout(&mut self, now: Instant) {
         match self {
             TestEndpoint::Source(s) => s.handle_timeout(now),
             TestEndpoint::Sink(s) => s.handle_timeout(now),

@@ -2,7 +2,8 @@
 //! impairment, and the CPU/ownership/wake-up model.
 
 use shallow_sim::bench::{run, BenchConfig, BenchReport, Test};
-use shallow_sim::{CaptureOut, CostTable, CpuLayout, LinkSpec, QdiscSpec, Time, Writer};
+use shallow_sim::{CaptureOut, CostTable, CpuLayout, LinkSpec, QdiscSpec, Writer};
+use std::time::Duration;
 
 fn link(s: &str) -> LinkSpec {
     s.parse().unwrap()
@@ -16,7 +17,7 @@ fn bulk(spec: &str, bytes: u64, seed: u64) -> BenchConfig {
     BenchConfig {
         test: Test::Bulk,
         bytes: Some(bytes),
-        duration: Some(Time::from_secs(120)),
+        duration: Some(Duration::from_secs(120)),
         link: link(spec),
         seed,
         ..BenchConfig::default()
@@ -100,7 +101,7 @@ fn bulk_multi_flow_maerts_and_epoll() {
     // MAERTS: the right host connects, the left host's accepted sockets send.
     let m = bench(&BenchConfig {
         test: Test::Maerts,
-        duration: Some(Time::from_millis(200)),
+        duration: Some(Duration::from_millis(200)),
         bytes: None,
         ..bulk("rate=1gbit,delay=1ms", 1, 4)
     });
@@ -119,7 +120,7 @@ fn bulk_multi_flow_maerts_and_epoll() {
 fn blocking_writer_counts_whole_messages_and_epoll_counts_calls() {
     let base = BenchConfig {
         msg_size: 64 * 1024,
-        duration: Some(Time::from_millis(300)),
+        duration: Some(Duration::from_millis(300)),
         link: link("rate=1gbit,delay=2ms"),
         ..BenchConfig::default()
     };
@@ -153,7 +154,7 @@ fn rr_latency_is_at_least_the_rtt() {
         flows: 2,
         req_size: 100,
         resp_size: 2000,
-        duration: Some(Time::from_millis(500)),
+        duration: Some(Duration::from_millis(500)),
         link: link("rate=1gbit,delay=5ms"),
         ..BenchConfig::default()
     });
@@ -170,7 +171,7 @@ fn rr_latency_is_at_least_the_rtt() {
 #[test]
 fn backlog_only_while_a_call_is_running() {
     let base = BenchConfig {
-        duration: Some(Time::from_millis(200)),
+        duration: Some(Duration::from_millis(200)),
         link: link("rate=5gbit,delay=1ms"),
         msg_size: 64 * 1024,
         recv_size: 1 << 20,
@@ -202,7 +203,7 @@ fn cpu_bound_at_high_rate() {
     let base = BenchConfig {
         msg_size: 128,
         nodelay: true,
-        duration: Some(Time::from_millis(50)),
+        duration: Some(Duration::from_millis(50)),
         link: link("rate=10gbit,delay=100us"),
         ..BenchConfig::default()
     };
@@ -231,7 +232,7 @@ fn spread_over_more_cpus() {
         flows: 4,
         msg_size: 128,
         nodelay: true,
-        duration: Some(Time::from_millis(30)),
+        duration: Some(Duration::from_millis(30)),
         link: link("rate=10gbit,delay=100us"),
         ..BenchConfig::default()
     };
@@ -272,7 +273,7 @@ fn probe_flow_reports_latency_alongside_bulk() {
         probe: true,
         // The tail-drop bottleneck may drop a probe packet (one ~200 ms loss-probe/RTO
         // stall), so the run is long enough for many transactions either way.
-        duration: Some(Time::from_millis(1000)),
+        duration: Some(Duration::from_millis(1000)),
         link: link("rate=200mbit,delay=2ms,queue=200p"),
         ..BenchConfig::default()
     });
@@ -332,7 +333,7 @@ fn saturating_softirq_does_not_starve_the_reader() {
         costs,
         // Long enough that slow start's overshoot (router drops, data waiting out of order
         // behind the gaps, retransmissions) is a small part of the run.
-        duration: Some(Time::from_millis(1500)),
+        duration: Some(Duration::from_millis(1500)),
         link: link("rate=1gbit,delay=20ms"),
         ..BenchConfig::default()
     });
@@ -354,7 +355,7 @@ fn saturating_softirq_does_not_starve_the_reader() {
 fn wakeups_are_context_switches() {
     let r = bench(&BenchConfig {
         flows: 3,
-        duration: Some(Time::from_millis(200)),
+        duration: Some(Duration::from_millis(200)),
         link: link("rate=2gbit,delay=3ms"),
         ..BenchConfig::default()
     });

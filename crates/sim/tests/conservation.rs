@@ -2,11 +2,12 @@
 //! still queued, for every qdisc alone and for the whole network.
 
 use proptest::prelude::*;
+use std::time::Duration;
 
 use shallow_sim::packet::{Packet, Skb};
 use shallow_sim::testing::{Sink, Source, SourceConfig, SourceMode, TestEndpoint};
 use shallow_sim::{
-    Dir, HostConfig, LinkSpec, NicConfig, QdiscSpec, QueueLimit, Rate, Time, TopologyBuilder,
+    Dir, HostConfig, Instant, LinkSpec, NicConfig, QdiscSpec, QueueLimit, Rate, TopologyBuilder,
 };
 
 fn qdisc_spec(kind: u8) -> QdiscSpec {
@@ -39,20 +40,20 @@ proptest! {
         ops in prop::collection::vec((any::<bool>(), 40usize..3000, 0u32..4, 0u64..2_000_000, any::<bool>()), 1..300),
     ) {
         let mut q = qdisc_spec(kind).build(1500, 20);
-        let mut now = Time::ZERO;
+        let mut now = Instant::ZERO;
         let mut offered = 0u64;
         for (enq, len, flow, dt, edt) in ops {
-            now += Time(dt);
+            now += Duration::from_nanos(dt);
             if enq {
                 let mut p = Packet::new(vec![0x45; len]);
                 p.flow = flow;
                 if edt {
-                    p.departure = Some(now + Time(dt));
+                    p.departure = Some(now + Duration::from_nanos(dt));
                 }
                 offered += 1;
-                let _ = q.enqueue(now.0, Skb::new(p, now));
+                let _ = q.enqueue(now, Skb::new(p, now));
             } else {
-                let _ = q.dequeue(now.0);
+                let _ = q.dequeue(now);
             }
             let st = *q.stats();
             prop_assert_eq!(offered, st.dequeued + st.dropped + q.backlog_packets() as u64);
@@ -62,8 +63,8 @@ proptest! {
         let mut guard = 0;
         while q.backlog_packets() > 0 && guard < 100_000 {
             guard += 1;
-            if q.dequeue(now.0).is_none() {
-                now = Time(q.next_wakeup(now.0).expect("held packets need a wake-up time")).max(now);
+            if q.dequeue(now).is_none() {
+                now = q.next_wakeup(now).expect("held packets need a wake-up time").max(now);
             }
         }
         prop_assert_eq!(q.backlog_packets(), 0);
@@ -89,7 +90,7 @@ proptest! {
         let s = b.sender(
             HostConfig {
                 qdisc: qdisc_spec(kind),
-                nic: NicConfig { rate: Rate::gbps(1), tx_coalesce: Time::from_micros(seed % 50), ..NicConfig::default() },
+                nic: NicConfig { rate: Rate::gbps(1), tx_coalesce: Duration::from_micros(seed % 50), ..NicConfig::default() },
                 ..HostConfig::default()
             },
             TestEndpoint::Source(Source::new(SourceConfig {
@@ -100,7 +101,7 @@ proptest! {
             })),
         );
         let r = b.receiver(
-            HostConfig { gro, rx_coalesce: Time::from_micros(seed % 20), ..HostConfig::default() },
+            HostConfig { gro, rx_coalesce: Duration::from_micros(seed % 20), ..HostConfig::default() },
             TestEndpoint::Sink(Sink::default()),
         );
         b.forward(LinkSpec {
@@ -108,11 +109,11 @@ proptest! {
             loss,
             dup,
             queue: QueueLimit::Packets(queue),
-            delay: Time::from_millis(1),
+            delay: Duration::from_millis(1),
             ..LinkSpec::default()
         });
         let mut sim = b.build().unwrap();
-        let idle = sim.run_until_idle(Time::from_secs(100));
+        let idle = sim.run_until_idle(Instant::from_secs(100));
         prop_assert!(idle);
         let hs = *sim.host_stats(s);
         let ls = *sim.link_stats(Dir::Forward);

@@ -3,7 +3,8 @@
 use shallow_sim::capture::{CaptureOut, CapturePoint};
 use shallow_sim::sim::TraceEvent;
 use shallow_sim::testing::{Sink, Source, SourceConfig, SourceMode, TestEndpoint};
-use shallow_sim::{HostConfig, LinkSpec, NicConfig, QdiscSpec, Rate, Time, TopologyBuilder};
+use shallow_sim::{HostConfig, Instant, LinkSpec, NicConfig, QdiscSpec, Rate, TopologyBuilder};
+use std::time::Duration;
 
 struct Run {
     digest: u64,
@@ -33,7 +34,7 @@ fn run(seed: u64, extra_flow: bool) -> Run {
             qdisc: QdiscSpec::fq(),
             nic: NicConfig {
                 rate: Rate::gbps(1),
-                tx_coalesce: Time::from_micros(20),
+                tx_coalesce: Duration::from_micros(20),
                 ..NicConfig::default()
             },
             capture,
@@ -43,7 +44,7 @@ fn run(seed: u64, extra_flow: bool) -> Run {
     }
     let r = b.receiver(
         HostConfig {
-            rx_coalesce: Time::from_micros(30),
+            rx_coalesce: Duration::from_micros(30),
             ..HostConfig::default()
         },
         TestEndpoint::Sink(Sink::default()),
@@ -54,7 +55,7 @@ fn run(seed: u64, extra_flow: bool) -> Run {
             .unwrap();
     b.forward(fwd);
     let mut sim = b.build().unwrap();
-    sim.run_until(Time::from_secs(2));
+    sim.run_until(Instant::from_secs(2));
     let pcap = match sim.finish_capture(hosts[0]) {
         Some(CaptureOut::Memory(v)) => v,
         _ => panic!("no capture"),

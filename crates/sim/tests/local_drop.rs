@@ -18,14 +18,15 @@
 //! data, never as retransmissions.
 
 use shallow_sim::bench::{run_ext, BenchConfig, BenchExtras, BenchReport, Test};
-use shallow_sim::{QdiscSpec, Rate, Time};
+use shallow_sim::{QdiscSpec, Rate};
+use std::time::Duration;
 
 fn run(qdisc: &str, gso_off: bool, seed: u64) -> BenchReport {
     let cfg = BenchConfig {
         test: Test::Bulk,
         flows: 8,
         bytes: Some(8 << 20),
-        duration: Some(Time::from_secs(60)),
+        duration: Some(Duration::from_secs(60)),
         link: "rate=1gbit,delay=1ms".parse().unwrap(),
         // The NIC is the bottleneck, so packets wait in the host's qdisc.
         nic_rate: Some(Rate::gbps(1)),

@@ -3,9 +3,9 @@
 use shallow_sim::capture::{CaptureOut, CapturePoint};
 use shallow_sim::testing::{Sink, Source, SourceConfig, SourceMode, TestEndpoint};
 use shallow_sim::{
-    Dir, HostConfig, HostId, LinkSpec, NicConfig, QdiscSpec, Rate, RateExt, Sim, Time,
-    TopologyBuilder,
+    Dir, HostConfig, HostId, Instant, LinkSpec, NicConfig, QdiscSpec, Rate, Sim, TopologyBuilder,
 };
+use std::time::Duration;
 
 const WIRE_LEN: u64 = 1488; // 20 IP + 20 TCP + 1448 payload
 
@@ -69,15 +69,15 @@ fn host_queue_delay_is_bytes_ahead_over_rate() {
         HostConfig::default(),
         false,
     );
-    sim.run_until(Time::from_secs(1));
+    sim.run_until(Instant::from_secs(1));
     let m = sim.host_metrics(s);
     assert_eq!(m.delays.len(), 50);
     for (i, d) in m.delays.iter().enumerate() {
-        assert_eq!(d.enqueued, Time::ZERO);
+        assert_eq!(d.enqueued, Instant::ZERO);
         let bytes_ahead_and_self = (i as u64 + 1) * WIRE_LEN;
         assert_eq!(
             d.host_queue_delay(),
-            Time(bytes_ahead_and_self * 8),
+            Duration::from_nanos(bytes_ahead_and_self * 8),
             "packet {i}"
         );
     }
@@ -87,7 +87,7 @@ fn host_queue_delay_is_bytes_ahead_over_rate() {
         assert_eq!(*tok, i as u64);
         assert_eq!(*t, m.delays[i].left);
     }
-    assert_eq!(m.queue_delay.max, Time(50 * WIRE_LEN * 8));
+    assert_eq!(m.queue_delay.max, Duration::from_nanos(50 * WIRE_LEN * 8));
     assert_eq!(sink(&sim, r).packets, 50);
     // BQL-like ring: the NIC never held more than its byte limit (+ the packet that crossed it).
     let f = m.flows[&1];
@@ -116,10 +116,10 @@ fn nic_ring_limit_backs_up_into_qdisc() {
         HostConfig::default(),
         false,
     );
-    sim.run_until(Time(1));
+    sim.run_until(Instant(1));
     assert_eq!(sim.nic_inflight_bytes(s), 4 * WIRE_LEN as usize);
     assert_eq!(sim.qdisc(s).backlog_packets(), 16);
-    sim.run_until(Time::from_millis(10));
+    sim.run_until(Instant::from_millis(10));
     assert_eq!(sim.qdisc(s).backlog_packets(), 0);
     assert_eq!(sim.nic_inflight_bytes(s), 0);
 
@@ -143,10 +143,10 @@ fn nic_ring_limit_backs_up_into_qdisc() {
         HostConfig::default(),
         false,
     );
-    sim.run_until(Time(1));
+    sim.run_until(Instant(1));
     assert_eq!(sim.nic_inflight_packets(s), 2);
     assert_eq!(sim.qdisc(s).backlog_packets(), 18);
-    sim.run_until(Time::from_millis(10));
+    sim.run_until(Instant::from_millis(10));
     assert_eq!(sink(&sim, r).packets, 20);
 }
 
@@ -166,7 +166,7 @@ fn bottleneck_byte_queue() {
         HostConfig::default(),
         false,
     );
-    sim.run_until(Time::from_secs(1));
+    sim.run_until(Instant::from_secs(1));
     let ls = *sim.link_stats(Dir::Forward);
     assert_eq!(ls.max_queue_bytes, 2 * WIRE_LEN);
     assert_eq!(sink(&sim, r).packets + ls.queue_drops, 50);
@@ -182,7 +182,7 @@ fn tx_completion_waits_for_coalescing_delay() {
         ..SourceConfig::default()
     };
     let mut n = nic(Rate::gbps(1));
-    n.tx_coalesce = Time::from_micros(50);
+    n.tx_coalesce = Duration::from_micros(50);
     let host = HostConfig {
         nic: n,
         record_delays: true,
@@ -196,11 +196,11 @@ fn tx_completion_waits_for_coalescing_delay() {
         HostConfig::default(),
         false,
     );
-    sim.run_until(Time::from_secs(1));
+    sim.run_until(Instant::from_secs(1));
     let m = sim.host_metrics(s);
     let first_left = m.delays[0].left;
-    assert_eq!(first_left, Time(WIRE_LEN * 8));
-    let irq = first_left + Time::from_micros(50);
+    assert_eq!(first_left, Instant(WIRE_LEN * 8));
+    let irq = first_left + Duration::from_micros(50);
     let c = &source(&sim, s).completions;
     assert_eq!(c.len(), 3);
     // All three left (at 11.9, 23.8, 35.7 µs) before the interrupt at 61.9 µs.
@@ -227,17 +227,17 @@ fn tso_segments_on_the_wire_and_gro_rebuilds() {
         ..HostConfig::default()
     };
     let rx = HostConfig {
-        rx_coalesce: Time::from_micros(200),
+        rx_coalesce: Duration::from_micros(200),
         ..HostConfig::default()
     };
     let (mut sim, s, r) = pair(1, src, host, LinkSpec::default(), rx, true);
-    sim.run_until(Time::from_secs(1));
+    sim.run_until(Instant::from_secs(1));
     assert_eq!(sim.host_stats(s).wire_packets, 40);
     assert_eq!(sim.host_stats(s).nic_packets, 4);
     let d = &sim.host_metrics(s).delays;
     // Each super-segment = 10 wire segments of 1488 bytes at 1 Gbit/s.
     for (i, rec) in d.iter().enumerate() {
-        assert_eq!(rec.left, Time((i as u64 + 1) * 10 * WIRE_LEN * 8));
+        assert_eq!(rec.left, Instant((i as u64 + 1) * 10 * WIRE_LEN * 8));
     }
     let k = sink(&sim, r);
     assert_eq!(k.bad_checksum, 0);
@@ -272,13 +272,13 @@ fn fq_releases_at_edt() {
         HostConfig::default(),
         false,
     );
-    sim.run_until(Time::from_secs(1));
+    sim.run_until(Instant::from_secs(1));
     let tx = Rate::gbps(10).tx_time(WIRE_LEN);
     let gap = Rate::mbps(100).tx_time(WIRE_LEN);
     let d = &sim.host_metrics(s).delays;
     assert_eq!(d.len(), 20);
     for (i, rec) in d.iter().enumerate() {
-        assert_eq!(rec.left - tx, Time(gap.0 * i as u64), "packet {i}");
+        assert_eq!(rec.left - tx, Instant::ZERO + gap * i as u32, "packet {i}");
     }
 }
 
@@ -299,7 +299,7 @@ fn bottleneck_drop_tail() {
         ..HostConfig::default()
     };
     let (mut sim, _s, r) = pair(1, src, host, fwd, HostConfig::default(), false);
-    sim.run_until(Time::from_secs(2));
+    sim.run_until(Instant::from_secs(2));
     let ls = *sim.link_stats(Dir::Forward);
     assert_eq!(ls.packets_in, 100);
     assert!(ls.queue_drops > 50, "{ls:?}");
@@ -327,7 +327,7 @@ fn gilbert_elliott_matches_stationary_loss() {
         HostConfig::default(),
         false,
     );
-    sim.run_until(Time::from_secs(10));
+    sim.run_until(Instant::from_secs(10));
     let ls = *sim.link_stats(Dir::Forward);
     assert_eq!(ls.packets_in, n);
     let measured = ls.ge_lost as f64 / n as f64;
@@ -357,7 +357,7 @@ fn random_loss_rate() {
         HostConfig::default(),
         false,
     );
-    sim.run_until(Time::from_secs(10));
+    sim.run_until(Instant::from_secs(10));
     let lost = sim.link_stats(Dir::Forward).lost;
     let f = lost as f64 / n as f64;
     assert!((f - 0.05).abs() < 0.006, "{f}");
@@ -378,7 +378,7 @@ fn corruption_is_caught_by_checksum() {
         ..HostConfig::default()
     };
     let (mut sim, _s, r) = pair(9, src, HostConfig::default(), fwd, rx, false);
-    sim.run_until(Time::from_secs(10));
+    sim.run_until(Instant::from_secs(10));
     let c = sim.link_stats(Dir::Forward).corrupted;
     assert!(c > 400 && c < 800, "{c}");
     let k = sink(&sim, r);
@@ -399,7 +399,7 @@ fn duplication_and_reordering() {
         ..HostConfig::default()
     };
     let (mut sim, _s, r) = pair(9, src.clone(), HostConfig::default(), fwd, rx, false);
-    sim.run_until(Time::from_secs(1));
+    sim.run_until(Instant::from_secs(1));
     assert_eq!(sink(&sim, r).packets, 200);
 
     let fwd: LinkSpec = "reorder=10%,reorder_delay=1ms,delay=1ms".parse().unwrap();
@@ -408,7 +408,7 @@ fn duplication_and_reordering() {
         ..HostConfig::default()
     };
     let (mut sim, _s, r) = pair(9, src, HostConfig::default(), fwd, rx, true);
-    sim.run_until(Time::from_secs(1));
+    sim.run_until(Instant::from_secs(1));
     let reordered = sim.link_stats(Dir::Forward).reordered;
     assert!(reordered > 0);
     let seqs: Vec<u32> = sink(&sim, r)
@@ -438,18 +438,18 @@ fn jitter_bounds_and_fifo() {
         ..HostConfig::default()
     };
     let (mut sim, s, r) = pair(4, src, HostConfig::default(), fwd, rx, true);
-    sim.run_until(Time::from_secs(2));
+    sim.run_until(Instant::from_secs(2));
     let sent = source(&sim, s).send_times.clone();
     let kept = &sink(&sim, r).kept;
     assert_eq!(kept.len(), 200);
     let tx = Rate::gbps(10).tx_time(WIRE_LEN);
-    let mut prev = Time::ZERO;
+    let mut prev = Instant::ZERO;
     let mut distinct = std::collections::BTreeSet::new();
     for (i, (t, _)) in kept.iter().enumerate() {
         let owd = *t - sent[i] - tx;
         assert!(
-            owd >= Time::from_millis(8) && owd <= Time::from_millis(12),
-            "{owd}"
+            owd >= Duration::from_millis(8) && owd <= Duration::from_millis(12),
+            "{owd:?}"
         );
         assert!(*t >= prev);
         prev = *t;
@@ -488,7 +488,7 @@ fn routing_by_destination() {
         TestEndpoint::Source(Source::new(stray)),
     );
     let mut sim = b.build().unwrap();
-    sim.run_until(Time::from_secs(1));
+    sim.run_until(Instant::from_secs(1));
     assert_eq!(sink(&sim, r1).segments, 11);
     assert_eq!(sink(&sim, r2).segments, 10);
     assert_eq!(sim.link_stats(Dir::Forward).no_route, 3);
@@ -519,7 +519,7 @@ fn bytes_below_endpoint_metrics() {
         HostConfig::default(),
         false,
     );
-    sim.run_until(Time::from_secs(1));
+    sim.run_until(Instant::from_secs(1));
     let f = sim.host_metrics(s).flows[&42];
     let so = source(&sim, s);
     assert_eq!(so.completions.len(), 200);
@@ -555,7 +555,7 @@ fn qdisc_drop_completes_token() {
         HostConfig::default(),
         false,
     );
-    sim.run_until(Time::from_secs(1));
+    sim.run_until(Instant::from_secs(1));
     assert_eq!(sim.host_stats(s).qdisc_drops, 5);
     assert_eq!(sim.qdisc(s).stats().dropped, 5);
     let c = &source(&sim, s).completions;
@@ -563,7 +563,7 @@ fn qdisc_drop_completes_token() {
         c.iter().map(|x| x.0).collect::<Vec<_>>(),
         vec![0, 1, 2, 3, 4]
     );
-    assert!(c.iter().all(|x| x.1 == Time::ZERO));
+    assert!(c.iter().all(|x| x.1 == Instant::ZERO));
     assert_eq!(sink(&sim, r).packets, 0);
 }
 
@@ -589,7 +589,7 @@ fn tbf_on_host_paces_and_splits() {
         HostConfig::default(),
         false,
     );
-    sim.run_until(Time::from_secs(1));
+    sim.run_until(Instant::from_secs(1));
     assert_eq!(sim.qdisc(s).stats().segmented, 5);
     assert_eq!(sim.host_stats(s).wire_packets, 20);
     assert_eq!(source(&sim, s).completions.len(), 5);
@@ -599,7 +599,7 @@ fn tbf_on_host_paces_and_splits() {
     // the last at 20·per − 2.4 ms.
     let last = sim.host_metrics(s).delays.last().unwrap().left;
     let per = Rate::mbps(10).tx_time(WIRE_LEN);
-    let expect_last_release = Time(per.0 * 20 - 2_400_000);
+    let expect_last_release = Instant(shallow_sim::time::nanos(per) * 20 - 2_400_000);
     assert_eq!(last, expect_last_release + Rate::gbps(10).tx_time(WIRE_LEN));
 }
 
@@ -608,22 +608,22 @@ fn tbf_on_host_paces_and_splits() {
 fn timer_livelock_is_broken() {
     struct Spinner(u64);
     impl shallow_sim::Endpoint for Spinner {
-        fn input(&mut self, _: Time, _: &mut shallow_sim::Packet) {}
-        fn poll_transmit(&mut self, _: Time) -> Option<shallow_sim::Packet> {
+        fn input(&mut self, _: Instant, _: &mut shallow_sim::Packet) {}
+        fn poll_transmit(&mut self, _: Instant) -> Option<shallow_sim::Packet> {
             None
         }
-        fn tx_complete(&mut self, _: Time, _: u64) {}
-        fn poll_timeout(&self) -> Option<Time> {
-            Some(Time::ZERO)
+        fn tx_complete(&mut self, _: Instant, _: u64) {}
+        fn poll_timeout(&self) -> Option<Instant> {
+            Some(Instant::ZERO)
         }
-        fn handle_timeout(&mut self, _: Time) {
+        fn handle_timeout(&mut self, _: Instant) {
             self.0 += 1;
         }
     }
     let mut b = TopologyBuilder::new(1);
     let h = b.sender(HostConfig::default(), Spinner(0));
     let mut sim = b.build().unwrap();
-    sim.run_until(Time::from_micros(3));
+    sim.run_until(Instant::from_micros(3));
     assert!(sim.host_stats(h).timer_spins >= 3);
     assert!(sim.endpoint(h).0 > 30_000);
 }
@@ -653,15 +653,15 @@ fn orphan_at_xmit_completes_early() {
         HostConfig::default(),
         false,
     );
-    sim.run_until(Time(1));
+    sim.run_until(Instant(1));
     // One packet of window, yet the ring holds 4 (its byte limit): each was completed on
     // entering the ring, which let the source send the next.
     assert_eq!(sim.nic_inflight_packets(s), 4);
     assert!(source(&sim, s)
         .completions
         .iter()
-        .all(|c| c.1 == Time::ZERO));
-    sim.run_until(Time::from_secs(1));
+        .all(|c| c.1 == Instant::ZERO));
+    sim.run_until(Instant::from_secs(1));
     assert_eq!(sink(&sim, r).packets, 10);
     assert_eq!(source(&sim, s).completions.len(), 10);
     assert_eq!(sim.host_metrics(s).flows[&1].current, 0);
@@ -682,18 +682,18 @@ fn with_endpoint_drains_transmit() {
         HostConfig::default(),
         false,
     );
-    sim.run_until(Time::from_millis(1));
+    sim.run_until(Instant::from_millis(1));
     assert_eq!(sim.host_stats(s).tx_packets, 0);
     sim.with_endpoint(s, |ep, now| {
-        assert_eq!(now, Time::from_millis(1));
+        assert_eq!(now, Instant::from_millis(1));
         if let TestEndpoint::Source(src) = ep {
             src.cfg.count = 3;
         }
     });
     assert_eq!(sim.host_stats(s).tx_packets, 3);
-    sim.run_for(Time::from_millis(1));
+    sim.run_for(Duration::from_millis(1));
     assert_eq!(sink(&sim, r).packets, 3);
-    assert_eq!(sim.now(), Time::from_millis(2));
+    assert_eq!(sim.now(), Instant::from_millis(2));
 }
 
 /// The reverse direction has its own settings: a right-side host reaches a left-side host
@@ -715,9 +715,9 @@ fn reverse_direction_has_its_own_link() {
     b.forward("delay=1ms".parse().unwrap());
     b.reverse("delay=7ms,rate=100mbit".parse().unwrap());
     let mut sim = b.build().unwrap();
-    sim.run_until(Time::from_millis(7));
+    sim.run_until(Instant::from_millis(7));
     assert_eq!(sink(&sim, l).packets, 0);
-    sim.run_until(Time::from_millis(20));
+    sim.run_until(Instant::from_millis(20));
     assert_eq!(sink(&sim, l).packets, 5);
     assert_eq!(sim.link_stats(Dir::Reverse).packets_in, 5);
     assert_eq!(sim.link_stats(Dir::Forward).packets_in, 0);

@@ -5,7 +5,7 @@ use std::process::Command;
 
 use shallow_sim::capture::{CaptureOut, CapturePoint};
 use shallow_sim::testing::{Sink, Source, SourceConfig, TestEndpoint};
-use shallow_sim::{HostConfig, LinkSpec, Time, TopologyBuilder};
+use shallow_sim::{HostConfig, Instant, LinkSpec, TopologyBuilder};
 
 fn capture(point: CapturePoint) -> (Vec<u8>, u64) {
     let mut b = TopologyBuilder::new(1);
@@ -23,7 +23,7 @@ fn capture(point: CapturePoint) -> (Vec<u8>, u64) {
     b.receiver(HostConfig::default(), TestEndpoint::Sink(Sink::default()));
     b.forward("delay=1ms".parse::<LinkSpec>().unwrap());
     let mut sim = b.build().unwrap();
-    sim.run_until(Time::from_secs(1));
+    sim.run_until(Instant::from_secs(1));
     let wire = sim.host_stats(s).wire_packets;
     match sim.finish_capture(s) {
         Some(CaptureOut::Memory(v)) => (v, wire),

@@ -2,7 +2,8 @@
 //! unchanged, is deterministic and bounded, and its values agree with the report's totals.
 
 use shallow_sim::bench::{run_ext, run_series, BenchConfig, BenchExtras, BenchReport, Test};
-use shallow_sim::{CaptureOut, LinkSpec, Rate, Series, SeriesConfig, Time};
+use shallow_sim::{CaptureOut, Instant, LinkSpec, Rate, Series, SeriesConfig};
+use std::time::Duration;
 
 fn cfg() -> BenchConfig {
     BenchConfig {
@@ -10,7 +11,7 @@ fn cfg() -> BenchConfig {
         flows: 2,
         probe: true,
         msg_size: 65536,
-        duration: Some(Time::from_millis(200)),
+        duration: Some(Duration::from_millis(200)),
         nic_rate: Some(Rate::gbps(1)),
         link: "rate=500mbit,delay=1ms,loss=0.2%"
             .parse::<LinkSpec>()
@@ -45,7 +46,7 @@ fn recorder_leaves_the_report_and_the_capture_unchanged() {
         &cfg,
         &BenchExtras::default(),
         &SeriesConfig {
-            interval: Time::from_micros(700),
+            interval: Duration::from_micros(700),
             max_points: 10_000,
         },
         Some(CaptureOut::Memory(Vec::new())),
@@ -63,7 +64,7 @@ fn recorder_leaves_the_report_and_the_capture_unchanged() {
 #[test]
 fn series_is_deterministic_and_bounded() {
     let sc = SeriesConfig {
-        interval: Time::from_micros(100),
+        interval: Duration::from_micros(100),
         max_points: 50,
     };
     let (_, a) = recorded(&cfg(), sc);
@@ -72,9 +73,9 @@ fn series_is_deterministic_and_bounded() {
     assert!(a.samples.len() <= 50, "{}", a.samples.len());
     assert!(a.samples.len() >= 20, "{}", a.samples.len());
     assert!(a.decimations >= 4, "2000 points into 50: {}", a.decimations);
-    assert_eq!(a.interval, Time(100_000 << a.decimations));
-    assert_eq!(a.samples[0].t, Time::ZERO);
-    assert_eq!(a.samples.last().unwrap().t, Time::from_millis(200));
+    assert_eq!(a.interval, Duration::from_nanos(100_000 << a.decimations));
+    assert_eq!(a.samples[0].t, Instant::ZERO);
+    assert_eq!(a.samples.last().unwrap().t, Instant::from_millis(200));
     // All but the final sample lie on the (doubled) grid.
     let n = a.samples.len();
     for w in a.samples[..n - 1].windows(2) {
@@ -91,7 +92,7 @@ fn series_agrees_with_the_report() {
     let (r, s) = recorded(
         &cfg(),
         SeriesConfig {
-            interval: Time::from_millis(2),
+            interval: Duration::from_millis(2),
             max_points: 10_000,
         },
     );
@@ -146,7 +147,7 @@ fn series_agrees_with_the_report() {
     let at_report = s
         .samples
         .iter()
-        .filter(|x| x.t > Time::ZERO && x.t.0 % 10_000_000 == 0);
+        .filter(|x| x.t > Instant::ZERO && x.t.0 % 10_000_000 == 0);
     let pages_max = at_report
         .clone()
         .map(|x| x.hosts[0].tcp_mem_pages)

@@ -212,7 +212,7 @@ impl Env {
                 header_len,
                 gso_size,
                 tos: seg.tos,
-                departure_ns: departure.map(|d| d.as_nanos()),
+                departure,
                 now: self.clock,
             };
             if !self.device.admit(&meta) {

@@ -26,8 +26,8 @@ pub struct TxMeta {
     pub gso_size: Option<u16>,
     /// The TOS byte (traffic class) the packet carries, ECN bits included.
     pub tos: u8,
-    /// Earliest departure time in nanoseconds, if stamped (EDT, `Transmit::departure`).
-    pub departure_ns: Option<u64>,
+    /// Earliest departure time, if stamped (EDT, `Transmit::departure`).
+    pub departure: Option<crate::Instant>,
     /// The time of the transmit (the engine call's `now`), on the substrate's clock.
     pub now: crate::Instant,
 }

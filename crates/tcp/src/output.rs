@@ -955,7 +955,7 @@ impl Connection {
             } else {
                 self.opts.tos
             },
-            departure_ns: Some(self.pacing.wstamp.max(now).as_nanos()),
+            departure: Some(self.pacing.wstamp.max(now)),
             now,
         };
         if !env.device.admit(&meta) {

@@ -18,7 +18,7 @@
 //! into threads and pollers.
 //!
 //! ```
-//! use shallow_workload::{Conn, Io, Next, Play, Role, Source};
+//! use shallow_workload::{Conn, Instant, Io, Next, Play, Role, Source};
 //!
 //! /// A peer that takes at most 10 bytes per call.
 //! struct Tiny { taken: usize }
@@ -31,7 +31,7 @@
 //!     }
 //!     fn recv(&mut self, _: &mut [u8], _: bool) -> Result<usize, Io<()>> { Ok(0) }
 //!     fn shutdown_write(&mut self) -> Result<(), Io<()>> { Ok(()) }
-//!     fn now_ns(&self) -> u64 { 0 }
+//!     fn now(&self) -> Instant { Instant::ZERO }
 //! }
 //!
 //! // BULK's sender: 25 bytes in 16-byte messages, then a half-close.
@@ -41,7 +41,7 @@
 //! let data = [7u8; 64];
 //! let mut nexts = Vec::new();
 //! loop {
-//!     let s = p.step(&mut c, 0, Source::Fill(&data)).unwrap();
+//!     let s = p.step(&mut c, Instant::ZERO, Source::Fill(&data)).unwrap();
 //!     nexts.push(s.next);
 //!     if s.next == Next::Done { break; }
 //! }
@@ -58,6 +58,8 @@
 use std::io::{self, Read, Write};
 
 use sha2::{Digest, Sha256};
+pub use shallow_time::Instant;
+use std::time::Duration;
 
 /// netperf's tests, and BULK.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -271,9 +273,9 @@ pub trait Conn {
     fn recv(&mut self, buf: &mut [u8], keep: bool) -> Result<usize, Io<Self::Error>>;
     /// `shutdown(SHUT_WR)`.
     fn shutdown_write(&mut self) -> Result<(), Io<Self::Error>>;
-    /// The substrate's clock in nanoseconds (any epoch; only differences are used), as of
-    /// this point of the current call: an RR transaction ends when its last `recv` returns.
-    fn now_ns(&self) -> u64;
+    /// The substrate's clock (any epoch; only differences are used), as of this point of the
+    /// current call: an RR transaction ends when its last `recv` returns.
+    fn now(&self) -> Instant;
 }
 
 /// What a sender writes.
@@ -338,16 +340,16 @@ pub enum Next {
 pub struct Step {
     /// What the thread does next.
     pub next: Next,
-    /// An RR client's transaction completed in this step: its latency, ns (the request's
-    /// first `send` to the response's last byte read).
-    pub latency_ns: Option<u64>,
+    /// An RR client's transaction completed in this step: its latency (the request's first
+    /// `send` to the response's last byte read).
+    pub latency: Option<Duration>,
 }
 
 impl Step {
     fn next(next: Next) -> Step {
         Step {
             next,
-            latency_ns: None,
+            latency: None,
         }
     }
 }
@@ -384,8 +386,8 @@ pub struct Play {
     /// TCP_RR: true while sending (client: the request; server: the response).
     sending: bool,
     /// TCP_RR client: when the current request's first `send` started.
-    rr_start: u64,
-    deadline: Option<u64>,
+    rr_start: Instant,
+    deadline: Option<Instant>,
     hasher: Option<Sha256>,
     /// Receive buffer, made at the first `recv`.
     buf: Vec<u8>,
@@ -403,19 +405,19 @@ impl Play {
             role,
             counts: Counts::default(),
             left: 0,
-            rr_start: 0,
+            rr_start: Instant::ZERO,
             deadline: None,
             hasher: hash.then(Sha256::new),
             buf: Vec::new(),
         }
     }
 
-    /// Ends the role at `deadline_ns` (on the clock of the `now_ns` given to
-    /// [`Play::step`]): a sender (or an RR client) due to start a new message (transaction)
-    /// at or after it shuts down its write side instead. Without it a sender runs until its
-    /// `limit` or forever, an RR client forever (the emulator ends the run).
-    pub fn until(mut self, deadline_ns: u64) -> Play {
-        self.deadline = Some(deadline_ns);
+    /// Ends the role at `deadline` (on the clock of the `now` given to [`Play::step`]): a
+    /// sender (or an RR client) due to start a new message (transaction) at or after it shuts
+    /// down its write side instead. Without it a sender runs until its `limit` or forever, an
+    /// RR client forever (the emulator ends the run).
+    pub fn until(mut self, deadline: Instant) -> Play {
+        self.deadline = Some(deadline);
         self
     }
 
@@ -429,26 +431,26 @@ impl Play {
         self.hasher.take().map(|h| h.finalize().into())
     }
 
-    /// One socket call of the role at `now_ns`, writing from `src`. An error of the call ends
+    /// One socket call of the role at `now`, writing from `src`. An error of the call ends
     /// the role (the caller records it).
     pub fn step<C: Conn>(
         &mut self,
         conn: &mut C,
-        now_ns: u64,
+        now: Instant,
         src: Source<'_>,
     ) -> Result<Step, C::Error> {
         match self.role {
             Role::Sender {
                 msg, writer, limit, ..
-            } => self.send_bulk(conn, now_ns, src, msg, writer, limit),
+            } => self.send_bulk(conn, now, src, msg, writer, limit),
             Role::Receiver { buf, .. } => self.recv_bulk(conn, buf),
-            Role::RrClient { req, resp } => self.rr(conn, now_ns, src, true, req, resp),
-            Role::RrServer { req, resp } => self.rr(conn, now_ns, src, false, req, resp),
+            Role::RrClient { req, resp } => self.rr(conn, now, src, true, req, resp),
+            Role::RrServer { req, resp } => self.rr(conn, now, src, false, req, resp),
         }
     }
 
-    fn past(&self, now_ns: u64) -> bool {
-        self.deadline.is_some_and(|d| now_ns >= d)
+    fn past(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|d| now >= d)
     }
 
     fn shut<C: Conn>(conn: &mut C) -> Result<Step, C::Error> {
@@ -461,14 +463,14 @@ impl Play {
     fn send_bulk<C: Conn>(
         &mut self,
         conn: &mut C,
-        now_ns: u64,
+        now: Instant,
         src: Source<'_>,
         msg: usize,
         writer: Writer,
         limit: Option<u64>,
     ) -> Result<Step, C::Error> {
         let sent = self.counts.bytes_sent;
-        if limit.is_some_and(|l| sent >= l) || (self.left == 0 && self.past(now_ns)) {
+        if limit.is_some_and(|l| sent >= l) || (self.left == 0 && self.past(now)) {
             return Self::shut(conn);
         }
         let epoll = writer == Writer::Epoll;
@@ -545,7 +547,7 @@ impl Play {
     fn rr<C: Conn>(
         &mut self,
         conn: &mut C,
-        now_ns: u64,
+        now: Instant,
         src: Source<'_>,
         client: bool,
         req: usize,
@@ -553,13 +555,13 @@ impl Play {
     ) -> Result<Step, C::Error> {
         if self.sending {
             if self.left == 0 {
-                if client && self.past(now_ns) {
+                if client && self.past(now) {
                     return Self::shut(conn);
                 }
                 self.left = if client { req } else { resp }.max(1);
                 self.counts.send_calls += 1;
                 if client {
-                    self.rr_start = now_ns;
+                    self.rr_start = now;
                 }
             }
             match conn.send(src.head(self.left)) {
@@ -588,17 +590,17 @@ impl Play {
                 Ok(k) => {
                     self.counts.bytes_received += k as u64;
                     self.left -= k;
-                    let mut latency_ns = None;
+                    let mut latency = None;
                     if self.left == 0 {
                         self.sending = true;
                         self.counts.transactions += 1;
                         if client {
-                            latency_ns = Some(conn.now_ns().saturating_sub(self.rr_start));
+                            latency = Some(conn.now() - self.rr_start);
                         }
                     }
                     Ok(Step {
                         next: Next::Run,
-                        latency_ns,
+                        latency,
                     })
                 }
                 Err(Io::WouldBlock) => Ok(Step::next(Next::Block(Interest::Readable))),
@@ -608,7 +610,7 @@ impl Play {
     }
 
     /// Plays the role to its end on a blocking socket (or one with a timeout, whose
-    /// [`Io::WouldBlock`] is retried), on the clock [`Conn::now_ns`]: steps until
+    /// [`Io::WouldBlock`] is retried), on the clock [`Conn::now`]: steps until
     /// [`Next::Done`], an error, or `stop()` says to stop (checked before every step).
     /// `latency` gets each RR transaction's latency.
     pub fn run_blocking<C: Conn>(
@@ -616,12 +618,12 @@ impl Play {
         conn: &mut C,
         src: Source<'_>,
         mut stop: impl FnMut(&Play) -> bool,
-        mut latency: impl FnMut(u64),
+        mut latency: impl FnMut(Duration),
     ) -> Result<(), C::Error> {
         while !stop(self) {
-            let now = conn.now_ns();
+            let now = conn.now();
             let s = self.step(conn, now, src)?;
-            if let Some(l) = s.latency_ns {
+            if let Some(l) = s.latency {
                 latency(l);
             }
             if s.next == Next::Done {
@@ -657,14 +659,11 @@ fn io_call(mut call: impl FnMut() -> io::Result<usize>) -> Result<usize, Io<io::
     }
 }
 
-/// Nanoseconds of the monotonic clock since this process first asked: the clock of the real
-/// sockets' [`Conn::now_ns`].
-pub fn wall_ns() -> u64 {
+/// The monotonic clock as an [`Instant`] since this process first asked: the clock of the
+/// real sockets' [`Conn::now`].
+pub fn wall_clock() -> Instant {
     static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    EPOCH
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_nanos() as u64
+    Instant::ZERO + EPOCH.get_or_init(std::time::Instant::now).elapsed()
 }
 
 /// The kernel's sockets.
@@ -679,8 +678,8 @@ impl Conn for &std::net::TcpStream {
     fn shutdown_write(&mut self) -> Result<(), Io<io::Error>> {
         self.shutdown(std::net::Shutdown::Write).map_err(Io::Failed)
     }
-    fn now_ns(&self) -> u64 {
-        wall_ns()
+    fn now(&self) -> Instant {
+        wall_clock()
     }
 }
 
@@ -696,7 +695,7 @@ mod tests {
         give: Vec<Option<usize>>,
         sent: Vec<usize>,
         shut: bool,
-        clock: u64,
+        clock: Instant,
     }
     impl Conn for Script {
         type Error = ();
@@ -720,7 +719,7 @@ mod tests {
             self.shut = true;
             Ok(())
         }
-        fn now_ns(&self) -> u64 {
+        fn now(&self) -> Instant {
             self.clock
         }
     }
@@ -745,8 +744,8 @@ mod tests {
             ..Script::default()
         };
         let mut p = sender(Writer::Blocking, None);
-        let n1 = p.step(&mut c, 0, src).unwrap().next;
-        let n2 = p.step(&mut c, 0, src).unwrap().next;
+        let n1 = p.step(&mut c, Instant(0), src).unwrap().next;
+        let n2 = p.step(&mut c, Instant(0), src).unwrap().next;
         assert_eq!(n1, Next::Block(Interest::Writable));
         assert_eq!(n2, Next::Run);
         assert_eq!(c.sent, vec![30, 70]);
@@ -757,9 +756,9 @@ mod tests {
             ..Script::default()
         };
         let mut e = sender(Writer::Epoll, None);
-        assert_eq!(e.step(&mut c, 0, src).unwrap().next, Next::Run);
+        assert_eq!(e.step(&mut c, Instant(0), src).unwrap().next, Next::Run);
         assert_eq!(
-            e.step(&mut c, 0, src).unwrap().next,
+            e.step(&mut c, Instant(0), src).unwrap().next,
             Next::Poll(Interest::Writable)
         );
         assert_eq!(c.sent, vec![30]);
@@ -775,14 +774,14 @@ mod tests {
         let src = Source::Fill(&data);
         let mut c = Script::default();
         let mut p = sender(Writer::Blocking, Some(250));
-        while p.step(&mut c, 0, src).unwrap().next != Next::Done {}
+        while p.step(&mut c, Instant(0), src).unwrap().next != Next::Done {}
         assert_eq!(c.sent, vec![100, 100, 50]);
         assert!(c.shut);
 
         let mut c = Script::default();
-        let mut p = sender(Writer::Blocking, None).until(10);
-        assert_eq!(p.step(&mut c, 9, src).unwrap().next, Next::Run);
-        assert_eq!(p.step(&mut c, 10, src).unwrap().next, Next::Done);
+        let mut p = sender(Writer::Blocking, None).until(Instant(10));
+        assert_eq!(p.step(&mut c, Instant(9), src).unwrap().next, Next::Run);
+        assert_eq!(p.step(&mut c, Instant(10), src).unwrap().next, Next::Done);
         assert_eq!((c.sent.len(), c.shut), (1, true));
     }
 
@@ -799,7 +798,7 @@ mod tests {
             hash: false,
         });
         for _ in 0..3 {
-            p.step(&mut c, 0, Source::Pattern(&pat)).unwrap();
+            p.step(&mut c, Instant(0), Source::Pattern(&pat)).unwrap();
         }
         assert_eq!(c.sent, vec![5, 2, 3]);
         assert_eq!(p.counts.send_calls, 2);
@@ -816,11 +815,11 @@ mod tests {
             ..Script::default()
         };
         let mut p = Play::new(Role::RrClient { req: 4, resp: 8 });
-        assert_eq!(p.step(&mut c, 100, src).unwrap().latency_ns, None);
-        assert_eq!(p.step(&mut c, 110, src).unwrap().latency_ns, None);
-        c.clock = 150;
-        let s = p.step(&mut c, 140, src).unwrap();
-        assert_eq!(s.latency_ns, Some(50));
+        assert_eq!(p.step(&mut c, Instant(100), src).unwrap().latency, None);
+        assert_eq!(p.step(&mut c, Instant(110), src).unwrap().latency, None);
+        c.clock = Instant(150);
+        let s = p.step(&mut c, Instant(140), src).unwrap();
+        assert_eq!(s.latency, Some(Duration::from_nanos(50)));
         assert_eq!(p.counts.transactions, 1);
         assert_eq!((p.counts.send_calls, p.counts.recv_calls), (1, 2));
     }

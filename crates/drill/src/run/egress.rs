@@ -13,9 +13,11 @@
 //!
 //! [`Driver`]: shallow_tcp::Driver
 
+use std::time::Duration;
+
 use shallow_qdisc::{Fifo, Fq, FqConfig, PfifoFast, Rate, NSEC_PER_SEC};
 use shallow_tcp::driver::BoxedQdisc;
-use shallow_tcp::{DeviceCaps, Transmit};
+use shallow_tcp::{DeviceCaps, Instant, Transmit};
 
 use super::{describe_raw, pkt, Runner, Sent};
 use crate::env::QdiscKind;
@@ -100,8 +102,8 @@ fn fq_param(cfg: &mut FqConfig, pacing: &mut bool, name: &str, value: &str) -> O
         "initial_quantum" => cfg.initial_quantum = u32::try_from(tc_size(value)?).ok()?,
         "maxrate" => cfg.maxrate = Some(tc_rate(value)?),
         "low_rate_threshold" => cfg.low_rate_threshold = tc_rate(value)?,
-        "refill_delay" => cfg.flow_refill_delay = tc_time_ns(value)?,
-        "horizon" => cfg.horizon = tc_time_ns(value)?,
+        "refill_delay" => cfg.flow_refill_delay = tc_time(value)?,
+        "horizon" => cfg.horizon = tc_time(value)?,
         // Affect nothing the runner models (hash table size, an orphan hash mask).
         "buckets" | "orphanmask" => {}
         _ => return None,
@@ -146,8 +148,9 @@ fn tc_rate(s: &str) -> Option<Rate> {
     Some(Rate::bps((n * bits) as u64))
 }
 
-/// tc's time in nanoseconds: `s`, `ms`, `us` (and their long forms); no unit is µs.
-fn tc_time_ns(s: &str) -> Option<u64> {
+/// tc's time: `s`, `ms`, `us` (and their long forms); no unit is µs. Whole nanoseconds,
+/// truncated.
+fn tc_time(s: &str) -> Option<Duration> {
     let (n, unit) = num_unit(s)?;
     let ns = match unit {
         "s" | "sec" | "secs" => NSEC_PER_SEC as f64,
@@ -155,7 +158,7 @@ fn tc_time_ns(s: &str) -> Option<u64> {
         "" | "us" | "usec" | "usecs" => 1e3,
         _ => return None,
     };
-    Some((n * ns) as u64)
+    Some(Duration::from_nanos((n * ns) as u64))
 }
 
 /// The runner's side of the egress: the stack's transmits into the qdisc, and what the qdisc
@@ -232,7 +235,7 @@ impl Runner<'_> {
 
 /// Everything `qdisc` holds, in dequeue order.
 fn drain(mut qdisc: BoxedQdisc<Transmit>) -> Vec<Transmit> {
-    std::iter::from_fn(|| qdisc.dequeue(u64::MAX)).collect()
+    std::iter::from_fn(|| qdisc.dequeue(Instant::MAX)).collect()
 }
 
 #[cfg(test)]
@@ -262,7 +265,7 @@ mod tests {
         assert_eq!((cfg.quantum, cfg.initial_quantum), (3072, 15140));
         assert_eq!(
             (cfg.flow_refill_delay, cfg.horizon),
-            (40_000_000, 2 * NSEC_PER_SEC)
+            (Duration::from_millis(40), Duration::from_secs(2))
         );
         assert_eq!((cfg.flow_limit, cfg.limit), (7, 50));
         assert_eq!(tc_rate("1000"), Some(Rate::bps(8000)));

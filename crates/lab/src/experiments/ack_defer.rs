@@ -3,7 +3,8 @@
 
 use shallow_sim::bench::{BenchConfig, BenchExtras, BenchReport};
 use shallow_sim::spec::LinkSpec;
-use shallow_sim::{CpuLayout, Rate, Series, Time};
+use shallow_sim::{CpuLayout, Rate, Series};
+use std::time::Duration;
 
 use super::{
     metric, off_on, over_time, per_s, scaled_ms, secs, stream, sysctl, Arm, Emulated, MetricDef,
@@ -19,7 +20,7 @@ pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
         nic_rate: Some(Rate::gbps(200)),
         link: LinkSpec {
             rate: Some(Rate::gbps(200)),
-            delay: Time::from_micros(10),
+            delay: Duration::from_micros(10),
             ..LinkSpec::default()
         },
         ..stream(base, 1, 65536, duration)

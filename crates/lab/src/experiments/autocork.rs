@@ -3,7 +3,8 @@
 
 use shallow_sim::bench::{BenchConfig, BenchReport};
 use shallow_sim::spec::LinkSpec;
-use shallow_sim::{CpuLayout, Rate, Series, Time};
+use shallow_sim::{CpuLayout, Rate, Series};
+use std::time::Duration;
 
 use super::{
     curve, metric, over_time, ratio_over_time, scaled_ms, secs, sender_cpu_s, stream, sysctl, Arm,
@@ -55,7 +56,7 @@ pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
         tx_completion_delay: NIC_TX_USECS,
         link: LinkSpec {
             rate: Some(Rate::gbps(10)),
-            delay: Time::from_micros(25),
+            delay: Duration::from_micros(25),
             ..LinkSpec::default()
         },
         ..stream(base, 4, 128, duration)
@@ -84,7 +85,7 @@ pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
             ("workload", "4 TCP_STREAM flows, 128-byte writes, Nagle on (super_netperf 4 -t TCP_STREAM -- -m 128, the commit's command)".into()),
             ("link", "10 Gbit/s NIC and link, 50 us RTT, pfifo_fast".into()),
             ("cpus", "4 per host, spread: one netperf thread per CPU, each flow's softirq and TX completions on the CPU its port pair hashes to (RSS)".into()),
-            ("nic tx-usecs", format!("{} us (TX completion interrupt coalescing of a real NIC; the emulator's default is 0)", NIC_TX_USECS.as_nanos() / 1000)),
+            ("nic tx-usecs", format!("{} us (TX completion interrupt coalescing of a real NIC; the emulator's default is 0)", NIC_TX_USECS.as_micros())),
             ("duration", secs(duration)),
             ("off", "net.ipv4.tcp_autocorking = 0".into()),
             ("on", "net.ipv4.tcp_autocorking = 1".into()),

@@ -23,7 +23,8 @@ use std::time::Duration;
 use shallow_sim::bench::{self, BenchConfig, BenchError, BenchExtras, BenchReport};
 use shallow_sim::hist::Histogram;
 use shallow_sim::series::Sample;
-use shallow_sim::{Series, SeriesConfig, Time};
+use shallow_sim::time::{nanos, secs_f64};
+use shallow_sim::{Series, SeriesConfig};
 
 use crate::linux::{LinuxSpec, Tbf};
 use crate::{Chart, Claim, Curve, LabReport, Metric, Scale};
@@ -267,7 +268,7 @@ fn over_time(
 
 /// TX completion interrupt coalescing (`ethtool -C tx-usecs`) where an experiment needs a
 /// real NIC's: 16 µs, mlx5's default.
-const NIC_TX_USECS: Time = Time::from_micros(16);
+const NIC_TX_USECS: Duration = Duration::from_micros(16);
 
 fn ensure_sysctl(name: &str) -> Result<(), LabError> {
     let st = shallow_tcp::Stack::new(0);
@@ -295,9 +296,9 @@ const CHART_POINTS: u64 = 300;
 /// The recorder's setting for an arm: [`CHART_POINTS`] samples over its duration (not finer
 /// than 20 µs), at most 2000 kept.
 fn series_cfg(cfg: &BenchConfig) -> SeriesConfig {
-    let d = cfg.duration.unwrap_or(Time::from_secs(10));
+    let d = cfg.duration.unwrap_or(Duration::from_secs(10));
     SeriesConfig {
-        interval: Time::from_micros((d.as_nanos() / CHART_POINTS / 1000).max(20)),
+        interval: Duration::from_micros((nanos(d) / CHART_POINTS / 1000).max(20)),
         max_points: 2000,
     }
 }
@@ -404,8 +405,8 @@ fn ms(us: Option<f64>) -> f64 {
     us.map_or(f64::NAN, |v| v / 1000.0)
 }
 
-fn secs(t: Time) -> String {
-    format!("{} s", t.as_secs_f64())
+fn secs(t: Duration) -> String {
+    format!("{} s", secs_f64(t))
 }
 
 fn sender_cpu_s(r: &BenchReport) -> f64 {
@@ -437,12 +438,12 @@ fn scaled<T: Copy>(scale: Scale, full: T, quick: T, tiny: T) -> T {
 }
 
 /// The scale's duration: `full`, `quick` or `tiny` milliseconds.
-fn scaled_ms(scale: Scale, full: u64, quick: u64, tiny: u64) -> Time {
-    Time::from_millis(scaled(scale, full, quick, tiny))
+fn scaled_ms(scale: Scale, full: u64, quick: u64, tiny: u64) -> Duration {
+    Duration::from_millis(scaled(scale, full, quick, tiny))
 }
 
 /// `base` as a TCP_STREAM run of `flows` flows writing `msg_size` bytes for `duration`.
-fn stream(base: &BenchConfig, flows: usize, msg_size: usize, duration: Time) -> BenchConfig {
+fn stream(base: &BenchConfig, flows: usize, msg_size: usize, duration: Duration) -> BenchConfig {
     BenchConfig {
         test: shallow_sim::Test::Stream,
         flows,

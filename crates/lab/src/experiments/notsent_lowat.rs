@@ -3,7 +3,8 @@
 
 use shallow_sim::bench::{BenchConfig, BenchReport};
 use shallow_sim::spec::LinkSpec;
-use shallow_sim::{Rate, Time};
+use shallow_sim::Rate;
+use std::time::Duration;
 
 use super::{
     metric, off_on, over_time, scaled, scaled_ms, secs, stream, sysctl, throughput_gbps, Arm,
@@ -33,7 +34,7 @@ pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
     let cfg = BenchConfig {
         link: LinkSpec {
             rate: Some(Rate::gbps(10)),
-            delay: Time::from_micros(250),
+            delay: Duration::from_micros(250),
             ..LinkSpec::default()
         },
         ..stream(base, flows, 16384, duration)

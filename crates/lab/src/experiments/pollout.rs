@@ -3,7 +3,8 @@
 
 use shallow_sim::bench::{BenchConfig, BenchReport};
 use shallow_sim::spec::LinkSpec;
-use shallow_sim::{Rate, Series, Time, Writer};
+use shallow_sim::{Rate, Series, Writer};
+use std::time::Duration;
 
 use super::notsent_lowat::{linux_flows, lowat_on_linux};
 use super::{
@@ -35,10 +36,10 @@ pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
         writer: Writer::Blocking,
         link: LinkSpec {
             rate: Some(Rate::gbps(10)),
-            delay: Time::from_millis(50),
+            delay: Duration::from_millis(50),
             ..LinkSpec::default()
         },
-        sample_interval: Time::from_millis(50),
+        sample_interval: Duration::from_millis(50),
         ..stream(base, flows, 16384, duration)
     };
     // The seed's sender held 1,364,904 pages (5.2 GiB) of TCP memory, so its tcp_mem was far

@@ -2,7 +2,8 @@
 
 use shallow_sim::bench::BenchConfig;
 use shallow_sim::spec::LinkSpec;
-use shallow_sim::{QdiscSpec, Rate, Series, Time};
+use shallow_sim::{QdiscSpec, Rate, Series};
+use std::time::Duration;
 
 use super::{
     delay_cdf, metric, ms, off_on, over_time, scaled_ms, secs, stream, Arm, ChartDef, Emulated,
@@ -54,7 +55,7 @@ pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
             nic_rate: Some(rate),
             link: LinkSpec {
                 rate: None,
-                delay: Time::from_micros(50),
+                delay: Duration::from_micros(50),
                 ..LinkSpec::default()
             },
             ..stream(base, 1, 65536, duration)

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use shallow_os::Netns;
 pub(crate) use shallow_workload::Writer;
-use shallow_workload::{wall_ns, Conn, Next, Play, Role, Source};
+use shallow_workload::{wall_clock, Conn, Next, Play, Role, Source};
 
 use super::parse::thread_cpu_ns;
 use super::world::{io_err, os_err, RX_ADDR};
@@ -264,7 +264,7 @@ pub(super) fn epoll_sender<F: Flow + 'static, P: WritePoller + Send + 'static>(
         let mut dead = vec![false; flows.len()];
         // Steps flow `i`'s role until it waits for EPOLLOUT (or ends).
         let fill = |i: usize, plays: &mut [Play], dead: &mut [bool]| loop {
-            match plays[i].step(&mut flows[i].conn(), wall_ns(), src) {
+            match plays[i].step(&mut flows[i].conn(), wall_clock(), src) {
                 Ok(s) if s.next == Next::Run => {}
                 Ok(s) if s.next != Next::Done => return,
                 _ => {
@@ -336,7 +336,7 @@ impl Receiver {
                     // To end of stream, an error, or 30 s without data.
                     loop {
                         let before = p.counts.bytes_received;
-                        let step = p.step(&mut &s, wall_ns(), Source::Fill(&[]));
+                        let step = p.step(&mut &s, wall_clock(), Source::Fill(&[]));
                         b.fetch_add(p.counts.bytes_received - before, Ordering::Relaxed);
                         if step.map_or(true, |x| x.next != Next::Run) {
                             break;

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use shallow_qdisc::{tos_to_priority, Admitted, Offer, Qdisc, QdiscPacket};
 
 use crate::gate::{TxGate, TxMeta};
+use crate::time::Instant;
 
 /// A qdisc of one TX queue, over the substrate's packet type `P`.
 pub type BoxedQdisc<P> = Box<dyn Qdisc<P> + Send>;
@@ -120,23 +121,23 @@ impl<P: QdiscPacket> Egress<P> {
             len: m.len,
             flow: m.flow,
             priority: tos_to_priority(m.tos),
-            departure_ns: m.departure_ns,
+            departure: m.departure,
             header_len: m.header_len,
             gso_size: m.gso_size.map(usize::from),
         };
-        let ok = qd.admit(m.now.as_nanos(), &offer, admitted);
+        let ok = qd.admit(m.now, &offer, admitted);
         if !ok {
             self.refused += 1;
         }
         ok
     }
 
-    /// Gives queue `q` a packet at `now` (ns): the packet leaves the ledger (it was admitted
+    /// Gives queue `q` a packet at `now`: the packet leaves the ledger (it was admitted
     /// at the transmit, perhaps some time ago: its place was held, so the qdisc takes it) and
     /// enters the qdisc, or without a qdisc waits for the device. `Err` hands back a packet
     /// the qdisc dropped (one that did not come through admission), whose TX completion is
     /// the caller's to run (Linux's `kfree_skb` runs the destructor on a drop too).
-    pub fn enqueue(&mut self, q: usize, now: u64, p: P) -> Result<(), P> {
+    pub fn enqueue(&mut self, q: usize, now: Instant, p: P) -> Result<(), P> {
         let TxQueue {
             qdisc,
             admitted,
@@ -154,8 +155,8 @@ impl<P: QdiscPacket> Egress<P> {
         }
     }
 
-    /// The next packet of queue `q` the device may take at `now` (ns).
-    pub fn dequeue(&mut self, q: usize, now: u64) -> Option<P> {
+    /// The next packet of queue `q` the device may take at `now`.
+    pub fn dequeue(&mut self, q: usize, now: Instant) -> Option<P> {
         let queue = &mut self.queues[q];
         if let Some(p) = queue.direct.pop_front() {
             return Some(p);
@@ -165,7 +166,7 @@ impl<P: QdiscPacket> Egress<P> {
 
     /// When queue `q`'s qdisc may release a packet it holds back by time (Linux's
     /// `qdisc_watchdog`, [`Qdisc::next_wakeup`]); `now` if packets wait without a qdisc.
-    pub fn next_wakeup(&self, q: usize, now: u64) -> Option<u64> {
+    pub fn next_wakeup(&self, q: usize, now: Instant) -> Option<Instant> {
         let queue = &self.queues[q];
         if !queue.direct.is_empty() {
             return Some(now);

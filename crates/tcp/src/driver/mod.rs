@@ -32,6 +32,7 @@ pub use egress::{queue_of, BoxedQdisc, Egress, EgressGate, EgressHandle, TxQueue
 pub use packet::{gso_segment_len, gso_segments, EgressPacket};
 
 use core::ops::{Deref, DerefMut};
+use core::time::Duration;
 
 use shallow_qdisc::QdiscPacket;
 
@@ -41,7 +42,7 @@ use crate::time::Instant;
 
 /// How long a queue whose qdisc holds packets but names no release time waits before it looks
 /// again (it should not happen: whatever was due was dequeued), rather than spin.
-const STUCK_RECHECK_NS: u64 = 1_000_000;
+const STUCK_RECHECK: Duration = Duration::from_millis(1);
 
 /// The engine ([`Stack`]) with its egress: one or several TX queues (Linux's `mq`, picked by
 /// flow hash, [`queue_of`]), each with an optional qdisc over the substrate's packet type `P`
@@ -134,11 +135,7 @@ impl<P: QdiscPacket + Send + 'static> Driver<P> {
         let engine = self.stack.poll_timeout();
         let e = self.egress.lock();
         let queue = if e.queue(q).backlog_packets() > 0 {
-            let now = now.as_nanos();
-            let at = e
-                .next_wakeup(q, now)
-                .unwrap_or(now.saturating_add(STUCK_RECHECK_NS));
-            Some(Instant::from_nanos(at))
+            Some(e.next_wakeup(q, now).unwrap_or(now + STUCK_RECHECK))
         } else {
             None
         };
@@ -152,7 +149,7 @@ impl<P: QdiscPacket + Send + 'static> Driver<P> {
     /// what the qdisc releases ([`Egress::dequeue`]). Its TX completion
     /// ([`Stack::tx_complete`]) is the substrate's to run when the device is done with it.
     pub fn poll_release(&mut self, q: usize, now: Instant) -> Option<P> {
-        self.egress.lock().dequeue(q, now.as_nanos())
+        self.egress.lock().dequeue(q, now)
     }
 
     /// Refusals at the transmit since the last call: the qdiscs' drops that never became
@@ -178,7 +175,7 @@ impl<P: EgressPacket> Driver<P> {
             let (q, r) = {
                 let mut e = self.egress.lock();
                 let q = e.queue_of(p.flow_hash());
-                (q, e.enqueue(q, now.as_nanos(), p))
+                (q, e.enqueue(q, now, p))
             };
             on_queue(q);
             if let Err(p) = r {
@@ -259,7 +256,7 @@ mod tests {
                 let mut buf = [0u8; 4096];
                 got += b.recv(now, s, &mut buf, 0).unwrap_or(0);
             }
-            now = Instant::from_nanos(now.as_nanos() + 1_000_000);
+            now += Duration::from_millis(1);
         }
         (sent, a.take_refused(), got)
     }

@@ -6,6 +6,7 @@ use shallow_qdisc::{tos_to_priority, QdiscPacket};
 use shallow_wire::segment;
 
 use crate::socket::{Transmit, TxToken};
+use crate::time::Instant;
 
 /// A packet type a [`Driver`](super::Driver) moves from the engine's `poll_transmit` into its
 /// qdiscs: made from a [`Transmit`], and carrying its TX-completion token, which the driver
@@ -61,8 +62,8 @@ impl QdiscPacket for Transmit {
     fn flow_hash(&self) -> u32 {
         self.flow
     }
-    fn departure_ns(&self) -> Option<u64> {
-        self.departure.map(|d| d.as_nanos())
+    fn departure(&self) -> Option<Instant> {
+        self.departure
     }
     /// The TOS byte's priority (Linux `rt_tos2priority`), for pfifo_fast's bands.
     fn priority(&self) -> u8 {
