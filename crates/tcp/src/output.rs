@@ -750,10 +750,9 @@ impl Connection {
                 }
                 cwnd_quota = 1;
             }
-            if !self.snd_wnd_test(head, mss_now) {
-                limits.rwnd = true;
-                break;
-            }
+            // tcp_write_xmit grows the head before it tests the peer's window, so a head
+            // that the window holds back still absorbs its neighbour (freeing that buffer's
+            // overhead from sk_wmem_queued: a large write then fits more bytes).
             cwnd_quota = cwnd_quota.min(max_segs);
             let missing = (cwnd_quota * mss_now).saturating_sub(head_len);
             if missing > 0 {
@@ -762,6 +761,10 @@ impl Connection {
             let Some(head) = self.snd.write_queue.front() else {
                 break;
             };
+            if !self.snd_wnd_test(head, mss_now) {
+                limits.rwnd = true;
+                break;
+            }
             let head_len = head.len();
             let is_tail = self.snd.write_queue.len() == 1;
             let tso_segs = head_len.div_ceil(mss_now).max(1);
