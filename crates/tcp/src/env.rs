@@ -175,7 +175,7 @@ impl Env {
         departure: Option<Instant>,
         token: Option<TxToken>,
     ) -> Emitted {
-        self.emit_inner(seg, None, gso_size, departure, token, false)
+        self.emit_frag(seg, None, gso_size, departure, token, false)
     }
 
     /// [`Env::emit`] for a segment whose payload (`seg.payload`) is `frag`'s bytes: when the
@@ -183,18 +183,6 @@ impl Env {
     /// `admitted`: the caller already had the packet admitted ([`DeviceSide::admit`], with the
     /// length [`packet::header_len`] gives), so it is not asked again.
     pub fn emit_frag(
-        &mut self,
-        seg: &SegOut<'_>,
-        frag: Option<Bytes>,
-        gso_size: Option<u16>,
-        departure: Option<Instant>,
-        token: Option<TxToken>,
-        admitted: bool,
-    ) -> Emitted {
-        self.emit_inner(seg, frag, gso_size, departure, token, admitted)
-    }
-
-    fn emit_inner(
         &mut self,
         seg: &SegOut<'_>,
         frag: Option<Bytes>,

@@ -270,3 +270,16 @@ pub(crate) struct SndSeq {
     /// Buffers queued by the application and not yet sent (`sk_write_queue`).
     pub write_queue: VecDeque<Skb>,
 }
+
+impl SndSeq {
+    /// The send sequence space of a connection whose SYN (or SYN-ACK) takes `iss`
+    /// (RFC 9293 §3.4): SND.UNA = ISS, the SYN's one sequence number sent, nothing queued
+    /// or pushed after it.
+    pub fn start(&mut self, iss: u32) {
+        self.iss = iss;
+        self.una = iss;
+        self.nxt = iss.wrapping_add(1);
+        self.write_seq = self.nxt;
+        self.pushed_seq = self.write_seq;
+    }
+}

@@ -264,12 +264,8 @@ impl Stack {
         sk.remote = remote;
         sk.route = route;
         sk.hashed = true;
-        sk.snd.iss = iss;
+        sk.snd.start(iss);
         sk.rx_opt.ts_offset = ts_off;
-        sk.snd.una = iss;
-        sk.snd.nxt = iss.wrapping_add(1);
-        sk.snd.write_seq = sk.snd.nxt;
-        sk.snd.pushed_seq = sk.snd.write_seq;
         sk.rx_opt.tstamp_ok = env.sysint(Sysctl::tcp_timestamps) != 0;
         sk.rx_opt.sack_ok = env.config.sysctl.on(Sysctl::tcp_sack);
         sk.rx_opt.wscale_ok = env.config.sysctl.on(Sysctl::tcp_window_scaling);

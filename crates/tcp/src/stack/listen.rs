@@ -121,12 +121,8 @@ impl Stack {
         sk.remote = seg.src;
         sk.bound = true;
         sk.parent = Some((lid, lgen));
-        sk.snd.iss = iss;
+        sk.snd.start(iss);
         sk.rx_opt.ts_offset = ts_off;
-        sk.snd.una = iss;
-        sk.snd.nxt = iss.wrapping_add(1);
-        sk.snd.write_seq = sk.snd.nxt;
-        sk.snd.pushed_seq = sk.snd.write_seq;
         sk.rcv.irs = seg.seq;
         sk.rcv.nxt = seg.seq.wrapping_add(1);
         sk.rcv.wup = sk.rcv.nxt;
