@@ -228,11 +228,8 @@ impl Connection {
             if self.timer.synack_retries_done == 0 {
                 let rtt = (now - self.lsndtime).as_micros() as u32;
                 self.rtt_sample(env, now, rtt.max(1));
-            } else if let (true, Some((_, ecr))) = (self.rx_opt.tstamp_ok, seg.opts.ts) {
-                let rtt = self.tsval(now).wrapping_sub(ecr);
-                if rtt < 1_000_000 && ecr != 0 {
-                    self.rtt_sample(env, now, rtt.max(1) * 1000);
-                }
+            } else if let Some(rtt) = self.ts_echo_rtt_us(now, seg) {
+                self.rtt_sample(env, now, rtt as u32);
             }
             self.become_established(env, now);
             // tcp_rcv_state_process (TCP_SYN_RECV): the pacing rate starts from the SYN-ACK
@@ -510,11 +507,8 @@ impl Connection {
             if self.timer.retransmits == 0 {
                 let rtt = (now - self.lsndtime).as_micros() as u32;
                 self.rtt_sample(env, now, rtt.max(1));
-            } else if let (true, Some((_, ecr))) = (self.rx_opt.tstamp_ok, seg.opts.ts) {
-                let rtt = self.tsval(now).wrapping_sub(ecr);
-                if rtt < 1_000_000 && ecr != 0 {
-                    self.rtt_sample(env, now, rtt.max(1) * 1000);
-                }
+            } else if let Some(rtt) = self.ts_echo_rtt_us(now, seg) {
+                self.rtt_sample(env, now, rtt as u32);
             }
             self.timer.retransmits = 0;
             self.timer.backoff = 0;
