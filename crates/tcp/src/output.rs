@@ -719,7 +719,8 @@ impl Connection {
         let mut sent_segs = 0u32;
         let mut limits = XmitLimits::default();
         // What tcp_event_new_data_sent will do with the timer if anything goes out.
-        let rearm_rto = self.rtx.packets_out == 0 || self.timer.rtx_event == RtxEvent::LossProbe;
+        let rto_rearm_due =
+            self.rtx.packets_out == 0 || self.timer.rtx_event == RtxEvent::LossProbe;
         if !push_one {
             match self.mtu_probe(env, now) {
                 0 => return false,
@@ -858,7 +859,7 @@ impl Connection {
             // must not push back the reordering timer that retransmits 11 ms later); then
             // tcp_schedule_loss_probe, which replaces it with a probe where one is allowed.
             // Data in flight is never watched by a persist timer armed while nothing was out.
-            if !self.schedule_loss_probe(env, now, false) && rearm_rto {
+            if !self.schedule_loss_probe(env, now, false) && rto_rearm_due {
                 self.rearm_rto(env, now);
             }
             return false;
@@ -875,16 +876,13 @@ impl Connection {
             let s = &self.rtx.queue[idx];
             (s.end_seq, s.pcount)
         };
-        let prior_packets = self.rtx.packets_out;
         self.snd.nxt = end;
         self.rtx.packets_out += pcount;
         env.mib.add(Mib::TCPOrigDataSent, u64::from(pcount));
-        // tcp_rearm_rto when nothing was in flight: the retransmission timer takes the
-        // place of whatever the shared timer held, the persist timer included (armed by
-        // tcp_check_probe_timer while data waited under TCP_CORK or Nagle); the caller arms it.
-        if prior_packets == 0 {
-            self.timer.rtx_event = RtxEvent::Rto;
-        }
+        // tcp_rearm_rto when nothing was in flight (the retransmission timer then takes the
+        // place of whatever the shared timer held, the persist timer included, armed by
+        // tcp_check_probe_timer while data waited under TCP_CORK or Nagle) is the caller's:
+        // `write_xmit` after its loop, the window probe at once.
         self.chrono.start(now, CHRONO_BUSY);
         // tcp_check_space from the output path (4bfe744ff164).
         self.check_space(env, now);
