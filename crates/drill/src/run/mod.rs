@@ -255,6 +255,11 @@ pub(crate) struct Runner<'a> {
     flows: Vec<Flow>,
     cur_flow: Option<usize>,
     next_remote_port: u16,
+    /// packetdrill's "socket under test is listening": a SYN opens a new passive connection
+    /// (a new remote port) only then, or before any connection exists; set by `listen()`,
+    /// cleared by `socket()`, `connect()` and the SYN that opens one. Other SYNs go to the
+    /// current connection's 4-tuple, as packetdrill sends them.
+    listener_under_test: bool,
     wire: VecDeque<Sent>,
     held: Vec<(Option<u64>, TxToken)>,
     tx_delay: Option<u64>,
@@ -377,6 +382,7 @@ impl<'a> Runner<'a> {
             flows: Vec::new(),
             cur_flow: None,
             next_remote_port: 48_000,
+            listener_under_test: false,
             wire: VecDeque::new(),
             held: Vec::new(),
             tx_delay: None,
@@ -950,6 +956,11 @@ impl<'a> Runner<'a> {
             if let Some(i) = reuse {
                 return Ok(i);
             }
+            if let (Some(i), false) = (self.cur_flow, self.listener_under_test) {
+                self.flows[i].saw_non_syn = true;
+                return Ok(i);
+            }
+            self.listener_under_test = false;
             let port = self.next_remote_port;
             self.next_remote_port = self.next_remote_port.wrapping_add(1).max(1024);
             self.flows.push(Flow {

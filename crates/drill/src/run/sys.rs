@@ -510,6 +510,7 @@ impl Runner<'_> {
                             let _ = self.st.set_nonblocking(s, true);
                         }
                         self.sut = Some(fd);
+                        self.listener_under_test = false;
                         Ok(Res::Done(Ok(fd)))
                     }
                     Err(e) => Ok(Res::Done(Err(code(e)))),
@@ -537,6 +538,7 @@ impl Runner<'_> {
                     if let Ok(a) = self.st.local_addr(s) {
                         self.listen_port = a.port();
                     }
+                    self.listener_under_test = true;
                 }
                 Ok(Res::Done(r.map(|()| 0).map_err(code)))
             }
@@ -583,6 +585,7 @@ impl Runner<'_> {
                     };
                 let fresh = matches!(self.st.state(s), Ok(shallow_tcp::TcpState::Close));
                 if fresh {
+                    self.listener_under_test = false;
                     self.flows.push(super::Flow {
                         local_port: None,
                         remote_port: addr.port(),
