@@ -242,8 +242,14 @@ pub(crate) const TCP_DEFAULT_SCALING_RATIO: u8 = 128;
 /// `sk_stream_memory_free` admits a new skb while `wmem_queued < sndbuf`, this figure decides
 /// where a large non-blocking write stops.
 pub const SKB_TX_OVERHEAD: u32 = 832;
-/// `MAX_TCP_HEADER` (bytes reserved for headers in a TX skb).
-pub(crate) const MAX_TCP_HEADER: u32 = 320;
+/// `MAX_TCP_HEADER` (bytes reserved for headers in a TX skb). A kernel build constant
+/// (`L1_CACHE_ALIGN(128 + MAX_HEADER)`, larger with tunnel or Hyper-V drivers built in):
+/// 192 on this project's Linux 6.18, measured through `tcp_sndbuf_expand` — an established
+/// connection's SO_SNDBUF is 2 · 10 · (2048 + 256) = 46080 while the peer's MSS is at most
+/// 1536 and 2 · 10 · (4096 + 256) from 1537 on, so MSS + MAX_TCP_HEADER + 320 (the aligned
+/// `skb_shared_info`) reaches 2048 exactly at 1536 (kernel recording `sndbuf-per-mss.pkt`).
+/// The 576-byte small-head cache behind [`SKB_TX_OVERHEAD`] is 192 + 320 + 64 as well.
+pub(crate) const MAX_TCP_HEADER: u32 = 192;
 /// `sk_gso_max_size` for a 64 KiB GSO device: 65536 - (MAX_TCP_HEADER + 1).
 pub(crate) const GSO_MAX_SIZE: u32 = 65536 - (MAX_TCP_HEADER + 1);
 /// `GSO_MAX_SEGS`.
