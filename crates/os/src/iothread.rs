@@ -35,6 +35,12 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
     let mut outq: Vec<Out> = Vec::new();
     let mut kicks = vec![false; sh.shards.len()];
     let sharded = sh.shards.len() > 1;
+    // The qdisc's release times are this thread's ppoll timeouts: fire them on time, as the
+    // kernel's qdisc watchdog does (an hrtimer without slack). With the default 50 µs slack
+    // a `tbf` whose burst is about one TSO packet loses the tokens of every late wake-up
+    // (the bucket is full), and ran at 82-86% of its rate where the kernel's ran at 95.5%.
+    // Best effort: without it the thread still works, only later.
+    let _ = crate::sys::set_timer_slack(1);
     while !sh.stopped() {
         let timeout = {
             let g = shard.lock();

@@ -207,6 +207,22 @@ pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<u
     }
 }
 
+/// `prctl(PR_SET_TIMERSLACK, ns)`: how late the kernel may fire this thread's timers
+/// (`ppoll` timeouts included) to batch wake-ups; the default is 50 µs.
+pub fn set_timer_slack(ns: u64) -> io::Result<()> {
+    // SAFETY: PR_SET_TIMERSLACK reads only its integer argument; the unused arguments are 0.
+    cvt(unsafe {
+        libc::prctl(
+            libc::PR_SET_TIMERSLACK,
+            ns as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })?;
+    Ok(())
+}
+
 /// `setns(fd, CLONE_NEWNET)`: moves the *calling thread* into the network namespace `fd`.
 pub fn setns_net(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: setns only reads its integer arguments; a wrong fd yields an error, not UB.
