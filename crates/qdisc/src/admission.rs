@@ -35,6 +35,11 @@ impl Offer {
             .filter(|&g| g > 0)
             .map(|g| self.header_len + g)
     }
+    /// Length as Linux's `qdisc_pkt_len` ([`QdiscPacket::qdisc_pkt_len`](crate::QdiscPacket::qdisc_pkt_len)):
+    /// the headers counted once per wire segment.
+    pub fn qdisc_pkt_len(&self) -> usize {
+        self.len + self.header_len * (self.segs() - 1)
+    }
     /// Wire segments (1 for a plain packet).
     pub fn segs(&self) -> usize {
         match self.gso_size.filter(|&g| g > 0) {

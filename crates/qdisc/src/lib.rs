@@ -78,6 +78,13 @@ pub trait QdiscPacket: Sized {
     fn priority(&self) -> u8 {
         0
     }
+    /// Length as Linux's `qdisc_pkt_len` gives it: a GSO packet counts its IP and TCP
+    /// headers once per wire segment (the bytes it will put on the wire), a plain packet its
+    /// length. The default is [`QdiscPacket::len`]; tbf sizes, counts and charges tokens by
+    /// it.
+    fn qdisc_pkt_len(&self) -> usize {
+        self.len()
+    }
     /// For a GSO packet (a super-segment to be cut into wire segments), the length of its
     /// largest wire segment (headers + segment size). `None` (the default) for a packet that
     /// cannot be split.
@@ -85,8 +92,9 @@ pub trait QdiscPacket: Sized {
         None
     }
     /// Cut a GSO packet into its wire segments, in order (Linux `skb_gso_segment`, which tbf
-    /// calls in `tbf_segment`). The last piece must carry whatever completion duty the
-    /// whole packet had (a TX-completion token): a qdisc may drop the other pieces silently.
+    /// calls in `tbf_segment`). Whatever completion duty the whole packet had (a
+    /// TX-completion token) is shared among the pieces so that completing all of them
+    /// completes the packet (a qdisc never drops some pieces and keeps others).
     /// `Err(self)` if the packet cannot be split (the default).
     fn gso_segment(self) -> Result<Vec<Self>, Self> {
         Err(self)
@@ -144,6 +152,13 @@ pub trait Qdisc<P: QdiscPacket> {
     /// `admitted` (the caller removes it when it enqueues the packet, which then cannot be
     /// refused); if no, the refusal is counted as the drop it stands for.
     fn admit(&mut self, now: Instant, offer: &Offer, admitted: &mut Admitted) -> bool;
+    /// Whether this qdisc will cut the packet `offer` describes into its wire segments when
+    /// it is enqueued (tbf's `tbf_segment`, for a GSO packet above its burst). The sender
+    /// learns it at the transmit: Linux's software GSO frees the packet the socket sent and
+    /// charges the socket for each segment instead (`tcp_gso_segment`). Default: never.
+    fn segments(&self, _offer: &Offer) -> bool {
+        false
+    }
     /// When `dequeue` returned `None` but packets are held: the earliest time one may be
     /// released (arm a timer for then). `None` when nothing is held back by time.
     fn next_wakeup(&self, now: Instant) -> Option<Instant>;
@@ -227,6 +242,12 @@ pub(crate) mod testpkt {
         }
         fn priority(&self) -> u8 {
             self.prio
+        }
+        fn qdisc_pkt_len(&self) -> usize {
+            match self.gso.filter(|&g| g > 0) {
+                Some(g) => self.len + self.hdr * ((self.len - self.hdr).div_ceil(g).max(1) - 1),
+                None => self.len,
+            }
         }
         fn gso_segment_len(&self) -> Option<usize> {
             self.gso.map(|g| self.hdr + g)

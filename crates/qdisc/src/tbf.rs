@@ -8,11 +8,13 @@ use crate::{Admitted, Instant, Offer, Qdisc, QdiscPacket, QdiscStats, Rate};
 /// `tbf`: token bucket filter. Tokens are kept as transmission time at `rate`
 /// (as Linux's `tbf_dequeue` does): the bucket holds at most `burst` bytes' worth, starts
 /// full, and the head packet leaves once the bucket holds its transmission time. Backlog is
-/// limited to `limit` bytes (drop-tail). A GSO packet larger than `burst` is split into its
-/// wire segments at enqueue (Linux `tbf_segment`, through [`QdiscPacket::gso_segment`]); the
-/// last segment carries the completion duty and leaves last. A packet larger than `burst`
-/// that cannot be split (or whose segments are still larger) can never be sent and is
-/// dropped.
+/// limited to `limit` bytes (drop-tail). Sizes are Linux's `qdisc_pkt_len` (a GSO packet's
+/// headers counted once per wire segment, [`QdiscPacket::qdisc_pkt_len`]). A GSO packet
+/// larger than `burst` is split into its wire segments at enqueue (Linux `tbf_segment`,
+/// through [`QdiscPacket::gso_segment`]), all of them or, when they do not all fit the
+/// limit, none (Linux's child qdisc would drop the segments that overflow one by one). A
+/// packet larger than `burst` that cannot be split (or whose segments are still larger) can
+/// never be sent and is dropped.
 #[derive(Debug)]
 pub struct Tbf<P> {
     rate: Rate,
@@ -43,15 +45,32 @@ impl<P: QdiscPacket> Tbf<P> {
         }
     }
 
+    fn fits(&self, len: usize) -> bool {
+        self.bytes.saturating_add(len) <= self.limit
+    }
+
     fn push(&mut self, pkt: P) -> Result<(), P> {
-        if self.bytes.saturating_add(pkt.len()) > self.limit {
+        let len = pkt.qdisc_pkt_len();
+        if !self.fits(len) {
             self.stats.dropped += 1;
             return Err(pkt);
         }
-        self.stats.on_enq(pkt.len());
-        self.bytes += pkt.len();
+        self.stats.on_enq(len);
+        self.bytes += len;
         self.q.push_back(pkt);
         Ok(())
+    }
+
+    /// Whether a packet of `qdisc_pkt_len` `len` and largest wire segment `seg_len` is cut
+    /// at enqueue (`Some(true)`), queued whole (`Some(false)`) or can never leave (`None`).
+    fn cut(&self, len: usize, seg_len: Option<usize>) -> Option<bool> {
+        if len as u64 <= self.burst {
+            return Some(false);
+        }
+        match seg_len {
+            Some(l) if l as u64 <= self.burst => Some(true),
+            _ => None,
+        }
     }
 
     fn tokens_at(&self, now: Instant) -> Duration {
@@ -64,11 +83,10 @@ impl<P: QdiscPacket> Qdisc<P> for Tbf<P> {
         "tbf"
     }
     fn enqueue(&mut self, _now: Instant, pkt: P) -> Result<(), P> {
-        if pkt.len() as u64 <= self.burst {
-            return self.push(pkt);
-        }
-        match pkt.gso_segment_len() {
-            Some(l) if l as u64 <= self.burst => {}
+        let len = pkt.qdisc_pkt_len();
+        match self.cut(len, pkt.gso_segment_len()) {
+            Some(false) => return self.push(pkt),
+            Some(true) if self.fits(len) => {}
             _ => {
                 self.stats.dropped += 1;
                 return Err(pkt);
@@ -82,34 +100,26 @@ impl<P: QdiscPacket> Qdisc<P> for Tbf<P> {
             }
         };
         self.stats.segmented += 1;
-        let n = pieces.len();
-        let mut result = Ok(());
-        for (i, piece) in pieces.into_iter().enumerate() {
-            if let Err(d) = self.push(piece) {
-                if i + 1 == n {
-                    result = Err(d);
-                }
-            }
+        for piece in pieces {
+            // The pieces' lengths add up to `len`, which fits.
+            let plen = piece.qdisc_pkt_len();
+            self.stats.on_enq(plen);
+            self.bytes += plen;
+            self.q.push_back(piece);
         }
-        result
+        Ok(())
     }
     fn admit(&mut self, _now: Instant, o: &Offer, admitted: &mut Admitted) -> bool {
         // A packet within the burst is queued whole; a larger GSO packet is cut into
-        // segments that each carry the headers (tbf_segment), all of which must fit.
-        let need = if o.len as u64 <= self.burst {
-            Some(o.len)
-        } else {
-            match o.gso_segment_len() {
-                Some(l) if l as u64 <= self.burst => Some(o.len + o.header_len * (o.segs() - 1)),
-                _ => None,
-            }
-        };
-        let ok = need.is_some_and(|n| {
-            self.bytes
+        // segments that each carry the headers (tbf_segment), all of which must fit: either
+        // way it needs its qdisc_pkt_len.
+        let need = o.qdisc_pkt_len();
+        let ok = self.cut(need, o.gso_segment_len()).is_some()
+            && self
+                .bytes
                 .saturating_add(admitted.bytes())
-                .saturating_add(n)
-                <= self.limit
-        });
+                .saturating_add(need)
+                <= self.limit;
         if ok {
             admitted.add(o);
         } else {
@@ -117,8 +127,11 @@ impl<P: QdiscPacket> Qdisc<P> for Tbf<P> {
         }
         ok
     }
+    fn segments(&self, o: &Offer) -> bool {
+        self.cut(o.qdisc_pkt_len(), o.gso_segment_len()) == Some(true)
+    }
     fn dequeue(&mut self, now: Instant) -> Option<P> {
-        let len = self.q.front()?.len();
+        let len = self.q.front()?.qdisc_pkt_len();
         let need = self.rate.tx_time(len as u64);
         let toks = self.tokens_at(now);
         if toks < need {
@@ -128,12 +141,12 @@ impl<P: QdiscPacket> Qdisc<P> for Tbf<P> {
         self.tokens = toks - need;
         self.t_c = now;
         let p = self.q.pop_front()?;
-        self.bytes -= p.len();
-        self.stats.on_deq(p.len());
+        self.bytes -= len;
+        self.stats.on_deq(len);
         Some(p)
     }
     fn next_wakeup(&self, now: Instant) -> Option<Instant> {
-        let len = self.q.front()?.len();
+        let len = self.q.front()?.qdisc_pkt_len();
         let need = self.rate.tx_time(len as u64);
         let toks = self.tokens_at(now);
         Some(now + need.saturating_sub(toks))
@@ -226,10 +239,10 @@ mod tests {
         assert_eq!(q.stats().dropped, 1);
     }
 
-    /// When the last segment does not fit the limit, it comes back to the caller (who owes
-    /// its completion); earlier segments that fit stay queued.
+    /// Segments that would not all fit the limit are not queued at all: the packet comes
+    /// back whole to the caller (who owes its completion).
     #[test]
-    fn segment_drop_returns_last() {
+    fn segments_all_or_none() {
         let big = Pkt {
             len: 40 + 3000,
             hdr: 40,
@@ -237,9 +250,40 @@ mod tests {
             token: Some(4),
             ..Pkt::default()
         };
-        let mut q = Tbf::new(Rate::gbps(1), 2000, 2100);
-        assert_eq!(q.enqueue(at(0), big).unwrap_err().token, Some(4));
-        assert_eq!(q.backlog_packets(), 2);
+        let mut q = Tbf::new(Rate::gbps(1), 2000, 3119);
+        assert_eq!(q.enqueue(at(0), big.clone()).unwrap_err().token, Some(4));
+        assert_eq!(q.backlog_packets(), 0);
         assert_eq!(q.stats().dropped, 1);
+        let mut q = Tbf::new(Rate::gbps(1), 2000, 3120);
+        assert!(q.enqueue(at(0), big).is_ok());
+        assert_eq!((q.backlog_packets(), q.backlog_bytes()), (3, 3120));
+    }
+
+    /// Whether a packet is cut is decided on its `qdisc_pkt_len`, headers counted per wire
+    /// segment: 2 x 1000 bytes behind 40 bytes of headers is 2040 bytes sent whole but 2080
+    /// on the wire, above a 2050-byte burst.
+    #[test]
+    fn cut_on_qdisc_pkt_len() {
+        let p = Pkt {
+            len: 40 + 2000,
+            hdr: 40,
+            gso: Some(1000),
+            ..Pkt::default()
+        };
+        let offer = Offer {
+            len: p.len,
+            flow: 0,
+            priority: 0,
+            departure: None,
+            header_len: 40,
+            gso_size: Some(1000),
+        };
+        let q: Tbf<Pkt> = Tbf::new(Rate::gbps(1), 2050, 100_000);
+        assert!(q.segments(&offer));
+        let q: Tbf<Pkt> = Tbf::new(Rate::gbps(1), 2080, 100_000);
+        assert!(!q.segments(&offer));
+        let mut q = Tbf::new(Rate::gbps(1), 2050, 100_000);
+        q.enqueue(at(0), p).unwrap();
+        assert_eq!((q.backlog_packets(), q.stats().segmented), (2, 1));
     }
 }

@@ -630,9 +630,21 @@ impl TcpHost {
             }
             Task::TxDone(tok) => {
                 self.stats.tx_completions += 1;
-                if let Some(t) = self.tokens.get_mut(tok as usize).and_then(Option::take) {
-                    self.free_tokens.push(tok);
-                    self.driver.tx_complete(now, t);
+                let (id, piece) = crate::packet::piece_token::decode(tok);
+                let slot = self.tokens.get_mut(id as usize);
+                match piece {
+                    // A segment but the last of a packet software GSO cut: its share.
+                    Some((payload, false)) => {
+                        if let Some(t) = slot.and_then(|s| s.as_mut()?.take_segment(payload)) {
+                            self.driver.tx_complete(now, t);
+                        }
+                    }
+                    _ => {
+                        if let Some(t) = slot.and_then(Option::take) {
+                            self.free_tokens.push(id);
+                            self.driver.tx_complete(now, t);
+                        }
+                    }
                 }
                 self.costs.tx_completion_ns
             }
@@ -973,7 +985,7 @@ impl Endpoint for TcpHost {
     fn tx_complete(&mut self, now: Instant, token: u64) {
         let cpu = self
             .token_cpu
-            .get(token as usize)
+            .get(crate::packet::piece_token::decode(token).0 as usize)
             .map_or(self.softirq_cpu, |&c| {
                 usize::from(c).min(self.cpus.len() - 1)
             });

@@ -44,6 +44,35 @@ pub struct Packet {
     pub seg: Option<WireSeg>,
 }
 
+/// The TX-completion tokens of wire segments that software GSO (tbf's `tbf_segment`) cut
+/// from one packet: each carries the packet's token (an index into its host's table, below
+/// 2^32) with the segment's payload length and whether it is the last segment, so the host
+/// completes each segment's share of the engine's token
+/// ([`TxToken::take_segment`](shallow_tcp::TxToken::take_segment)) and the whole with the
+/// last.
+pub mod piece_token {
+    const PIECE: u64 = 1 << 63;
+    const LAST: u64 = 1 << 62;
+    const ID: u64 = (1 << 32) - 1;
+
+    /// The token of a segment of `payload` bytes cut from the packet of token `id`.
+    pub fn encode(id: u64, payload: usize, last: bool) -> u64 {
+        PIECE | if last { LAST } else { 0 } | ((payload as u64 & 0xffff) << 32) | (id & ID)
+    }
+
+    /// The packet's token and, for a segment's token, its payload length and whether it is
+    /// the last.
+    pub fn decode(tok: u64) -> (u64, Option<(usize, bool)>) {
+        if tok & PIECE == 0 {
+            return (tok, None);
+        }
+        (
+            tok & ID,
+            Some((((tok >> 32) & 0xffff) as usize, tok & LAST != 0)),
+        )
+    }
+}
+
 /// A packet's paged bytes ([`Packet::frag`]): a `Bytes` kept behind a pointer, so that the
 /// many packets without one (ACKs, wire segments, packets of endpoints without
 /// scatter-gather) stay small as they move through queues.

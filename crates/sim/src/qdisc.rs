@@ -9,10 +9,10 @@ pub use shallow_qdisc::{
     pfifo_fast_band, tos_to_priority, Admitted, Fifo, Fq, FqConfig, Offer, PfifoFast, Qdisc,
     QdiscPacket, QdiscStats, Tbf,
 };
-use shallow_tcp::driver::{gso_segment_len, gso_segments};
+use shallow_tcp::driver::{gso_segment_len, gso_segments, qdisc_pkt_len};
 use std::sync::MutexGuard;
 
-use crate::packet::{Packet, Skb};
+use crate::packet::{piece_token, Packet, Skb};
 use crate::segment;
 
 impl QdiscPacket for Skb {
@@ -29,29 +29,48 @@ impl QdiscPacket for Skb {
     fn priority(&self) -> u8 {
         segment::tos(&self.pkt.data).map_or(0, tos_to_priority)
     }
+    fn qdisc_pkt_len(&self) -> usize {
+        qdisc_pkt_len(
+            &self.pkt.data,
+            self.pkt.frag.len(),
+            self.pkt.gso_size,
+            self.len(),
+        )
+    }
     fn gso_segment_len(&self) -> Option<usize> {
         gso_segment_len(&self.pkt.data, self.pkt.frag.len(), self.pkt.gso_size)
     }
-    /// The NIC's TSO cut ([`gso_segments`]); the TX-completion token and the flow's byte
-    /// account ride on the last piece.
+    /// Software GSO ([`gso_segments`], tbf's `tbf_segment`): each piece carries the
+    /// TX-completion token with its own share ([`piece_token`]); the flow's byte account
+    /// rides on the last.
     fn gso_segment(self) -> Result<Vec<Skb>, Skb> {
-        let Some(outs) = self
-            .pkt
-            .gso_size
-            .and_then(|g| gso_segments(&self.pkt.data, &self.pkt.frag[..], g))
-        else {
+        let Some((outs, header_len)) = self.pkt.gso_size.and_then(|g| {
+            let hl =
+                gso_segment_len(&self.pkt.data, self.pkt.frag.len(), Some(g))? - usize::from(g);
+            Some((gso_segments(&self.pkt.data, &self.pkt.frag[..], g)?, hl))
+        }) else {
             return Err(self);
         };
         let last = outs.len() - 1;
+        let tokens: Vec<Option<u64>> = outs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                self.pkt.token.map(|id| {
+                    piece_token::encode(id, d.len().saturating_sub(header_len), i == last)
+                })
+            })
+            .collect();
         Ok(outs
             .into_iter()
+            .zip(tokens)
             .enumerate()
-            .map(|(i, data)| Skb {
+            .map(|(i, (data, token))| Skb {
                 pkt: Packet {
                     data,
                     gso_size: None,
                     departure: self.pkt.departure,
-                    token: if i == last { self.pkt.token } else { None },
+                    token,
                     flow: self.pkt.flow,
                     seg: None,
                     frag: Default::default(),
@@ -124,7 +143,8 @@ mod tests {
         assert_eq!(order, vec![0x10, 0x00, 0x08]);
     }
 
-    /// tbf cuts a real TSO super-segment into wire segments; the token rides on the last.
+    /// tbf cuts a real TSO super-segment into wire segments; each carries the packet's token
+    /// with its payload length, the last marked as such (`piece_token`).
     #[test]
     fn tbf_segments_gso_larger_than_burst() {
         use crate::segment::{build_ipv4_tcp, TcpPacketSpec};
@@ -149,6 +169,20 @@ mod tests {
                 None => now = q.next_wakeup(now).unwrap(),
             }
         }
-        assert_eq!(tokens, vec![None, None, None, None, Some(9)]);
+        let decoded: Vec<_> = tokens
+            .iter()
+            .map(|t| piece_token::decode(t.expect("every piece has a token")))
+            .collect();
+        assert_eq!(
+            decoded,
+            vec![
+                (9, Some((1000, false))),
+                (9, Some((1000, false))),
+                (9, Some((1000, false))),
+                (9, Some((1000, false))),
+                (9, Some((1000, true))),
+            ]
+        );
+        assert_eq!(piece_token::decode(9), (9, None));
     }
 }

@@ -222,6 +222,12 @@ impl DeviceSide {
         self.gate.as_mut().is_none_or(|g| g.admit(meta))
     }
 
+    /// Whether the qdisc will cut an admitted GSO packet into its wire segments at enqueue
+    /// ([`TxGate::segments`](crate::gate::TxGate::segments)).
+    pub fn segments(&mut self, meta: &crate::gate::TxMeta) -> bool {
+        self.gate.as_mut().is_some_and(|g| g.segments(meta))
+    }
+
     /// Replace the admission rule (`Stack::set_tx_gate`).
     pub fn set_gate(&mut self, gate: Option<Box<dyn crate::gate::TxGate>>) {
         self.gate = gate;

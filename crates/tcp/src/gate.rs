@@ -54,6 +54,14 @@ impl TxMeta {
 pub trait TxGate: Send {
     /// The verdict on one packet: `true` to accept it.
     fn admit(&mut self, pkt: &TxMeta) -> bool;
+    /// Asked after `admit` said yes: whether the qdisc will cut this GSO packet into its
+    /// wire segments in software when it is enqueued (tbf's `tbf_segment`). Linux's
+    /// `tcp_gso_segment` then frees the packet the socket sent and charges the socket each
+    /// segment's own `truesize` instead (see [`TxToken::split`](crate::TxToken::split)).
+    /// Default: never.
+    fn segments(&mut self, _pkt: &TxMeta) -> bool {
+        false
+    }
 }
 
 /// Refuses every packet: a qdisc with `limit 0`.

@@ -997,11 +997,21 @@ impl Connection {
         // qdisc holds it for a later departure.
         let orphan =
             env.device.caps.orphan_at_xmit && !(env.device.caps.edt_pacing && departure > now);
+        // A qdisc that will cut this GSO packet into wire segments (tbf_segment): the socket
+        // is charged each segment as its own buffer (tcp_gso_segment), and the copy of the
+        // skb it sent is freed at the cut.
+        let segmented = !orphan && pcount > 1 && env.device.segments(&meta);
+        let charge = if segmented {
+            pcount * SKB_TX_OVERHEAD + len
+        } else {
+            truesize
+        };
         let token = (!orphan).then_some(TxToken {
             idx: self.id.0,
             gen: self.gen,
-            truesize,
+            truesize: charge,
             seq,
+            segmented,
         });
         let tx_rate = self.rate_skb_sent(now);
         {
@@ -1012,7 +1022,7 @@ impl Connection {
             if !retrans {
                 s.first_tx = now;
             }
-            if !orphan {
+            if !orphan && !segmented {
                 s.in_host = s.in_host.saturating_add(1);
             }
         }
@@ -1057,7 +1067,7 @@ impl Connection {
             // OutSegs counts wire segments.
             env.mib.add(Mib::OutSegs, u64::from(pcount) - 1);
             if !orphan {
-                self.mem.wmem_alloc += truesize;
+                self.mem.wmem_alloc += charge;
             }
             self.stats.count_xmit(pcount, len, retrans);
             if retrans {

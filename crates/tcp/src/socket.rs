@@ -112,12 +112,62 @@ pub struct TxToken {
     pub(crate) truesize: u32,
     /// First sequence number of the buffer sent (to find it for `skb_still_in_host_queue`).
     pub(crate) seq: u32,
+    /// The packet is cut into wire segments below TCP ([`TxToken::split`]): it charges the
+    /// segments' `truesize`, and its buffer's copy left the host at the cut.
+    pub(crate) segmented: bool,
 }
 
 impl TxToken {
     /// Bytes this packet charges to its socket's `sk_wmem_alloc` until completion.
     pub fn truesize(&self) -> u32 {
         self.truesize
+    }
+
+    /// The tokens of the wire segments a qdisc cut this packet into (Linux's software GSO,
+    /// `tcp_gso_segment`), one per segment of `payloads[i]` bytes, in order: each charges
+    /// its own `truesize` (a segment is a new buffer: its small head plus its payload,
+    /// [`SKB_TX_OVERHEAD`] + payload), released when that segment completes, as each
+    /// segment's destructor does. The engine charged the sum at the transmit, having been
+    /// told of the cut ([`TxGate::segments`](crate::TxGate::segments)); the last token
+    /// takes whatever the sum and the charge differ by, so completing every token releases
+    /// exactly the charge. A packet the engine was not told would be cut (`segmented`
+    /// false) keeps one token, on the last segment. Completing a segment's token never marks
+    /// the buffer's copy as gone: that happened at the cut.
+    pub fn split(mut self, payloads: &[usize]) -> Vec<Option<TxToken>> {
+        let n = payloads.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        if !self.segmented {
+            let mut v: Vec<Option<TxToken>> = (1..n).map(|_| None).collect();
+            v.push(Some(self));
+            return v;
+        }
+        let mut v: Vec<Option<TxToken>> = payloads[..n - 1]
+            .iter()
+            .map(|&p| self.take_segment(p))
+            .collect();
+        v.push(Some(self));
+        v
+    }
+
+    /// Carves from a segmented packet's token ([`TxToken::split`]) the token of one of its
+    /// wire segments, of `payload` bytes, in order; what is left stays for the later
+    /// segments, the last of which completes this token itself. `None` for a token of a
+    /// packet that is not cut.
+    pub fn take_segment(&mut self, payload: usize) -> Option<TxToken> {
+        if !self.segmented {
+            return None;
+        }
+        let t = (SKB_TX_OVERHEAD.saturating_add(payload as u32)).min(self.truesize);
+        self.truesize -= t;
+        Some(TxToken {
+            idx: self.idx,
+            gen: self.gen,
+            truesize: t,
+            seq: self.seq,
+            segmented: true,
+        })
     }
 }
 

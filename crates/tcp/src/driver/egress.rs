@@ -117,19 +117,21 @@ impl<P: QdiscPacket> Egress<P> {
         let Some(qd) = qdisc.as_mut() else {
             return true;
         };
-        let offer = Offer {
-            len: m.len,
-            flow: m.flow,
-            priority: tos_to_priority(m.tos),
-            departure: m.departure,
-            header_len: m.header_len,
-            gso_size: m.gso_size.map(usize::from),
-        };
-        let ok = qd.admit(m.now, &offer, admitted);
+        let ok = qd.admit(m.now, &offer_of(m), admitted);
         if !ok {
             self.refused += 1;
         }
         ok
+    }
+
+    /// Whether the qdisc of the packet's queue will cut it into wire segments when it is
+    /// enqueued ([`Qdisc::segments`]).
+    pub fn segments(&self, m: &TxMeta) -> bool {
+        let q = self.queue_of(m.flow);
+        self.queues[q]
+            .qdisc
+            .as_ref()
+            .is_some_and(|qd| qd.segments(&offer_of(m)))
     }
 
     /// Gives queue `q` a packet at `now`: the packet leaves the ledger (it was admitted
@@ -222,5 +224,20 @@ pub struct EgressGate<P>(pub EgressHandle<P>);
 impl<P: QdiscPacket + Send> TxGate for EgressGate<P> {
     fn admit(&mut self, m: &TxMeta) -> bool {
         self.0.lock().admit(m)
+    }
+    fn segments(&mut self, m: &TxMeta) -> bool {
+        self.0.lock().segments(m)
+    }
+}
+
+/// What a qdisc is told about the packet `m` describes.
+fn offer_of(m: &TxMeta) -> Offer {
+    Offer {
+        len: m.len,
+        flow: m.flow,
+        priority: tos_to_priority(m.tos),
+        departure: m.departure,
+        header_len: m.header_len,
+        gso_size: m.gso_size.map(usize::from),
     }
 }

@@ -29,7 +29,7 @@ mod egress;
 mod packet;
 
 pub use egress::{queue_of, BoxedQdisc, Egress, EgressGate, EgressHandle, TxQueue};
-pub use packet::{gso_segment_len, gso_segments, EgressPacket};
+pub use packet::{gso_segment_len, gso_segments, qdisc_pkt_len, split_token, EgressPacket};
 
 use core::ops::{Deref, DerefMut};
 use core::time::Duration;
@@ -205,7 +205,7 @@ impl<P: QdiscPacket + Send + 'static> DerefMut for Driver<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Errno, Family};
+    use crate::{Errno, Family, SKB_TX_OVERHEAD};
     use shallow_qdisc::Fifo;
 
     /// One turn of `x`'s loop, its packets handed to `y` and completed at once; returns how
@@ -292,6 +292,63 @@ mod tests {
         assert_eq!(d.egress().lock().queues(), 3);
         assert_eq!(egress.lock().queue_of(u32::MAX), 2);
         assert_eq!(d.poll_deadline(1, Instant::from_secs(1)), None);
+    }
+
+    /// A tbf whose burst is below a TSO packet cuts it into wire segments (tbf_segment); the
+    /// socket is told at the transmit and charged each segment's own truesize
+    /// (SKB_TX_OVERHEAD + payload, `tcp_gso_segment`), released segment by segment as they
+    /// leave; once all have left nothing stays charged.
+    #[test]
+    fn a_tbf_cut_charges_each_segment() {
+        let mut a: Driver = Driver::new(Stack::new(1));
+        let mut b: Driver = Driver::new(Stack::new(2));
+        let caps = crate::DeviceCaps {
+            gso: true,
+            ..crate::DeviceCaps::default()
+        };
+        a.set_device(caps);
+        let q: BoxedQdisc<Transmit> = Box::new(shallow_qdisc::Tbf::new(
+            shallow_qdisc::Rate::mbps(8),
+            3000,
+            1_000_000,
+        ));
+        a.set_qdisc(0, Some(q));
+        a.add_address("10.0.0.1".parse().unwrap());
+        b.add_address("10.0.0.2".parse().unwrap());
+        let srv = "10.0.0.2:80".parse().unwrap();
+        let l = b.socket(Family::V4).unwrap();
+        b.bind(l, srv).unwrap();
+        b.listen(l, 4).unwrap();
+        let c = a.socket(Family::V4).unwrap();
+        let mut now = Instant::from_secs(1);
+        assert_eq!(a.connect(now, c, srv), Err(Errno::EINPROGRESS));
+        for _ in 0..4 {
+            step(&mut a, &mut b, now);
+            step(&mut b, &mut a, now);
+            now += Duration::from_millis(1);
+        }
+        let _ = b.accept(l).unwrap();
+        // 10 full segments: one TSO packet within the initial window.
+        let mss = a.tcp_info(now, c).unwrap().snd_mss as usize;
+        a.send(now, c, &vec![7u8; 10 * mss], 0).unwrap();
+        a.transmit(now, |_| {});
+        let charged = a.meminfo(c).unwrap().wmem_alloc as usize;
+        assert_eq!(charged, 10 * (SKB_TX_OVERHEAD as usize + mss));
+        assert_eq!(a.egress().lock().queue(0).backlog_packets(), 10);
+        // The segments leave one by one (8 Mbit/s, a 3000-byte burst), each releasing its own.
+        let mut left = charged;
+        while a.egress().lock().queue(0).backlog_packets() > 0 {
+            let Some(t) = a.poll_release(0, now) else {
+                now = (a.egress().lock().next_wakeup(0, now)).expect("the tbf names a time");
+                continue;
+            };
+            let tok = t.token.expect("every segment has a token");
+            assert_eq!(tok.truesize() as usize, SKB_TX_OVERHEAD as usize + mss);
+            a.tx_complete(now, tok);
+            left -= SKB_TX_OVERHEAD as usize + mss;
+            assert_eq!(a.meminfo(c).unwrap().wmem_alloc as usize, left);
+        }
+        assert_eq!(left, 0);
     }
 
     #[test]

@@ -27,6 +27,41 @@ pub fn gso_segment_len(head: &[u8], frag_len: usize, gso_size: Option<u16>) -> O
     Some(v.payload_off + usize::from(gso))
 }
 
+/// Linux's `qdisc_pkt_len` of a packet of `len` bytes held as `head` followed by `frag_len`
+/// paged bytes: a TCP super-segment of `gso_size` payload bytes per segment counts its
+/// headers once per wire segment; any other packet its length.
+pub fn qdisc_pkt_len(head: &[u8], frag_len: usize, gso_size: Option<u16>, len: usize) -> usize {
+    let Some(g) = gso_size.filter(|&g| g > 0) else {
+        return len;
+    };
+    match segment::parse_tcp_split(head, frag_len) {
+        Some(v) => {
+            let segs = v.payload_len.div_ceil(usize::from(g)).max(1);
+            len + v.payload_off * (segs - 1)
+        }
+        None => len,
+    }
+}
+
+/// The TX-completion tokens of the `pieces` a packet with `token` was cut into, whose
+/// headers are `header_len` bytes ([`TxToken::split`]).
+pub fn split_token(
+    token: Option<TxToken>,
+    pieces: &[Vec<u8>],
+    header_len: usize,
+) -> Vec<Option<TxToken>> {
+    match token {
+        Some(t) => {
+            let payloads: Vec<usize> = pieces
+                .iter()
+                .map(|p| p.len().saturating_sub(header_len))
+                .collect();
+            t.split(&payloads)
+        }
+        None => pieces.iter().map(|_| None).collect(),
+    }
+}
+
 /// Software GSO (Linux's `skb_gso_segment`, which tbf calls for a packet above its burst): the
 /// wire segments of a super-segment of `gso_size` payload bytes per segment, held as `head`
 /// (its headers, then the payload unless paged) and `frag` (the paged payload, or empty).
@@ -69,33 +104,37 @@ impl QdiscPacket for Transmit {
     fn priority(&self) -> u8 {
         segment::tos(&self.data).map_or(0, tos_to_priority)
     }
+    fn qdisc_pkt_len(&self) -> usize {
+        qdisc_pkt_len(&self.data, self.frag.len(), self.gso_size, self.len())
+    }
     fn gso_segment_len(&self) -> Option<usize> {
         gso_segment_len(&self.data, self.frag.len(), self.gso_size)
     }
-    /// [`gso_segments`]: the TX-completion token rides on the last piece.
+    /// [`gso_segments`]: each piece gets its share of the TX-completion token
+    /// ([`split_token`]).
     fn gso_segment(self) -> Result<Vec<Transmit>, Transmit> {
-        let Some(pieces) = self
-            .gso_size
-            .and_then(|g| gso_segments(&self.data, &self.frag, g))
-        else {
+        let Some((pieces, header_len)) = self.gso_size.and_then(|g| {
+            let hl = gso_segment_len(&self.data, self.frag.len(), Some(g))? - usize::from(g);
+            Some((gso_segments(&self.data, &self.frag, g)?, hl))
+        }) else {
             return Err(self);
         };
         let Transmit {
             departure,
-            mut token,
+            token,
             flow,
             ..
         } = self;
-        let last = pieces.len() - 1;
+        let tokens = split_token(token, &pieces, header_len);
         Ok(pieces
             .into_iter()
-            .enumerate()
-            .map(|(i, data)| Transmit {
+            .zip(tokens)
+            .map(|(data, token)| Transmit {
                 data,
                 frag: Default::default(),
                 gso_size: None,
                 departure,
-                token: if i == last { token.take() } else { None },
+                token,
                 flow,
             })
             .collect())

@@ -23,11 +23,15 @@ impl Stack {
             return;
         }
         sk.mem.wmem_alloc = sk.mem.wmem_alloc.saturating_sub(token.truesize);
-        // The buffer this packet came from (if not yet acked): its copy left the host.
-        let i = sk
-            .rtx
-            .queue
-            .partition_point(|s| !after(s.end_seq, token.seq));
+        // The buffer this packet came from (if not yet acked): its copy left the host
+        // (a segmented packet's copy left at the cut, TxToken::split).
+        let i = if token.segmented {
+            usize::MAX
+        } else {
+            sk.rtx
+                .queue
+                .partition_point(|s| !after(s.end_seq, token.seq))
+        };
         if let Some(s) = sk.rtx.queue.get_mut(i) {
             // A head trimmed by a partial ACK starts after the token's sequence.
             if !before(token.seq, s.seq) || i == 0 {
