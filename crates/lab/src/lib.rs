@@ -34,7 +34,7 @@ pub use experiments::{run, Experiment, LabError, LabOptions};
 pub use linux::{run_linux, LinuxOptions};
 pub use plot::{write_linux_plots, write_plots, PlotError, PlotOutput};
 pub(crate) use report::fmt_num;
-pub use report::{Chart, Curve, LabReport, LinuxReport, LinuxRow, Metric};
+pub use report::{Chart, Curve, LabReport, LinuxReport, LinuxRow, Metric, LINUX_TOLERANCE};
 
 /// How big a run is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

@@ -155,7 +155,26 @@ impl LinuxRow {
     pub fn shallow_reproduced(&self) -> Option<bool> {
         verdict(self.claim, self.shallow_off, self.shallow_on)
     }
+    /// Shallow's value over the kernel's in the off arm and in the on arm, where both exist
+    /// (`None` also where the kernel's is 0: a ratio says nothing there).
+    pub fn shallow_over_linux(&self) -> [Option<f64>; 2] {
+        let r = |s: f64, k: f64| (s.is_finite() && k.is_finite() && k != 0.0).then(|| s / k);
+        [
+            r(self.shallow_off, self.kernel_off),
+            r(self.shallow_on, self.kernel_on),
+        ]
+    }
+    /// Whether every arm's Shallow/Linux ratio is within ±[`LINUX_TOLERANCE`]
+    /// (`None`: no ratio exists).
+    pub fn within_tolerance(&self) -> Option<bool> {
+        let rs: Vec<f64> = self.shallow_over_linux().into_iter().flatten().collect();
+        (!rs.is_empty()).then(|| rs.iter().all(|r| (r - 1.0).abs() <= LINUX_TOLERANCE))
+    }
 }
+
+/// How far Shallow's figure may be from the kernel's in the same run before the Linux table
+/// flags it (issue 20's target): ±10%.
+pub const LINUX_TOLERANCE: f64 = 0.10;
 
 pub(crate) fn json_num(v: f64) -> serde_json::Value {
     serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, serde_json::Value::Number)
@@ -347,6 +366,9 @@ impl LinuxReport {
                     "shallow_on": json_num(r.shallow_on),
                     "linux_reproduced": r.kernel_reproduced(),
                     "shallow_reproduced": r.shallow_reproduced(),
+                    "shallow_over_linux_off": r.shallow_over_linux()[0].map(json_num),
+                    "shallow_over_linux_on": r.shallow_over_linux()[1].map(json_num),
+                    "within_10pct": r.within_tolerance(),
                 }),
             );
         }
@@ -361,7 +383,8 @@ impl LinuxReport {
     }
 
     /// metric | unit | seed off | seed on | Linux off | Linux on | Shallow off | Shallow on |
-    /// reproduced? (Linux / Shallow), then setup and notes.
+    /// Shallow/Linux (off / on, `!` beyond ±10%) | reproduced? (Linux / Shallow), then setup
+    /// and notes.
     pub fn table(&self) -> String {
         let head = [
             &LEAD_HEAD[..],
@@ -370,6 +393,7 @@ impl LinuxReport {
                 "Linux on",
                 "Shallow off",
                 "Shallow on",
+                "Shallow/Linux off/on",
                 "reproduced? Linux/Shallow",
             ],
         ]
@@ -391,6 +415,15 @@ impl LinuxReport {
                     cell(r.kernel_on),
                     cell(r.shallow_off),
                     cell(r.shallow_on),
+                    r.shallow_over_linux()
+                        .iter()
+                        .map(|x| match x {
+                            Some(v) if (v - 1.0).abs() > LINUX_TOLERANCE => format!("{v:.2}!"),
+                            Some(v) => format!("{v:.2}"),
+                            None => "-".into(),
+                        })
+                        .collect::<Vec<_>>()
+                        .join("/"),
                     format!(
                         "{}/{}",
                         yes_no(r.kernel_reproduced()),
@@ -435,5 +468,48 @@ impl LinuxReport {
             charts: Vec::new(),
         };
         [mk(true), mk(false)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(k: [f64; 2], s: [f64; 2]) -> LinuxRow {
+        LinuxRow {
+            name: "m".into(),
+            unit: "u".into(),
+            claim: Claim::None,
+            kernel_off: k[0],
+            kernel_on: k[1],
+            shallow_off: s[0],
+            shallow_on: s[1],
+        }
+    }
+
+    /// Shallow over the kernel per arm; a row is within tolerance only when every arm that
+    /// has a ratio is within ±10%.
+    #[test]
+    fn shallow_over_linux_flags_beyond_ten_percent() {
+        let r = row([100.0, 200.0], [109.0, 180.0]);
+        assert_eq!(r.shallow_over_linux(), [Some(1.09), Some(0.9)]);
+        assert_eq!(r.within_tolerance(), Some(true));
+        let r = row([100.0, 200.0], [111.0, 200.0]);
+        assert_eq!(r.within_tolerance(), Some(false));
+        // No kernel off arm (TSQ): the on arm alone decides.
+        let r = row([f64::NAN, 10.0], [50.0, 10.5]);
+        assert_eq!(r.shallow_over_linux(), [None, Some(1.05)]);
+        assert_eq!(r.within_tolerance(), Some(true));
+        assert_eq!(row([0.0, 0.0], [3.0, 4.0]).within_tolerance(), None);
+        let t = LinuxReport {
+            experiment: "x".into(),
+            scale: Scale::Quick,
+            rows: vec![row([100.0, 200.0], [120.0, 190.0])],
+            config: BTreeMap::new(),
+            notes: Vec::new(),
+            charts: Vec::new(),
+        }
+        .table();
+        assert!(t.contains("1.20!/0.95"), "{t}");
     }
 }

@@ -32,6 +32,14 @@ pub(crate) struct Sample {
     pub(crate) mem_pages: u64,
     /// Sum over the sending sockets of unsent bytes.
     pub(crate) notsent: u64,
+    /// Sum over the sending sockets of sndbuf (what send-buffer autotuning reached).
+    pub(crate) sndbuf: u64,
+    /// Sum over the sending sockets of cwnd, segments.
+    pub(crate) cwnd: u64,
+    /// Sum over the sending sockets of segments in flight.
+    pub(crate) in_flight: u64,
+    /// Mean over the sending sockets of the smoothed RTT, µs.
+    pub(crate) srtt_us: u64,
 }
 
 /// Everything one arm measured.
@@ -224,6 +232,10 @@ fn kernel_arm(
                 .map(|s| (s.wmem_queued + s.rmem_alloc).div_ceil(4096))
                 .sum(),
             notsent: socks.iter().map(|s| s.notsent).sum(),
+            sndbuf: socks.iter().map(|s| s.sndbuf).sum(),
+            cwnd: socks.iter().map(|s| s.cwnd).sum(),
+            in_flight: socks.iter().map(|s| s.unacked).sum(),
+            srtt_us: socks.iter().map(|s| s.srtt_us).sum::<u64>() / (socks.len().max(1) as u64),
         }
     });
     Ok(run.end(recv, samples, &c0, || (world.kernel_counters(), 0)))
@@ -245,11 +257,16 @@ fn shallow_sample(t: f64, host: &shallow_os::Host, socks: &[Arc<shallow_os::TcpS
         if let Ok(m) = s.meminfo() {
             smp.below_tcp += u64::from(m.wmem_alloc);
             smp.mem_pages += u64::from(m.wmem_queued + m.rmem_alloc).div_ceil(4096);
+            smp.sndbuf += u64::from(m.sndbuf);
         }
         if let Ok(i) = s.tcp_info() {
             smp.notsent += u64::from(i.notsent_bytes);
+            smp.cwnd += u64::from(i.snd_cwnd);
+            smp.in_flight += u64::from(i.unacked);
+            smp.srtt_us += u64::from(i.rtt);
         }
     }
+    smp.srtt_us /= socks.len().max(1) as u64;
     smp
 }
 

@@ -117,6 +117,27 @@ pub(crate) struct SeriesChart {
     pub(crate) value: fn(&Sample) -> f64,
 }
 
+/// Rows every experiment shows after its own: the sending sockets' state as `ss -tmi` shows
+/// it (Shallow: `TCP_INFO`, `SO_MEMINFO`), per flow and averaged over the samples, to see
+/// where the two halves part (cwnd growth, send-buffer autotuning, RTT).
+fn state_rows(flows: usize) -> Vec<RowDef> {
+    let per_flow = move |v: f64| v / flows.max(1) as f64;
+    vec![
+        row("cwnd_per_flow_mean", "segs", Claim::None, move |a| {
+            per_flow(mean(&a.series(|s| s.cwnd as f64)))
+        }),
+        row("in_flight_per_flow_mean", "segs", Claim::None, move |a| {
+            per_flow(mean(&a.series(|s| s.in_flight as f64)))
+        }),
+        row("sndbuf_per_flow_mean", "KB", Claim::None, move |a| {
+            per_flow(mean(&a.series(|s| s.sndbuf as f64))) / 1024.0
+        }),
+        row("srtt_mean", "ms", Claim::None, |a| {
+            mean(&a.series(|s| s.srtt_us as f64)) / 1000.0
+        }),
+    ]
+}
+
 /// The setup of the table: bottleneck, world, workload, duration and each arm's sysctls.
 fn setup(spec: &LinuxSpec) -> BTreeMap<String, String> {
     let w = &spec.workload;
@@ -187,6 +208,7 @@ pub fn run_linux(
     let rows = spec
         .rows
         .iter()
+        .chain(&state_rows(spec.workload.flows))
         .map(|r| arms.row(&r.name, r.unit, r.claim, &r.value))
         .collect();
     let charts = spec

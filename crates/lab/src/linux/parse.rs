@@ -60,6 +60,14 @@ pub(super) struct SsSock {
     pub(super) wmem_queued: u64,
     /// `notsent:`.
     pub(super) notsent: u64,
+    /// `skmem tb`: sndbuf.
+    pub(super) sndbuf: u64,
+    /// `cwnd:`, segments.
+    pub(super) cwnd: u64,
+    /// `unacked:`, segments in flight (packets_out).
+    pub(super) unacked: u64,
+    /// `rtt:` (its first figure, srtt), µs.
+    pub(super) srtt_us: u64,
 }
 
 pub(super) fn parse_ss(text: &str) -> Vec<SsSock> {
@@ -73,19 +81,27 @@ pub(super) fn parse_ss(text: &str) -> Vec<SsSock> {
             let num = |p: &str| f.strip_prefix(p).and_then(|x| x.parse::<u64>().ok());
             if let Some(x) = num("r") {
                 s.rmem_alloc = x;
+            } else if let Some(x) = num("tb") {
+                s.sndbuf = x;
             } else if let Some(x) = num("t") {
                 s.wmem_alloc = x;
             } else if let Some(x) = num("w") {
                 s.wmem_queued = x;
             }
         }
-        if let Some(j) = l.find("notsent:") {
-            s.notsent = l[j + 8..]
-                .split_whitespace()
-                .next()
-                .and_then(|x| x.parse().ok())
-                .unwrap_or(0);
-        }
+        // `name:value` fields after the skmem group.
+        let field = |name: &str| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix(name))
+                .map(|x| x.split('/').next().unwrap_or(""))
+        };
+        let int = |name: &str| field(name).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+        s.notsent = int("notsent:");
+        s.cwnd = int("cwnd:");
+        s.unacked = int("unacked:");
+        s.srtt_us = field("rtt:")
+            .and_then(|x| x.parse::<f64>().ok())
+            .map_or(0, |ms| (ms * 1000.0).round() as u64);
         v.push(s);
     }
     v
@@ -137,7 +153,7 @@ mod tests {
 
     #[test]
     fn parses_ss_skmem_and_notsent() {
-        let s = "0      930376 10.77.0.1:57802 10.77.0.2:5555\n\t skmem:(r0,rb131072,t109440,tb1410048,f1656,w944520,o0,bl0,d0) cubic wscale:10,10 notsent:814536 minrtt:0.007\n";
+        let s = "0      930376 10.77.0.1:57802 10.77.0.2:5555\n\t skmem:(r0,rb131072,t109440,tb1410048,f1656,w944520,o0,bl0,d0) cubic wscale:10,10 rtt:4.25/0.5 mss:1448 cwnd:87 unacked:40 notsent:814536 minrtt:0.007\n";
         let v = parse_ss(s);
         assert_eq!(v.len(), 1);
         assert_eq!(
@@ -146,7 +162,11 @@ mod tests {
                 rmem_alloc: 0,
                 wmem_alloc: 109440,
                 wmem_queued: 944520,
-                notsent: 814536
+                notsent: 814536,
+                sndbuf: 1410048,
+                cwnd: 87,
+                unacked: 40,
+                srtt_us: 4250,
             }
         );
     }
