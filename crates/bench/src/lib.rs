@@ -112,6 +112,10 @@ pub struct BenchConfig {
     /// The Shallow engine sends TSO/GSO packets (false: [`DeviceCaps::gso`](shallow_tcp::DeviceCaps::gso) off, the
     /// `ethtool -K dev tso off gso off` case: one segment per packet). The veth pair ignores it.
     pub gso: bool,
+    /// Application threads write the engine's packets to the TUN themselves
+    /// ([`Host::set_direct_transmit`], the default); false hands every packet to the I/O
+    /// threads. The veth pair ignores it.
+    pub direct_tx: bool,
 }
 
 impl Default for BenchConfig {
@@ -132,6 +136,7 @@ impl Default for BenchConfig {
             flows: 1,
             queues: 1,
             gso: true,
+            direct_tx: true,
         }
     }
 }
@@ -660,6 +665,7 @@ fn shallow_world(cfg: &BenchConfig) -> Result<ShallowWorld, BenchError> {
     let devices = tuns.into_iter().map(Device::Tun).collect();
     let host = Host::start_queues(stack, devices, Egress::default())
         .map_err(io_err("start the I/O threads"))?;
+    host.set_direct_transmit(cfg.direct_tx);
     Ok(ShallowWorld { host, ns, offload })
 }
 

@@ -127,6 +127,11 @@ pub struct BenchArgs {
     /// and one egress qdisc each; flows are spread over them by flow hash.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     queues: u32,
+    /// With `--substrate linux`: the application threads hand every packet to Shallow's I/O
+    /// threads instead of writing it to the TUN themselves (the default, as a Linux process's
+    /// send runs the qdisc and the driver in its own context).
+    #[arg(long)]
+    io_thread_tx: bool,
     /// Workload: TCP_STREAM (data from this side to netserver), TCP_RR (request/response
     /// latency), TCP_MAERTS (data from netserver to this side), BULK (a byte count per flow,
     /// SHA-256 checked at the receiver).
@@ -242,6 +247,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     }
     if args.queues != 1 {
         usage_error("--queues needs --substrate linux");
+    }
+    if args.io_thread_tx {
+        usage_error("--io-thread-tx needs --substrate linux");
     }
     let mut costs = CostTable::default();
     for c in &args.costs {
@@ -581,6 +589,7 @@ mod linux {
             flows: args.flows as usize,
             queues: args.queues as usize,
             gso: !args.tso_off,
+            direct_tx: !args.io_thread_tx,
             ..ob::BenchConfig::default()
         }
     }
@@ -740,6 +749,7 @@ mod linux {
             "pair": pair_of(args.pair).label(),
             "flows": cfg.flows,
             "queues": cfg.queues,
+            "direct_tx": cfg.direct_tx,
             "duration_s": cfg.duration.as_secs_f64(),
             "msg_size_bytes": cfg.msg_size,
             "recv_size_bytes": cfg.recv_size,

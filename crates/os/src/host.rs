@@ -248,8 +248,9 @@ impl Host {
                 })));
             }
         }
+        let devices: Vec<Arc<Device>> = devices.into_iter().map(Arc::new).collect();
         let mut shards = Vec::with_capacity(n);
-        for (k, stack) in stacks.into_iter().enumerate() {
+        for ((k, stack), dev) in stacks.into_iter().enumerate().zip(&devices) {
             // The engine learns its qdisc's verdict at the transmit (NET_XMIT_DROP), as
             // Linux's TCP does from dev_queue_xmit: the driver installs the gate.
             let txq = shallow_tcp::driver::Egress::new(vec![qdisc_for(egress.clone(), mtu)]);
@@ -261,7 +262,7 @@ impl Host {
                 edt_pacing: fq,
                 ..caps
             });
-            shards.push(Shard::new(k, driver, Waker::new()?));
+            shards.push(Shard::new(k, driver, Waker::new()?, Arc::clone(dev)));
         }
         let shared = Arc::new(Shared::new(shards, steer));
         let guard = ThreadGuard {
@@ -278,7 +279,7 @@ impl Host {
             // On a spawn failure the guard stops and joins the threads already started.
             let t = std::thread::Builder::new()
                 .name(name)
-                .spawn(move || iothread::io_loop(&s, q, &device))?;
+                .spawn(move || iothread::io_loop(&s, q))?;
             guard
                 .threads
                 .lock()
@@ -434,6 +435,16 @@ impl Host {
     pub fn stats(&self) -> &HostStats {
         &self.shared.stats
     }
+
+    /// Whether application calls transmit on their own thread (the default, as a Linux
+    /// process's `sendmsg` runs the qdisc and the driver in its own context: a send needs no
+    /// wake-up of the I/O thread), or hand everything to the I/O threads (`false`: every call
+    /// that may have queued output kicks its shard's I/O thread, which sends it). Either way
+    /// one thread at a time moves a queue's packets, so a flow's packets stay in order. Once
+    /// a packet hook has been installed the I/O threads transmit (the hook runs on them).
+    pub fn set_direct_transmit(&self, on: bool) {
+        self.shared.direct_tx.store(on, Ordering::Relaxed);
+    }
 }
 
 /// A random key for the host's flow-ownership hash.
@@ -465,7 +476,8 @@ impl Host {
     /// With several queues the one hook is shared: it runs on the thread of the queue that
     /// read or writes the packet, and each queue holds back at most one packet per direction,
     /// released by that queue's thread (a held received packet then goes to the shard that
-    /// owns it, a held transmitted one leaves on its own queue).
+    /// owns it, a held transmitted one leaves on its own queue). Once a hook has been
+    /// installed, application calls leave transmitting to the I/O threads ([`Host::set_direct_transmit`]).
     pub fn set_packet_hook(&self, hook: Option<PacketHook>) {
         let mut h = self.shared.hook.lock().unwrap_or_else(|p| p.into_inner());
         h.set(hook);

@@ -16,6 +16,8 @@ use shallow_tcp::{Instant, Stack, Transmit, TxToken};
 
 use crate::device::Device;
 use crate::hook::{Dir, Held, HookState, Verdict, HOLD};
+use std::sync::MutexGuard;
+
 use crate::shared::{bump, wake_all, Inner, Shared};
 use crate::tun::RxBatch;
 use crate::wake::wait_readable;
@@ -26,13 +28,13 @@ const RX_BATCH: usize = 64;
 /// The loop of queue `me`'s I/O thread over `dev`, serving shard `me`; returns when the host
 /// stops or the device fails (which stops the host: every thread and every blocked call is
 /// woken).
-pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
+pub(crate) fn io_loop(sh: &Shared, me: usize) {
+    let dev: &Device = &sh.shards[me].dev;
     let shard = &sh.shards[me];
     let mut batch = RxBatch::new(RX_BATCH);
     let mut mem_batch: Vec<(Vec<u8>, Option<u16>)> = Vec::with_capacity(RX_BATCH);
     let mut inbox: Vec<(Vec<u8>, Option<u16>)> = Vec::new();
     let mut dropped_seen = 0u64;
-    let mut outq: Vec<Out> = Vec::new();
     let mut kicks = vec![false; sh.shards.len()];
     let sharded = sh.shards.len() > 1;
     // The qdisc's release times are this thread's ppoll timeouts: fire them on time, as the
@@ -52,6 +54,10 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
                     (a, b) => a.or(b),
                 };
             }
+            // Under the mutex, so a call that moves the deadline earlier sees it (and kicks).
+            shard
+                .io_wakes_at
+                .store(next.map_or(u64::MAX, |t| t.as_nanos()), Ordering::SeqCst);
             next.map(|t| t - now)
         };
         // A poll error (EINTR is already absorbed) is not recoverable by waiting: stop.
@@ -138,13 +144,14 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
                     .fetch_add(batch.dropped - dropped_seen, Ordering::Relaxed);
                 dropped_seen = batch.dropped;
             }
+            for t in shard.take_completions() {
+                g.driver.tx_complete(now, t);
+            }
             g.driver.run_timers(now);
-            egress(sh, me, &mut g, &mut outq, hook.as_deref_mut(), now);
             drop(hook);
             g.dispatch(sh);
-            drop(g);
+            drop(tx_run(sh, me, g, false));
             kick_others(sh, &mut kicks);
-            write_out(sh, me, dev, &mut outq);
             if n < RX_BATCH {
                 break;
             }
@@ -153,6 +160,58 @@ pub(crate) fn io_loop(sh: &Shared, me: usize, dev: &Device) {
     sh.stop.store(true, Ordering::SeqCst);
     sh.kick_all();
     wake_all(sh);
+}
+
+/// Runs shard `k`'s TX queue, `g` its engine held (Linux's `__qdisc_run` between
+/// `qdisc_run_begin` and `qdisc_run_end`): moves the engine's output into the qdisc, writes
+/// what the qdisc releases now to the device with the mutex dropped, completes it (which may
+/// release more), and returns the engine held again. One thread at a time runs a queue, so
+/// a flow's packets leave in order: a thread that finds it busy leaves its output to the
+/// runner, which goes round again ([`Shard::tx_missed`](crate::shared::Shard::tx_missed)).
+/// Called by the queue's I/O thread after its input and timers, and by application calls on
+/// their own thread (`app`; Linux's `sendmsg` runs the qdisc and the driver in the process's
+/// context), so a send does not wait for the I/O thread to be scheduled.
+pub(crate) fn tx_run<'a>(
+    sh: &'a Shared,
+    k: usize,
+    mut g: MutexGuard<'a, Inner>,
+    app: bool,
+) -> MutexGuard<'a, Inner> {
+    let shard = &sh.shards[k];
+    // Set before trying, so a runner that is just finishing sees it (see tx_missed).
+    shard.tx_missed.store(true, Ordering::SeqCst);
+    loop {
+        if shard.tx_busy.swap(true, Ordering::SeqCst) {
+            return g;
+        }
+        shard.tx_missed.store(false, Ordering::SeqCst);
+        let mut outq: Vec<Out> = Vec::new();
+        {
+            let mut hook = sh.lock_hook();
+            let now = sh.now();
+            egress(sh, k, &mut g, &mut outq, hook.as_deref_mut(), now);
+        }
+        g.dispatch(sh);
+        if !outq.is_empty() {
+            drop(g);
+            if app {
+                // The device has the packets; their completions come from the I/O thread,
+                // as a NIC's TX completion comes from its interrupt after the driver's
+                // transmit in the sender's context: meanwhile they count below TCP, which is
+                // what autocorking and TSQ look at.
+                let n = write_only(sh, k, &shard.dev, &mut outq);
+                sh.stats.tx_direct.fetch_add(n, Ordering::Relaxed);
+                shard.kick();
+            } else {
+                write_out(sh, k, &shard.dev, &mut outq);
+            }
+            g = shard.lock();
+        }
+        shard.tx_busy.store(false, Ordering::SeqCst);
+        if !shard.tx_missed.load(Ordering::SeqCst) {
+            return g;
+        }
+    }
 }
 
 /// Wakes the threads of the shards whose inboxes were given packets (after this shard's mutex
@@ -332,6 +391,46 @@ fn tx_hooked(
     }
 }
 
+/// Writes `outq` to the device from an application thread, without the shard's mutex, and
+/// leaves the completions of the data packets to the I/O thread (`Shard::completions`).
+/// Returns how many packets it wrote.
+fn write_only(sh: &Shared, me: usize, dev: &Device, outq: &mut Vec<Out>) -> u64 {
+    let mut tokens: Vec<TxToken> = Vec::new();
+    let n = send_all(sh, me, dev, outq, &mut tokens);
+    if !tokens.is_empty() {
+        sh.shards[me].push_completions(tokens);
+    }
+    n
+}
+
+/// Writes every packet of `outq` to the device (counted), keeping their TX tokens in
+/// `tokens`; returns how many it wrote.
+fn send_all(
+    sh: &Shared,
+    me: usize,
+    dev: &Device,
+    outq: &mut Vec<Out>,
+    tokens: &mut Vec<TxToken>,
+) -> u64 {
+    let qstats = &sh.stats.queues[me];
+    let mut written = 0;
+    for (data, gso_size, token) in outq.drain(..) {
+        written += 1;
+        match dev.send(&data, gso_size) {
+            Ok(()) => {
+                bump(&sh.stats.tx_packets);
+                bump(&qstats.tx_packets);
+                if gso_size.is_some() {
+                    bump(&sh.stats.tx_gso);
+                }
+            }
+            Err(_) => bump(&sh.stats.tx_errors),
+        }
+        tokens.extend(token);
+    }
+    written
+}
+
 /// A packet ready for the device: written by the I/O thread after it drops the shard's
 /// mutex, then completed under the mutex again.
 type Out = (Vec<u8>, Option<u16>, Option<TxToken>);
@@ -344,23 +443,11 @@ fn out(outq: &mut Vec<Out>, data: Vec<u8>, gso_size: Option<u16>, token: Option<
 /// under it (the device has them, or refused them: a drop below TCP completes too, as
 /// `kfree_skb` runs the destructor). Completions may let TSQ queue more and the qdisc release
 /// more, so this repeats until nothing is left to write.
-fn write_out(sh: &Shared, me: usize, dev: &Device, outq: &mut Vec<Out>) {
+fn write_out(sh: &Shared, me: usize, dev: &Device, outq: &mut Vec<Out>) -> u64 {
+    let mut written = 0;
     let mut tokens: Vec<TxToken> = Vec::new();
-    let qstats = &sh.stats.queues[me];
     while !outq.is_empty() {
-        for (data, gso_size, token) in outq.drain(..) {
-            match dev.send(&data, gso_size) {
-                Ok(()) => {
-                    bump(&sh.stats.tx_packets);
-                    bump(&qstats.tx_packets);
-                    if gso_size.is_some() {
-                        bump(&sh.stats.tx_gso);
-                    }
-                }
-                Err(_) => bump(&sh.stats.tx_errors),
-            }
-            tokens.extend(token);
-        }
+        written += send_all(sh, me, dev, outq, &mut tokens);
         if tokens.is_empty() {
             break;
         }
@@ -374,4 +461,5 @@ fn write_out(sh: &Shared, me: usize, dev: &Device, outq: &mut Vec<Out>) {
         drop(hook);
         g.dispatch(sh);
     }
+    written
 }

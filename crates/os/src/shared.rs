@@ -17,8 +17,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use shallow_tcp::{pollbits, Errno, Instant, SocketId, Stack};
+use shallow_tcp::{pollbits, Errno, Instant, SocketId, Stack, TxToken};
 
+use crate::device::Device;
 use crate::egress::OsDriver;
 use crate::hook::HookState;
 use crate::readiness::PollerState;
@@ -81,6 +82,11 @@ pub struct HostStats {
     pub task_wakeups: AtomicU64,
     /// Times a blocking call went to sleep waiting for a socket event.
     pub sleeps: AtomicU64,
+    /// Packets an application thread wrote to the device itself (direct transmit).
+    pub tx_direct: AtomicU64,
+    /// Times an application call woke an I/O thread because the engine's next deadline moved
+    /// earlier than its planned wake-up.
+    pub io_kicks: AtomicU64,
     /// Per device queue (one entry per I/O thread and shard, in queue order): packets read
     /// and written there. The totals above count every queue.
     pub queues: Vec<QueueStats>,
@@ -325,11 +331,28 @@ pub(crate) struct Shard {
     /// Wakes this shard's I/O thread.
     pub waker: Waker,
     inbox: Mutex<Inbox>,
+    /// This shard's device queue: its I/O thread reads it; whoever runs the TX queue
+    /// ([`crate::iothread::tx_run`]) writes it.
+    pub dev: Arc<Device>,
+    /// Someone is running this shard's TX queue (moving the engine's output through the
+    /// qdisc to the device): Linux's `qdisc_run_begin`. One at a time keeps a flow's packets
+    /// in order.
+    pub tx_busy: AtomicBool,
+    /// A thread found the TX queue busy with output of its own: the runner goes round again
+    /// (Linux's `__QDISC_STATE_MISSED`).
+    pub tx_missed: AtomicBool,
+    /// TX completions of packets application threads wrote (`iothread::tx_run`), for the
+    /// I/O thread to run.
+    completions: Mutex<Vec<TxToken>>,
+    /// When the I/O thread will wake next, ns on the host clock (`u64::MAX`: not before a
+    /// packet or a kick): an application call that moves the engine's next deadline earlier
+    /// kicks it, others do not (written under the shard's mutex).
+    pub io_wakes_at: AtomicU64,
 }
 
 impl Shard {
-    /// The shard `k` over `driver`, its thread woken by `waker`.
-    pub fn new(k: usize, driver: OsDriver, waker: Waker) -> Shard {
+    /// The shard `k` over `driver` and device queue `dev`, its thread woken by `waker`.
+    pub fn new(k: usize, driver: OsDriver, waker: Waker, dev: Arc<Device>) -> Shard {
         Shard {
             inner: Mutex::new(Inner {
                 k,
@@ -338,6 +361,11 @@ impl Shard {
             }),
             waker,
             inbox: Mutex::new(Inbox::default()),
+            dev,
+            tx_busy: AtomicBool::new(false),
+            tx_missed: AtomicBool::new(false),
+            completions: Mutex::new(Vec::new()),
+            io_wakes_at: AtomicU64::new(0),
         }
     }
 
@@ -351,6 +379,18 @@ impl Shard {
     pub fn kick(&self) {
         // An eventfd write only fails if the descriptor is gone, i.e. the host is shutting down.
         let _ = self.waker.wake();
+    }
+
+    /// Adds TX completions for the I/O thread to run.
+    pub fn push_completions(&self, mut t: Vec<TxToken>) {
+        let mut c = self.completions.lock().unwrap_or_else(|p| p.into_inner());
+        c.append(&mut t);
+    }
+
+    /// The TX completions application threads left, taken.
+    pub fn take_completions(&self) -> Vec<TxToken> {
+        let mut c = self.completions.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut *c)
     }
 
     /// Copies a packet into the inbox; false (nothing copied) when the inbox is full.
@@ -388,6 +428,9 @@ pub(crate) struct Shared {
     pub hook: Mutex<HookState>,
     pub hooked: AtomicBool,
     pub stop: AtomicBool,
+    /// Application calls transmit on their own thread ([`Shared::finish`]); when off, every
+    /// call hands its output to the I/O thread ([`crate::Host::set_direct_transmit`]).
+    pub direct_tx: AtomicBool,
     epoch: std::time::Instant,
     pub stats: HostStats,
 }
@@ -405,6 +448,7 @@ impl Shared {
             hook: Mutex::new(HookState::default()),
             hooked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            direct_tx: AtomicBool::new(true),
             epoch: std::time::Instant::now(),
             stats: HostStats {
                 queues: (0..n).map(|_| QueueStats::default()).collect(),
@@ -454,12 +498,35 @@ impl Shared {
         self.stop.load(Ordering::SeqCst)
     }
 
-    /// Dispatches wake-ups, unlocks, and kicks the shard's I/O thread.
-    pub fn finish(&self, mut g: MutexGuard<'_, Inner>) {
+    /// Ends an application call's hold of shard `g`: dispatches wake-ups, sends what the call
+    /// queued, unlocks, and wakes the I/O thread only if it must run sooner than it planned.
+    pub fn finish(&self, g: MutexGuard<'_, Inner>) {
+        drop(self.after_call(g));
+    }
+
+    /// What an application call does before it lets go of its shard (still holding it, the
+    /// mutex perhaps dropped and taken again): wake-ups dispatched; the engine's output sent
+    /// from this thread ([`crate::iothread::tx_run`], as a Linux process's `sendmsg` runs
+    /// the qdisc and the driver itself) unless direct transmit is off, in which case the I/O
+    /// thread is kicked to send it; and the I/O thread kicked if the engine's next deadline
+    /// (a timer, a qdisc's release time) is now earlier than its planned wake-up.
+    pub fn after_call<'a>(&'a self, mut g: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
         g.dispatch(self);
         let k = g.k;
-        drop(g);
-        self.shards[k].kick();
+        let shard = &self.shards[k];
+        // A packet hook runs on the I/O threads only (`Host::set_packet_hook`).
+        if !self.direct_tx.load(Ordering::Relaxed) || self.hooked.load(Ordering::Relaxed) {
+            shard.kick();
+            return g;
+        }
+        g = crate::iothread::tx_run(self, k, g, true);
+        let now = self.now();
+        let next = g.driver.poll_deadline(0, now);
+        if next.is_some_and(|t| t.as_nanos() < shard.io_wakes_at.load(Ordering::SeqCst)) {
+            bump(&self.stats.io_kicks);
+            shard.kick();
+        }
+        g
     }
 
     /// Takes ownership of socket `s` of shard `k` for an application call (Linux
@@ -606,11 +673,9 @@ impl<'a> Owned<'a> {
     /// Drops the mutex for a moment while still owning the socket (between chunks of a long
     /// call), so the I/O thread can take input; packets for this socket go to its backlog.
     pub fn yield_now(&mut self) {
-        if let Some(mut g) = self.g.take() {
-            g.dispatch(self.sh);
-            drop(g);
+        if let Some(g) = self.g.take() {
+            drop(self.sh.after_call(g));
         }
-        self.shard.kick();
         self.g = Some(self.shard.lock());
     }
 
@@ -662,9 +727,8 @@ impl<'a> Owned<'a> {
         let s = self.s;
         let gen0 = want.gen(self.slot()?);
         self.release();
-        let sh = self.sh;
-        self.inner().dispatch(sh);
-        self.shard.kick();
+        let g = self.g.take().expect("engine mutex held");
+        self.g = Some(self.sh.after_call(g));
         let mut end = WaitEnd::Woken;
         loop {
             if self.sh.stopped() {
@@ -761,10 +825,12 @@ mod tests {
     /// bytes) and refuses more, copying nothing, until its thread takes what it holds.
     #[test]
     fn inbox_is_bounded() {
+        let (link, _peer) = crate::link::pair().expect("link");
         let shard = Shard::new(
             0,
             OsDriver::new(Stack::new(1)),
             Waker::new().expect("eventfd"),
+            Arc::new(Device::Mem(link)),
         );
         for i in 0..INBOX_PACKETS {
             assert!(shard.push_inbox(&[i as u8; 40], None), "packet {i} refused");

@@ -102,6 +102,89 @@ fn bulk_both_ways_v4_v6() {
     });
 }
 
+/// Both ways of sending the engine's packets: from the application's own thread (direct
+/// transmit, the default: the write, the qdisc and the device in the caller's context, the
+/// completions from the I/O thread) and from the I/O thread alone. Four flows at once, each
+/// way, behind fq and behind a tbf that cuts super-segments (so segment tokens complete from
+/// the I/O thread while application threads keep writing): every byte arrives in order, and
+/// the host counts who wrote the packets.
+#[test]
+fn direct_and_io_thread_transmit() {
+    use shallow_os::Rate;
+    with_watchdog(Duration::from_secs(180), || {
+        let tbf = Egress::Tbf {
+            rate: Rate::gbps(2),
+            burst: 10_000,
+            limit: 4 << 20,
+        };
+        for egress in [Egress::Fq, tbf] {
+            for direct in [true, false] {
+                let (ha, hb) = hosts(egress.clone());
+                ha.set_direct_transmit(direct);
+                hb.set_direct_transmit(direct);
+                let l = TcpListener::bind(&hb, SocketAddr::new(IpAddr::V4(B4), 80)).unwrap();
+                let server = std::thread::spawn(move || {
+                    let mut ts = Vec::new();
+                    for i in 0..4u8 {
+                        let (s, _) = l.accept().unwrap();
+                        ts.push(std::thread::spawn(move || {
+                            let mut salt = [0u8; 1];
+                            (&s).read_exact(&mut salt).unwrap();
+                            let s2 = s.try_clone().unwrap();
+                            let w = std::thread::spawn(move || {
+                                (&s2).write_all(&pattern(1 << 20, salt[0] ^ 0x80)).unwrap();
+                                s2.shutdown(Shutdown::Write).unwrap();
+                            });
+                            let mut got = Vec::new();
+                            (&s).read_to_end(&mut got).unwrap();
+                            w.join().unwrap();
+                            assert!(
+                                got == pattern(1 << 20, salt[0]),
+                                "flow {i}: client → server"
+                            );
+                        }));
+                    }
+                    for t in ts {
+                        t.join().unwrap();
+                    }
+                });
+                let clients: Vec<_> = (0..4u8)
+                    .map(|salt| {
+                        let ha = ha.clone();
+                        std::thread::spawn(move || {
+                            let c = TcpStream::connect(&ha, SocketAddr::new(IpAddr::V4(B4), 80))
+                                .unwrap();
+                            (&c).write_all(&[salt]).unwrap();
+                            let c2 = c.try_clone().unwrap();
+                            let w = std::thread::spawn(move || {
+                                (&c2).write_all(&pattern(1 << 20, salt)).unwrap();
+                                c2.shutdown(Shutdown::Write).unwrap();
+                            });
+                            let mut got = Vec::new();
+                            (&c).read_to_end(&mut got).unwrap();
+                            w.join().unwrap();
+                            got == pattern(1 << 20, salt ^ 0x80)
+                        })
+                    })
+                    .collect();
+                for c in clients {
+                    assert!(
+                        c.join().unwrap(),
+                        "{egress:?} direct={direct}: server → client"
+                    );
+                }
+                server.join().unwrap();
+                let direct_pkts = ha
+                    .stats()
+                    .tx_direct
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                eprintln!("{egress:?} direct={direct}: {direct_pkts} packets written by callers");
+                assert_eq!(direct_pkts > 0, direct, "{egress:?} direct={direct}");
+            }
+        }
+    });
+}
+
 /// Errors carry Linux errnos and their std kinds: a connect to a port with no listener is
 /// refused (the peer's RST in SYN_SENT, RFC 9293 §3.10.7.3 → ECONNREFUSED); a second listener
 /// on the same address is EADDRINUSE (`inet_csk_get_port`); a read timeout is EAGAIN
