@@ -132,6 +132,9 @@ fn state_rows(flows: usize) -> Vec<RowDef> {
         row("sndbuf_per_flow_mean", "KB", Claim::None, move |a| {
             per_flow(mean(&a.series(|s| s.sndbuf as f64))) / 1024.0
         }),
+        row("bottleneck_backlog_mean", "KB", Claim::None, |a| {
+            mean(&a.series(|s| s.tbf_bytes as f64)) / 1024.0
+        }),
         row("srtt_mean", "ms", Claim::None, |a| {
             mean(&a.series(|s| s.srtt_us as f64)) / 1000.0
         }),
