@@ -351,6 +351,41 @@ mod tests {
         assert_eq!(left, 0);
     }
 
+    /// `TcpInSegs` counts received packets (a GRO/TSO packet once), `TcpOutSegs` wire
+    /// segments, as Linux 6.18 counts them.
+    #[test]
+    fn in_segs_count_packets_out_segs_wire_segments() {
+        let mut a: Driver = Driver::new(Stack::new(1));
+        let mut b: Driver = Driver::new(Stack::new(2));
+        a.set_device(crate::DeviceCaps {
+            gso: true,
+            ..crate::DeviceCaps::default()
+        });
+        a.add_address("10.0.0.1".parse().unwrap());
+        b.add_address("10.0.0.2".parse().unwrap());
+        let srv = "10.0.0.2:80".parse().unwrap();
+        let l = b.socket(Family::V4).unwrap();
+        b.bind(l, srv).unwrap();
+        b.listen(l, 4).unwrap();
+        let c = a.socket(Family::V4).unwrap();
+        let mut now = Instant::from_secs(1);
+        assert_eq!(a.connect(now, c, srv), Err(Errno::EINPROGRESS));
+        for _ in 0..4 {
+            step(&mut a, &mut b, now);
+            step(&mut b, &mut a, now);
+            now += Duration::from_millis(1);
+        }
+        let _ = b.accept(l).unwrap();
+        let count = |d: &Driver, k: &str| d.counters().get(k).unwrap_or(0);
+        let (in0, out0) = (count(&b, "TcpInSegs"), count(&a, "TcpOutSegs"));
+        let mss = a.tcp_info(now, c).unwrap().snd_mss as usize;
+        a.send(now, c, &vec![7u8; 10 * mss], 0).unwrap();
+        let packets = step(&mut a, &mut b, now) as u64;
+        assert!(packets < 10, "TSO packets: {packets}");
+        assert_eq!(count(&a, "TcpOutSegs") - out0, 10);
+        assert_eq!(count(&b, "TcpInSegs") - in0, packets);
+    }
+
     #[test]
     fn flows_keep_one_queue() {
         assert_eq!(queue_of(u32::MAX, 1), 0);

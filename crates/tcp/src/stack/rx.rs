@@ -55,7 +55,10 @@ impl Stack {
                 return;
             }
         };
-        self.env.mib.add(Mib::InSegs, u64::from(seg.gso_segs));
+        // TcpInSegs counts received packets, a GRO packet once (measured on Linux 6.18: 20 MB
+        // over a 1500-byte-MTU loopback, 14,483 segments' worth, raised InSegs by 457 while
+        // OutSegs counted every wire segment).
+        self.env.mib.inc(Mib::InSegs);
         if !self.addrs.is_empty() && !self.addrs.contains(&seg.dst.ip()) {
             return;
         }
