@@ -28,8 +28,8 @@ pub struct LabArgs {
     #[arg(long, requires = "plots")]
     pub no_png: bool,
     /// Where to run: `emulator` (virtual time, the default) or `linux` (the kernel's TCP in
-    /// network namespaces beside Shallow on a TUN, with a tbf bottleneck; root; tsq,
-    /// notsent-lowat, pollout, autocork).
+    /// network namespaces beside Shallow on a TUN, with a tbf bottleneck; root; all five:
+    /// for ack-defer the kernel's TCP sends to the kernel's receiver and to Shallow's).
     #[arg(long, value_enum, default_value_t = Substrate::Emulator)]
     pub substrate: Substrate,
     /// With `--substrate linux`: run only the kernel half (no TUN).

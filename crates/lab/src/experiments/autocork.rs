@@ -10,7 +10,7 @@ use super::{
     curve, metric, over_time, ratio_over_time, scaled_ms, secs, sender_cpu_s, stream, sysctl, Arm,
     ChartDef, Emulated, MetricDef, NIC_TX_USECS, OFF, ON,
 };
-use crate::linux::{row, ArmResult, LinuxSpec, Workload, Writer};
+use crate::linux::{row, ArmResult, LinuxSpec, Side, Workload, Writer};
 use crate::{Claim, Scale};
 
 /// The commit's throughput, Mbit/s (super_netperf 4 -t TCP_STREAM -- -m 128): off, on.
@@ -209,6 +209,7 @@ pub(super) fn on_linux(s: Scale) -> LinuxSpec {
     };
     LinuxSpec {
         tbf: super::LINUX_TBF_1G,
+        side: Side::Sender,
         workload: Workload {
             flows: 4,
             msg: 128,

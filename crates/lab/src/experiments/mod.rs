@@ -78,7 +78,7 @@ impl Experiment {
             Experiment::NotsentLowat => Ok(notsent_lowat::on_linux(s)),
             Experiment::Pollout => Ok(pollout::on_linux(s)),
             Experiment::Autocork => Ok(autocork::on_linux(s)),
-            Experiment::AckDefer => Err(ack_defer::on_linux()),
+            Experiment::AckDefer => Ok(ack_defer::on_linux(s)),
         }
     }
 

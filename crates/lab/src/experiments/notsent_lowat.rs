@@ -10,7 +10,9 @@ use super::{
     metric, off_on, over_time, scaled, scaled_ms, secs, stream, sysctl, throughput_gbps, Arm,
     Emulated,
 };
-use crate::linux::{max, mean, row, LinuxSpec, RowDef, SeriesChart, Sysctls, Workload, Writer};
+use crate::linux::{
+    max, mean, row, LinuxSpec, RowDef, SeriesChart, Side, Sysctls, Workload, Writer,
+};
 use crate::{Claim, Scale};
 
 /// The commit's flows.
@@ -154,6 +156,7 @@ pub(super) fn lowat_on_linux(
     notes.push("epoll wake-ups = epoll_wait calls of the sender thread that returned an event (Shallow: its Poller)".into());
     LinuxSpec {
         tbf: super::LINUX_TBF_1G,
+        side: Side::Sender,
         workload: Workload {
             flows: linux_flows(s),
             msg: 16384,

@@ -9,7 +9,7 @@ use super::{
     delay_cdf, metric, ms, off_on, over_time, scaled_ms, secs, stream, Arm, ChartDef, Emulated,
 };
 use crate::linux::{
-    max, mean, quantile, row, ArmResult, LinuxSpec, SeriesChart, Tbf, Workload, Writer,
+    max, mean, quantile, row, ArmResult, LinuxSpec, SeriesChart, Side, Tbf, Workload, Writer,
 };
 use crate::{Chart, Claim, Scale};
 
@@ -156,6 +156,7 @@ pub(super) fn on_linux(s: Scale) -> LinuxSpec {
     let qdelay_ms = move |a: &ArmResult| a.series(|s| s.tbf_bytes as f64 * 8.0 / rate * 1e3);
     LinuxSpec {
         tbf,
+        side: Side::Sender,
         workload: Workload {
             flows: 1,
             msg: 65536,

@@ -53,8 +53,12 @@ pub(crate) struct ArmResult {
     pub(crate) send: SendStats,
     /// The sender's state every 50 ms.
     pub(crate) samples: Vec<Sample>,
-    /// Counter deltas over the run (`TcpExtX`, `TcpX`).
+    /// Counter deltas over the run (`TcpExtX`, `TcpX`): the senders' side, or for an
+    /// experiment on the receiver ([`super::Side::Receiver`]) the receiver's.
     pub(crate) counters: BTreeMap<String, u64>,
+    /// CPU time of the receiving side, ns (receiver experiments only: the reading threads,
+    /// and Shallow's I/O thread when Shallow receives).
+    pub(crate) recv_cpu_ns: u64,
 }
 
 impl ArmResult {
@@ -94,7 +98,7 @@ pub(crate) fn max(v: &[f64]) -> f64 {
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 
 /// Senders at work: the stop flag, their start and their threads.
-struct Running {
+pub(super) struct Running {
     stop: Arc<AtomicBool>,
     t0: Instant,
     handles: Vec<JoinHandle<SendStats>>,
@@ -102,7 +106,7 @@ struct Running {
 
 /// Starts the workload's senders over `flows`; `epoll` makes the poller of an
 /// [`Writer::Epoll`] sender (`what` names it in errors).
-fn start_senders<F: Flow + 'static, P: WritePoller + Send + 'static>(
+pub(super) fn start_senders<F: Flow + 'static, P: WritePoller + Send + 'static>(
     flows: Vec<Arc<F>>,
     w: &Workload,
     what: &str,
@@ -121,8 +125,13 @@ fn start_senders<F: Flow + 'static, P: WritePoller + Send + 'static>(
 }
 
 impl Running {
+    /// Seconds since the senders started.
+    pub(super) fn elapsed_s(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
     /// Takes a sample every [`SAMPLE_EVERY`] until the workload's duration has passed.
-    fn sample(
+    pub(super) fn sample(
         &self,
         w: &Workload,
         label: &str,
@@ -161,11 +170,12 @@ impl Running {
             send,
             samples,
             counters: delta(c0, &c1),
+            recv_cpu_ns: 0,
         }
     }
 
     /// Stops the senders and sums what they did.
-    fn stop(self) -> SendStats {
+    pub(super) fn stop(self) -> SendStats {
         self.stop.store(true, Ordering::Relaxed);
         let mut send = SendStats::default();
         for h in self.handles {
@@ -180,7 +190,10 @@ impl Running {
 }
 
 /// `c1 - c0` per counter.
-fn delta(c0: &BTreeMap<String, u64>, c1: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+pub(super) fn delta(
+    c0: &BTreeMap<String, u64>,
+    c1: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
     c1.iter()
         .map(|(k, v)| (k.clone(), v.saturating_sub(*c0.get(k).unwrap_or(&0))))
         .collect()
@@ -333,8 +346,14 @@ impl Arms {
         progress: &mut dyn FnMut(&str, f64),
     ) -> Result<Arms, LabError> {
         let w = &spec.workload;
+        let rx = spec.side == super::Side::Receiver;
         let mut kernel = |world: &mut World, v: &Sysctls, arm: &str| {
-            kernel_arm(world, w, v, &format!("{name} linux {arm}"), progress)
+            let label = format!("{name} linux {arm}");
+            if rx {
+                super::receive::kernel_rx_arm(world, w, v, &label, progress)
+            } else {
+                kernel_arm(world, w, v, &label, progress)
+            }
         };
         let k_off = match &spec.kernel_off {
             Some(v) => Some(kernel(world, v, "off")?),
@@ -346,7 +365,11 @@ impl Arms {
         } else {
             let mut shallow = |world: &mut World, v: &Sysctls, arm: &str| {
                 let label = format!("{name} shallow {arm}");
-                shallow_arm(world, spec.tbf, w, v, seed, &label, progress)
+                if rx {
+                    super::receive::shallow_rx_arm(world, spec.tbf, w, v, seed, &label, progress)
+                } else {
+                    shallow_arm(world, spec.tbf, w, v, seed, &label, progress)
+                }
             };
             let off = shallow(world, &spec.shallow_off, "off")?;
             let on = shallow(world, &spec.shallow_on, "on")?;

@@ -30,6 +30,7 @@ use crate::{Claim, Experiment, LabError, Scale};
 
 mod arms;
 mod parse;
+mod receive;
 mod workload;
 mod world;
 
@@ -40,6 +41,17 @@ pub(crate) use world::Tbf;
 use arms::Arms;
 use parse::sysctl_name;
 use world::World;
+
+/// Which end's mechanism an experiment switches: the senders' (the kernel's TCP or Shallow
+/// sends to the kernel's receiver) or the receiver's (the kernel's TCP sends to the kernel's
+/// receiver or to Shallow).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// The sysctls are the sender's.
+    Sender,
+    /// The sysctls are the receiver's.
+    Receiver,
+}
 
 /// How to run an experiment on Linux.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -60,6 +72,8 @@ pub(crate) type Sysctls = Vec<(&'static str, &'static str)>;
 pub(crate) struct LinuxSpec {
     /// The bottleneck.
     pub(crate) tbf: Tbf,
+    /// Whose mechanism it is.
+    pub(crate) side: Side,
     /// What the senders do.
     pub(crate) workload: Workload,
     /// The kernel's sysctls, mechanism off (`None`: the kernel has no switch).
@@ -211,7 +225,10 @@ pub fn run_linux(
     let rows = spec
         .rows
         .iter()
-        .chain(&state_rows(spec.workload.flows))
+        .chain(&match spec.side {
+            Side::Sender => state_rows(spec.workload.flows),
+            Side::Receiver => Vec::new(),
+        })
         .map(|r| arms.row(&r.name, r.unit, r.claim, &r.value))
         .collect();
     let charts = spec

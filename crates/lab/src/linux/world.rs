@@ -13,7 +13,7 @@ use crate::LabError;
 const TX_ADDR: Ipv4Addr = Ipv4Addr::new(10, 215, 0, 1);
 pub(super) const RX_ADDR: Ipv4Addr = Ipv4Addr::new(10, 215, 0, 2);
 const TUN_KERNEL: Ipv4Addr = Ipv4Addr::new(10, 215, 1, 1);
-const SHALLOW_ADDR: Ipv4Addr = Ipv4Addr::new(10, 215, 1, 2);
+pub(super) const SHALLOW_ADDR: Ipv4Addr = Ipv4Addr::new(10, 215, 1, 2);
 
 /// The bottleneck: `tc qdisc replace dev VETH root tbf rate R burst B limit L`.
 #[derive(Clone, Copy, Debug)]
@@ -35,6 +35,17 @@ impl Tbf {
             self.limit / 1024
         )
     }
+}
+
+/// `/proc/net/netstat` and `/proc/net/snmp` of `ns`, as `TcpExtX`/`TcpX`.
+fn counters_of(ns: &Netns) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for f in ["/proc/net/netstat", "/proc/net/snmp"] {
+        if let Ok(out) = ns.command("cat").arg(f).output() {
+            parse_proc_net(&String::from_utf8_lossy(&out.stdout), &mut m);
+        }
+    }
+    m
 }
 
 /// The namespaces and devices of one run.
@@ -171,13 +182,38 @@ impl World {
 
     /// `/proc/net/netstat` and `/proc/net/snmp` of the sender namespace, as `TcpExtX`/`TcpX`.
     pub(super) fn kernel_counters(&self) -> BTreeMap<String, u64> {
-        let mut m = BTreeMap::new();
-        for f in ["/proc/net/netstat", "/proc/net/snmp"] {
-            if let Ok(out) = self.tx.command("cat").arg(f).output() {
-                parse_proc_net(&String::from_utf8_lossy(&out.stdout), &mut m);
-            }
-        }
-        m
+        counters_of(&self.tx)
+    }
+
+    /// The same of the receiving namespace.
+    pub(super) fn rx_counters(&self) -> BTreeMap<String, u64> {
+        counters_of(&self.rx)
+    }
+
+    /// Routes of the receiving namespace with `quickack 1` (`dst_quick_ack`: every segment
+    /// is ACKed at once), to the sender's subnet and to Shallow's.
+    pub(super) fn rx_quickack(&self) -> Result<(), LabError> {
+        let run = |args: &[&str]| self.rx.ip(args).map(|_| ()).map_err(os_err("ip route"));
+        run(&[
+            "route",
+            "replace",
+            &format!("{}/24", Ipv4Addr::new(10, 215, 0, 0)),
+            "dev",
+            "slab1",
+            "src",
+            &RX_ADDR.to_string(),
+            "quickack",
+            "1",
+        ])?;
+        run(&[
+            "route",
+            "replace",
+            &format!("{}/24", Ipv4Addr::new(10, 215, 1, 0)),
+            "via",
+            &TX_ADDR.to_string(),
+            "quickack",
+            "1",
+        ])
     }
 
     /// `ss -tmniH` of the sender namespace's connections to `port`.
