@@ -4,26 +4,31 @@
 //! flow its shard owns (or any packet, with one queue) goes to its engine, a packet of a flow
 //! another shard owns is copied into that shard's bounded inbox and that shard's thread is
 //! kicked (as Linux's RPS hands a packet to another CPU's backlog). Under its shard's mutex it
-//! also feeds its engine the packets of its own inbox, runs the engine's timers when they are
-//! due, moves `poll_transmit` into the egress qdisc of its one TX queue (Linux's `mq` child of
-//! that queue), writes what the qdisc releases with the mutex dropped and completes it, and
-//! dispatches the engine's wake-ups; plus the optional packet hook. Only queue `k`'s thread
-//! writes queue `k`, and only shard `k`'s packets: a flow leaves on one queue, in order.
+//! also feeds its engine the packets of its own inbox, completes the packets application
+//! threads wrote, runs the engine's timers when they are due, dispatches the engine's
+//! wake-ups and runs the TX queue ([`tx_run`]: `poll_transmit` into the egress qdisc of its
+//! one TX queue, Linux's `mq` child of that queue, then what the qdisc releases written with
+//! the mutex dropped and completed); plus the optional packet hook. Application calls run
+//! [`tx_run`] too, on their own thread. Queue `k` gets only shard `k`'s packets, written by
+//! one thread at a time: a flow leaves on one queue, in order.
 
 use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
 
 use shallow_tcp::{Instant, Stack, Transmit, TxToken};
 
 use crate::device::Device;
 use crate::hook::{Dir, Held, HookState, Verdict, HOLD};
-use std::sync::MutexGuard;
-
 use crate::shared::{bump, wake_all, Inner, Shared};
 use crate::tun::RxBatch;
 use crate::wake::wait_readable;
 
 /// Packets read per batch by the I/O thread.
 const RX_BATCH: usize = 64;
+
+/// Rounds of the TX queue an application thread runs at most in one [`tx_run`] (the first,
+/// for its own output, and those others' output made it go round again).
+const APP_TX_ROUNDS: u32 = 4;
 
 /// The loop of queue `me`'s I/O thread over `dev`, serving shard `me`; returns when the host
 /// stops or the device fails (which stops the host: every thread and every blocked call is
@@ -170,7 +175,9 @@ pub(crate) fn io_loop(sh: &Shared, me: usize) {
 /// runner, which goes round again ([`Shard::tx_missed`](crate::shared::Shard::tx_missed)).
 /// Called by the queue's I/O thread after its input and timers, and by application calls on
 /// their own thread (`app`; Linux's `sendmsg` runs the qdisc and the driver in the process's
-/// context), so a send does not wait for the I/O thread to be scheduled.
+/// context), so a send does not wait for the I/O thread to be scheduled. An application
+/// thread goes round at most [`APP_TX_ROUNDS`] times, then leaves what others queued
+/// meanwhile to the I/O thread (as `__qdisc_run` hands the rest of its quota to softirq).
 pub(crate) fn tx_run<'a>(
     sh: &'a Shared,
     k: usize,
@@ -180,7 +187,14 @@ pub(crate) fn tx_run<'a>(
     let shard = &sh.shards[k];
     // Set before trying, so a runner that is just finishing sees it (see tx_missed).
     shard.tx_missed.store(true, Ordering::SeqCst);
+    let mut rounds = 0;
     loop {
+        if app && rounds == APP_TX_ROUNDS {
+            // tx_missed stays set and nobody runs the queue: the I/O thread will.
+            shard.kick();
+            return g;
+        }
+        rounds += 1;
         if shard.tx_busy.swap(true, Ordering::SeqCst) {
             return g;
         }

@@ -31,7 +31,11 @@ pub trait Endpoint {
     /// `None` after every other call.
     fn poll_transmit(&mut self, now: Instant) -> Option<Packet>;
     /// The packet that carried `token` has left the host (its last bit is on the wire and the
-    /// NIC's completion interrupt ran) or was dropped below the endpoint.
+    /// NIC's completion interrupt ran) or was dropped below the endpoint. A packet that
+    /// software GSO cut into wire segments (tbf's `tbf_segment`) completes once per segment,
+    /// each with its own [`piece_token`](crate::packet::piece_token) (the packet's token, the
+    /// segment's payload, whether it is the last); an endpoint that only counts whole packets
+    /// acts on the last one.
     fn tx_complete(&mut self, now: Instant, token: u64);
     /// The emulator gives the endpoint its host's egress qdisc once, when the topology is
     /// built, so that it can learn the qdisc's verdict on a packet at the transmit

@@ -171,6 +171,11 @@ impl Endpoint for Source {
         }
     }
     fn tx_complete(&mut self, now: Instant, token: u64) {
+        // A packet cut into segments completes with its last one.
+        let token = match crate::packet::piece_token::decode(token) {
+            (_, Some((_, false))) => return,
+            (id, _) => id,
+        };
         if let Some(&l) = self.lens.get(token as usize) {
             self.below = self.below.saturating_sub(u64::from(l));
         }
