@@ -139,7 +139,12 @@ fn peer_rst_mid_transfer() {
                 let (mut s, _) = l.accept().unwrap();
                 let mut buf = vec![0u8; 1 << 20];
                 s.read_exact(&mut buf).unwrap();
-                // Unread data remains in the receive queue: close() sends RST.
+                // Wait until more has arrived, so unread data remains in the receive queue
+                // and close() sends RST (with an empty queue it would send FIN, and the
+                // writer, then in CLOSE_WAIT, would get EPIPE from the RST that answers its
+                // next segment, as Linux's tcp_reset says).
+                let mut one = [0u8; 1];
+                assert_eq!(s.peek(&mut one).unwrap(), 1);
                 drop(s);
             });
             let mut s = connect(&w.host, addr);
