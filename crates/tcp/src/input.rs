@@ -411,12 +411,8 @@ impl Connection {
         self.sync_mss(env);
         // tcp_init_transfer → tcp_mtup_init (after the MSS was synced).
         self.mtup_init(env, now);
-        let initcwnd = if self.route.initcwnd != 0 {
-            self.route.initcwnd
-        } else {
-            TCP_INIT_CWND
-        };
-        self.cc_st.snd_cwnd = initcwnd;
+        self.cc_st.snd_cwnd = self.init_cwnd();
+        self.cwnd_use.restamp(now);
         self.cc_st.snd_nxt = self.snd.nxt;
         self.cc_st.snd_una = self.snd.una;
         let now_us = now.as_micros();

@@ -693,10 +693,50 @@ impl Connection {
         true
     }
 
-    /// `tcp_cwnd_validate`: remember whether the flow used its whole cwnd in this window.
-    fn cwnd_validate(&mut self, is_cwnd_limited: bool) {
+    /// `tcp_cwnd_validate`: remember whether the flow used its whole cwnd in this window;
+    /// while it does not, track the most it used, and once that has lasted an RTO (with
+    /// `tcp_slow_start_after_idle` on) apply RFC 2861's slow part.
+    fn cwnd_validate(&mut self, env: &Env, now: Instant, is_cwnd_limited: bool) {
         let (una, nxt, out) = (self.snd.una, self.snd.nxt, self.rtx.packets_out);
         self.cwnd_use.record(una, nxt, out, is_cwnd_limited);
+        let in_ss = self.snd_cwnd() < self.cc_st.snd_ssthresh;
+        if self.cwnd_use.limited(self.snd_cwnd(), in_ss) {
+            self.cwnd_use.used = 0;
+            self.cwnd_use.stamp = now;
+            return;
+        }
+        self.cwnd_use.used = self.cwnd_use.used.max(out);
+        if env.config.sysctl.on(Sysctl::tcp_slow_start_after_idle)
+            && now - self.cwnd_use.stamp >= self.rtt.rto()
+        {
+            self.cwnd_application_limited(now);
+        }
+    }
+
+    /// `tcp_cwnd_application_limited` (RFC 2861 §3, the slow part): a cwnd the flow has not
+    /// filled for an RTO, while the state is Open and the writer has not run out of send
+    /// buffer, falls halfway to what the flow used (at least the initial window); ssthresh
+    /// becomes at least 3/4 of the old cwnd (`tcp_current_ssthresh`).
+    fn cwnd_application_limited(&mut self, now: Instant) {
+        if self.ca_state == shallow_cc::CaState::Open && !self.nospace {
+            let win_used = self.cwnd_use.used.max(self.init_cwnd());
+            if win_used < self.snd_cwnd() {
+                self.cc_st.snd_ssthresh = self.current_ssthresh();
+                self.cc_st.snd_cwnd = (self.snd_cwnd() + win_used) >> 1;
+            }
+            self.cwnd_use.used = 0;
+        }
+        self.cwnd_use.stamp = now;
+    }
+
+    /// The initial congestion window: the route's `initcwnd`, else `TCP_INIT_CWND`
+    /// (`tcp_init_cwnd`).
+    pub(crate) fn init_cwnd(&self) -> u32 {
+        if self.route.initcwnd != 0 {
+            self.route.initcwnd
+        } else {
+            TCP_INIT_CWND
+        }
     }
 
     /// `tcp_write_xmit`: send new data from the write queue as cwnd, rwnd, Nagle, TSO
@@ -852,7 +892,7 @@ impl Connection {
             ) {
                 self.prr.sent(sent_segs);
             }
-            self.cwnd_validate(limited);
+            self.cwnd_validate(env, now, limited);
             // tcp_event_new_data_sent re-arms the RTO only when nothing was in flight or the
             // pending timer was the loss probe's (a pending RTO or RACK reordering timer
             // stays: fuzz seed 200083, timestamps, where new data sent right after a SACK
@@ -865,7 +905,7 @@ impl Connection {
             return false;
         }
         if limited {
-            self.cwnd_validate(true);
+            self.cwnd_validate(env, now, true);
         }
         !self.snd.write_queue.is_empty() && self.rtx.packets_out == 0
     }
@@ -1209,6 +1249,7 @@ impl Connection {
         }
         if self.should_expand_sndbuf(env) {
             self.sndbuf_expand(env);
+            self.cwnd_use.restamp(now);
         }
         if self.stream_is_writeable(env, 1) {
             self.nospace = false;
@@ -1268,29 +1309,14 @@ impl Connection {
         if delta <= self.rtt.rto() {
             return;
         }
-        let initcwnd = if self.route.initcwnd != 0 {
-            self.route.initcwnd
-        } else {
-            TCP_INIT_CWND
-        };
+        let initcwnd = self.init_cwnd();
         self.sync_cc_state(now);
         self.cc.cwnd_event(
             &mut self.cc_st,
             shallow_cc::CaEvent::CwndRestart,
             now.as_micros(),
         );
-        // tcp_current_ssthresh
-        let cur = if matches!(
-            self.ca_state,
-            shallow_cc::CaState::Cwr | shallow_cc::CaState::Recovery
-        ) {
-            self.cc_st.snd_ssthresh
-        } else {
-            self.cc_st
-                .snd_ssthresh
-                .max((self.snd_cwnd() >> 1) + (self.snd_cwnd() >> 2))
-        };
-        self.cc_st.snd_ssthresh = cur;
+        self.cc_st.snd_ssthresh = self.current_ssthresh();
         let mut cwnd = self.snd_cwnd();
         let restart = initcwnd.min(cwnd);
         while delta > self.rtt.rto() && cwnd > restart {
@@ -1298,6 +1324,7 @@ impl Connection {
             cwnd >>= 1;
         }
         self.cc_st.snd_cwnd = cwnd.max(restart);
+        self.cwnd_use.restamp(now);
     }
 
     /// `tcp_tsq_write` (spec §2.6): after a TX completion, retransmit lost data then push.
@@ -1321,10 +1348,11 @@ impl Connection {
     }
 }
 
-/// How much of its congestion window the flow used in the last window of data (`tcp_sock`'s
-/// `is_cwnd_limited`, `max_packets_out`, `cwnd_usage_seq`): recorded by `tcp_cwnd_validate`
-/// after each run of the output loop and read by `tcp_is_cwnd_limited`, which lets cwnd grow
-/// only while it is used. Private to this file.
+/// How much of its congestion window the flow used (`tcp_sock`'s `is_cwnd_limited`,
+/// `max_packets_out`, `cwnd_usage_seq`, `snd_cwnd_used`, `snd_cwnd_stamp`): recorded by
+/// `tcp_cwnd_validate` after each run of the output loop and read by `tcp_is_cwnd_limited`,
+/// which lets cwnd grow only while it is used, and by RFC 2861's slow part, which shrinks a
+/// cwnd left unused for an RTO. Private to this file.
 #[derive(Debug, Default)]
 pub(crate) struct CwndUse {
     /// The flow was cwnd-limited in the last window of data (`is_cwnd_limited`).
@@ -1333,6 +1361,11 @@ pub(crate) struct CwndUse {
     max_packets_out: u32,
     /// SND.NXT when the window began (`cwnd_usage_seq`).
     cwnd_usage_seq: u32,
+    /// Most segments in flight since cwnd was last full or last validated (`snd_cwnd_used`).
+    used: u32,
+    /// When cwnd was last full, or last changed by a rule that restarts the clock
+    /// (`snd_cwnd_stamp`).
+    stamp: Instant,
 }
 
 impl CwndUse {
@@ -1347,6 +1380,13 @@ impl CwndUse {
             self.max_packets_out = packets_out;
             self.cwnd_usage_seq = nxt;
         }
+    }
+
+    /// Restarts the clock of RFC 2861's validation (`snd_cwnd_stamp = now`): cwnd was just
+    /// set by a rule of its own (the transfer's start, the end or undo of a reduction, a
+    /// timeout, a restart after idle, a send-buffer expansion).
+    pub(crate) fn restamp(&mut self, now: Instant) {
+        self.stamp = now;
     }
 
     /// `tcp_is_cwnd_limited`: in slow start, cwnd is used while it is less than twice the

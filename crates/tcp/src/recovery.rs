@@ -414,6 +414,7 @@ impl Connection {
                     if self.cc_st.snd_ssthresh < shallow_cc::TCP_INFINITE_SSTHRESH {
                         self.cc_st.snd_cwnd = self.cc_st.snd_ssthresh.max(1);
                     }
+                    self.cwnd_use.restamp(now);
                     self.cc
                         .cwnd_event(&mut self.cc_st, CaEvent::CompleteCwr, now.as_micros());
                 }
@@ -727,6 +728,7 @@ impl Connection {
         }
         self.undo.marker = None;
         self.undo.retrans_ts = None;
+        self.cwnd_use.restamp(now);
         self.set_ca_state(now, CaState::Open);
     }
 
@@ -949,6 +951,7 @@ impl Connection {
         // lost) plus one.
         self.cc_st.snd_cwnd = self.packets_in_flight() + 1;
         self.cc_st.snd_cwnd_cnt = 0;
+        self.cwnd_use.restamp(now);
         // Timeout in Disorder after many dupacks: reordering was over-estimated.
         let sysctl_reo = env.sysint(Sysctl::tcp_reordering) as u32;
         if matches!(self.ca_state, CaState::Open | CaState::Disorder)

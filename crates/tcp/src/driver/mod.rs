@@ -386,6 +386,67 @@ mod tests {
         assert_eq!(count(&b, "TcpInSegs") - in0, packets);
     }
 
+    /// RFC 2861's slow part (`tcp_cwnd_application_limited`): a flow that grew cwnd in bulk and
+    /// then sends one segment at a time, each acknowledged before the next, leaves cwnd unused;
+    /// every RTO of that it falls halfway to what was used (at least the initial window). With
+    /// `tcp_slow_start_after_idle` off it stays.
+    #[test]
+    fn unused_cwnd_decays_after_an_rto() {
+        let run = |after_idle: &str| {
+            let mut a: Driver = Driver::new(Stack::new(1));
+            let mut b: Driver = Driver::new(Stack::new(2));
+            a.sysctl_set("net.ipv4.tcp_slow_start_after_idle", after_idle)
+                .unwrap();
+            a.add_address("10.0.0.1".parse().unwrap());
+            b.add_address("10.0.0.2".parse().unwrap());
+            let srv = "10.0.0.2:80".parse().unwrap();
+            let l = b.socket(Family::V4).unwrap();
+            b.bind(l, srv).unwrap();
+            b.listen(l, 4).unwrap();
+            let c = a.socket(Family::V4).unwrap();
+            let mut now = Instant::from_secs(1);
+            assert_eq!(a.connect(now, c, srv), Err(Errno::EINPROGRESS));
+            for _ in 0..4 {
+                step(&mut a, &mut b, now);
+                step(&mut b, &mut a, now);
+                now += Duration::from_millis(1);
+            }
+            let (s, _) = b.accept(l).unwrap();
+            let mut buf = vec![0u8; 1 << 20];
+            // Bulk: cwnd grows in slow start.
+            for _ in 0..40 {
+                let _ = a.send(now, c, &[1u8; 16384], 0);
+                for _ in 0..3 {
+                    step(&mut a, &mut b, now);
+                    let _ = b.recv(now, s, &mut buf, 0);
+                    step(&mut b, &mut a, now);
+                }
+                now += Duration::from_millis(1);
+            }
+            let grown = a.tcp_info(now, c).unwrap().snd_cwnd;
+            // One segment every 10 ms, each ACKed at once, for 2 s.
+            for _ in 0..200 {
+                a.run_timers(now);
+                let _ = a.send(now, c, &[2u8; 100], 0);
+                step(&mut a, &mut b, now);
+                let _ = b.recv(now, s, &mut buf, 0);
+                b.run_timers(now);
+                step(&mut b, &mut a, now);
+                now += Duration::from_millis(10);
+            }
+            (grown, a.tcp_info(now, c).unwrap())
+        };
+        let (grown, i) = run("1");
+        assert!(grown > 20, "cwnd did not grow: {grown}");
+        assert!(i.snd_cwnd < grown, "cwnd {} not below {grown}", i.snd_cwnd);
+        assert!(i.snd_cwnd >= 10, "below the initial window: {}", i.snd_cwnd);
+        let (grown, i) = run("0");
+        assert_eq!(
+            i.snd_cwnd, grown,
+            "decayed with tcp_slow_start_after_idle off"
+        );
+    }
+
     #[test]
     fn flows_keep_one_queue() {
         assert_eq!(queue_of(u32::MAX, 1), 0);
