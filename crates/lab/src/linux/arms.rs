@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::parse::{sysctl_name, threads_cpu_ns};
+use super::parse::{engine_sysctls, threads_cpu_ns};
 use super::workload::{
     blocking_senders, epoll_sender, Flow, KernelEpoll, Receiver, SendStats, ShallowPoller,
     Workload, WritePoller, Writer,
@@ -294,10 +294,7 @@ fn shallow_arm(
     label: &str,
     progress: &mut dyn FnMut(&str, f64),
 ) -> Result<ArmResult, LabError> {
-    let sysctls: Vec<(String, String)> = sysctls
-        .iter()
-        .map(|(k, v)| (sysctl_name(k), v.to_string()))
-        .collect();
+    let sysctls = engine_sysctls(sysctls);
     // The bottleneck moves into Shallow's host: its egress tbf. The veth gets pfifo_fast so
     // the forwarded packets meet no second shaper.
     world.set_root_qdisc(&["pfifo_fast"])?;

@@ -13,6 +13,14 @@ pub(crate) fn sysctl_name(k: &str) -> String {
     }
 }
 
+/// An experiment's sysctls as the engine takes them (full names, [`sysctl_name`]).
+pub(super) fn engine_sysctls(sysctls: &[(&str, &str)]) -> Vec<(String, String)> {
+    sysctls
+        .iter()
+        .map(|(k, v)| (sysctl_name(k), v.to_string()))
+        .collect()
+}
+
 pub(super) fn parse_tc_backlog(s: &str) -> Option<u64> {
     let l = s.lines().find(|l| l.trim_start().starts_with("backlog"))?;
     let b = l.split_whitespace().nth(1)?;

@@ -8,70 +8,15 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shallow_workload::{wall_clock, Conn, Next, Play, Role, Source};
-
 use super::arms::{start_senders, ArmResult, Sample};
-use super::parse::{sysctl_name, thread_cpu_ns, threads_cpu_ns};
-use super::workload::{KernelEpoll, Workload};
+use super::parse::{engine_sysctls, threads_cpu_ns};
+use super::workload::{KernelEpoll, Receiver, Workload};
 use super::world::{io_err, os_err, World, RX_ADDR, SHALLOW_ADDR};
 use crate::LabError;
-
-/// Readers of accepted connections: each reads with 128 KB reads (netserver's default) to
-/// EOF, counting bytes and the CPU time of its thread.
-struct Readers {
-    bytes: Arc<AtomicU64>,
-    cpu_ns: Arc<AtomicU64>,
-    handle: std::thread::JoinHandle<()>,
-}
-
-impl Readers {
-    /// Accepts `n` connections with `accept` (on a thread of its own) and reads each.
-    fn start<S, A>(n: usize, mut accept: A) -> Readers
-    where
-        S: Send + 'static,
-        for<'a> &'a S: Conn<Error = io::Error>,
-        A: FnMut() -> Option<S> + Send + 'static,
-    {
-        let bytes = Arc::new(AtomicU64::new(0));
-        let cpu_ns = Arc::new(AtomicU64::new(0));
-        let (b, c) = (bytes.clone(), cpu_ns.clone());
-        let handle = std::thread::spawn(move || {
-            let mut readers = Vec::new();
-            for _ in 0..n {
-                let Some(s) = accept() else { break };
-                let (b, c) = (b.clone(), c.clone());
-                readers.push(std::thread::spawn(move || {
-                    let c0 = thread_cpu_ns();
-                    let mut p = Play::new(Role::Receiver {
-                        buf: 131072,
-                        hash: false,
-                    });
-                    loop {
-                        let before = p.counts.bytes_received;
-                        let step = p.step(&mut &s, wall_clock(), Source::Fill(&[]));
-                        b.fetch_add(p.counts.bytes_received - before, Ordering::Relaxed);
-                        if step.map_or(true, |x| x.next != Next::Run) {
-                            break;
-                        }
-                    }
-                    c.fetch_add(thread_cpu_ns().saturating_sub(c0), Ordering::Relaxed);
-                }));
-            }
-            for r in readers {
-                let _ = r.join();
-            }
-        });
-        Readers {
-            bytes,
-            cpu_ns,
-            handle,
-        }
-    }
-}
 
 /// Connects the workload's kernel senders to `dst` from namespace `ns` (cubic, Nagle as the
 /// workload says).
@@ -101,7 +46,7 @@ fn kernel_senders(
 /// `readers`; `counters()` is read before and after.
 fn run_arm(
     flows: Vec<Arc<std::net::TcpStream>>,
-    readers: Readers,
+    readers: Receiver,
     w: &Workload,
     label: &str,
     progress: &mut dyn FnMut(&str, f64),
@@ -149,12 +94,7 @@ pub(super) fn kernel_rx_arm(
     world.rx_quickack()?;
     let port = world.port();
     let addr = SocketAddr::new(IpAddr::V4(RX_ADDR), port);
-    let listener = world
-        .rx
-        .run(move || std::net::TcpListener::bind(addr))
-        .map_err(os_err("enter receiver namespace"))?
-        .map_err(io_err("bind the receiver"))?;
-    let readers = Readers::start(w.flows, move || listener.accept().ok().map(|(s, _)| s));
+    let readers = Receiver::start(&world.rx, port, w.flows)?;
     let flows = kernel_senders(&world.tx, addr, w)?;
     run_arm(
         flows,
@@ -178,11 +118,7 @@ pub(super) fn shallow_rx_arm(
     label: &str,
     progress: &mut dyn FnMut(&str, f64),
 ) -> Result<ArmResult, LabError> {
-    let sysctls: Vec<(String, String)> = sysctls
-        .iter()
-        .map(|(k, v)| (sysctl_name(k), v.to_string()))
-        .collect();
-    let host = world.shallow_host(&sysctls, seed, tbf)?;
+    let host = world.shallow_host(&engine_sysctls(sysctls), seed, tbf)?;
     host.with_stacks(|_, st, _| {
         st.set_route(
             IpAddr::V4(RX_ADDR),
@@ -197,7 +133,12 @@ pub(super) fn shallow_rx_arm(
     let addr = SocketAddr::new(IpAddr::V4(SHALLOW_ADDR), port);
     let listener =
         shallow_os::TcpListener::bind(&host, addr).map_err(io_err("bind Shallow's receiver"))?;
-    let readers = Readers::start(w.flows, move || listener.accept().ok().map(|(s, _)| s));
+    let readers = Receiver::spawn(w.flows, move || {
+        listener.accept().ok().map(|(s, _)| {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+            s
+        })
+    });
     let flows = kernel_senders(&world.rx, addr, w)?;
     let h = host.clone();
     let result = run_arm(

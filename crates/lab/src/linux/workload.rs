@@ -301,39 +301,58 @@ pub(super) fn epoll_sender<F: Flow + 'static, P: WritePoller + Send + 'static>(
     })
 }
 
-/// The kernel receiver in the receiving namespace: accepts `n` connections on `port` and
-/// reads each to EOF with 128 KB reads (netserver's default; the workload's receiver role),
-/// counting bytes.
+/// The readers of a run's connections: each accepted connection is read with 128 KB reads
+/// (netserver's default; the workload's receiver role) to EOF, an error, or 30 s without
+/// data, counting bytes and the CPU time of its thread.
 pub(super) struct Receiver {
     /// Bytes read so far.
     pub(super) bytes: Arc<AtomicU64>,
+    /// CPU time of the reading threads that have finished, ns.
+    pub(super) cpu_ns: Arc<AtomicU64>,
     /// The accepting thread (joins its readers).
     pub(super) handle: std::thread::JoinHandle<()>,
 }
 
 impl Receiver {
+    /// The kernel's receiver in the receiving namespace: accepts `n` connections on `port`.
     pub(super) fn start(rx: &Netns, port: u16, n: usize) -> Result<Receiver, LabError> {
         let addr = SocketAddr::new(IpAddr::V4(RX_ADDR), port);
         let listener = rx
             .run(move || std::net::TcpListener::bind(addr))
             .map_err(os_err("enter receiver namespace"))?
             .map_err(io_err("bind the receiver"))?;
+        Ok(Receiver::spawn(n, move || {
+            listener.accept().ok().map(|(s, _)| {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+                s
+            })
+        }))
+    }
+
+    /// Accepts `n` connections with `accept` (on a thread of its own) and reads each on a
+    /// thread of its own.
+    pub(super) fn spawn<S, A>(n: usize, mut accept: A) -> Receiver
+    where
+        S: Send + 'static,
+        for<'a> &'a S: Conn<Error = io::Error>,
+        A: FnMut() -> Option<S> + Send + 'static,
+    {
         let bytes = Arc::new(AtomicU64::new(0));
-        let b = bytes.clone();
+        let cpu_ns = Arc::new(AtomicU64::new(0));
+        let (b, c) = (bytes.clone(), cpu_ns.clone());
         let handle = std::thread::spawn(move || {
             let mut readers = Vec::new();
             for _ in 0..n {
-                let Ok((s, _)) = listener.accept() else {
+                let Some(s) = accept() else {
                     break;
                 };
-                let b = b.clone();
+                let (b, c) = (b.clone(), c.clone());
                 readers.push(std::thread::spawn(move || {
-                    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+                    let c0 = thread_cpu_ns();
                     let mut p = Play::new(Role::Receiver {
                         buf: 131072,
                         hash: false,
                     });
-                    // To end of stream, an error, or 30 s without data.
                     loop {
                         let before = p.counts.bytes_received;
                         let step = p.step(&mut &s, wall_clock(), Source::Fill(&[]));
@@ -342,12 +361,17 @@ impl Receiver {
                             break;
                         }
                     }
+                    c.fetch_add(thread_cpu_ns().saturating_sub(c0), Ordering::Relaxed);
                 }));
             }
             for r in readers {
                 let _ = r.join();
             }
         });
-        Ok(Receiver { bytes, handle })
+        Receiver {
+            bytes,
+            cpu_ns,
+            handle,
+        }
     }
 }

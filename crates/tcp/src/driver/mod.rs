@@ -205,7 +205,7 @@ impl<P: QdiscPacket + Send + 'static> DerefMut for Driver<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Errno, Family, SKB_TX_OVERHEAD};
+    use crate::{Errno, Family, SocketId, SKB_TX_OVERHEAD};
     use shallow_qdisc::Fifo;
 
     /// One turn of `x`'s loop, its packets handed to `y` and completed at once; returns how
@@ -294,25 +294,13 @@ mod tests {
         assert_eq!(d.poll_deadline(1, Instant::from_secs(1)), None);
     }
 
-    /// A tbf whose burst is below a TSO packet cuts it into wire segments (tbf_segment); the
-    /// socket is told at the transmit and charged each segment's own truesize
-    /// (SKB_TX_OVERHEAD + payload, `tcp_gso_segment`), released segment by segment as they
-    /// leave; once all have left nothing stays charged.
-    #[test]
-    fn a_tbf_cut_charges_each_segment() {
+    /// Two drivers joined by hand, `a` set up by `setup` first: `a` connects to `b`'s
+    /// listener on 10.0.0.2:80 and `b` accepts. Returns the drivers, `a`'s socket, `b`'s
+    /// accepted one and the time.
+    fn connected(setup: impl FnOnce(&mut Driver)) -> (Driver, Driver, SocketId, SocketId, Instant) {
         let mut a: Driver = Driver::new(Stack::new(1));
         let mut b: Driver = Driver::new(Stack::new(2));
-        let caps = crate::DeviceCaps {
-            gso: true,
-            ..crate::DeviceCaps::default()
-        };
-        a.set_device(caps);
-        let q: BoxedQdisc<Transmit> = Box::new(shallow_qdisc::Tbf::new(
-            shallow_qdisc::Rate::mbps(8),
-            3000,
-            1_000_000,
-        ));
-        a.set_qdisc(0, Some(q));
+        setup(&mut a);
         a.add_address("10.0.0.1".parse().unwrap());
         b.add_address("10.0.0.2".parse().unwrap());
         let srv = "10.0.0.2:80".parse().unwrap();
@@ -327,7 +315,29 @@ mod tests {
             step(&mut b, &mut a, now);
             now += Duration::from_millis(1);
         }
-        let _ = b.accept(l).unwrap();
+        let (s, _) = b.accept(l).unwrap();
+        (a, b, c, s, now)
+    }
+
+    /// A tbf whose burst is below a TSO packet cuts it into wire segments (tbf_segment); the
+    /// socket is told at the transmit and charged each segment's own truesize
+    /// (SKB_TX_OVERHEAD + payload, `tcp_gso_segment`), released segment by segment as they
+    /// leave; once all have left nothing stays charged.
+    #[test]
+    fn a_tbf_cut_charges_each_segment() {
+        let (mut a, _b, c, _s, now) = connected(|a| {
+            a.set_device(crate::DeviceCaps {
+                gso: true,
+                ..crate::DeviceCaps::default()
+            });
+            let q: BoxedQdisc<Transmit> = Box::new(shallow_qdisc::Tbf::new(
+                shallow_qdisc::Rate::mbps(8),
+                3000,
+                1_000_000,
+            ));
+            a.set_qdisc(0, Some(q));
+        });
+        let mut now = now;
         // 10 full segments: one TSO packet within the initial window.
         let mss = a.tcp_info(now, c).unwrap().snd_mss as usize;
         a.send(now, c, &vec![7u8; 10 * mss], 0).unwrap();
@@ -355,27 +365,12 @@ mod tests {
     /// segments, as Linux 6.18 counts them.
     #[test]
     fn in_segs_count_packets_out_segs_wire_segments() {
-        let mut a: Driver = Driver::new(Stack::new(1));
-        let mut b: Driver = Driver::new(Stack::new(2));
-        a.set_device(crate::DeviceCaps {
-            gso: true,
-            ..crate::DeviceCaps::default()
+        let (mut a, mut b, c, _s, now) = connected(|a| {
+            a.set_device(crate::DeviceCaps {
+                gso: true,
+                ..crate::DeviceCaps::default()
+            })
         });
-        a.add_address("10.0.0.1".parse().unwrap());
-        b.add_address("10.0.0.2".parse().unwrap());
-        let srv = "10.0.0.2:80".parse().unwrap();
-        let l = b.socket(Family::V4).unwrap();
-        b.bind(l, srv).unwrap();
-        b.listen(l, 4).unwrap();
-        let c = a.socket(Family::V4).unwrap();
-        let mut now = Instant::from_secs(1);
-        assert_eq!(a.connect(now, c, srv), Err(Errno::EINPROGRESS));
-        for _ in 0..4 {
-            step(&mut a, &mut b, now);
-            step(&mut b, &mut a, now);
-            now += Duration::from_millis(1);
-        }
-        let _ = b.accept(l).unwrap();
         let count = |d: &Driver, k: &str| d.counters().get(k).unwrap_or(0);
         let (in0, out0) = (count(&b, "TcpInSegs"), count(&a, "TcpOutSegs"));
         let mss = a.tcp_info(now, c).unwrap().snd_mss as usize;
@@ -393,25 +388,10 @@ mod tests {
     #[test]
     fn unused_cwnd_decays_after_an_rto() {
         let run = |after_idle: &str| {
-            let mut a: Driver = Driver::new(Stack::new(1));
-            let mut b: Driver = Driver::new(Stack::new(2));
-            a.sysctl_set("net.ipv4.tcp_slow_start_after_idle", after_idle)
-                .unwrap();
-            a.add_address("10.0.0.1".parse().unwrap());
-            b.add_address("10.0.0.2".parse().unwrap());
-            let srv = "10.0.0.2:80".parse().unwrap();
-            let l = b.socket(Family::V4).unwrap();
-            b.bind(l, srv).unwrap();
-            b.listen(l, 4).unwrap();
-            let c = a.socket(Family::V4).unwrap();
-            let mut now = Instant::from_secs(1);
-            assert_eq!(a.connect(now, c, srv), Err(Errno::EINPROGRESS));
-            for _ in 0..4 {
-                step(&mut a, &mut b, now);
-                step(&mut b, &mut a, now);
-                now += Duration::from_millis(1);
-            }
-            let (s, _) = b.accept(l).unwrap();
+            let (mut a, mut b, c, s, mut now) = connected(|a| {
+                a.sysctl_set("net.ipv4.tcp_slow_start_after_idle", after_idle)
+                    .unwrap()
+            });
             let mut buf = vec![0u8; 1 << 20];
             // Bulk: cwnd grows in slow start.
             for _ in 0..40 {
