@@ -30,12 +30,12 @@ const RX_BATCH: usize = 64;
 /// for its own output, and those others' output made it go round again).
 const APP_TX_ROUNDS: u32 = 4;
 
-/// The loop of queue `me`'s I/O thread over `dev`, serving shard `me`; returns when the host
+/// The loop of queue `me`'s I/O thread over its shard's device, serving shard `me`; returns when the host
 /// stops or the device fails (which stops the host: every thread and every blocked call is
 /// woken).
 pub(crate) fn io_loop(sh: &Shared, me: usize) {
-    let dev: &Device = &sh.shards[me].dev;
     let shard = &sh.shards[me];
+    let dev: &Device = &shard.dev;
     let mut batch = RxBatch::new(RX_BATCH);
     let mut mem_batch: Vec<(Vec<u8>, Option<u16>)> = Vec::with_capacity(RX_BATCH);
     let mut inbox: Vec<(Vec<u8>, Option<u16>)> = Vec::new();

@@ -219,13 +219,15 @@ impl DeviceSide {
     /// The device side's verdict on a packet about to be transmitted (`crate::gate`): the one
     /// place where a local drop (NET_XMIT_DROP) is decided.
     pub fn admit(&mut self, meta: &crate::gate::TxMeta) -> bool {
-        self.gate.as_mut().is_none_or(|g| g.admit(meta))
+        self.verdict(meta) != crate::gate::Admission::Refused
     }
 
-    /// Whether the qdisc will cut an admitted GSO packet into its wire segments at enqueue
-    /// ([`TxGate::segments`](crate::gate::TxGate::segments)).
-    pub fn segments(&mut self, meta: &crate::gate::TxMeta) -> bool {
-        self.gate.as_mut().is_some_and(|g| g.segments(meta))
+    /// The same verdict with what becomes of an admitted packet
+    /// ([`TxGate::verdict`](crate::gate::TxGate::verdict)): queued whole, or cut at enqueue.
+    pub fn verdict(&mut self, meta: &crate::gate::TxMeta) -> crate::gate::Admission {
+        self.gate
+            .as_mut()
+            .map_or(crate::gate::Admission::Queued, |g| g.verdict(meta))
     }
 
     /// Replace the admission rule (`Stack::set_tx_gate`).

@@ -54,14 +54,29 @@ impl TxMeta {
 pub trait TxGate: Send {
     /// The verdict on one packet: `true` to accept it.
     fn admit(&mut self, pkt: &TxMeta) -> bool;
-    /// Asked after `admit` said yes: whether the qdisc will cut this GSO packet into its
-    /// wire segments in software when it is enqueued (tbf's `tbf_segment`). Linux's
-    /// `tcp_gso_segment` then frees the packet the socket sent and charges the socket each
-    /// segment's own `truesize` instead (see [`TxToken::split`](crate::TxToken::split)).
-    /// Default: never.
-    fn segments(&mut self, _pkt: &TxMeta) -> bool {
-        false
+    /// The verdict with what becomes of an admitted packet: queued whole, or cut into its
+    /// wire segments in software when it is enqueued (tbf's `tbf_segment`), in which case
+    /// Linux's `tcp_gso_segment` frees the packet the socket sent and charges the socket each
+    /// segment's own `truesize` instead (see [`TxToken::split`](crate::TxToken::split)). The
+    /// engine asks this once per packet. Default: [`TxGate::admit`], never cut.
+    fn verdict(&mut self, pkt: &TxMeta) -> Admission {
+        if self.admit(pkt) {
+            Admission::Queued
+        } else {
+            Admission::Refused
+        }
     }
+}
+
+/// The device side's answer to a packet at the transmit ([`TxGate::verdict`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Refused (`NET_XMIT_DROP`).
+    Refused,
+    /// Admitted, queued as sent.
+    Queued,
+    /// Admitted, and the qdisc will cut it into wire segments at enqueue.
+    Cut,
 }
 
 /// Refuses every packet: a qdisc with `limit 0`.

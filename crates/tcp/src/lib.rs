@@ -168,7 +168,7 @@ mod timer;
 
 pub use device::{DeviceCaps, RxBytes, RxChecksum, RxPacket, RxTruesize};
 pub use driver::{Driver, EgressPacket};
-pub use gate::{DropAll, TxGate, TxMeta};
+pub use gate::{Admission, DropAll, TxGate, TxMeta};
 pub use info::{MemInfo, TcpInfo};
 pub use recv::msgflags;
 pub use socket::{

@@ -999,7 +999,8 @@ impl Connection {
             departure: Some(self.pacing.wstamp.max(now)),
             now,
         };
-        if !env.device.admit(&meta) {
+        let verdict = env.device.verdict(&meta);
+        if verdict == crate::gate::Admission::Refused {
             if !matches!(
                 self.ca_state,
                 shallow_cc::CaState::Cwr
@@ -1040,7 +1041,7 @@ impl Connection {
         // A qdisc that will cut this GSO packet into wire segments (tbf_segment): the socket
         // is charged each segment as its own buffer (tcp_gso_segment), and the copy of the
         // skb it sent is freed at the cut.
-        let segmented = !orphan && pcount > 1 && env.device.segments(&meta);
+        let segmented = !orphan && pcount > 1 && verdict == crate::gate::Admission::Cut;
         let charge = if segmented {
             pcount * SKB_TX_OVERHEAD + len
         } else {

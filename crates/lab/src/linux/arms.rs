@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use super::parse::{engine_sysctls, threads_cpu_ns};
 use super::workload::{
-    blocking_senders, epoll_sender, Flow, KernelEpoll, Receiver, SendStats, ShallowPoller,
-    Workload, WritePoller, Writer,
+    blocking_senders, epoll_sender, kernel_senders, Flow, KernelEpoll, Receiver, SendStats,
+    ShallowPoller, Workload, WritePoller, Writer,
 };
-use super::world::{io_err, os_err, Tbf, World, RX_ADDR};
+use super::world::{io_err, Tbf, World, RX_ADDR};
 use super::{LinuxSpec, Sysctls};
 use crate::{Chart, Claim, Curve, LabError, LinuxRow};
 
@@ -213,26 +213,8 @@ fn kernel_arm(
     let port = world.port();
     let recv = Receiver::start(&world.rx, port, w.flows)?;
     let dst = SocketAddr::new(IpAddr::V4(RX_ADDR), port);
-    let n = w.flows;
-    let nodelay = w.nodelay;
-    let socks: Vec<std::net::TcpStream> = world
-        .tx
-        .run(move || -> io::Result<Vec<std::net::TcpStream>> {
-            (0..n)
-                .map(|_| {
-                    let s = std::net::TcpStream::connect(dst)?;
-                    s.set_nodelay(nodelay)?;
-                    // The engine's congestion control (it has cubic and reno; the VM's
-                    // default may be bbr). Per socket: root may pick any built-in one.
-                    rustix::net::sockopt::set_tcp_congestion(&s, "cubic")?;
-                    Ok(s)
-                })
-                .collect()
-        })
-        .map_err(os_err("enter sender namespace"))?
-        .map_err(io_err("connect"))?;
+    let flows = kernel_senders(&world.tx, dst, w)?;
     let c0 = world.kernel_counters();
-    let flows = socks.into_iter().map(Arc::new).collect();
     let run = start_senders(flows, w, "epoll", KernelEpoll::new)?;
     let samples = run.sample(w, label, progress, |t| {
         let socks = world.kernel_sockets(port);

@@ -6,7 +6,6 @@
 //! Shallow, its I/O thread, which does softirq's work; the kernel's softirq time is not
 //! attributed to a process).
 
-use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,33 +13,9 @@ use std::time::Duration;
 
 use super::arms::{start_senders, ArmResult, Sample};
 use super::parse::{engine_sysctls, threads_cpu_ns};
-use super::workload::{KernelEpoll, Receiver, Workload};
+use super::workload::{kernel_senders, KernelEpoll, Receiver, Workload};
 use super::world::{io_err, os_err, World, RX_ADDR, SHALLOW_ADDR};
 use crate::LabError;
-
-/// Connects the workload's kernel senders to `dst` from namespace `ns` (cubic, Nagle as the
-/// workload says).
-fn kernel_senders(
-    ns: &shallow_os::Netns,
-    dst: SocketAddr,
-    w: &Workload,
-) -> Result<Vec<Arc<std::net::TcpStream>>, LabError> {
-    let (n, nodelay) = (w.flows, w.nodelay);
-    let socks = ns
-        .run(move || -> io::Result<Vec<std::net::TcpStream>> {
-            (0..n)
-                .map(|_| {
-                    let s = std::net::TcpStream::connect_timeout(&dst, Duration::from_secs(5))?;
-                    s.set_nodelay(nodelay)?;
-                    rustix::net::sockopt::set_tcp_congestion(&s, "cubic")?;
-                    Ok(s)
-                })
-                .collect()
-        })
-        .map_err(os_err("enter a namespace"))?
-        .map_err(io_err("connect"))?;
-    Ok(socks.into_iter().map(Arc::new).collect())
-}
 
 /// Runs the senders over `flows` for the workload's duration, then stops them and waits for
 /// `readers`; `counters()` is read before and after.

@@ -301,6 +301,31 @@ pub(super) fn epoll_sender<F: Flow + 'static, P: WritePoller + Send + 'static>(
     })
 }
 
+/// Connects the workload's kernel senders to `dst` from namespace `ns`: Nagle as the
+/// workload says, and cubic, the engine's congestion control (it has cubic and reno; the
+/// VM's default may be bbr; per socket, root may pick any built-in one).
+pub(super) fn kernel_senders(
+    ns: &shallow_os::Netns,
+    dst: SocketAddr,
+    w: &Workload,
+) -> Result<Vec<Arc<std::net::TcpStream>>, LabError> {
+    let (n, nodelay) = (w.flows, w.nodelay);
+    let socks = ns
+        .run(move || -> io::Result<Vec<std::net::TcpStream>> {
+            (0..n)
+                .map(|_| {
+                    let s = std::net::TcpStream::connect_timeout(&dst, Duration::from_secs(5))?;
+                    s.set_nodelay(nodelay)?;
+                    rustix::net::sockopt::set_tcp_congestion(&s, "cubic")?;
+                    Ok(s)
+                })
+                .collect()
+        })
+        .map_err(os_err("enter a namespace"))?
+        .map_err(io_err("connect"))?;
+    Ok(socks.into_iter().map(Arc::new).collect())
+}
+
 /// The readers of a run's connections: each accepted connection is read with 128 KB reads
 /// (netserver's default; the workload's receiver role) to EOF, an error, or 30 s without
 /// data, counting bytes and the CPU time of its thread.

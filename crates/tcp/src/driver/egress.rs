@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use shallow_qdisc::{tos_to_priority, Admitted, Offer, Qdisc, QdiscPacket};
 
-use crate::gate::{TxGate, TxMeta};
+use crate::gate::{Admission, TxGate, TxMeta};
 use crate::time::Instant;
 
 /// A qdisc of one TX queue, over the substrate's packet type `P`.
@@ -110,28 +110,28 @@ impl<P: QdiscPacket> Egress<P> {
     /// [`Egress::enqueue`] gives it; a refusal is counted (see [`Egress::take_refused`]). A
     /// queue without a qdisc admits everything.
     pub fn admit(&mut self, m: &TxMeta) -> bool {
+        self.verdict(m) != Admission::Refused
+    }
+
+    /// [`Egress::admit`] with what becomes of an admitted packet: queued whole, or cut into
+    /// wire segments at enqueue ([`Qdisc::segments`]).
+    pub fn verdict(&mut self, m: &TxMeta) -> Admission {
         let q = self.queue_of(m.flow);
         let TxQueue {
             qdisc, admitted, ..
         } = &mut self.queues[q];
         let Some(qd) = qdisc.as_mut() else {
-            return true;
+            return Admission::Queued;
         };
-        let ok = qd.admit(m.now, &offer_of(m), admitted);
-        if !ok {
+        let offer = offer_of(m);
+        if !qd.admit(m.now, &offer, admitted) {
             self.refused += 1;
+            Admission::Refused
+        } else if qd.segments(&offer) {
+            Admission::Cut
+        } else {
+            Admission::Queued
         }
-        ok
-    }
-
-    /// Whether the qdisc of the packet's queue will cut it into wire segments when it is
-    /// enqueued ([`Qdisc::segments`]).
-    pub fn segments(&self, m: &TxMeta) -> bool {
-        let q = self.queue_of(m.flow);
-        self.queues[q]
-            .qdisc
-            .as_ref()
-            .is_some_and(|qd| qd.segments(&offer_of(m)))
     }
 
     /// Gives queue `q` a packet at `now`: the packet leaves the ledger (it was admitted
@@ -225,8 +225,8 @@ impl<P: QdiscPacket + Send> TxGate for EgressGate<P> {
     fn admit(&mut self, m: &TxMeta) -> bool {
         self.0.lock().admit(m)
     }
-    fn segments(&mut self, m: &TxMeta) -> bool {
-        self.0.lock().segments(m)
+    fn verdict(&mut self, m: &TxMeta) -> Admission {
+        self.0.lock().verdict(m)
     }
 }
 

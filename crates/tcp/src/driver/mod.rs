@@ -227,21 +227,12 @@ mod tests {
     /// Two drivers joined by hand, `a` behind `pfifo limit` `limit`: returns the packets `a`
     /// sent, the refusals at its transmit, and the bytes `b` received.
     fn run(limit: Option<usize>) -> (usize, u64, usize) {
-        let mut a: Driver = Driver::new(Stack::new(1));
-        let mut b: Driver = Driver::new(Stack::new(2));
-        if let Some(l) = limit {
-            let q: BoxedQdisc<Transmit> = Box::new(Fifo::pfifo(l));
-            assert!(a.set_qdisc(0, Some(q)).is_none());
-        }
-        a.add_address("10.0.0.1".parse().unwrap());
-        b.add_address("10.0.0.2".parse().unwrap());
-        let srv = "10.0.0.2:80".parse().unwrap();
-        let l = b.socket(Family::V4).unwrap();
-        b.bind(l, srv).unwrap();
-        b.listen(l, 4).unwrap();
-        let c = a.socket(Family::V4).unwrap();
-        let mut now = Instant::from_secs(1);
-        assert_eq!(a.connect(now, c, srv), Err(Errno::EINPROGRESS));
+        let (mut a, mut b, l, c, mut now) = connecting(|a| {
+            if let Some(l) = limit {
+                let q: BoxedQdisc<Transmit> = Box::new(Fifo::pfifo(l));
+                assert!(a.set_qdisc(0, Some(q)).is_none());
+            }
+        });
         let (mut sent, mut got, mut acc) = (0, 0, None);
         for _ in 0..100 {
             sent += step(&mut a, &mut b, now);
@@ -294,10 +285,12 @@ mod tests {
         assert_eq!(d.poll_deadline(1, Instant::from_secs(1)), None);
     }
 
-    /// Two drivers joined by hand, `a` set up by `setup` first: `a` connects to `b`'s
-    /// listener on 10.0.0.2:80 and `b` accepts. Returns the drivers, `a`'s socket, `b`'s
-    /// accepted one and the time.
-    fn connected(setup: impl FnOnce(&mut Driver)) -> (Driver, Driver, SocketId, SocketId, Instant) {
+    /// Two drivers joined by hand, `a` set up by `setup` first, `b` listening on
+    /// 10.0.0.2:80 and `a`'s socket connecting to it (its SYN queued, nothing moved yet).
+    /// Returns the drivers, `b`'s listener, `a`'s socket and the time.
+    fn connecting(
+        setup: impl FnOnce(&mut Driver),
+    ) -> (Driver, Driver, SocketId, SocketId, Instant) {
         let mut a: Driver = Driver::new(Stack::new(1));
         let mut b: Driver = Driver::new(Stack::new(2));
         setup(&mut a);
@@ -308,8 +301,15 @@ mod tests {
         b.bind(l, srv).unwrap();
         b.listen(l, 4).unwrap();
         let c = a.socket(Family::V4).unwrap();
-        let mut now = Instant::from_secs(1);
+        let now = Instant::from_secs(1);
         assert_eq!(a.connect(now, c, srv), Err(Errno::EINPROGRESS));
+        (a, b, l, c, now)
+    }
+
+    /// [`connecting`], then the handshake and `b`'s accept. Returns the drivers, `a`'s
+    /// socket, `b`'s accepted one and the time.
+    fn connected(setup: impl FnOnce(&mut Driver)) -> (Driver, Driver, SocketId, SocketId, Instant) {
+        let (mut a, mut b, l, c, mut now) = connecting(setup);
         for _ in 0..4 {
             step(&mut a, &mut b, now);
             step(&mut b, &mut a, now);
