@@ -97,6 +97,11 @@ impl AsyncTcpStream {
         self.inner.peer_addr()
     }
 
+    /// The address the client connected to ([`TcpStream::original_dst`]).
+    pub fn original_dst(&self) -> io::Result<SocketAddr> {
+        self.inner.original_dst()
+    }
+
     /// The local address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.inner.local_addr()
@@ -180,6 +185,17 @@ impl AsyncTcpListener {
     pub fn bind(host: &Host, addr: SocketAddr) -> io::Result<AsyncTcpListener> {
         Ok(AsyncTcpListener {
             inner: TcpListener::bind(host, addr)?,
+        })
+    }
+
+    /// A listener for connections to any destination, as [`TcpListener::bind_any`].
+    pub fn bind_any(
+        host: &Host,
+        family: shallow_tcp::Family,
+        backlog: i32,
+    ) -> io::Result<AsyncTcpListener> {
+        Ok(AsyncTcpListener {
+            inner: TcpListener::bind_any(host, family, backlog)?,
         })
     }
 

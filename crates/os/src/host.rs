@@ -105,11 +105,13 @@ use crate::error::OsError;
 pub use crate::hook::{Dir, PacketHook, Verdict, HOLD};
 use crate::iothread;
 use crate::netns::Peer;
+use crate::raw::{RawHandler, RawSender};
 use crate::shared::{wake_all, Shard, Shared, Steer};
 pub use crate::shared::{HostStats, QueueStats, CHUNK};
 use crate::tun::{Offload, TunConfig};
 use crate::wake::Waker;
 use shallow_tcp::driver::EgressHandle;
+use shallow_tcp::ForwardFilter;
 
 /// How a host is set up by [`Host::attach`].
 #[derive(Debug, Clone)]
@@ -484,6 +486,31 @@ impl Host {
         self.shared.hooked.store(true, Ordering::SeqCst);
         drop(h);
         self.shared.kick_all();
+    }
+}
+
+/// **Transparent termination and non-TCP packets**: what a TUN-based proxy or VPN needs
+/// (see [`TcpListener::bind_any`](crate::TcpListener::bind_any)).
+impl Host {
+    /// Sets (or with `None` removes) the rule that accepts, resets or drops each new
+    /// connection to a forwarded destination by (source, original destination), on every
+    /// shard (`shallow_tcp::Stack::set_forward_filter`). It runs on the engine's input path:
+    /// it must be quick and must not call the host.
+    pub fn set_forward_filter(&self, filter: Option<ForwardFilter>) {
+        self.with_stacks(|_, st, _| st.set_forward_filter(filter.clone()));
+    }
+
+    /// Installs (or with `None` removes) the handler of received packets that are not TCP
+    /// (UDP, ICMP, …; see [`crate::raw`]); it is shown each such packet before the engine,
+    /// which still handles the ICMP errors of its own connections. Counted in
+    /// `HostStats::rx_raw`.
+    pub fn set_raw_handler(&self, handler: Option<RawHandler>) {
+        self.shared.raw.set(handler);
+    }
+
+    /// A handle that writes whole IP packets to the device, for a raw handler's answers.
+    pub fn raw_sender(&self) -> RawSender {
+        RawSender::new(&self.shared)
     }
 }
 

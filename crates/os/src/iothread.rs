@@ -250,6 +250,9 @@ fn route(
     now: Instant,
     kicks: &mut [bool],
 ) {
+    if sh.raw.deliver(p) {
+        bump(&sh.stats.rx_raw);
+    }
     let owner = sh.steer.owner_of_packet(p);
     let q = &sh.stats.queues[me];
     if owner == me {

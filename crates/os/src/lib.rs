@@ -65,6 +65,7 @@ pub mod link;
 pub mod net;
 pub mod netns;
 pub mod poller;
+pub mod raw;
 mod readiness;
 mod shared;
 pub mod skip;
@@ -86,6 +87,8 @@ pub use link::{LinkConfig, MemLink};
 pub use net::{ShutdownHow, TcpListener, TcpStream};
 pub use netns::{Netns, Peer};
 pub use poller::{Event, Events, Poller, PollerStats, Source, Trigger};
+pub use raw::{RawHandler, RawSender};
+pub use shallow_tcp::{Family, ForwardFilter, ForwardVerdict};
 // `Interest` at the root is the TUN's (`tun::Interest`); the poller's is `poller::Interest`.
 pub use tun::{Interest, Offload, RxBatch, RxPacket, Tun, TunConfig, TunMode, TxPacket};
 pub use wake::{wait_readable, Ready, Waker};

@@ -245,6 +245,13 @@ impl TcpStream {
         &self.sock.host
     }
 
+    /// The address the client connected to, for a stream accepted by a forwarding listener
+    /// ([`TcpListener::bind_any`]; the same as `local_addr`, as `getsockname` and
+    /// `SO_ORIGINAL_DST` agree under Linux's TPROXY); for any other stream its local address.
+    pub fn original_dst(&self) -> io::Result<SocketAddr> {
+        self.local_addr()
+    }
+
     /// The remote address (`getpeername`; `ENOTCONN` when there is none).
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.sock.peek(|st, _, s| st.peer_addr(s))
@@ -591,6 +598,33 @@ impl TcpListener {
             }
         }
         Err(last.unwrap_or_else(|| errno(Errno::EADDRINUSE)))
+    }
+
+    /// A listener for TCP connections to *any* destination that is not one of the host's
+    /// addresses (transparent termination, as a TUN-based proxy or VPN needs; gVisor's
+    /// `tcp.Forwarder`, Linux's TPROXY with `IP_TRANSPARENT`): `family` `V4` takes IPv4
+    /// destinations, `V6` IPv6 ones and IPv4 ones too (dual stack). Each accepted stream's
+    /// [`TcpStream::original_dst`] is the address the client connected to. A rule may accept,
+    /// reset or drop connections by destination ([`Host::set_forward_filter`]); SYN queue,
+    /// backlog and SYN cookies are an ordinary listener's. `EADDRINUSE` if the family already
+    /// has one. See `shallow_tcp::Stack::listen_any`.
+    pub fn bind_any(host: &Host, family: Family, backlog: i32) -> io::Result<TcpListener> {
+        let wait = Arc::new(ListenWait::default());
+        let mut socks = Vec::with_capacity(host.shards());
+        for k in 0..host.shards() {
+            let sock = Sock::new(host, k, family)?;
+            sock.with_slot(|sl| sl.listen = Some(Arc::clone(&wait)))?;
+            sock.call(|st, _, s| st.listen_any(s, backlog))?;
+            socks.push(sock);
+        }
+        Ok(TcpListener {
+            inner: Arc::new(Listener {
+                socks,
+                wait,
+                nonblocking: AtomicBool::new(false),
+                next: AtomicUsize::new(0),
+            }),
+        })
     }
 
     fn bind_all(host: &Host, addr: SocketAddr, backlog: i32) -> io::Result<TcpListener> {

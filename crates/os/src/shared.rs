@@ -67,6 +67,8 @@ pub struct HostStats {
     pub tx_errors: AtomicU64,
     /// Packets the packet hook dropped ([`Host::set_packet_hook`](crate::Host::set_packet_hook)).
     pub hook_drops: AtomicU64,
+    /// Non-TCP packets shown to the raw handler ([`Host::set_raw_handler`](crate::Host::set_raw_handler)).
+    pub rx_raw: AtomicU64,
     /// Bytes held by the egress qdiscs now (the last figure a queue's thread stored for its
     /// own qdisc).
     pub qdisc_backlog: AtomicU64,
@@ -427,6 +429,8 @@ pub(crate) struct Shared {
     next_connect: AtomicUsize,
     pub hook: Mutex<HookState>,
     pub hooked: AtomicBool,
+    /// The user's handler of non-TCP packets (`raw.rs`).
+    pub raw: crate::raw::Raw,
     pub stop: AtomicBool,
     /// Application calls transmit on their own thread ([`Shared::finish`]); when off, every
     /// call hands its output to the I/O thread ([`crate::Host::set_direct_transmit`]).
@@ -447,6 +451,7 @@ impl Shared {
             next_connect: AtomicUsize::new(0),
             hook: Mutex::new(HookState::default()),
             hooked: AtomicBool::new(false),
+            raw: crate::raw::Raw::default(),
             stop: AtomicBool::new(false),
             direct_tx: AtomicBool::new(true),
             epoch: std::time::Instant::now(),

@@ -112,6 +112,12 @@ fn ip_header(p: &[u8]) -> Option<(IpAddr, IpAddr, u8, usize)> {
     }
 }
 
+/// Whether `p` is an IP packet that carries TCP (after IPv6's extension headers; a
+/// fragment or a packet too short to say is not).
+pub(crate) fn is_tcp(p: &[u8]) -> bool {
+    ip_header(p).is_some_and(|h| h.2 == 6)
+}
+
 /// The ports of the TCP header at `off`.
 fn ports(p: &[u8], off: usize) -> Option<(u16, u16)> {
     let b = p.get(off..off + 4)?;

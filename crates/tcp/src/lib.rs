@@ -176,7 +176,10 @@ pub use socket::{
     SKB_TX_OVERHEAD,
 };
 pub use sockopt::{OptVal, SockOpt};
-pub use stack::{Ioctl, LingerWait, PortFilter, ProtoMem, Shutdown, SockStat, SocketRow, Stack};
+pub use stack::{
+    ForwardFilter, ForwardVerdict, Ioctl, LingerWait, PortFilter, ProtoMem, Shutdown, SockStat,
+    SocketRow, Stack,
+};
 
 #[cfg(any(test, feature = "test-util"))]
 pub mod harness;

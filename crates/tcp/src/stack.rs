@@ -27,6 +27,8 @@
 
 mod api;
 pub(crate) use api::SockLock;
+mod forward;
+pub use forward::{ForwardFilter, ForwardVerdict};
 mod listen;
 mod poll;
 mod rx;
@@ -160,6 +162,8 @@ pub struct Stack {
     routes: Vec<Route>,
     /// Which 4-tuples an ephemeral port of `connect` may give ([`Stack::set_connect_port_filter`]).
     port_filter: Option<PortFilter>,
+    /// The listeners for connections to any destination, and their rule (`forward.rs`).
+    forward: forward::Forward,
 }
 
 /// A rule on the 4-tuples `connect` may pick an ephemeral port for: called with (local,
@@ -239,6 +243,7 @@ impl Stack {
             addrs: Vec::new(),
             routes: Vec::new(),
             port_filter: None,
+            forward: forward::Forward::default(),
         }
     }
 
@@ -449,6 +454,9 @@ impl Stack {
         }
         if self.listeners.get(&sk.local) == Some(&s) {
             self.listeners.remove(&sk.local);
+        }
+        if self.forward.holds(s) {
+            self.forward_forget(s);
         }
         if let Some(v) = self.ports.get_mut(&sk.local.port()) {
             v.retain(|x| *x != s);

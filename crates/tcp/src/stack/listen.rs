@@ -45,6 +45,16 @@ impl Stack {
             }
             return;
         }
+        if self.forward.holds(lid) {
+            match self.forward_verdict(seg) {
+                ForwardVerdict::Accept => {}
+                ForwardVerdict::Reset => {
+                    self.send_reset_for(seg);
+                    return;
+                }
+                ForwardVerdict::Drop => return,
+            }
+        }
         let (backlog, synq, accq) = match self.sock(lid).ok().and_then(|l| l.listen.as_ref()) {
             Some(l) => (
                 l.backlog,

@@ -59,7 +59,7 @@ impl Stack {
         // over a 1500-byte-MTU loopback, 14,483 segments' worth, raised InSegs by 457 while
         // OutSegs counted every wire segment).
         self.env.mib.inc(Mib::InSegs);
-        if !self.addrs.is_empty() && !self.addrs.contains(&seg.dst.ip()) {
+        if !self.accepts_dst(seg.dst.ip()) {
             return;
         }
         if let Some(&id) = self.conns.get(&(seg.dst, seg.src)) {
@@ -80,8 +80,13 @@ impl Stack {
 
     /// The listener a SYN to `dst` reaches (`__inet_lookup_listener`): one bound to the
     /// address itself, else one bound to its family's wildcard, else — for an IPv4 `dst` —
-    /// a dual-stack AF_INET6 listener on `::` (not `IPV6_V6ONLY`; see `dualstack`).
+    /// a dual-stack AF_INET6 listener on `::` (not `IPV6_V6ONLY`; see `dualstack`). A
+    /// destination that is not one of the stack's addresses reaches only a forwarding
+    /// listener (`forward.rs`), as on Linux a wildcard listener sees only local delivery.
     pub(super) fn listener_for(&self, dst: SocketAddr) -> Option<SocketId> {
+        if !self.addrs.is_empty() && !self.addrs.contains(&dst.ip()) {
+            return self.forward_listener_for(dst);
+        }
         if let Some(&l) = self.listeners.get(&dst) {
             return Some(l);
         }
@@ -98,7 +103,7 @@ impl Stack {
                 }
             }
         }
-        None
+        self.forward_listener_for(dst)
     }
 
     /// An ICMP error for one of our connections (`tcp_v4_err`): path-MTU reduction

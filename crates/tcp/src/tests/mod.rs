@@ -12,6 +12,7 @@
 mod drill_like;
 mod dualstack;
 pub(crate) mod e2e;
+mod forward;
 mod gate;
 mod linger;
 mod mem;
