@@ -17,6 +17,7 @@ mod drill;
 mod lab;
 mod nc;
 mod netns;
+mod proxy;
 mod ss;
 
 /// Shallow: a user-space TCP/IP stack with Linux's shallow-queue send path.
@@ -43,6 +44,10 @@ enum Command {
     /// netcat over Shallow: `nc -l PORT` or `nc HOST PORT` through the TUN of `shallow netns
     /// up`, copying stdin to the connection and the connection to stdout (needs root).
     Nc(nc::NcArgs),
+    /// Shallow as the TCP stack of a TUN-based proxy: accept every TCP connection that
+    /// arrives on the TUN, for any destination, and relay it there directly (`--direct`) or
+    /// through a SOCKS5 server (`--socks5 HOST:PORT`) (needs root).
+    Proxy(Box<proxy::ProxyArgs>),
     /// Create or delete the kernel peer of a Shallow TUN: a network namespace with a
     /// persistent TUN and addresses on the kernel side (needs root).
     Netns(netns::NetnsArgs),
@@ -57,5 +62,6 @@ fn main() -> anyhow::Result<()> {
         Command::Lab(args) => lab::run(&args),
         Command::Netns(args) => netns::run(&args),
         Command::Nc(args) => nc::run(&args),
+        Command::Proxy(args) => proxy::run(&args),
     }
 }

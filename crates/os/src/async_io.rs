@@ -115,6 +115,39 @@ impl AsyncTcpStream {
     fn sock(&self) -> &Sock {
         &self.inner.sock
     }
+
+    /// Polls until a read would not block — data, end of stream or an error — without
+    /// taking any data (a `MSG_PEEK` of one byte); registers `cx`'s waker otherwise. With
+    /// it a relay can wait on many idle streams without a buffer for each.
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let s = self.sock();
+        let mut one = [0u8; 1];
+        match would_block(crate::net::recv_some(
+            &s.host.shared,
+            s.shard,
+            s.id,
+            &mut one,
+            msgflags::MSG_PEEK | msgflags::MSG_DONTWAIT,
+            Some(cx.waker()),
+        )) {
+            Poll::Ready(Ok(_)) => Poll::Ready(Ok(())),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Waits until a read would not block ([`AsyncTcpStream::poll_read_ready`]).
+    pub async fn readable(&self) -> io::Result<()> {
+        poll_fn(|cx| self.poll_read_ready(cx)).await
+    }
+
+    /// Another handle on the same connection (`dup`): one task may read through one handle
+    /// while another writes through the other.
+    pub fn try_clone(&self) -> io::Result<AsyncTcpStream> {
+        Ok(AsyncTcpStream {
+            inner: self.inner.try_clone()?,
+        })
+    }
 }
 
 impl AsyncRead for AsyncTcpStream {

@@ -1,0 +1,206 @@
+//! One proxied connection: reach the original destination, then carry bytes both ways.
+//!
+//! Rules (as a Linux host that terminates and re-originates the connection behaves):
+//! - a destination that cannot be reached — refused, unreachable, timed out, or a SOCKS5
+//!   failure reply — resets the client's connection (the client sees `ECONNRESET`;
+//!   counted in [`Stats::upstream_failures`](crate::Stats::upstream_failures));
+//! - end of stream on one side shuts down the write side of the other (a FIN for a FIN):
+//!   half-closed connections keep carrying the other direction;
+//! - a reset (or any error) on one side resets the other (`SO_LINGER` 0, then close) and
+//!   ends the relay;
+//! - each direction reads only when the other side's socket took the previous chunk, so
+//!   the proxy holds at most one chunk per direction, and none while a direction is idle.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use shallow_os::AsyncTcpStream;
+use shallow_tcp::{OptVal, SockOpt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::{socks5, Config, Stats, Upstream};
+
+/// Which side of the relay failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// The client's connection (Shallow's socket toward the TUN).
+    Client,
+    /// The upstream connection (the kernel's socket).
+    Upstream,
+}
+
+/// Relays one accepted connection until both directions are done or one side fails.
+pub async fn relay(client: AsyncTcpStream, cfg: Arc<Config>, stats: Arc<Stats>) {
+    let (Ok(dst), Ok(peer)) = (client.original_dst(), client.peer_addr()) else {
+        return;
+    };
+    let Ok(handle) = client.get_ref().try_clone() else {
+        return;
+    };
+    let (id, up_bytes, down_bytes) = stats.add(peer, dst, handle);
+    if let Some(v) = cfg.notsent_lowat {
+        let _ = client.get_ref().set_notsent_lowat(v);
+    }
+    let upstream = match tokio::time::timeout(cfg.connect_timeout, connect(&cfg, dst)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(_)) | Err(_) => {
+            stats.upstream_failures.fetch_add(1, Ordering::Relaxed);
+            stats.remove(id);
+            abort_client(client);
+            return;
+        }
+    };
+    let _ = upstream.set_nodelay(true);
+    if let Some(v) = cfg.upstream_notsent_lowat {
+        let _ = socket2::SockRef::from(&upstream).set_tcp_notsent_lowat(v);
+    }
+    let failed = carry(&client, upstream, &cfg, &up_bytes, &down_bytes, &stats).await;
+    stats.remove(id);
+    if failed.is_some() {
+        stats.resets.fetch_add(1, Ordering::Relaxed);
+    }
+    if failed == Some(Side::Upstream) {
+        abort_client(client);
+    }
+}
+
+/// Connects to `dst` as the configuration says.
+async fn connect(cfg: &Config, dst: SocketAddr) -> io::Result<TcpStream> {
+    match &cfg.upstream {
+        Upstream::Direct => TcpStream::connect(unmapped(dst)).await,
+        Upstream::Socks5 { server, auth } => {
+            let mut s = TcpStream::connect(server).await?;
+            s.set_nodelay(true)?;
+            let auth = auth.as_ref().map(|(u, p)| (u.as_str(), p.as_str()));
+            socks5::connect(&mut s, dst, auth).await?;
+            Ok(s)
+        }
+    }
+}
+
+/// An IPv4-mapped IPv6 destination (from a dual-stack listener) as plain IPv4.
+fn unmapped(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), a.port()),
+            None => a,
+        },
+        a => a,
+    }
+}
+
+/// Resets the client's connection: `SO_LINGER` {on, 0} and close.
+fn abort_client(client: AsyncTcpStream) {
+    let _ = client.get_ref().set_option(
+        SockOpt::SoLinger,
+        &OptVal::Linger {
+            onoff: true,
+            secs: 0,
+        },
+    );
+    drop(client);
+}
+
+/// Carries both directions; returns the side that failed, if one did (the upstream
+/// socket, owned here, is reset before returning when the client failed).
+async fn carry(
+    client: &AsyncTcpStream,
+    upstream: TcpStream,
+    cfg: &Config,
+    up_bytes: &AtomicU64,
+    down_bytes: &AtomicU64,
+    stats: &Stats,
+) -> Option<Side> {
+    let Ok(mut client_w) = client.try_clone() else {
+        return Some(Side::Client);
+    };
+    let mut client_r = match client.try_clone() {
+        Ok(c) => c,
+        Err(_) => return Some(Side::Client),
+    };
+    let (up_r, mut up_w) = upstream.into_split();
+    let chunk = cfg.chunk.max(1);
+    let failed = {
+        let to_upstream = async {
+            let mut buf: Vec<u8> = Vec::new();
+            loop {
+                if client_r.readable().await.is_err() {
+                    return Err(Side::Client);
+                }
+                buf.resize(chunk, 0);
+                let n = match client_r.read(&mut buf).await {
+                    Ok(n) => n,
+                    Err(_) => return Err(Side::Client),
+                };
+                if n == 0 {
+                    let _ = up_w.shutdown().await;
+                    return Ok(());
+                }
+                if up_w.write_all(&buf[..n]).await.is_err() {
+                    return Err(Side::Upstream);
+                }
+                up_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                stats.bytes_up.fetch_add(n as u64, Ordering::Relaxed);
+                if n < chunk {
+                    // Drained for now: hold no buffer while idle.
+                    buf = Vec::new();
+                }
+            }
+        };
+        let to_client = async {
+            let mut buf: Vec<u8> = Vec::new();
+            loop {
+                if up_r.readable().await.is_err() {
+                    return Err(Side::Upstream);
+                }
+                buf.resize(chunk, 0);
+                let n = match up_r.try_read(&mut buf) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(_) => return Err(Side::Upstream),
+                };
+                if n == 0 {
+                    if client_w.shutdown().await.is_err() {
+                        return Err(Side::Client);
+                    }
+                    return Ok(());
+                }
+                if client_w.write_all(&buf[..n]).await.is_err() {
+                    return Err(Side::Client);
+                }
+                down_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                stats.bytes_down.fetch_add(n as u64, Ordering::Relaxed);
+                if n < chunk {
+                    buf = Vec::new();
+                }
+            }
+        };
+        tokio::pin!(to_upstream, to_client);
+        let (mut up_done, mut down_done) = (false, false);
+        loop {
+            tokio::select! {
+                r = &mut to_upstream, if !up_done => match r {
+                    Ok(()) => up_done = true,
+                    Err(side) => break Some(side),
+                },
+                r = &mut to_client, if !down_done => match r {
+                    Ok(()) => down_done = true,
+                    Err(side) => break Some(side),
+                },
+            }
+            if up_done && down_done {
+                break None;
+            }
+        }
+    };
+    if failed == Some(Side::Client) {
+        // Reset upstream: SO_LINGER 0 on the kernel socket, closed as the halves drop.
+        if let Ok(s) = up_r.reunite(up_w) {
+            let _ = socket2::SockRef::from(&s).set_linger(Some(std::time::Duration::ZERO));
+        }
+    }
+    failed
+}
