@@ -25,7 +25,8 @@
 //! let rt = tokio::runtime::Runtime::new()?;
 //! rt.block_on(async {
 //!     let proxy = Proxy::start(&host, cfg)?;
-//!     tokio::signal::ctrl_c().await?;
+//!     // Relay for an hour, then print the counters and ten open connections.
+//!     tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
 //!     println!("{}", proxy.stats().report(10));
 //!     Ok::<_, std::io::Error>(())
 //! })?;
