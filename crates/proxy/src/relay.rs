@@ -159,7 +159,12 @@ async fn carry(
                 buf.resize(chunk, 0);
                 let n = match up_r.try_read(&mut buf) {
                     Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    // Readiness left over from an earlier read (tokio clears it only on
+                // WouldBlock; the SOCKS5 reply was read exactly): no buffer while idle.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    buf = Vec::new();
+                    continue;
+                }
                     Err(_) => return Err(Side::Upstream),
                 };
                 if n == 0 {
