@@ -17,13 +17,15 @@ use shallow_os::{Family, ForwardVerdict, Host, TcpListener};
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let host = Host::attach_default()?;
     // Refuse SMTP, accept the rest.
-    host.set_forward_filter(Some(std::sync::Arc::new(|_src, dst: std::net::SocketAddr| {
-        if dst.port() == 25 {
-            ForwardVerdict::Reset
-        } else {
-            ForwardVerdict::Accept
-        }
-    })));
+    host.set_forward_filter(Some(std::sync::Arc::new(
+        |_src, dst: std::net::SocketAddr| {
+            if dst.port() == 25 {
+                ForwardVerdict::Reset
+            } else {
+                ForwardVerdict::Accept
+            }
+        },
+    )));
     let listener = TcpListener::bind_any(&host, Family::V6, 1024)?; // IPv6 and IPv4
     for conn in listener.incoming() {
         let client = conn?;

@@ -22,6 +22,7 @@ use std::task::{Context, Poll};
 use shallow_tcp::{msgflags, Errno, TcpInfo, TcpState};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::forward::{ForwardRequest, Forwarded};
 use crate::host::Host;
 use crate::net::{family_of, Sock, TcpListener, TcpStream};
 use crate::shared::{errno, netdown};
@@ -207,6 +208,33 @@ impl AsyncWrite for AsyncTcpStream {
     }
 }
 
+impl ForwardRequest {
+    /// Sends the SYN-ACK and waits for the handshake to complete: the connection, as an
+    /// async stream. Fails with the socket's error (`ECONNRESET` when the client reset it,
+    /// `ETIMEDOUT` when the SYN-ACK retries ran out).
+    pub async fn accept(self) -> io::Result<AsyncTcpStream> {
+        let s = self.into_stream()?;
+        let (k, id) = (s.sock.shard, s.sock.id);
+        let sh = &s.sock.host.shared;
+        poll_fn(|cx| {
+            let mut o = sh.own(k, id)?;
+            match o.stack().state(id).map_err(errno)? {
+                TcpState::SynRecv => {
+                    if sh.stopped() {
+                        return Poll::Ready(Err(netdown()));
+                    }
+                    o.slot()?.write_waker = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+                TcpState::Close => Poll::Ready(Err(crate::forward::closed_error(o.stack(), id))),
+                _ => Poll::Ready(Ok(())),
+            }
+        })
+        .await?;
+        Ok(AsyncTcpStream { inner: s })
+    }
+}
+
 /// A listening socket for async code.
 #[derive(Debug)]
 pub struct AsyncTcpListener {
@@ -250,6 +278,25 @@ impl AsyncTcpListener {
     /// Accepts a connection when one is established.
     pub async fn accept(&self) -> io::Result<(AsyncTcpStream, SocketAddr)> {
         poll_fn(|cx| self.poll_accept(cx)).await
+    }
+
+    /// The next thing a forwarding listener ([`AsyncTcpListener::bind_any`]) has: a held SYN
+    /// to decide on ([`Forwarded::Request`], under a [`ForwardVerdict::Defer`] rule) or an
+    /// established connection ([`Forwarded::Stream`]: one the rule accepted at once, or one
+    /// SYN cookies answered under a flood). Use this instead of `accept` on such a listener.
+    ///
+    /// [`ForwardVerdict::Defer`]: shallow_tcp::ForwardVerdict::Defer
+    pub async fn next_forwarded(&self) -> io::Result<Forwarded> {
+        poll_fn(|cx| {
+            let l = &self.inner.inner;
+            match l.forwarded_any(Some(cx.waker())) {
+                Ok(Some(f)) => Poll::Ready(Ok(f)),
+                Ok(None) if l.host().shared.stopped() => Poll::Ready(Err(netdown())),
+                Ok(None) => Poll::Pending,
+                Err(e) => Poll::Ready(Err(e)),
+            }
+        })
+        .await
     }
 
     /// Polls for a connection; registers `cx`'s waker when none waits. On a host of several

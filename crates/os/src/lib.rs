@@ -58,6 +58,7 @@ pub mod async_io;
 mod device;
 mod egress;
 mod error;
+pub mod forward;
 mod hook;
 pub mod host;
 mod iothread;
@@ -79,6 +80,7 @@ pub mod wake;
 #[cfg(feature = "tokio")]
 pub use async_io::{AsyncTcpListener, AsyncTcpStream};
 pub use error::{check_name, OsError};
+pub use forward::{ForwardRequest, Forwarded, Unreachable};
 pub use host::{
     Device, Dir, Egress, FqConfig, Host, HostConfig, HostStats, PacketHook, QueueStats, Rate,
     Verdict,
@@ -88,7 +90,7 @@ pub use net::{ShutdownHow, TcpListener, TcpStream};
 pub use netns::{Netns, Peer};
 pub use poller::{Event, Events, Poller, PollerStats, Source, Trigger};
 pub use raw::{RawHandler, RawSender};
-pub use shallow_tcp::{Family, ForwardFilter, ForwardVerdict};
+pub use shallow_tcp::{Family, ForwardCompletion, ForwardFilter, ForwardVerdict};
 // `Interest` at the root is the TUN's (`tun::Interest`); the poller's is `poller::Interest`.
 pub use tun::{Interest, Offload, RxBatch, RxPacket, Tun, TunConfig, TunMode, TxPacket};
 pub use wake::{wait_readable, Ready, Waker};

@@ -509,6 +509,16 @@ impl Listener {
         &self.socks[0].host
     }
 
+    /// Whether `accept` (and `next_forwarded`) return `WouldBlock` instead of waiting.
+    pub fn is_nonblocking(&self) -> bool {
+        self.nonblocking.load(Ordering::Relaxed)
+    }
+
+    /// The shard to look at first (round-robin, so no shard starves).
+    pub fn next_shard(&self) -> usize {
+        self.next.fetch_add(1, Ordering::Relaxed) % self.socks.len()
+    }
+
     /// One non-blocking `accept` on shard `k`'s socket (owned for the call); with `waker`, a
     /// call that finds nothing registers it as that socket's read waker before releasing it.
     pub fn try_accept(
@@ -551,7 +561,7 @@ impl Listener {
         waker: Option<&std::task::Waker>,
     ) -> io::Result<Option<(TcpStream, SocketAddr)>> {
         let n = self.socks.len();
-        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        let start = self.next_shard();
         for i in 0..n {
             if let Some(c) = self.try_accept((start + i) % n, waker)? {
                 return Ok(Some(c));

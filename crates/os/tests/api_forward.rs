@@ -170,3 +170,86 @@ fn raw_handler_sees_non_tcp_packets_and_answers_through_raw_sender() {
         Some(libc::ENETDOWN)
     );
 }
+
+/// Held SYNs through the async API: the client's connect completes only once the
+/// application accepts, a reset refuses it, and a held SYN that is never answered leaves the
+/// client waiting.
+#[cfg(feature = "tokio")]
+#[test]
+fn held_syns_are_answered_by_the_application() {
+    let (a, b) = hosts();
+    b.set_forward_filter(Some(Arc::new(|_, _| ForwardVerdict::Defer)));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let l = shallow_os::AsyncTcpListener::bind_any(&b, Family::V4, 64).unwrap();
+        let a2 = a.clone();
+        let client = tokio::task::spawn_blocking(move || {
+            let ok = TcpStream::connect(&a2, "198.51.100.7:80".parse().unwrap());
+            let refused = TcpStream::connect(&a2, "198.51.100.7:81".parse().unwrap());
+            (
+                ok.map(|mut s| {
+                    let mut b = [0u8; 5];
+                    s.read_exact(&mut b).unwrap();
+                    b
+                }),
+                refused.map(|_| ()),
+            )
+        });
+        let shallow_os::Forwarded::Request(r) = l.next_forwarded().await.unwrap() else {
+            panic!("a held SYN first");
+        };
+        assert_eq!(r.original_dst(), "198.51.100.7:80".parse().unwrap());
+        // Not answered yet: the client is still connecting a while later.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!client.is_finished());
+        let mut s = r.accept().await.unwrap();
+        use tokio::io::AsyncWriteExt;
+        s.write_all(b"hello").await.unwrap();
+        let shallow_os::Forwarded::Request(r) = l.next_forwarded().await.unwrap() else {
+            panic!("the second SYN is held too");
+        };
+        r.reset().unwrap();
+        let (ok, refused) = client.await.unwrap();
+        assert_eq!(&ok.unwrap(), b"hello");
+        assert_eq!(refused.unwrap_err().kind(), ErrorKind::ConnectionRefused);
+    });
+}
+
+/// The blocking forms: `next_forwarded` and `accept_blocking`; and an ICMP unreachable
+/// answer, which Shallow's own client takes as a hard error in SYN_SENT.
+#[test]
+fn held_syns_blocking_and_unreachable() {
+    let (a, b) = hosts();
+    b.set_forward_filter(Some(Arc::new(|_, _| ForwardVerdict::Defer)));
+    let l = TcpListener::bind_any(&b, Family::V4, 64).unwrap();
+    let a2 = a.clone();
+    let client = std::thread::spawn(move || {
+        let e = TcpStream::connect(&a2, "203.0.113.1:443".parse().unwrap()).unwrap_err();
+        let mut s = TcpStream::connect(&a2, "203.0.113.2:443".parse().unwrap()).unwrap();
+        let mut buf = [0u8; 2];
+        s.read_exact(&mut buf).unwrap();
+        (e, buf)
+    });
+    let shallow_os::Forwarded::Request(r) = l.next_forwarded().unwrap() else {
+        panic!("a held SYN");
+    };
+    r.unreachable(shallow_os::Unreachable::Host).unwrap();
+    let shallow_os::Forwarded::Request(r) = l.next_forwarded().unwrap() else {
+        panic!("a held SYN");
+    };
+    assert_eq!(r.original_dst(), "203.0.113.2:443".parse().unwrap());
+    let mut s = r.accept_blocking().unwrap();
+    s.write_all(b"ok").unwrap();
+    let (e, buf) = client.join().unwrap();
+    assert_eq!(e.raw_os_error(), Some(libc::EHOSTUNREACH), "{e}");
+    assert_eq!(&buf, b"ok");
+    l.set_nonblocking(true).unwrap();
+    assert_eq!(
+        l.next_forwarded().unwrap_err().kind(),
+        ErrorKind::WouldBlock
+    );
+}

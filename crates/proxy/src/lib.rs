@@ -8,9 +8,10 @@
 //! the Shallow socket takes more (its writes wait under `TCP_NOTSENT_LOWAT` and TSQ, the
 //! shallow-queue send path), toward upstream only while the kernel socket does (its own
 //! `TCP_NOTSENT_LOWAT`); an idle connection holds no buffer at all (it waits for
-//! readability, then borrows one). Half-close is carried both ways (FIN for FIN), a reset
-//! on one side resets the other, and a destination that cannot be reached resets the
-//! client's connection ([`relay`]).
+//! readability, then borrows one). The client's SYN is answered only once the destination
+//! has answered, so a refused, unreachable or silent destination looks to the client as it
+//! would through a router (RST, ICMP unreachable, nothing); half-close is carried both ways
+//! (FIN for FIN) and a reset on one side resets the other ([`relay`]).
 //!
 //! # Example: a SOCKS5 proxy for the TUN of `shallow netns up`
 //!

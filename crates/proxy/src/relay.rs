@@ -1,9 +1,13 @@
 //! One proxied connection: reach the original destination, then carry bytes both ways.
 //!
-//! Rules (as a Linux host that terminates and re-originates the connection behaves):
-//! - a destination that cannot be reached — refused, unreachable, timed out, or a SOCKS5
-//!   failure reply — resets the client's connection (the client sees `ECONNRESET`;
-//!   counted in [`Stats::upstream_failures`](crate::Stats::upstream_failures));
+//! Rules (as a Linux router between the client and the destination would let the client
+//! see it, then as a host that terminates and re-originates the connection):
+//! - the client's SYN is answered only once the destination (or the SOCKS5 server) has
+//!   answered: a refusal becomes a RST (the client sees `ECONNREFUSED`), no route or no host
+//!   an ICMP destination-unreachable (`ENETUNREACH`, `EHOSTUNREACH`), no answer in time
+//!   nothing (the client's next SYN tries again); counted in
+//!   [`Stats::upstream_failures`](crate::Stats::upstream_failures). A connection accepted
+//!   without asking (SYN cookies under a flood) is reset instead;
 //! - end of stream on one side shuts down the write side of the other (a FIN for a FIN):
 //!   half-closed connections keep carrying the other direction;
 //! - a reset (or any error) on one side resets the other (`SO_LINGER` 0, then close) and
@@ -16,7 +20,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use shallow_os::AsyncTcpStream;
+use shallow_os::{AsyncTcpStream, ForwardRequest, Unreachable};
 use shallow_tcp::{OptVal, SockOpt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -32,32 +36,73 @@ enum Side {
     Upstream,
 }
 
-/// Relays one accepted connection until both directions are done or one side fails.
-pub async fn relay(client: AsyncTcpStream, cfg: Arc<Config>, stats: Arc<Stats>) {
-    let (Ok(dst), Ok(peer)) = (client.original_dst(), client.peer_addr()) else {
+/// Relays one held SYN: tries the original destination first, then answers the client as a
+/// router on the way would have let it see the destination — the handshake (and the relay),
+/// a RST when it refused, an ICMP unreachable error when there is no route or host, nothing
+/// when it did not answer in time (the client's SYN retransmission asks again).
+pub async fn relay_request(req: ForwardRequest, cfg: Arc<Config>, stats: Arc<Stats>) {
+    let dst = req.original_dst();
+    let upstream = match tokio::time::timeout(cfg.connect_timeout, connect(&cfg, dst)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            stats.upstream_failures.fetch_add(1, Ordering::Relaxed);
+            // Linux errno numbers (the SOCKS5 replies map to them, `socks5::reply_error`).
+            let _ = match e.raw_os_error() {
+                Some(101) => req.unreachable(Unreachable::Net),
+                Some(113) => req.unreachable(Unreachable::Host),
+                Some(110) => req.ignore(),
+                _ => req.reset(),
+            };
+            return;
+        }
+        Err(_) => {
+            stats.upstream_failures.fetch_add(1, Ordering::Relaxed);
+            let _ = req.ignore();
+            return;
+        }
+    };
+    let Ok(client) = req.accept().await else {
+        return; // the client went away meanwhile: the upstream socket closes
+    };
+    run(client, upstream, &cfg, &stats).await;
+}
+
+/// Relays one connection the listener accepted without asking (an accept-all rule, or SYN
+/// cookies under a flood): the client is already connected, so a destination that cannot
+/// be reached resets it.
+pub async fn relay_stream(client: AsyncTcpStream, cfg: Arc<Config>, stats: Arc<Stats>) {
+    let Ok(dst) = client.original_dst() else {
         return;
     };
-    let Ok(handle) = client.get_ref().try_clone() else {
+    let upstream = match tokio::time::timeout(cfg.connect_timeout, connect(&cfg, dst)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(_)) | Err(_) => {
+            stats.upstream_failures.fetch_add(1, Ordering::Relaxed);
+            abort_client(client);
+            return;
+        }
+    };
+    run(client, upstream, &cfg, &stats).await;
+}
+
+/// Carries a connected pair until both directions are done or one side fails.
+async fn run(client: AsyncTcpStream, upstream: TcpStream, cfg: &Config, stats: &Stats) {
+    let (Ok(dst), Ok(peer), Ok(handle)) = (
+        client.original_dst(),
+        client.peer_addr(),
+        client.get_ref().try_clone(),
+    ) else {
         return;
     };
     let (id, up_bytes, down_bytes) = stats.add(peer, dst, handle);
     if let Some(v) = cfg.notsent_lowat {
         let _ = client.get_ref().set_notsent_lowat(v);
     }
-    let upstream = match tokio::time::timeout(cfg.connect_timeout, connect(&cfg, dst)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(_)) | Err(_) => {
-            stats.upstream_failures.fetch_add(1, Ordering::Relaxed);
-            stats.remove(id);
-            abort_client(client);
-            return;
-        }
-    };
     let _ = upstream.set_nodelay(true);
     if let Some(v) = cfg.upstream_notsent_lowat {
         let _ = socket2::SockRef::from(&upstream).set_tcp_notsent_lowat(v);
     }
-    let failed = carry(&client, upstream, &cfg, &up_bytes, &down_bytes, &stats).await;
+    let failed = carry(&client, upstream, cfg, &up_bytes, &down_bytes, stats).await;
     stats.remove(id);
     if failed.is_some() {
         stats.resets.fetch_add(1, Ordering::Relaxed);
@@ -160,11 +205,11 @@ async fn carry(
                 let n = match up_r.try_read(&mut buf) {
                     Ok(n) => n,
                     // Readiness left over from an earlier read (tokio clears it only on
-                // WouldBlock; the SOCKS5 reply was read exactly): no buffer while idle.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    buf = Vec::new();
-                    continue;
-                }
+                    // WouldBlock; the SOCKS5 reply was read exactly): no buffer while idle.
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        buf = Vec::new();
+                        continue;
+                    }
                     Err(_) => return Err(Side::Upstream),
                 };
                 if n == 0 {

@@ -4,10 +4,11 @@
 use std::io;
 use std::sync::Arc;
 
-use shallow_os::{AsyncTcpListener, Family, Host};
+use shallow_os::{AsyncTcpListener, AsyncTcpStream, Family, ForwardVerdict, Forwarded, Host};
 use tokio::task::JoinHandle;
 
-use crate::{relay::relay, Config, Stats};
+use crate::relay::{relay_request, relay_stream};
+use crate::{Config, Stats};
 
 /// A running proxy. Dropping it (or [`Proxy::stop`]) stops accepting; connections being
 /// relayed go on until they end.
@@ -20,11 +21,14 @@ pub struct Proxy {
 impl Proxy {
     /// Starts relaying every TCP connection that arrives on `host`'s device for a destination
     /// that is not one of its addresses: an AF_INET forwarding listener for IPv4 destinations,
-    /// an AF_INET6 one for IPv6 (`EADDRINUSE` if the host already has either). Must be called
-    /// within a tokio runtime.
+    /// an AF_INET6 one for IPv6 (`EADDRINUSE` if the host already has either), and a forward
+    /// rule that holds every SYN until the destination answers (it replaces the host's rule).
+    /// Must be called within a tokio runtime.
     pub fn start(host: &Host, cfg: Config) -> io::Result<Proxy> {
         let cfg = Arc::new(cfg);
         let stats = Arc::new(Stats::default());
+        // Every SYN waits for the destination's answer (relay_request).
+        host.set_forward_filter(Some(Arc::new(|_, _| ForwardVerdict::Defer)));
         let v4 = AsyncTcpListener::bind_any(host, Family::V4, cfg.backlog)?;
         let v6 = AsyncTcpListener::bind_any(host, Family::V6, cfg.backlog)?;
         let accept = [v4, v6]
@@ -32,9 +36,15 @@ impl Proxy {
             .map(|l| {
                 let (cfg, stats) = (Arc::clone(&cfg), Arc::clone(&stats));
                 tokio::spawn(async move {
-                    // An accept error means the host is down: nothing more will come.
-                    while let Ok((s, _)) = l.accept().await {
-                        tokio::spawn(relay(s, Arc::clone(&cfg), Arc::clone(&stats)));
+                    // An error means the host is down: nothing more will come.
+                    while let Ok(f) = l.next_forwarded().await {
+                        let (cfg, stats) = (Arc::clone(&cfg), Arc::clone(&stats));
+                        match f {
+                            Forwarded::Request(r) => tokio::spawn(relay_request(r, cfg, stats)),
+                            Forwarded::Stream(s, _) => {
+                                tokio::spawn(relay_stream(AsyncTcpStream::from_std(s), cfg, stats))
+                            }
+                        };
                     }
                 })
             })

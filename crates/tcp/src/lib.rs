@@ -177,8 +177,8 @@ pub use socket::{
 };
 pub use sockopt::{OptVal, SockOpt};
 pub use stack::{
-    ForwardFilter, ForwardVerdict, Ioctl, LingerWait, PortFilter, ProtoMem, Shutdown, SockStat,
-    SocketRow, Stack,
+    ForwardCompletion, ForwardFilter, ForwardVerdict, HeldSyn, Ioctl, LingerWait, PortFilter,
+    ProtoMem, Shutdown, SockStat, SocketRow, Stack,
 };
 
 #[cfg(any(test, feature = "test-util"))]

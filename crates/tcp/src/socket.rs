@@ -621,6 +621,22 @@ pub(crate) struct Listen {
     pub syn_queue: Vec<SocketId>,
     /// Established children waiting for accept().
     pub accept_queue: VecDeque<SocketId>,
+    /// Children of a forwarding listener whose SYN waits for the application's decision
+    /// (`ForwardVerdict::Defer`), not yet taken by `Stack::forward_request` (`stack/forward.rs`).
+    pub requests: VecDeque<SocketId>,
+}
+
+/// Where a forwarded connection whose SYN the application decides on stands
+/// (`stack/forward.rs`): the SYN is held, unanswered, until `Stack::forward_complete`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deferral {
+    /// Held, in its listener's request queue.
+    Waiting,
+    /// Taken by the application (no longer the listener's), still unanswered.
+    Claimed,
+    /// Taken and accepted: the SYN-ACK is out; once established the connection is the
+    /// application's socket (it never enters the accept queue).
+    Answered,
 }
 
 /// Route attributes that matter to TCP (`ip route ... mtu N advmss N initcwnd N quickack 1`).
@@ -745,6 +761,8 @@ pub(crate) struct Connection {
     pub listen: Option<Box<Listen>>,
     /// Listener this child belongs to until accept().
     pub parent: Option<(SocketId, u32)>,
+    /// A forwarded connection whose SYN the application decides on (`stack/forward.rs`).
+    pub deferral: Option<Deferral>,
     /// Socket options.
     pub opts: SockOpts,
     /// The route's attributes in use.
@@ -872,6 +890,7 @@ impl Connection {
             orphan: false,
             listen: None,
             parent: None,
+            deferral: None,
             opts: SockOpts {
                 v6only: family == Family::V6 && env.config.sysctl.on(Sysctl::bindv6only),
                 ..SockOpts::default()

@@ -28,7 +28,7 @@
 mod api;
 pub(crate) use api::SockLock;
 mod forward;
-pub use forward::{ForwardFilter, ForwardVerdict};
+pub use forward::{ForwardCompletion, ForwardFilter, ForwardVerdict, HeldSyn};
 mod listen;
 mod poll;
 mod rx;
@@ -474,6 +474,7 @@ impl Stack {
                     if let Some(l) = ps.listen.as_mut() {
                         l.syn_queue.retain(|x| *x != s);
                         l.accept_queue.retain(|x| *x != s);
+                        l.requests.retain(|x| *x != s);
                     }
                 }
             }

@@ -377,6 +377,13 @@ impl Stack {
         may_linger: bool,
     ) -> Result<Option<LingerWait>, Errno> {
         self.tick(now);
+        if matches!(
+            self.sock(s)?.deferral,
+            Some(crate::socket::Deferral::Claimed)
+        ) {
+            // A held SYN the application never answered: forgotten without a word.
+            self.forward_complete(now, s, super::ForwardCompletion::Drop)?;
+        }
         let state = self.sock(s)?.state;
         if state == TcpState::Listen {
             let (children, local) = {

@@ -6,9 +6,18 @@
 //! (`getsockname` is the original destination, as under TPROXY), and everything else about
 //! it — SYN queue and backlog, SYN cookies under flood, accept — is an ordinary listener's.
 //! A user rule ([`ForwardFilter`]) may accept, reset or drop each new connection by its
-//! addresses before any state is made for it.
+//! addresses before any state is made for it, or defer it: the SYN is then held unanswered
+//! until the application, which takes it with [`Stack::forward_request`], has tried the
+//! destination and says with [`Stack::forward_complete`] what a router on the way would
+//! have let the client see — the SYN-ACK, a RST (refused), or nothing (the client's SYN
+//! retransmits then bring a new request). Retransmitted SYNs of a held connection are
+//! ignored; a RST from the client ends it. Under a SYN flood, when the SYN queue is full and
+//! SYN cookies answer, a connection is accepted without asking.
 
 use super::*;
+use crate::socket::Deferral;
+use crate::timer::{RtxEvent, TimerKind};
+use shallow_wire::TcpFlags;
 
 /// What to do with a SYN for a forwarded destination (see [`ForwardFilter`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +28,21 @@ pub enum ForwardVerdict {
     Reset,
     /// Drop it silently (the client retries its SYN, then times out).
     Drop,
+    /// Hold it unanswered for the application to decide ([`Stack::forward_request`],
+    /// [`Stack::forward_complete`]).
+    Defer,
+}
+
+/// The application's answer to a held SYN ([`Stack::forward_complete`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardCompletion {
+    /// Send the SYN-ACK: the connection goes on as an accepted one, and once established it
+    /// is the application's socket (it wakes with `POLLOUT`, as a connect does).
+    Accept,
+    /// Answer the SYN with a RST|ACK (the client sees `ECONNREFUSED`) and forget it.
+    Reset,
+    /// Forget it without a word (the client's next SYN retransmission asks again).
+    Drop,
 }
 
 /// A rule on new forwarded connections: called with (source, original destination) of each
@@ -26,6 +50,20 @@ pub enum ForwardVerdict {
 /// be quick and must not call back into the stack.
 pub type ForwardFilter =
     std::sync::Arc<dyn Fn(SocketAddr, SocketAddr) -> ForwardVerdict + Send + Sync>;
+
+/// A held connection taken by [`Stack::forward_request`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldSyn {
+    /// Its socket, now the application's: answer with [`Stack::forward_complete`], or close.
+    pub socket: SocketId,
+    /// The client's address (in the listener's family).
+    pub source: SocketAddr,
+    /// The original destination (in the listener's family).
+    pub original_dst: SocketAddr,
+    /// The client's initial sequence number: what an ICMP error about the SYN quotes
+    /// (RFC 792; the client checks it, as `tcp_v4_err` does).
+    pub client_isn: u32,
+}
 
 /// The forwarding listeners (one per wire family) and the user's rule.
 #[derive(Default, Clone)]
@@ -113,6 +151,115 @@ impl Stack {
     /// affected.
     pub fn set_forward_filter(&mut self, filter: Option<ForwardFilter>) {
         self.forward.filter = filter;
+    }
+
+    /// Takes the next held connection of forwarding listener `l` ([`ForwardVerdict::Defer`]):
+    /// its socket, which is now the application's (close it, or answer with
+    /// [`Stack::forward_complete`]), the client's address, the original destination and the
+    /// client's ISN ([`HeldSyn`]). `EAGAIN` when none waits (the listener wakes with `POLLIN` when
+    /// one comes), `EINVAL` if `l` is not a forwarding listener.
+    pub fn forward_request(&mut self, l: SocketId) -> Result<HeldSyn, Errno> {
+        if !self.forward.holds(l) {
+            return Err(Errno::EINVAL);
+        }
+        let c = {
+            let sk = self.sock_mut(l)?;
+            let Some(q) = sk.listen.as_mut() else {
+                return Err(Errno::EINVAL);
+            };
+            let Some(c) = q.requests.pop_front() else {
+                return Err(Errno::EAGAIN);
+            };
+            q.syn_queue.retain(|x| *x != c);
+            c
+        };
+        let child = self.sock_mut(c)?;
+        child.parent = None;
+        child.deferral = Some(Deferral::Claimed);
+        let f = child.family;
+        Ok(HeldSyn {
+            socket: c,
+            source: dualstack::to_api(f, child.remote),
+            original_dst: dualstack::to_api(f, child.local),
+            client_isn: child.rcv.irs,
+        })
+    }
+
+    /// Answers the held SYN of connection `s` taken with [`Stack::forward_request`] (see
+    /// [`ForwardCompletion`]). After `Reset` or `Drop` the socket is closed (`close` it to
+    /// free it). `EINVAL` if `s` is not a held connection, its `SO_ERROR` (`ECONNRESET`) if
+    /// the client gave up meanwhile.
+    pub fn forward_complete(
+        &mut self,
+        now: Instant,
+        s: SocketId,
+        how: ForwardCompletion,
+    ) -> Result<(), Errno> {
+        self.tick(now);
+        let (sk, env) = self.sk_env(s)?;
+        if sk.deferral != Some(Deferral::Claimed) {
+            if let Some(e) = sk.err.take() {
+                return Err(e);
+            }
+            return Err(Errno::EINVAL);
+        }
+        match how {
+            ForwardCompletion::Accept => {
+                sk.deferral = Some(Deferral::Answered);
+                sk.send_synack(env, now);
+                sk.timer.rtx_event = RtxEvent::Rto;
+                sk.rtt.reset_rto();
+                sk.arm(env, TimerKind::Retrans, now + TCP_TIMEOUT_INIT);
+            }
+            ForwardCompletion::Reset | ForwardCompletion::Drop => {
+                let (local, remote, ack) = (sk.local, sk.remote, sk.rcv.nxt);
+                sk.deferral = None;
+                sk.set_closed(env);
+                if how == ForwardCompletion::Reset {
+                    self.send_reset_to(local, remote, 0, ack, TcpFlags::RST | TcpFlags::ACK);
+                }
+                self.reap(s);
+            }
+        }
+        Ok(())
+    }
+
+    /// A segment for a held connection (called first by `rcv_conn`); true when it was one.
+    /// Retransmitted SYNs (and anything else) are ignored while the SYN is unanswered; a
+    /// RST ends the connection: a request still queued goes, a taken one is closed with
+    /// `ECONNRESET` for the application to see.
+    pub(super) fn deferred_rcv(&mut self, id: SocketId, seg: &SegIn<'_>) -> bool {
+        let Ok((sk, env)) = self.sk_env(id) else {
+            return false;
+        };
+        match sk.deferral {
+            Some(Deferral::Waiting) | Some(Deferral::Claimed) => {}
+            _ => return false,
+        }
+        if seg.has(TcpFlags::RST) && seg.seq == sk.rcv.nxt {
+            if sk.deferral == Some(Deferral::Claimed) {
+                sk.err = Some(Errno::ECONNRESET);
+            }
+            sk.deferral = None;
+            sk.set_closed(env);
+            self.reap(id);
+        }
+        true
+    }
+
+    /// A held and accepted connection became established: it is the application's socket,
+    /// woken as a completed connect is (`child_established` asks first).
+    pub(super) fn deferred_established(&mut self, id: SocketId) -> bool {
+        let Ok((sk, env)) = self.sk_env(id) else {
+            return false;
+        };
+        if sk.deferral != Some(Deferral::Answered) {
+            return false;
+        }
+        sk.deferral = None;
+        env.mib.inc(Mib::PassiveOpens);
+        env.out.wake(id, POLLOUT | POLLWRNORM);
+        true
     }
 
     /// Whether `ip` is a destination this stack terminates: one of its addresses (or any,

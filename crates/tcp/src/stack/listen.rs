@@ -8,6 +8,9 @@ use shallow_wire::TcpFlags;
 /// The passive open (internal): listeners, SYN cookies, ISNs.
 impl Stack {
     pub(super) fn child_established(&mut self, id: SocketId) {
+        if self.deferred_established(id) {
+            return;
+        }
         let Some((p, gen)) = self.sock(id).ok().and_then(|s| s.parent) else {
             return; // simultaneous open: not a passive open
         };
@@ -45,9 +48,11 @@ impl Stack {
             }
             return;
         }
+        let mut defer = false;
         if self.forward.holds(lid) {
             match self.forward_verdict(seg) {
                 ForwardVerdict::Accept => {}
+                ForwardVerdict::Defer => defer = true,
                 ForwardVerdict::Reset => {
                     self.send_reset_for(seg);
                     return;
@@ -81,6 +86,18 @@ impl Stack {
         let Some(cid) = self.new_child(now, lid, seg, iss, None) else {
             return;
         };
+        if defer {
+            // Held unanswered, no timer: the application answers (stack/forward.rs).
+            if let Ok(c) = self.sock_mut(cid) {
+                c.deferral = Some(crate::socket::Deferral::Waiting);
+            }
+            if let Some(q) = self.sock_mut(lid).ok().and_then(|l| l.listen.as_mut()) {
+                q.syn_queue.push(cid);
+                q.requests.push_back(cid);
+            }
+            self.env.out.wake(lid, POLLIN | POLLRDNORM);
+            return;
+        }
         let (sk, env) = self.sk_env(cid).expect("just created");
         sk.send_synack(env, now);
         sk.timer.rtx_event = RtxEvent::Rto;

@@ -185,6 +185,9 @@ impl Stack {
     }
 
     pub(super) fn rcv_conn(&mut self, now: Instant, id: SocketId, seg: &SegIn<'_>) {
+        if self.deferred_rcv(id, seg) {
+            return;
+        }
         // tcp_timewait_state_process TCP_TW_SYN: a new SYN above the old sequence space
         // reopens the 4-tuple through the listener.
         if let Ok(sk) = self.sock(id) {
@@ -269,10 +272,22 @@ impl Stack {
         } else {
             (0, seg.end_seq(), TcpFlags::RST | TcpFlags::ACK)
         };
+        self.send_reset_to(seg.dst, seg.src, seq, ack, fl);
+    }
+
+    /// A RST from `local` to `remote` that belongs to no socket (`tcp_v4_send_reset`).
+    pub(super) fn send_reset_to(
+        &mut self,
+        local: SocketAddr,
+        remote: SocketAddr,
+        seq: u32,
+        ack: u32,
+        fl: TcpFlags,
+    ) {
         let ident = self.env.limits.next_ident();
         let out = SegOut {
-            local: seg.dst,
-            remote: seg.src,
+            local,
+            remote,
             seq,
             ack,
             flags: fl,

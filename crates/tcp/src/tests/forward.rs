@@ -217,3 +217,114 @@ fn listen_any_misuse_gets_linux_errnos() {
     st.input(Instant::ZERO, &syn.data, None);
     assert!(st.poll_transmit(Instant::ZERO).is_none());
 }
+
+/// B defers every forwarded SYN; A connects `c` to `dst`.
+fn deferring_pair(seed: u64, dst: &str) -> (Pair, SocketId, SocketId) {
+    let mut p = Pair::new(seed, LinkConfig::default());
+    let l = p.b.socket(Family::V4).unwrap();
+    p.b.listen_any(l, 16).unwrap();
+    p.b.set_forward_filter(Some(Arc::new(|_, _| ForwardVerdict::Defer)));
+    let c = p.a.socket(Family::V4).unwrap();
+    assert_eq!(p.a.connect(p.now, c, sa(dst)), Err(Errno::EINPROGRESS));
+    p.run_for(Duration::from_millis(50));
+    (p, l, c)
+}
+
+#[test]
+fn deferred_syn_waits_for_the_application_then_connects() {
+    let (mut p, l, c) = deferring_pair(7, "192.0.2.33:8080");
+    // Held: no SYN-ACK, nothing to accept, one request.
+    assert_eq!(p.a.state(c).unwrap(), TcpState::SynSent);
+    assert_eq!(p.b.accept(l), Err(Errno::EAGAIN));
+    let held = p.b.forward_request(l).unwrap();
+    let s = held.socket;
+    assert_eq!(p.b.forward_request(l), Err(Errno::EAGAIN));
+    assert_eq!(held.source, p.a.local_addr(c).unwrap());
+    assert_eq!(held.original_dst, sa("192.0.2.33:8080"));
+    assert_eq!(
+        held.client_isn.wrapping_add(1),
+        p.a.seqs(c).1,
+        "the SYN's sequence"
+    );
+    // The client's SYN retransmission (1 s) is ignored while the application decides.
+    p.run_for(Duration::from_millis(1500));
+    assert_eq!(p.a.state(c).unwrap(), TcpState::SynSent);
+    assert_eq!(p.b.forward_request(l), Err(Errno::EAGAIN));
+    p.b.forward_complete(p.now, s, ForwardCompletion::Accept)
+        .unwrap();
+    assert_eq!(
+        p.b.forward_complete(p.now, s, ForwardCompletion::Accept),
+        Err(Errno::EINVAL)
+    );
+    p.run_for(Duration::from_millis(100));
+    assert_eq!(p.a.state(c).unwrap(), TcpState::Established);
+    assert_eq!(p.b.state(s).unwrap(), TcpState::Established);
+    // It is the application's socket: not in the accept queue, counted as a passive open.
+    assert_eq!(p.b.accept(l), Err(Errno::EAGAIN));
+    assert_eq!(p.b.counters().value(Mib::PassiveOpens), 1);
+    assert_eq!(p.b.local_addr(s).unwrap(), sa("192.0.2.33:8080"));
+    let data = vec![3u8; 200_000];
+    assert_eq!(transfer(&mut p, c, s, &data, Duration::from_secs(5)), data);
+}
+
+#[test]
+fn deferred_syn_answered_with_reset_or_dropped() {
+    let (mut p, l, c) = deferring_pair(8, "192.0.2.34:25");
+    let s = p.b.forward_request(l).unwrap().socket;
+    p.b.forward_complete(p.now, s, ForwardCompletion::Reset)
+        .unwrap();
+    p.run_for(Duration::from_millis(50));
+    assert_eq!(
+        p.a.connect(p.now, c, sa("192.0.2.34:25")),
+        Err(Errno::ECONNREFUSED)
+    );
+    p.b.close(p.now, s).unwrap();
+    // Dropped: the client's retransmitted SYN is a new request.
+    let c = p.a.socket(Family::V4).unwrap();
+    let _ = p.a.connect(p.now, c, sa("192.0.2.35:80"));
+    p.run_for(Duration::from_millis(50));
+    let s = p.b.forward_request(l).unwrap().socket;
+    p.b.forward_complete(p.now, s, ForwardCompletion::Drop)
+        .unwrap();
+    p.b.close(p.now, s).unwrap();
+    p.run_for(Duration::from_millis(1100));
+    assert_eq!(p.a.state(c).unwrap(), TcpState::SynSent);
+    let held = p.b.forward_request(l).unwrap();
+    let s2 = held.socket;
+    assert_eq!(held.original_dst, sa("192.0.2.35:80"));
+    // Closing a taken request without an answer forgets it too (no FIN, no RST).
+    p.b.close(p.now, s2).unwrap();
+    assert!(
+        p.b.poll_transmit(p.now).is_none(),
+        "closing an unanswered request sent a packet"
+    );
+}
+
+#[test]
+fn client_reset_ends_a_held_connection() {
+    let (mut p, l, c) = deferring_pair(9, "192.0.2.36:80");
+    let s = p.b.forward_request(l).unwrap().socket;
+    // The client gives up with a RST at its SYN's next sequence.
+    let (_, snd_nxt, _) = p.a.seqs(c);
+    let rst = crate::packet::build(&crate::packet::SegOut {
+        local: p.a.local_addr(c).unwrap(),
+        remote: sa("192.0.2.36:80"),
+        seq: snd_nxt,
+        ack: 0,
+        flags: shallow_wire::TcpFlags::RST,
+        window: 0,
+        tos: 0,
+        ttl: 64,
+        ident: 0,
+        opts: &[],
+        payload: &[],
+    })
+    .unwrap();
+    p.b.input(p.now, &rst, None);
+    assert_eq!(
+        p.b.forward_complete(p.now, s, ForwardCompletion::Accept),
+        Err(Errno::ECONNRESET)
+    );
+    // Gone from the listener too.
+    assert_eq!(p.b.forward_request(l), Err(Errno::EAGAIN));
+}
