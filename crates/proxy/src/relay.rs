@@ -202,7 +202,7 @@ async fn carry(
                     return Err(Side::Upstream);
                 }
                 buf.resize(chunk, 0);
-                let n = match up_r.try_read(&mut buf) {
+                let mut n = match up_r.try_read(&mut buf) {
                     Ok(n) => n,
                     // Readiness left over from an earlier read (tokio clears it only on
                     // WouldBlock; the SOCKS5 reply was read exactly): no buffer while idle.
@@ -212,17 +212,37 @@ async fn carry(
                     }
                     Err(_) => return Err(Side::Upstream),
                 };
-                if n == 0 {
+                // Take what else is already queued (an upstream that writes in small pieces,
+                // as microsocks does, would otherwise cost one Shallow write per piece); no
+                // waiting: only bytes that are there.
+                let (mut eof, mut failed) = (n == 0, false);
+                while !eof && n < chunk {
+                    match up_r.try_read(&mut buf[n..]) {
+                        Ok(0) => eof = true,
+                        Ok(k) => n += k,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(_) => {
+                            failed = true;
+                            break;
+                        }
+                    }
+                }
+                if n > 0 {
+                    if client_w.write_all(&buf[..n]).await.is_err() {
+                        return Err(Side::Client);
+                    }
+                    down_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    stats.bytes_down.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                if failed {
+                    return Err(Side::Upstream);
+                }
+                if eof {
                     if client_w.shutdown().await.is_err() {
                         return Err(Side::Client);
                     }
                     return Ok(());
                 }
-                if client_w.write_all(&buf[..n]).await.is_err() {
-                    return Err(Side::Client);
-                }
-                down_bytes.fetch_add(n as u64, Ordering::Relaxed);
-                stats.bytes_down.fetch_add(n as u64, Ordering::Relaxed);
                 if n < chunk {
                     buf = Vec::new();
                 }
