@@ -57,6 +57,10 @@ pub struct ProxyArgs {
     /// Open connections listed by SIGUSR1 and at exit.
     #[arg(long, default_value_t = 20)]
     pub stats_rows: usize,
+    /// Most destinations tried at once; beyond, SYNs wait in the SYN queue (SYN cookies
+    /// answer once it is full).
+    #[arg(long, default_value_t = 256)]
+    pub max_pending: usize,
     /// Runtime worker threads.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
@@ -80,6 +84,7 @@ fn config(args: &ProxyArgs) -> Result<Config> {
         notsent_lowat: opt(args.notsent_lowat),
         upstream_notsent_lowat: opt(args.upstream_notsent_lowat),
         connect_timeout: std::time::Duration::from_secs(args.connect_timeout.max(1)),
+        max_pending: args.max_pending.max(1),
         ..Config::default()
     })
 }
@@ -109,6 +114,29 @@ fn attach(args: &ProxyArgs) -> Result<Host> {
     Host::attach(&cfg).map_err(|e| {
         anyhow!("{e}\nhint: a TUN made by `shallow netns up --name NS --tun NAME` works")
     })
+}
+
+/// The proxy's report: its counters and connections, the non-TCP packets it did not relay,
+/// and the engine's counters of the passive open (`nstat` names).
+fn report(host: &Host, proxy: &Proxy, rows: usize, non_tcp: u64) -> String {
+    let mut s = proxy.stats().report(rows);
+    s.push_str(&format!("non-TCP packets (not relayed): {non_tcp}\n"));
+    let wanted = [
+        "TcpPassiveOpens",
+        "TcpExtSyncookiesSent",
+        "TcpExtSyncookiesRecv",
+        "TcpExtSyncookiesFailed",
+        "TcpExtListenOverflows",
+        "TcpExtListenDrops",
+    ];
+    let engine: Vec<String> = host
+        .counters()
+        .into_iter()
+        .filter(|(n, _)| wanted.contains(&n.as_str()))
+        .map(|(n, v)| format!("{n} {v}"))
+        .collect();
+    s.push_str(&format!("engine: {}\n", engine.join(", ")));
+    s
 }
 
 /// Runs `shallow proxy`.
@@ -152,15 +180,13 @@ pub fn run(args: &ProxyArgs) -> Result<()> {
                 _ = int.recv() => break,
                 _ = term.recv() => break,
                 _ = usr1.recv() => {
-                    print!("{}", proxy.stats().report(rows));
-                    println!("non-TCP packets (not relayed): {}", non_tcp.load(Ordering::Relaxed));
+                    print!("{}", report(&host, &proxy, rows, non_tcp.load(Ordering::Relaxed)));
                 }
             }
         }
-        print!("{}", proxy.stats().report(rows));
-        println!(
-            "non-TCP packets (not relayed): {}",
-            non_tcp.load(Ordering::Relaxed)
+        print!(
+            "{}",
+            report(&host, &proxy, rows, non_tcp.load(Ordering::Relaxed))
         );
         Ok::<_, anyhow::Error>(())
     })?;

@@ -61,6 +61,7 @@ mod error;
 pub mod forward;
 mod hook;
 pub mod host;
+pub mod kernel_sock;
 mod iothread;
 pub mod link;
 pub mod net;

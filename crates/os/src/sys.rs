@@ -223,6 +223,23 @@ pub fn set_timer_slack(ns: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// `setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, bytes)` on a kernel socket.
+pub fn set_rcvlowat(fd: BorrowedFd<'_>, bytes: i32) -> io::Result<()> {
+    let v: libc::c_int = bytes;
+    // SAFETY: the option value is a live c_int on the stack and its exact size is passed;
+    // a bad fd or value yields an error, not UB.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
 /// `setns(fd, CLONE_NEWNET)`: moves the *calling thread* into the network namespace `fd`.
 pub fn setns_net(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: setns only reads its integer arguments; a wrong fd yields an error, not UB.

@@ -77,6 +77,9 @@ pub struct Config {
     pub chunk: usize,
     /// How long the connection to upstream (and the SOCKS5 exchange) may take.
     pub connect_timeout: Duration,
+    /// Most held SYNs whose destination is being tried at once; beyond, SYNs wait in the
+    /// SYN queue, and SYN cookies answer once it is full.
+    pub max_pending: usize,
 }
 
 impl Default for Config {
@@ -88,6 +91,7 @@ impl Default for Config {
             backlog: 4096,
             chunk: 64 * 1024,
             connect_timeout: Duration::from_secs(10),
+            max_pending: 256,
         }
     }
 }

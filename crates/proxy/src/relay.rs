@@ -27,6 +27,57 @@ use tokio::net::TcpStream;
 
 use crate::{socks5, Config, Stats, Upstream};
 
+/// A run of reads from upstream without an idle gap that carried this much is bulk.
+const BULK_RUN: usize = 256 * 1024;
+/// In bulk, upstream reports readable only from this many bytes (`SO_RCVLOWAT`).
+const BULK_LOWAT: i32 = 64 * 1024;
+/// In bulk, the longest a read waits for `BULK_LOWAT` bytes; a gap this long ends a run.
+const MODERATION: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Receive moderation of the upstream socket (as a NIC's interrupt moderation): during a
+/// bulk transfer from upstream, read it once 64 KiB are queued (or after 1 ms) instead of at
+/// every arrival. An upstream that writes in small pieces (microsocks copies 1 KiB at a
+/// time) then costs one wake-up and one Shallow write per 64 KiB, not per piece; a
+/// request/response exchange never reaches a bulk run and is read at once.
+struct Moderation {
+    bulk: bool,
+    run: usize,
+    last: std::time::Instant,
+}
+
+impl Moderation {
+    fn new() -> Moderation {
+        Moderation {
+            bulk: false,
+            run: 0,
+            last: std::time::Instant::now(),
+        }
+    }
+
+    /// `n` bytes were read from `sock`.
+    fn read(&mut self, sock: &TcpStream, n: usize) {
+        let now = std::time::Instant::now();
+        if now.duration_since(self.last) < MODERATION {
+            self.run += n;
+        } else {
+            self.run = n;
+        }
+        self.last = now;
+        if !self.bulk && self.run >= BULK_RUN {
+            self.bulk = shallow_os::kernel_sock::set_rcvlowat(sock, BULK_LOWAT).is_ok();
+        }
+    }
+
+    /// A read found nothing queued: the run is over.
+    fn idle(&mut self, sock: &TcpStream) {
+        self.run = 0;
+        if self.bulk {
+            self.bulk = false;
+            let _ = shallow_os::kernel_sock::set_rcvlowat(sock, 1);
+        }
+    }
+}
+
 /// Which side of the relay failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Side {
@@ -197,17 +248,28 @@ async fn carry(
         };
         let to_client = async {
             let mut buf: Vec<u8> = Vec::new();
+            let mut pace = Moderation::new();
             loop {
-                if up_r.readable().await.is_err() {
+                let ready = if pace.bulk {
+                    tokio::select! {
+                        r = up_r.readable() => r,
+                        _ = tokio::time::sleep(MODERATION) => Ok(()),
+                    }
+                } else {
+                    up_r.readable().await
+                };
+                if ready.is_err() {
                     return Err(Side::Upstream);
                 }
                 buf.resize(chunk, 0);
                 let mut n = match up_r.try_read(&mut buf) {
                     Ok(n) => n,
                     // Readiness left over from an earlier read (tokio clears it only on
-                    // WouldBlock; the SOCKS5 reply was read exactly): no buffer while idle.
+                    // WouldBlock; the SOCKS5 reply was read exactly), or a moderation timer
+                    // that found nothing: no buffer while idle, and no more moderation.
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         buf = Vec::new();
+                        pace.idle(up_r.as_ref());
                         continue;
                     }
                     Err(_) => return Err(Side::Upstream),
@@ -228,6 +290,7 @@ async fn carry(
                     }
                 }
                 if n > 0 {
+                    pace.read(up_r.as_ref(), n);
                     if client_w.write_all(&buf[..n]).await.is_err() {
                         return Err(Side::Client);
                     }

@@ -27,6 +27,7 @@ impl Proxy {
     pub fn start(host: &Host, cfg: Config) -> io::Result<Proxy> {
         let cfg = Arc::new(cfg);
         let stats = Arc::new(Stats::default());
+        let pending = Arc::new(tokio::sync::Semaphore::new(cfg.max_pending.max(1)));
         // Every SYN waits for the destination's answer (relay_request).
         host.set_forward_filter(Some(Arc::new(|_, _| ForwardVerdict::Defer)));
         let v4 = AsyncTcpListener::bind_any(host, Family::V4, cfg.backlog)?;
@@ -35,12 +36,25 @@ impl Proxy {
             .into_iter()
             .map(|l| {
                 let (cfg, stats) = (Arc::clone(&cfg), Arc::clone(&stats));
+                let pending = Arc::clone(&pending);
                 tokio::spawn(async move {
                     // An error means the host is down: nothing more will come.
                     while let Ok(f) = l.next_forwarded().await {
                         let (cfg, stats) = (Arc::clone(&cfg), Arc::clone(&stats));
                         match f {
-                            Forwarded::Request(r) => tokio::spawn(relay_request(r, cfg, stats)),
+                            Forwarded::Request(r) => {
+                                // At most `max_pending` destinations tried at once: beyond,
+                                // held SYNs stay in the SYN queue, which, once full, answers
+                                // with SYN cookies (a flood of spoofed SYNs then costs no
+                                // upstream connection at all).
+                                let Ok(permit) = Arc::clone(&pending).acquire_owned().await else {
+                                    break;
+                                };
+                                tokio::spawn(async move {
+                                    relay_request(r, cfg, stats).await;
+                                    drop(permit);
+                                })
+                            }
                             Forwarded::Stream(s, _) => {
                                 tokio::spawn(relay_stream(AsyncTcpStream::from_std(s), cfg, stats))
                             }
