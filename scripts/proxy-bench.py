@@ -52,6 +52,7 @@ Notes:
 
 import argparse
 import ctypes
+import hashlib
 import json
 import os
 import platform
@@ -887,6 +888,14 @@ def find_tun2proxy(given):
     return None
 
 
+def file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def version(argv):
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=10)
@@ -995,11 +1004,15 @@ def main():
         "load_flows": a.load_flows, "idle_conns": b.idle_n, "rlimit_nofile": soft,
         "tun2proxy": t2p, "tun2proxy_version": version([t2p, "--version"]) if t2p else None,
         "shallow": a.shallow,
+        "shallow_mtime": (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(a.shallow)))
+                          if b.shallow else None),
+        "shallow_sha256": file_sha256(b.shallow) if b.shallow else None,
         "shallow_version": version([b.shallow, "--version"]) if b.shallow else None,
         "iperf3_version": version(["iperf3", "--version"]),
         "namespaces": [b.nsc, b.nss],
     }
     results = []
+    status = 0
     try:
         log(f"namespaces {b.nsc} (client) and {b.nss} (server); logs in {b.tmp}")
         b.setup()
@@ -1009,7 +1022,8 @@ def main():
             log(f"{arm} #{rep}")
             try:
                 res = b.measure(arm, rep)
-            except Failure as e:
+            except Exception as e:  # this arm's repetition is lost, the run goes on
+                e = e if isinstance(e, Failure) else f"{type(e).__name__}: {e}"
                 log(f"  {arm}#{rep} failed: {e}")
                 res = {"arm": arm, "rep": rep, "m": {}, "errors": [str(e)], "detail": {}}
                 if b.proxy is not None:
@@ -1020,13 +1034,20 @@ def main():
             log(f"  {short}")
             for e in res["errors"]:
                 log(f"  error: {e}")
+    except (KeyboardInterrupt, SystemExit) as e:
+        status = 130 if isinstance(e, KeyboardInterrupt) else e.code
+        log(f"stopped (exit status {status}); the results so far follow")
+    except Failure as e:
+        status = 1
+        log(f"set-up failed: {e}")
     finally:
         signal.alarm(0)
         b.cleanup()
     med, ratios, targets = summarize(results, arms)
     print(f"proxy-bench {meta['date']}  kernel {meta['kernel']}  {meta['cpus']} CPUs  "
           f"load {' '.join(meta['loadavg_start'])}")
-    print(f"tun2proxy: {meta['tun2proxy_version']}   shallow: {meta['shallow_version']}")
+    print(f"tun2proxy: {meta['tun2proxy_version']}   shallow: {meta['shallow_version']} "
+          f"(built {meta['shallow_mtime']}, sha256 {(meta['shallow_sha256'] or '-')[:12]})")
     print(f"bulk {a.time} s, ping-pong/conn-rate {a.lat_time} s, load {a.load_flows} flow(s) "
           f"iperf3 -R, {b.idle_n} idle connections, {a.reps} rep(s), order by {a.order}")
     print_tables(results, arms, a.reps, med, ratios, targets)
@@ -1042,7 +1063,7 @@ def main():
             json.dump({"meta": meta, "notes": b.notes, "results": results, "medians": med,
                        "ratios": ratios, "targets": targets}, f, indent=1)
         print(f"JSON: {a.json}")
-    return 0
+    return status
 
 
 if __name__ == "__main__":
