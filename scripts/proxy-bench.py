@@ -685,6 +685,7 @@ class Bench:
             pid = self.proxy.pid
 
         tot_bytes, tot_cpu, tot_socks = 0, 0.0, 0.0
+        socks_dir = {"up": [0, 0.0], "down": [0, 0.0]}  # bytes, microsocks CPU seconds
         for reverse, flows in ((False, 1), (False, 4), (True, 1), (True, 4)):
             key = f"{'down' if reverse else 'up'}{flows}"
 
@@ -700,13 +701,19 @@ class Bench:
                     m[f"cpu_{key}_s_per_gb"] = (c1 - c0) / gb
                     tot_cpu += c1 - c0
                     tot_bytes += r["bytes"]
-                if s0 is not None and s1 is not None and gb > 0:
+                if s0 is not None and s1 is not None and gb > 0 and pid is not None:
                     det[key]["socks_cpu_s_per_gb"] = (s1 - s0) / gb
                     tot_socks += s1 - s0
+                    sd = socks_dir["down" if reverse else "up"]
+                    sd[0] += r["bytes"]
+                    sd[1] += s1 - s0
             step(key, bulk)
         if tot_bytes and pid is not None:
             m["cpu_all_s_per_gb"] = tot_cpu / (tot_bytes / 1e9)
             det["socks_cpu_all_s_per_gb"] = tot_socks / (tot_bytes / 1e9)
+            for d, (nb, cs) in socks_dir.items():
+                if nb:
+                    m[f"socks_cpu_{d}_s_per_gb"] = cs / (nb / 1e9)
 
         def rr():
             r = self.role(self.nsc, "_pingpong", D4, a.lat_time, timeout=a.lat_time + 30)
@@ -787,6 +794,8 @@ METRICS = [
     ("cpu_down1_s_per_gb", "CPU s/GB down 1", "low", ("<=", 1.0)),
     ("cpu_down4_s_per_gb", "CPU s/GB down 4", "low", ("<=", 1.0)),
     ("cpu_all_s_per_gb", "CPU s/GB all bulk runs", "low", ("<=", 1.0)),
+    ("socks_cpu_up_s_per_gb", "  (microsocks CPU s/GB up)", "low", None),
+    ("socks_cpu_down_s_per_gb", "  (microsocks CPU s/GB down)", "low", None),
 ]
 SHORT = {"kernel": "kern", "tun2proxy": "t2p", "shallow": "shal", "shallow-nolowat": "nolo"}
 
@@ -840,7 +849,7 @@ def print_tables(results, arms, reps, med, ratios, targets, out=sys.stdout):
         cells = []
         for c in cols:
             v = by.get(c, {}).get("m", {}).get(key)
-            if v is None and c[0] == "kernel" and (key.startswith("cpu") or "rss" in key
+            if v is None and c[0] == "kernel" and (key.startswith(("cpu", "socks")) or "rss" in key
                                                   or key == "idle_opened"):
                 v = "n/a"
             cells.append(fmt(v))
@@ -858,7 +867,7 @@ def print_tables(results, arms, reps, med, ratios, targets, out=sys.stdout):
         cells = []
         for arm in arms:
             v = med[key].get(arm)
-            if v is None and arm == "kernel" and (key.startswith("cpu") or "rss" in key
+            if v is None and arm == "kernel" and (key.startswith(("cpu", "socks")) or "rss" in key
                                                  or key == "idle_opened"):
                 v = "n/a"
             cells.append(fmt(v))
