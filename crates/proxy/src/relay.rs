@@ -91,9 +91,17 @@ enum Side {
 /// router on the way would have let it see the destination — the handshake (and the relay),
 /// a RST when it refused, an ICMP unreachable error when there is no route or host, nothing
 /// when it did not answer in time (the client's SYN retransmission asks again).
-pub async fn relay_request(req: ForwardRequest, cfg: Arc<Config>, stats: Arc<Stats>) {
+/// `permit` is one of the proxy's places for destinations being tried; it is given back once
+/// the client has its answer.
+pub async fn relay_request(
+    req: ForwardRequest,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    cfg: Arc<Config>,
+    stats: Arc<Stats>,
+) {
     let dst = req.original_dst();
-    let upstream = match tokio::time::timeout(cfg.connect_timeout, connect(&cfg, dst)).await {
+    let tried = tokio::time::timeout(cfg.connect_timeout, connect(&cfg, dst)).await;
+    let upstream = match tried {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             stats.upstream_failures.fetch_add(1, Ordering::Relaxed);
@@ -112,7 +120,9 @@ pub async fn relay_request(req: ForwardRequest, cfg: Arc<Config>, stats: Arc<Sta
             return;
         }
     };
-    let Ok(client) = req.accept().await else {
+    let client = req.accept().await;
+    drop(permit);
+    let Ok(client) = client else {
         return; // the client went away meanwhile: the upstream socket closes
     };
     run(client, upstream, &cfg, &stats).await;

@@ -50,10 +50,7 @@ impl Proxy {
                                 let Ok(permit) = Arc::clone(&pending).acquire_owned().await else {
                                     break;
                                 };
-                                tokio::spawn(async move {
-                                    relay_request(r, cfg, stats).await;
-                                    drop(permit);
-                                })
+                                tokio::spawn(relay_request(r, permit, cfg, stats))
                             }
                             Forwarded::Stream(s, _) => {
                                 tokio::spawn(relay_stream(AsyncTcpStream::from_std(s), cfg, stats))
