@@ -396,7 +396,9 @@ fn short_connections_half_close_resets_and_refusal() {
     if !can_run("short_connections_half_close_resets_and_refusal") {
         return;
     }
-    let mut net = Net::up("b", &["--direct"], |_| {});
+    // Few destinations tried at once, to check that a relayed connection does not keep
+    // its place (more connections below stay open at once than there are places).
+    let mut net = Net::up("b", &["--direct", "--max-pending", "4"], |_| {});
     // 1,000 short connections: request, half-close, response, close.
     let l = net.listen(&format!("{D4}:7000"));
     let server = std::thread::spawn(move || {
@@ -417,6 +419,30 @@ fn short_connections_half_close_resets_and_refusal() {
         assert_eq!(back, req);
     }
     server.join().unwrap();
+    // 32 connections open at once (8 times the places), each used after all are open.
+    let l = net.listen(&format!("{D4}:7002"));
+    let server = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for _ in 0..32 {
+            held.push(l.accept().unwrap().0);
+        }
+        for s in &mut held {
+            let mut b = [0u8; 1];
+            s.read_exact(&mut b).unwrap();
+            s.write_all(&b).unwrap();
+        }
+    });
+    let mut open: Vec<TcpStream> = (0..32)
+        .map(|_| net.connect(&format!("{D4}:7002")).unwrap())
+        .collect();
+    for (i, c) in open.iter_mut().enumerate() {
+        c.write_all(&[i as u8]).unwrap();
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).unwrap();
+        assert_eq!(b[0], i as u8);
+    }
+    server.join().unwrap();
+    drop(open);
     // The server resets: the client sees the reset.
     let l = net.listen(&format!("{D4}:7001"));
     let mut c = net.connect(&format!("{D4}:7001")).unwrap();
@@ -455,7 +481,7 @@ fn short_connections_half_close_resets_and_refusal() {
     net.wait_closed();
     let stats = net.stop();
     let (open, accepted) = open_accepted(&stats);
-    assert_eq!((open, accepted), (0, 1002), "{stats}");
+    assert_eq!((open, accepted), (0, 1034), "{stats}");
     assert!(stats.contains("2 upstream failures, 2 resets"), "{stats}");
 }
 
