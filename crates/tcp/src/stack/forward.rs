@@ -11,7 +11,9 @@
 //! destination and says with [`Stack::forward_complete`] what a router on the way would
 //! have let the client see — the SYN-ACK, a RST (refused), or nothing (the client's SYN
 //! retransmits then bring a new request). Retransmitted SYNs of a held connection are
-//! ignored; a RST from the client ends it. Under a SYN flood, when the SYN queue is full and
+//! ignored; a RST from the client ends it; one the application has not taken within the
+//! initial RTO (1 s) is forgotten, so a flood the application cannot keep up with costs it
+//! nothing once the SYN queue is full and SYN cookies answer. Under a SYN flood, when the SYN queue is full and
 //! SYN cookies answer, a connection is accepted without asking.
 
 use super::*;
@@ -173,9 +175,10 @@ impl Stack {
             q.syn_queue.retain(|x| *x != c);
             c
         };
-        let child = self.sock_mut(c)?;
+        let (child, env) = self.sk_env(c)?;
         child.parent = None;
         child.deferral = Some(Deferral::Claimed);
+        child.disarm(env, TimerKind::Retrans);
         let f = child.family;
         Ok(HeldSyn {
             socket: c,

@@ -87,9 +87,11 @@ impl Stack {
             return;
         };
         if defer {
-            // Held unanswered, no timer: the application answers (stack/forward.rs).
-            if let Ok(c) = self.sock_mut(cid) {
+            // Held unanswered: the application answers (stack/forward.rs).
+            if let Ok((c, env)) = self.sk_env(cid) {
                 c.deferral = Some(crate::socket::Deferral::Waiting);
+                // Not taken within the initial RTO, it is forgotten (stack/forward.rs).
+                c.arm(env, TimerKind::Retrans, now + TCP_TIMEOUT_INIT);
             }
             if let Some(q) = self.sock_mut(lid).ok().and_then(|l| l.listen.as_mut()) {
                 q.syn_queue.push(cid);

@@ -75,6 +75,11 @@ impl Stack {
             return;
         };
         match kind {
+            TimerKind::Retrans if sk.deferral == Some(crate::socket::Deferral::Waiting) => {
+                // A held SYN nobody took in time (stack/forward.rs): forgotten; the client's
+                // retransmission brings it back.
+                self.free(id);
+            }
             TimerKind::Retrans => {
                 if sk.lock.owned {
                     sk.tsq_flags |= tsq::WRITE_TIMER_DEFERRED;

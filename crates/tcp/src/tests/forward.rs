@@ -328,3 +328,41 @@ fn client_reset_ends_a_held_connection() {
     // Gone from the listener too.
     assert_eq!(p.b.forward_request(l), Err(Errno::EAGAIN));
 }
+
+#[test]
+fn a_held_syn_nobody_takes_is_forgotten_after_the_initial_rto() {
+    let (mut p, l, c) = deferring_pair(10, "192.0.2.37:80");
+    let inuse = |p: &Pair| p.b.sockstat().inuse;
+    let held_now = inuse(&p);
+    // Untaken, it goes at 1 s (the client's retransmission, due about then, may bring it
+    // back as a new request, never as two).
+    p.run_for(Duration::from_millis(1500));
+    let mut taken = None;
+    for _ in 0..400 {
+        match p.b.forward_request(l) {
+            Ok(h) => {
+                taken = Some(h);
+                break;
+            }
+            Err(Errno::EAGAIN) => p.run_for(Duration::from_millis(10)),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let held = taken.expect("the client's retransmitted SYN is a new request");
+    assert_eq!(
+        p.b.forward_request(l),
+        Err(Errno::EAGAIN),
+        "one request, not two"
+    );
+    p.b.forward_complete(p.now, held.socket, ForwardCompletion::Accept)
+        .unwrap();
+    p.run_for(Duration::from_millis(50));
+    assert_eq!(p.a.state(c).unwrap(), TcpState::Established);
+    // Left alone, requests expire: nothing piles up while the client retries.
+    let c2 = p.a.socket(Family::V4).unwrap();
+    let _ = p.a.connect(p.now, c2, sa("192.0.2.38:80"));
+    p.run_for(Duration::from_millis(100));
+    assert_eq!(inuse(&p), held_now + 1, "one more held child");
+    p.run_for(Duration::from_millis(1000));
+    assert_eq!(inuse(&p), held_now, "forgotten");
+}
