@@ -172,7 +172,7 @@ fn help_lists_existing_commands() {
         .collect();
     assert_eq!(
         commands,
-        ["bench", "decode", "drill", "lab", "nc", "netns", "help"],
+        ["bench", "decode", "drill", "lab", "nc", "proxy", "netns", "help"],
         "{out}"
     );
 }
