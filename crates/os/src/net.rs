@@ -627,14 +627,19 @@ impl TcpListener {
             sock.call(|st, _, s| st.listen_any(s, backlog))?;
             socks.push(sock);
         }
-        Ok(TcpListener {
+        Ok(TcpListener::of(socks, wait))
+    }
+
+    /// The listener over its shards' sockets, which wake `wait`.
+    fn of(socks: Vec<Sock>, wait: Arc<ListenWait>) -> TcpListener {
+        TcpListener {
             inner: Arc::new(Listener {
                 socks,
                 wait,
                 nonblocking: AtomicBool::new(false),
                 next: AtomicUsize::new(0),
             }),
-        })
+        }
     }
 
     fn bind_all(host: &Host, addr: SocketAddr, backlog: i32) -> io::Result<TcpListener> {
@@ -654,14 +659,7 @@ impl TcpListener {
             // The other shards bind the port shard 0 got.
             addr.set_port(bound?.port());
         }
-        Ok(TcpListener {
-            inner: Arc::new(Listener {
-                socks,
-                wait,
-                nonblocking: AtomicBool::new(false),
-                next: AtomicUsize::new(0),
-            }),
-        })
+        Ok(TcpListener::of(socks, wait))
     }
 
     /// Accepts a connection: blocks until one is established on any shard (unless
