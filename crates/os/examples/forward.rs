@@ -31,13 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let client = conn?;
         let dst = client.original_dst()?;
         std::thread::spawn(move || {
-            let dst = match dst {
-                std::net::SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
-                    Some(v4) => std::net::SocketAddr::new(v4.into(), a.port()),
-                    None => dst,
-                },
-                a => a,
-            };
+            let dst = shallow_tcp::dualstack::unmapped(dst);
             let Ok(upstream) = std::net::TcpStream::connect(dst) else {
                 return; // the client's connection closes (the full proxy resets it)
             };

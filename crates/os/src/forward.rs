@@ -213,7 +213,10 @@ impl Listener {
 /// from the original destination to the client, quoting an IP header and the first 8 bytes
 /// of the TCP header (ports and the client's ISN) as RFC 792 / RFC 4443 §3.1 ask.
 fn icmp_unreachable(held: &HeldSyn, why: Unreachable) -> Vec<u8> {
-    let (src, dst) = (unmap(held.source), unmap(held.original_dst));
+    let (src, dst) = (
+        shallow_tcp::dualstack::unmapped(held.source),
+        shallow_tcp::dualstack::unmapped(held.original_dst),
+    );
     let mut tcp8 = Vec::with_capacity(8);
     tcp8.extend_from_slice(&src.port().to_be_bytes());
     tcp8.extend_from_slice(&dst.port().to_be_bytes());
@@ -255,17 +258,6 @@ fn icmp_unreachable(held: &HeldSyn, why: Unreachable) -> Vec<u8> {
             pkt
         }
         _ => Vec::new(),
-    }
-}
-
-/// An IPv4-mapped IPv6 socket address as plain IPv4 (the wire's family).
-fn unmap(a: SocketAddr) -> SocketAddr {
-    match a {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(v4.into(), a.port()),
-            None => a,
-        },
-        a => a,
     }
 }
 

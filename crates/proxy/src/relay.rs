@@ -176,7 +176,7 @@ async fn run(client: AsyncTcpStream, upstream: TcpStream, cfg: &Config, stats: &
 /// Connects to `dst` as the configuration says.
 async fn connect(cfg: &Config, dst: SocketAddr) -> io::Result<TcpStream> {
     match &cfg.upstream {
-        Upstream::Direct => TcpStream::connect(unmapped(dst)).await,
+        Upstream::Direct => TcpStream::connect(shallow_tcp::dualstack::unmapped(dst)).await,
         Upstream::Socks5 { server, auth } => {
             let mut s = TcpStream::connect(server).await?;
             s.set_nodelay(true)?;
@@ -184,17 +184,6 @@ async fn connect(cfg: &Config, dst: SocketAddr) -> io::Result<TcpStream> {
             socks5::connect(&mut s, dst, auth).await?;
             Ok(s)
         }
-    }
-}
-
-/// An IPv4-mapped IPv6 destination (from a dual-stack listener) as plain IPv4.
-fn unmapped(a: SocketAddr) -> SocketAddr {
-    match a {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(v4.into(), a.port()),
-            None => a,
-        },
-        a => a,
     }
 }
 

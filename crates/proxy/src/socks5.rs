@@ -87,21 +87,16 @@ where
     }
     // CONNECT request.
     let mut m = vec![VER, CMD_CONNECT, 0];
+    let dst = shallow_tcp::dualstack::unmapped(dst);
     match dst.ip() {
         IpAddr::V4(a) => {
             m.push(1);
             m.extend_from_slice(&a.octets());
         }
-        IpAddr::V6(a) => match a.to_ipv4_mapped() {
-            Some(a4) => {
-                m.push(1);
-                m.extend_from_slice(&a4.octets());
-            }
-            None => {
-                m.push(4);
-                m.extend_from_slice(&a.octets());
-            }
-        },
+        IpAddr::V6(a) => {
+            m.push(4);
+            m.extend_from_slice(&a.octets());
+        }
     }
     m.extend_from_slice(&dst.port().to_be_bytes());
     s.write_all(&m).await?;

@@ -43,6 +43,15 @@ pub fn mapped_v4(ip: IpAddr) -> Option<Ipv4Addr> {
     }
 }
 
+/// A socket address as it is on the wire: an IPv4-mapped IPv6 one (an AF_INET6 socket's
+/// name for an IPv4 peer) as plain IPv4, any other as it is.
+pub fn unmapped(addr: SocketAddr) -> SocketAddr {
+    match mapped_v4(addr.ip()) {
+        Some(v4) => SocketAddr::new(IpAddr::V4(v4), addr.port()),
+        None => addr,
+    }
+}
+
 /// Which socket call converts an address (they fail differently).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Call {
