@@ -181,9 +181,9 @@ impl EnvAction {
 }
 
 /// The sysctls the suite's `defaults.sh` sets (spec/packetdrill.md, "The Linux sysctls the
-/// scripts assume"). The google copy's `tcp_fastopen=0x70403` is used because the scripts
-/// are google's; its fixed fastopen key is not known to us and is left out, as is
-/// `tcp_ecn_option` (an AccECN sysctl).
+/// scripts assume"). The google copy's `tcp_fastopen=0x70403` and Fast Open key are used
+/// because the scripts are google's (the key is the one `TFO_COOKIE` is made with);
+/// `tcp_ecn_option` (an AccECN sysctl) is left out.
 pub const DEFAULT_SYSCTLS: &[(&str, &str)] = &[
     ("net.ipv4.tcp_rmem", "4096 540000 15728640"),
     ("net.ipv4.tcp_wmem", "4096 262144 4194304"),
@@ -205,6 +205,10 @@ pub const DEFAULT_SYSCTLS: &[(&str, &str)] = &[
     ("net.ipv4.tcp_pacing_ca_ratio", "120"),
     ("net.ipv4.tcp_notsent_lowat", "4294967295"),
     ("net.ipv4.tcp_fastopen", "0x70403"),
+    (
+        "net.ipv4.tcp_fastopen_key",
+        "a1a1a1a1-b2b2b2b2-c3c3c3c3-d4d4d4d4",
+    ),
     ("net.ipv4.tcp_syncookies", "1"),
 ];
 

@@ -323,7 +323,7 @@ fn env_actions(script: &Script) -> Vec<EnvAction> {
     out
 }
 
-/// The features a script needs that Shallow does not implement (TCP Fast Open, zerocopy,
+/// The features a script needs that Shallow does not implement (zerocopy,
 /// SO_TIMESTAMPING, TCP-MD5, splice, sendfile, AccECN, PSP), by name, sorted. Detected
 /// from the parsed script: option kinds, socket-option and flag symbols, system call names,
 /// and sysctls the script writes.
@@ -351,16 +351,8 @@ pub fn unsupported_features(script: &Script) -> Vec<&'static str> {
                         feats.insert("AccECN");
                     }
                     if let TcpOptions::List(opts) = &t.options {
-                        for o in opts {
-                            match o {
-                                TcpOption::FastOpen(_) | TcpOption::FastOpenExp(_) => {
-                                    feats.insert("TFO/fastopen");
-                                }
-                                TcpOption::Md5(_) => {
-                                    feats.insert("md5");
-                                }
-                                _ => {}
-                            }
+                        if opts.iter().any(|o| matches!(o, TcpOption::Md5(_))) {
+                            feats.insert("md5");
                         }
                     }
                 }
@@ -369,9 +361,7 @@ pub fn unsupported_features(script: &Script) -> Vec<&'static str> {
         }
     }
     for s in syms {
-        if s.contains("FASTOPEN") {
-            feats.insert("TFO/fastopen");
-        } else if s.contains("ZEROCOPY") {
+        if s.contains("ZEROCOPY") {
             feats.insert("zerocopy");
         } else if s.contains("TIMESTAMPING") {
             feats.insert("timestamping");
@@ -383,10 +373,6 @@ pub fn unsupported_features(script: &Script) -> Vec<&'static str> {
     }
     for a in env_actions(script) {
         if let EnvAction::Sysctl { name, value } = a {
-            let nonzero = !matches!(value.as_str(), "0" | "0x0");
-            if name.starts_with("net.ipv4.tcp_fastopen") && nonzero {
-                feats.insert("TFO/fastopen");
-            }
             if name == "net.ipv4.tcp_ecn" && value.parse::<u32>().is_ok_and(|v| v >= 3) {
                 feats.insert("AccECN");
             }
@@ -510,12 +496,12 @@ mod tests {
         let s = crate::parse_script(
             "t",
             "0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3\n\
-             +0 sendto(3, ..., 1, MSG_FASTOPEN, ..., ...) = 1\n\
+             +0 sendto(3, ..., 1, MSG_ZEROCOPY, ..., ...) = 1\n\
              +0 < SA 0:0(0) win 1\n\
              +0 `sysctl -q net.ipv4.tcp_fastopen=0`\n",
         )
         .unwrap();
-        assert_eq!(unsupported_features(&s), vec!["AccECN", "TFO/fastopen"]);
+        assert_eq!(unsupported_features(&s), vec!["AccECN", "zerocopy"]);
         let plain = crate::parse_script("t", "0 `sysctl -q net.ipv4.tcp_fastopen=0`\n").unwrap();
         assert!(unsupported_features(&plain).is_empty());
         assert_eq!(initial_expectation(&plain).status, Status::Fail);

@@ -60,6 +60,28 @@ impl Variant {
         }
     }
 
+    /// The `-D NAME=VALUE` definitions of [`Variant::packetdrill_args`] (`TFO_COOKIE`, the
+    /// kernel's Fast Open cookie for the suite's key and addresses; `CODE`; ...).
+    pub fn defines(self) -> impl Iterator<Item = (&'static str, &'static str)> {
+        let a = self.packetdrill_args();
+        a.iter()
+            .zip(a.iter().skip(1))
+            .filter(|(flag, _)| **flag == "-D")
+            .filter_map(|(_, d)| d.split_once('='))
+    }
+
+    /// The address a `--NAME=ADDR` argument of [`Variant::packetdrill_args`] gives
+    /// (`local_ip`, `remote_ip`, `gateway_ip`).
+    pub fn address(self, name: &str) -> Option<core::net::IpAddr> {
+        self.packetdrill_args().iter().find_map(|a| {
+            a.strip_prefix("--")?
+                .strip_prefix(name)?
+                .strip_prefix('=')?
+                .parse()
+                .ok()
+        })
+    }
+
     /// packetdrill's command-line arguments for this variant (those of Linux's runner).
     pub fn packetdrill_args(self) -> &'static [&'static str] {
         match self {

@@ -62,6 +62,8 @@ pub(crate) struct Env {
     pub limits: Limits,
     /// Keyed randomness, from the stack's seed only.
     pub keys: Keys,
+    /// TCP Fast Open's keys and the client's cookie cache (fastopen.rs).
+    pub tfo: crate::fastopen::FastOpenState,
 }
 
 /// The engine's outputs waiting for the substrate (`Stack::poll_transmit`,
@@ -159,7 +161,31 @@ impl Env {
             mib: Counters::default(),
             limits: Limits::default(),
             keys: Keys::new(seed),
+            tfo: Default::default(),
         }
+    }
+
+    /// The stack's Fast Open keys, made from the stack's random stream at first use when
+    /// `net.ipv4.tcp_fastopen_key` was never set (`tcp_fastopen_init_key_once`); the sysctl
+    /// then shows them.
+    pub fn tfo_keys(&mut self) -> crate::fastopen::Keys {
+        if let Some(k) = self.tfo.keys {
+            return k;
+        }
+        let mut b = [0u8; 16];
+        for c in b.chunks_mut(4) {
+            c.copy_from_slice(&self.keys.rand().to_le_bytes());
+        }
+        let k = crate::fastopen::Keys {
+            primary: crate::fastopen::Key::from_bytes(&b),
+            backup: None,
+        };
+        self.tfo.keys = Some(k);
+        let _ = self
+            .config
+            .sysctl
+            .set("net.ipv4.tcp_fastopen_key", &k.sysctl_text());
+        k
     }
 
     /// A sysctl's integer value.

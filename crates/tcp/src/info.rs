@@ -20,7 +20,7 @@ pub struct TcpInfo {
     pub retransmits: u8,
     pub probes: u8,
     pub backoff: u8,
-    /// TCPI_OPT_TIMESTAMPS=1, SACK=2, WSCALE=4, ECN=8.
+    /// TCPI_OPT_TIMESTAMPS=1, SACK=2, WSCALE=4, ECN=8, SYN_DATA=32.
     pub options: u8,
     pub snd_wscale: u8,
     pub rcv_wscale: u8,
@@ -193,6 +193,10 @@ impl ConnStats {
         self.bytes_acked
     }
     /// `n` segments were retransmitted.
+    /// `tcpi_total_retrans`: segments retransmitted so far (SYNs included).
+    pub fn total_retrans(&self) -> u32 {
+        self.total_retrans
+    }
     pub fn count_retrans(&mut self, n: u32) {
         self.total_retrans += n;
     }
@@ -221,6 +225,11 @@ impl Connection {
         }
         if self.rx_opt.wscale_ok {
             o |= 4;
+        }
+        // TCPI_OPT_SYN_DATA: data in our SYN was acknowledged, or a Fast Open child took
+        // the data of its SYN.
+        if self.fastopen.syn_data_acked {
+            o |= 32;
         }
         let chrono = self.chrono.totals(now);
         TcpInfo {
@@ -314,7 +323,10 @@ impl Connection {
         if self.shutdown & RCV_SHUTDOWN != 0 {
             mask |= POLLIN | POLLRDNORM | POLLRDHUP;
         }
-        if self.state != TcpState::SynSent && self.state != TcpState::SynRecv {
+        // Connected, or a passive Fast Open child (readable and writable in SYN_RECV).
+        if self.state != TcpState::SynSent
+            && (self.state != TcpState::SynRecv || self.fastopen.child)
+        {
             let target = self.opts.rcvlowat.max(1);
             if self.inq() >= target || self.rcv.rx_queue.iter().any(|r| r.fin) {
                 mask |= POLLIN | POLLRDNORM;
@@ -331,6 +343,9 @@ impl Connection {
             } else {
                 mask |= POLLOUT | POLLWRNORM;
             }
+        } else if self.state == TcpState::SynSent && self.fastopen.defer_connect {
+            // TCP_FASTOPEN_CONNECT deferred the SYN: writable, so the first write sends it.
+            mask |= POLLOUT | POLLWRNORM;
         }
         if self.err.is_some() {
             mask |= POLLERR;
@@ -363,6 +378,17 @@ impl Connection {
                     self.sync_cc_state(now);
                     self.cc.init(&mut self.cc_st, now.as_micros());
                 }
+                return Ok(());
+            }
+            TcpFastopenKey => {
+                // do_tcp_setsockopt: 16 or 32 bytes (a primary and a backup key).
+                let b = match val {
+                    OptVal::Bytes(b) => b.as_slice(),
+                    OptVal::Str(s) => s.as_bytes(),
+                    _ => return Err(Errno::EINVAL),
+                };
+                self.opts.fastopen_key =
+                    Some(crate::fastopen::Keys::from_sockopt(b).ok_or(Errno::EINVAL)?);
                 return Ok(());
             }
             SoLinger => {
@@ -498,6 +524,38 @@ impl Connection {
                 self.check_space_force(env);
             }
             TcpInq => self.opts.inq = on,
+            // Only on a closed or listening socket; the queue is min(val, somaxconn)
+            // (fastopen_queue_tune), and the stack's keys are made if missing.
+            TcpFastopen => {
+                if !matches!(self.state, TcpState::Close | TcpState::Listen) {
+                    return Err(Errno::EINVAL);
+                }
+                if v < 0 {
+                    return Err(Errno::EINVAL);
+                }
+                env.tfo_keys();
+                self.opts.fastopen_qlen =
+                    (v as u64).min(env.sysint(Sysctl::somaxconn) as u64) as u32;
+            }
+            // Only before connect() (tcp_fastopen_connect: EINVAL once not closed).
+            TcpFastopenConnect => {
+                if self.state != TcpState::Close || self.remote.port() != 0 {
+                    return Err(Errno::EINVAL);
+                }
+                if env.sysint(Sysctl::tcp_fastopen) & crate::fastopen::bits::CLIENT_ENABLE == 0 {
+                    return Err(Errno::EOPNOTSUPP);
+                }
+                self.opts.fastopen_connect = on;
+            }
+            TcpFastopenNoCookie => {
+                if !(0..=1).contains(&v) {
+                    return Err(Errno::EINVAL);
+                }
+                if !matches!(self.state, TcpState::Close | TcpState::Listen) {
+                    return Err(Errno::EINVAL);
+                }
+                self.opts.fastopen_no_cookie = on;
+            }
             IpTos => self.opts.tos = (v & 0xff) as u8,
             // do_ipv6_setsockopt: -1 is the default (0).
             Ipv6Tclass => {
@@ -525,7 +583,7 @@ impl Connection {
                 }
             }
             SoError | SoType | TcpInfo => return Err(Errno::ENOPROTOOPT),
-            TcpCongestion | SoLinger => unreachable!("handled above"),
+            TcpCongestion | SoLinger | TcpFastopenKey => unreachable!("handled above"),
         }
         Ok(())
     }
@@ -582,6 +640,16 @@ impl Connection {
             TcpCongestion => Ok(OptVal::Str(self.cc.name().to_string())),
             TcpNotsentLowat => i(self.opts.notsent_lowat),
             TcpInq => i(u32::from(self.opts.inq)),
+            TcpFastopen => i(self.opts.fastopen_qlen),
+            TcpFastopenConnect => i(u32::from(self.opts.fastopen_connect)),
+            TcpFastopenNoCookie => i(u32::from(self.opts.fastopen_no_cookie)),
+            TcpFastopenKey => {
+                let k = match self.opts.fastopen_key {
+                    Some(k) => k,
+                    None => env.tfo_keys(),
+                };
+                Ok(OptVal::Bytes(k.to_sockopt()))
+            }
             IpTos => i(u32::from(self.opts.tos)),
             Ipv6Tclass => i(u32::from(self.opts.tclass)),
             IpMtuDiscover => i(u32::from(self.opts.pmtudisc)),

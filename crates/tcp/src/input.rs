@@ -211,7 +211,35 @@ impl Connection {
             return out;
         }
         // ACK processing.
-        if self.state == TcpState::SynRecv {
+        if self.state == TcpState::SynRecv && self.fastopen.child {
+            // A Fast Open child (tcp_rcv_state_process TCP_SYN_RECV with fastopen_rsk): the
+            // SYN-ACK is not in its queue, so any ACK from snd_una to snd_nxt completes the
+            // handshake and tcp_ack takes what it acknowledges of the data sent since.
+            if before(seg.ack, self.snd.una) || after(seg.ack, self.snd.nxt) {
+                out.reset = true;
+                return out;
+            }
+            self.disarm(env, TimerKind::Retrans);
+            self.timer.retransmits = 0;
+            self.timer.backoff = 0;
+            self.timer.retrans_stamp = None;
+            // tcp_synack_rtt_meas, from the SYN-ACK's send time unless it was retransmitted.
+            if let Some(t) = self.fastopen.synack_sent.take() {
+                if self.timer.synack_retries_done == 0 {
+                    let rtt = (now - t).as_micros() as u32;
+                    self.rtt_sample(env, now, rtt.max(1));
+                } else if let Some(rtt) = self.ts_echo_rtt_us(now, seg) {
+                    self.rtt_sample(env, now, rtt as u32);
+                }
+            }
+            self.rtx.delivered += 1;
+            self.become_established(env, now);
+            self.snd.wnd = u32::from(seg.window) << self.rx_opt.snd_wscale;
+            self.snd.wl1 = seg.seq;
+            self.snd.max_window = self.snd.max_window.max(self.snd.wnd);
+            self.update_pacing_rate(env);
+            out.child_established = true;
+        } else if self.state == TcpState::SynRecv {
             if !after(seg.ack, self.snd.una) || after(seg.ack, self.snd.nxt) {
                 out.reset = true;
                 return out;
@@ -408,6 +436,29 @@ impl Connection {
         env.mib.inc(Mib::CurrEstab);
         self.lrcvtime = now;
         self.rcv_tstamp = now;
+        // A Fast Open child began its transfer when it was made (stack/fastopen.rs).
+        if !self.fastopen.child {
+            self.init_transfer(env, now);
+        }
+        // tcp_initialize_rcv_mss: a conservative hint until data shows the peer's size.
+        self.ack.rcv_mss = self
+            .mss
+            .advmss
+            .min(self.mss.cache)
+            .min(self.rcv.wnd / 2)
+            .clamp(TCP_MIN_MSS, TCP_MSS_DEFAULT);
+
+        if self.opts.keepalive {
+            let idle = self.keepalive_time(env);
+            self.arm(env, TimerKind::Keepalive, now + idle);
+        }
+        env.out.wake(self.id, POLLOUT | POLLWRNORM | POLLIN);
+    }
+
+    /// `tcp_init_transfer`: what a connection sets up when its handshake is done (on a Fast
+    /// Open child, when it is made): the MSS and MTU probing, the initial cwnd and the
+    /// congestion control, the buffers and the receive window's clamp.
+    pub fn init_transfer(&mut self, env: &mut Env, now: Instant) {
         self.sync_mss(env);
         // tcp_init_transfer → tcp_mtup_init (after the MSS was synced).
         self.mtup_init(env, now);
@@ -435,19 +486,27 @@ impl Connection {
         }
         self.rcv.ssthresh = self.rcv.ssthresh.min(self.rcv.window_clamp);
         self.init_rcvq_space(now);
-        // tcp_initialize_rcv_mss: a conservative hint until data shows the peer's size.
-        self.ack.rcv_mss = self
-            .mss
-            .advmss
-            .min(self.mss.cache)
-            .min(self.rcv.wnd / 2)
-            .clamp(TCP_MIN_MSS, TCP_MSS_DEFAULT);
+    }
 
-        if self.opts.keepalive {
-            let idle = self.keepalive_time(env);
-            self.arm(env, TimerKind::Keepalive, now + idle);
+    /// `tcp_fastopen_add_skb`: the data (and FIN) of the SYN a Fast Open child was made from,
+    /// queued as it came; the SYN-ACK acknowledges it.
+    pub fn fastopen_add_data(&mut self, env: &mut Env, now: Instant, syn: &SegIn<'_>) {
+        let seg = SegIn {
+            seq: syn.seq.wrapping_add(1),
+            flags: syn.flags & !TcpFlags::SYN,
+            ..*syn
+        };
+        let fin = seg.has(TcpFlags::FIN);
+        if seg.payload.is_empty() && !fin {
+            return;
         }
-        env.out.wake(self.id, POLLOUT | POLLWRNORM | POLLIN);
+        let truesize = self.rx_truesize(env, &seg, seg.payload.len() as u32);
+        self.queue_rcv(env, seg.seq, seg.payload, fin, &seg, truesize);
+        self.fastopen.syn_data_acked = true;
+        if fin {
+            self.process_fin(env, now);
+        }
+        env.out.wake(self.id, POLLIN | POLLRDNORM);
     }
 
     /// SYN_SENT processing (`tcp_rcv_synsent_state_process`, RFC 9293 §3.10.7.3).
@@ -487,33 +546,69 @@ impl Connection {
             }
         }
         if seg.has(TcpFlags::ACK) {
-            // tcp_ack → tcp_snd_una_update: the acked SYN counts in tcpi_bytes_acked.
+            // With data behind the SYN (Fast Open), the SYN-ACK acknowledges the SYN here and
+            // tcp_ack below takes what it acknowledges of the data.
+            let syn_data = self.fastopen.syn_data;
+            let syn_end = self.snd.iss.wrapping_add(1);
+            let acked_to = if syn_data { syn_end } else { seg.ack };
+            // tcp_ack → tcp_snd_una_update: the acked SYN counts in tcpi_bytes_acked, and
+            // as one delivered packet (tcp_clean_rtx_queue).
             self.stats
-                .count_acked(u64::from(seg.ack.wrapping_sub(self.snd.una)));
-            self.snd.una = seg.ack;
+                .count_acked(u64::from(acked_to.wrapping_sub(self.snd.una)));
+            self.rtx.delivered += 1;
+            env.mib.inc(Mib::TCPDelivered);
+            self.snd.una = acked_to;
             // RFC 7323 §2.2: the window of a SYN (or SYN-ACK) is never scaled
             // (tcp_rcv_synsent_state_process).
             self.snd.wnd = u32::from(seg.window);
             self.snd.wl1 = seg.seq;
             self.snd.max_window = self.snd.wnd;
             self.disarm(env, TimerKind::Retrans);
-            self.rtx.packets_out = 0;
+            if !syn_data {
+                self.rtx.packets_out = 0;
+            }
             // RTT from the SYN (tcp_clean_rtx_queue → tcp_ack_update_rtt): its send time
-            // unless it was retransmitted (Karn), else the timestamp echo.
-            if self.timer.retransmits == 0 {
-                let rtt = (now - self.lsndtime).as_micros() as u32;
-                self.rtt_sample(env, now, rtt.max(1));
-            } else if let Some(rtt) = self.ts_echo_rtt_us(now, seg) {
-                self.rtt_sample(env, now, rtt as u32);
+            // unless it was retransmitted (Karn), else the timestamp echo. SYN data the
+            // SYN-ACK covers gives that sample in tcp_ack.
+            let data_acked = syn_data && after(seg.ack, syn_end);
+            if !data_acked {
+                if self.timer.retransmits == 0 {
+                    let rtt = (now - self.lsndtime).as_micros() as u32;
+                    self.rtt_sample(env, now, rtt.max(1));
+                } else if let Some(rtt) = self.ts_echo_rtt_us(now, seg) {
+                    self.rtt_sample(env, now, rtt as u32);
+                }
             }
             self.timer.retransmits = 0;
             self.timer.backoff = 0;
             self.timer.retrans_stamp = None;
             self.become_established(env, now);
+            if data_acked {
+                // Linux's tcp_ack runs before tcp_finish_connect sets the initial cwnd, so
+                // the data the SYN-ACK covers does not grow it.
+                let cwnd = self.cc_st.snd_cwnd;
+                self.tcp_ack(env, now, seg);
+                self.cc_st.snd_cwnd = cwnd;
+            }
             // The SYN was outstanding: tcp_ack's tcp_cong_control sets the pacing rate.
             self.update_pacing_rate(env);
             self.connecting = false;
-            self.send_ack(env, now);
+            // tcp_finish_connect: the SYN-ACK is the last segment received.
+            self.ack.lrcvtime = now;
+            let resent =
+                (self.fastopen.syn_fastopen || syn_data) && self.rcv_fastopen_synack(env, now, seg);
+            let writer = std::mem::take(&mut self.write_pending);
+            if !resent {
+                if writer {
+                    // A writer waits: save the ACK for its data, in quickack mode, at most
+                    // TCP_DELACK_MAX from now.
+                    self.ack.pending |= ackf::SCHED;
+                    self.enter_quickack(TCP_MAX_QUICKACKS);
+                    self.arm(env, TimerKind::Delack, now + TCP_DELACK_MAX);
+                } else {
+                    self.send_ack(env, now);
+                }
+            }
             // Data or FIN on the SYN-ACK.
             if !seg.payload.is_empty() || seg.has(TcpFlags::FIN) {
                 let s2 = SegIn {
@@ -743,8 +838,12 @@ impl Connection {
         let mut flag = AckFlags::default();
         let prior_in_flight = self.packets_in_flight();
         let prior_packets = self.rtx.packets_out;
-        // Window update (tcp_ack_update_window).
-        let nwin = u32::from(seg.window) << self.rx_opt.snd_wscale;
+        // Window update (tcp_ack_update_window); a SYN's window is never scaled.
+        let nwin = if seg.has(TcpFlags::SYN) {
+            u32::from(seg.window)
+        } else {
+            u32::from(seg.window) << self.rx_opt.snd_wscale
+        };
         if after(ack, self.snd.una)
             || after(seg.seq, self.snd.wl1)
             || (seg.seq == self.snd.wl1 && (nwin > self.snd.wnd || nwin == 0))

@@ -148,6 +148,7 @@ pub mod device;
 pub mod driver;
 pub mod dualstack;
 mod env;
+mod fastopen;
 pub mod gate;
 pub mod info;
 mod input;

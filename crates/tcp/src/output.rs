@@ -332,6 +332,19 @@ impl Connection {
         }
     }
 
+    /// A Fast Open option after the SYN options, padded with NOPs to 32 bits, if the 40
+    /// bytes of option space have room (`tcp_syn_options` / `tcp_synack_options`).
+    pub(crate) fn push_fastopen(out: &mut Vec<OutOpt>, c: &crate::fastopen::Cookie) {
+        let used: usize = crate::packet::opts_len(out);
+        if used + c.wire_len() > 40 {
+            return;
+        }
+        out.push(OutOpt::FastOpen(*c));
+        for _ in c.opt_len()..c.wire_len() {
+            out.push(OutOpt::Nop);
+        }
+    }
+
     /// `tcp_event_ack_sent`: an ACK left with this segment; clear delayed-ACK state.
     fn event_ack_sent(&mut self, env: &mut Env, _pkts: u32) {
         let compressed = self.sack_compress.take();
@@ -425,8 +438,33 @@ impl Connection {
 
     /// Send the SYN (active open) from the head of the retransmit queue.
     pub fn send_syn(&mut self, env: &mut Env, now: Instant) {
-        let mut opts = Vec::with_capacity(6);
+        self.send_syn_with(env, now, None, &[]);
+    }
+
+    /// The SYN of an active open is out: its retransmission timer runs from the initial RTO
+    /// (`tcp_connect`), and the open counts (`TcpActiveOpens`).
+    pub fn syn_armed(&mut self, env: &mut Env, now: Instant) {
+        self.timer.rtx_event = RtxEvent::Rto;
+        self.rtt.reset_rto();
+        self.timer.retrans_stamp = Some(now);
+        self.arm(env, TimerKind::Retrans, now + TCP_TIMEOUT_INIT);
+        env.mib.inc(Mib::ActiveOpens);
+    }
+
+    /// [`Self::send_syn`] with a Fast Open option and data (`tcp_send_syn_data`); only the
+    /// first SYN carries them, a retransmitted one is plain.
+    pub fn send_syn_with(
+        &mut self,
+        env: &mut Env,
+        now: Instant,
+        cookie: Option<&crate::fastopen::Cookie>,
+        payload: &[u8],
+    ) {
+        let mut opts = Vec::with_capacity(8);
         self.syn_opts(now, &mut opts, 0);
+        if let Some(c) = cookie {
+            Self::push_fastopen(&mut opts, c);
+        }
         let win = self.rcv.wnd.min(65535) as u16;
         // tcp_ecn_send_syn (RFC 3168 §6.1.1): with tcp_ecn=1 the SYN asks for ECN with
         // ECE|CWR; a retransmitted SYN drops them (tcp_ecn_clear_syn, tcp_ecn_fallback=1).
@@ -438,7 +476,7 @@ impl Connection {
                 fl |= TcpFlags::ECE | TcpFlags::CWR;
             }
         }
-        let seg = self.seg(env, self.snd.iss, fl, win, &opts, &[]);
+        let seg = self.seg(env, self.snd.iss, fl, win, &opts, payload);
         env.emit(&seg, None, None, None);
         self.stats.count_seg_out();
         self.lsndtime = now;
@@ -449,9 +487,23 @@ impl Connection {
     /// 6.18: a child that sent two keepalive probes reports `tcpi_segs_out` 2); the
     /// simultaneous open counts it at the caller.
     pub fn send_synack(&mut self, env: &mut Env, now: Instant) {
-        let mut opts = Vec::with_capacity(6);
+        self.send_synack_with(env, now, None);
+    }
+
+    /// [`Self::send_synack`] with a Fast Open cookie option (only the first SYN-ACK of a
+    /// passive open carries one: `tcp_conn_request`; retransmissions do not).
+    pub fn send_synack_with(
+        &mut self,
+        env: &mut Env,
+        now: Instant,
+        cookie: Option<&crate::fastopen::Cookie>,
+    ) {
+        let mut opts = Vec::with_capacity(8);
         let ecr = self.rx_opt.ts_recent;
         self.syn_opts(now, &mut opts, ecr);
+        if let Some(c) = cookie {
+            Self::push_fastopen(&mut opts, c);
+        }
         let win = self.rcv.wnd.min(65535) as u16;
         // tcp_ecn_make_synack: ECE on the SYN-ACK when the request was ECN-capable.
         let fl = if self.ecn_flags & ecnf::OK != 0 {
@@ -743,14 +795,17 @@ impl Connection {
     /// deferral and TSQ allow. Returns true if nothing could be sent while data is pending and
     /// nothing is in flight (the caller arms the zero-window probe).
     pub fn write_xmit(&mut self, env: &mut Env, now: Instant, nonagle: u8, push_one: bool) -> bool {
-        if !matches!(
-            self.state,
-            TcpState::Established
-                | TcpState::CloseWait
-                | TcpState::FinWait1
-                | TcpState::Closing
-                | TcpState::LastAck
-        ) {
+        let fastopen_child = self.state == TcpState::SynRecv && self.fastopen.child;
+        if !fastopen_child
+            && !matches!(
+                self.state,
+                TcpState::Established
+                    | TcpState::CloseWait
+                    | TcpState::FinWait1
+                    | TcpState::Closing
+                    | TcpState::LastAck
+            )
+        {
             return false;
         }
         self.refresh_mss(env);

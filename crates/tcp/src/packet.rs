@@ -22,6 +22,9 @@ pub(crate) struct RxOpts {
     pub num_sacks: u8,
     /// TCP header length with options (`doff * 4`; 0 for synthetic segments).
     pub hdr_len: u16,
+    /// A SYN's Fast Open option (kind 34, or 254 with the magic), with an allowed cookie
+    /// length (`tcp_parse_fastopen_option`); `None` when absent or malformed.
+    pub fastopen: Option<crate::fastopen::Cookie>,
 }
 
 /// A parsed inbound TCP segment.
@@ -344,6 +347,11 @@ fn seg_in<'a>(
             Ok(TcpOption::WindowScale(w)) if syn => opts.wscale = Some(w.min(14)),
             Ok(TcpOption::SackPermitted) if syn => opts.sack_ok = true,
             Ok(TcpOption::Timestamps { tsval, tsecr }) => opts.ts = Some((tsval, tsecr)),
+            Ok(TcpOption::Unknown { kind, data }) if syn => {
+                if let Some(c) = crate::fastopen::Cookie::parse(kind, data) {
+                    opts.fastopen = Some(c);
+                }
+            }
             Ok(TcpOption::Sack(b)) if !syn => {
                 let mut n = 0;
                 for (l, r) in b.iter() {
@@ -388,6 +396,8 @@ pub(crate) enum OutOpt {
     SackOk,
     Ts(u32, u32),
     Sack([(u32, u32); 4], u8),
+    /// A Fast Open option (padding NOPs are separate options).
+    FastOpen(crate::fastopen::Cookie),
 }
 
 /// Header fields of an outbound segment.
@@ -428,6 +438,10 @@ fn tcp_repr(s: &SegOut<'_>) -> Option<TcpRepr> {
             OutOpt::Sack(b, n) => {
                 TcpOptionRepr::Sack(SackBlocks::from_slice(&b[..(n as usize).min(4)]).ok()?)
             }
+            OutOpt::FastOpen(c) => {
+                let (kind, data) = c.option();
+                TcpOptionRepr::Unknown { kind, data }
+            }
         });
     }
     Some(TcpRepr {
@@ -449,9 +463,12 @@ pub(crate) fn header_len(s: &SegOut<'_>) -> usize {
         IpAddr::V4(_) => 20,
         IpAddr::V6(_) => 40,
     };
-    let opts: usize = s
-        .opts
-        .iter()
+    ip + 20 + opts_len(s.opts).div_ceil(4) * 4
+}
+
+/// The bytes `opts` take in a TCP header, before the padding to 32 bits.
+pub(crate) fn opts_len(opts: &[OutOpt]) -> usize {
+    opts.iter()
         .map(|o| match *o {
             OutOpt::Nop => 1,
             OutOpt::Mss(_) => 4,
@@ -459,9 +476,9 @@ pub(crate) fn header_len(s: &SegOut<'_>) -> usize {
             OutOpt::SackOk => 2,
             OutOpt::Ts(..) => 10,
             OutOpt::Sack(_, n) => 2 + 8 * usize::from(n.min(4)),
+            OutOpt::FastOpen(c) => c.opt_len(),
         })
-        .sum();
-    ip + 20 + opts.div_ceil(4) * 4
+        .sum()
 }
 
 pub(crate) fn build_with(s: &SegOut<'_>, csum_partial: bool, head_only: bool) -> Option<Vec<u8>> {

@@ -654,6 +654,13 @@ impl Connection {
         if prior_lost == self.rtx.lost_out {
             return;
         }
+        self.non_congestion_loss_retransmit(env, now);
+    }
+
+    /// `tcp_non_congestion_loss_retransmit`: resend what is marked lost, in Loss but without
+    /// a congestion response beyond `tcp_current_ssthresh` (a path-MTU drop, SYN data the
+    /// SYN-ACK did not cover).
+    pub fn non_congestion_loss_retransmit(&mut self, env: &mut Env, now: Instant) {
         if self.ca_state != CaState::Loss {
             self.high_seq = self.snd.nxt;
             self.cc_st.snd_ssthresh = self

@@ -90,6 +90,8 @@ pub mod msgflags {
     pub const MSG_NOSIGNAL: u32 = 0x4000;
     /// MSG_MORE: more data coming; cork.
     pub const MSG_MORE: u32 = 0x8000;
+    /// `MSG_FASTOPEN`: `sendto` connects, its data in the SYN (TCP Fast Open).
+    pub const MSG_FASTOPEN: u32 = 0x2000_0000;
 }
 
 /// Most out-of-order segments kept, whatever rcvbuf says (bounds work per packet).

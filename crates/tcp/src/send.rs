@@ -60,7 +60,15 @@ impl Connection {
         }
         match self.state {
             TcpState::Established | TcpState::CloseWait => {}
-            TcpState::SynSent | TcpState::SynRecv => return Err(Errno::EAGAIN),
+            // A passive Fast Open child may send before its handshake completes.
+            TcpState::SynRecv if self.fastopen.child => {}
+            TcpState::SynSent | TcpState::SynRecv => {
+                // sk_stream_wait_connect: a blocking writer sleeps until the handshake ends.
+                if !self.opts.nonblock && flags & MSG_DONTWAIT == 0 {
+                    self.write_pending = true;
+                }
+                return Err(Errno::EAGAIN);
+            }
             TcpState::Close if self.remote.port() != 0 => return Err(Errno::EPIPE),
             _ => return Err(Errno::ENOTCONN),
         }

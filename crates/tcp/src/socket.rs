@@ -624,6 +624,11 @@ pub(crate) struct Listen {
     /// Children of a forwarding listener whose SYN waits for the application's decision
     /// (`ForwardVerdict::Defer`), not yet taken by `Stack::forward_request` (`stack/forward.rs`).
     pub requests: VecDeque<SocketId>,
+    /// Fast Open children whose handshake is not complete (`fastopenq.qlen`).
+    pub tfo_qlen: u32,
+    /// When each Fast Open child reset before its handshake completed stops counting in
+    /// `tfo_qlen` (`fastopenq.rskq_rst_head`, [`crate::fastopen::RST_HOLD`]).
+    pub tfo_rst: VecDeque<crate::time::Instant>,
 }
 
 /// Where a forwarded connection whose SYN the application decides on stands
@@ -691,6 +696,15 @@ pub(crate) struct SockOpts {
     /// IPV6_V6ONLY (`sk_ipv6only`): an AF_INET6 socket that refuses IPv4-mapped peers;
     /// initialised from `net.ipv6.bindv6only`.
     pub v6only: bool,
+    /// `TCP_FASTOPEN`: the listener's Fast Open queue length (`fastopenq.max_qlen`; 0: off).
+    pub fastopen_qlen: u32,
+    /// `TCP_FASTOPEN_CONNECT`: connect() defers the SYN to the first write when a cookie is
+    /// cached.
+    pub fastopen_connect: bool,
+    /// `TCP_FASTOPEN_NO_COOKIE`: data in the SYN without a cookie (either side).
+    pub fastopen_no_cookie: bool,
+    /// `TCP_FASTOPEN_KEY`: the listener's own keys.
+    pub fastopen_key: Option<crate::fastopen::Keys>,
 }
 
 impl Default for SockOpts {
@@ -719,6 +733,10 @@ impl Default for SockOpts {
             inq: false,
             nonblock: false,
             v6only: false,
+            fastopen_qlen: 0,
+            fastopen_connect: false,
+            fastopen_no_cookie: false,
+            fastopen_key: None,
         }
     }
 }
@@ -763,6 +781,8 @@ pub(crate) struct Connection {
     pub parent: Option<(SocketId, u32)>,
     /// A forwarded connection whose SYN the application decides on (`stack/forward.rs`).
     pub deferral: Option<Deferral>,
+    /// TCP Fast Open (fastopen.rs).
+    pub fastopen: crate::fastopen::ConnFastOpen,
     /// Socket options.
     pub opts: SockOpts,
     /// The route's attributes in use.
@@ -780,6 +800,10 @@ pub(crate) struct Connection {
     pub nospace: bool,
     /// `sock->state == SS_CONNECTING`: a connect() is in progress or failed unreported.
     pub connecting: bool,
+    /// `sk_write_pending`: a blocking writer waits for the handshake (a send on a blocking
+    /// socket in SYN_SENT, or a Fast Open sendto with data left for after it). The SYN-ACK's
+    /// ACK then waits for that data (`tcp_rcv_synsent_state_process`).
+    pub write_pending: bool,
     /// A lingering `close()` waits until this time (SO_LINGER, `sk_stream_wait_close`);
     /// meanwhile the socket is closed but not yet orphaned.
     pub linger_until: Option<Instant>,
@@ -891,6 +915,7 @@ impl Connection {
             listen: None,
             parent: None,
             deferral: None,
+            fastopen: Default::default(),
             opts: SockOpts {
                 v6only: family == Family::V6 && env.config.sysctl.on(Sysctl::bindv6only),
                 ..SockOpts::default()
@@ -902,6 +927,7 @@ impl Connection {
             nospace: false,
             sack_compress: SackCompress::default(),
             connecting: false,
+            write_pending: false,
             tsq_flags: 0,
             route_pending: None,
             mtup: Mtup::default(),

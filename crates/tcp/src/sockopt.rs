@@ -30,6 +30,10 @@ pub enum SockOpt {
     TcpUserTimeout,
     TcpNotsentLowat,
     TcpInq,
+    TcpFastopen,
+    TcpFastopenKey,
+    TcpFastopenConnect,
+    TcpFastopenNoCookie,
     IpTos,
     Ipv6Tclass,
     IpMtuDiscover,
@@ -75,6 +79,10 @@ impl SockOpt {
             (SOL_TCP, 18) => TcpUserTimeout,
             (SOL_TCP, 25) => TcpNotsentLowat,
             (SOL_TCP, 36) => TcpInq,
+            (SOL_TCP, 23) => TcpFastopen,
+            (SOL_TCP, 33) => TcpFastopenKey,
+            (SOL_TCP, 30) => TcpFastopenConnect,
+            (SOL_TCP, 34) => TcpFastopenNoCookie,
             (SOL_IP, 1) => IpTos,
             (SOL_IP, 10) => IpMtuDiscover,
             (SOL_IPV6, 23) => Ipv6MtuDiscover,
@@ -112,6 +120,10 @@ impl SockOpt {
             TcpUserTimeout => "TCP_USER_TIMEOUT",
             TcpNotsentLowat => "TCP_NOTSENT_LOWAT",
             TcpInq => "TCP_INQ",
+            TcpFastopen => "TCP_FASTOPEN",
+            TcpFastopenKey => "TCP_FASTOPEN_KEY",
+            TcpFastopenConnect => "TCP_FASTOPEN_CONNECT",
+            TcpFastopenNoCookie => "TCP_FASTOPEN_NO_COOKIE",
             IpTos => "IP_TOS",
             Ipv6Tclass => "IPV6_TCLASS",
             IpMtuDiscover => "IP_MTU_DISCOVER",
@@ -146,6 +158,8 @@ pub enum OptVal {
     },
     /// A string option (TCP_CONGESTION).
     Str(String),
+    /// Raw bytes (TCP_FASTOPEN_KEY).
+    Bytes(Vec<u8>),
 }
 
 impl OptVal {
@@ -154,7 +168,7 @@ impl OptVal {
         match self {
             OptVal::Int(v) => Ok(*v),
             OptVal::Linger { onoff, .. } => Ok(i64::from(*onoff)),
-            OptVal::Str(_) => Err(Errno::EINVAL),
+            OptVal::Str(_) | OptVal::Bytes(_) => Err(Errno::EINVAL),
         }
     }
 }

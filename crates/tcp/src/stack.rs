@@ -26,6 +26,8 @@
 //!   socket go to its backlog and timers/TX completions defer their work, as in Linux.
 
 mod api;
+/// TCP Fast Open at the endpoint.
+mod fastopen;
 pub(crate) use api::SockLock;
 mod forward;
 pub use forward::{ForwardCompletion, ForwardFilter, ForwardVerdict, HeldSyn};
@@ -283,7 +285,18 @@ impl Stack {
 
     /// Set a sysctl by Linux name.
     pub fn sysctl_set(&mut self, name: &str, value: &str) -> Result<(), SysctlError> {
-        self.env.config.sysctl.set(name, value)
+        self.env.config.sysctl.set(name, value)?;
+        if name.ends_with("tcp_fastopen_key") {
+            // Written, the keys are in force (proc_tcp_fastopen_key), zero keys included.
+            let text = self.env.config.sysctl.str(Sysctl::tcp_fastopen_key);
+            self.env.tfo.keys = crate::fastopen::Keys::parse_sysctl(text);
+        }
+        Ok(())
+    }
+
+    /// Forget the client's Fast Open cookies (`ip tcp_metrics flush all`).
+    pub fn tcp_metrics_flush(&mut self) {
+        self.env.tfo.cache.flush();
     }
 
     /// Read a sysctl by Linux name.
@@ -520,8 +533,27 @@ impl Stack {
     fn reap(&mut self, s: SocketId) {
         self.mem_sync(s);
         let Ok(sk) = self.sock(s) else { return };
+        if sk.state == TcpState::Close && sk.fastopen.listener.is_some() {
+            // A Fast Open child died before its handshake completed (`tcp_done` →
+            // `reqsk_fastopen_remove`): it still holds its place in the listener's queue a while.
+            let now = self.env.clock;
+            self.fastopen_release(now, s, true);
+        }
+        let Ok(sk) = self.sock(s) else { return };
         if sk.state == TcpState::Close {
-            if sk.orphan || sk.parent.is_some() {
+            // A child in the accept queue stays there when it dies (a reset before accept():
+            // accept() returns it, with its data and its error); one still in the SYN queue
+            // goes, as a request socket would.
+            let queued = sk.parent.is_some_and(|(p, gen)| {
+                self.sock(p).is_ok_and(|l| {
+                    l.gen == gen
+                        && l.listen
+                            .as_ref()
+                            .is_some_and(|q| q.accept_queue.contains(&s))
+                })
+            });
+            let Ok(sk) = self.sock(s) else { return };
+            if sk.orphan || (sk.parent.is_some() && !queued) {
                 // Orphans go away; so do unaccepted children that died.
                 self.free(s);
             } else if sk.hashed {

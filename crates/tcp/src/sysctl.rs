@@ -43,6 +43,8 @@ pub enum Kind {
     CcName,
     /// A qdisc name (recorded for the substrate; the engine does not use it).
     Qdisc,
+    /// TCP Fast Open keys (`net.ipv4.tcp_fastopen_key`'s text).
+    TfoKey,
 }
 
 /// One row of the sysctl table.
@@ -195,6 +197,11 @@ sysctls! {
     tcp_ecn = "net.ipv4.tcp_ecn", "2", int(0, 5);
     /// TCP Fast Open: value accepted, feature not implemented.
     tcp_fastopen = "net.ipv4.tcp_fastopen", "1", int(0, I32MAX);
+    /// The longest listen queue (a listen backlog and a Fast Open queue are clamped to it).
+    somaxconn = "net.core.somaxconn", "4096", int(0, I32MAX);
+    /// TCP Fast Open server keys, `xxxxxxxx-xxxxxxxx-xxxxxxxx-xxxxxxxx[,backup]` (fastopen.rs);
+    /// all zero until set (a random key is made at first use, and then shown here).
+    tcp_fastopen_key = "net.ipv4.tcp_fastopen_key", "00000000-00000000-00000000-00000000", Kind::TfoKey;
     /// Linear RTO backoff for thin streams.
     tcp_thin_linear_timeouts = "net.ipv4.tcp_thin_linear_timeouts", "0", BOOL;
     /// Work around peers that treat the window as signed.
@@ -302,6 +309,14 @@ fn parse(d: &SysctlDef, value: &str) -> Result<Value, SysctlError> {
                 Err(invalid(d, value, "no such congestion control algorithm"))
             }
         }
+        Kind::TfoKey => match crate::fastopen::Keys::parse_sysctl(v) {
+            Some(k) => Ok(Value::Str(k.sysctl_text())),
+            None => Err(invalid(
+                d,
+                value,
+                "expected xxxxxxxx-xxxxxxxx-xxxxxxxx-xxxxxxxx[,...]",
+            )),
+        },
         Kind::Qdisc => {
             if ["pfifo_fast", "pfifo", "fq", "fq_codel", "noqueue"].contains(&v) {
                 Ok(Value::Str(v.to_string()))

@@ -161,6 +161,24 @@ impl Connection {
                 self.syn_retransmitted(env, now);
                 false
             }
+            TcpState::SynRecv if self.fastopen.child => {
+                // tcp_fastopen_synack_timer: the SYN-ACK again, one more time than a request
+                // would be; then the child fails with ETIMEDOUT.
+                let max = self
+                    .opts
+                    .syn_retries
+                    .unwrap_or(env.sysint(Sysctl::tcp_synack_retries) as u32)
+                    + 1;
+                if self.timer.synack_retries_done >= max {
+                    self.err = Some(crate::Errno::ETIMEDOUT);
+                    self.set_closed(env);
+                    return false;
+                }
+                self.send_synack(env, now);
+                self.timer.synack_retries_done += 1;
+                self.syn_retransmitted(env, now);
+                false
+            }
             TcpState::SynRecv => {
                 let max = env.sysint(Sysctl::tcp_synack_retries) as u32;
                 if self.parent.is_some() && self.timer.synack_retries_done >= max {

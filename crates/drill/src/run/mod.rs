@@ -188,6 +188,12 @@ struct Flow {
     syn_seq: Option<u32>,
     /// A non-SYN packet was injected on it.
     saw_non_syn: bool,
+    /// The peer's initial sequence number: the script's SYN or SYN-ACK sequence number.
+    /// As in packetdrill, the peer's later sequence numbers, and our acknowledgements of
+    /// them, are written relative to it.
+    remote_isn: u32,
+    /// `remote_isn` was taken.
+    remote_isn_set: bool,
 }
 
 /// What a script fd stands for.
@@ -310,27 +316,22 @@ impl<'a> Runner<'a> {
             _ if cfg.mapped => (false, true),
             _ => (cfg.ipv6, false),
         };
-        let pick = |name: &str, v4: IpAddr, v6: IpAddr| -> IpAddr {
-            match script
-                .option(name)
-                .flatten()
-                .and_then(|s| s.parse::<IpAddr>().ok())
-            {
-                Some(a) if a.is_ipv6() == ipv6 => a,
-                _ if ipv6 => v6,
-                _ => v4,
-            }
+        // The addresses are those Linux's runner gives packetdrill on its command line for
+        // the variant, which overwrite a script's own `--local_ip`/`--remote_ip`
+        // (`parse_and_finalize_config`): the Fast Open cookies the kernel hands out depend
+        // on them.
+        let variant = match (ipv6, mapped) {
+            (_, true) => crate::judge::Variant::Ipv4MappedIpv6,
+            (true, _) => crate::judge::Variant::Ipv6,
+            _ => crate::judge::Variant::Ipv4,
         };
-        let local_ip = pick(
-            "local_ip",
-            IpAddr::V4(Ipv4Addr::new(192, 168, 0, 1)),
-            IpAddr::V6(Ipv6Addr::new(0xfd3d, 0xfa7b, 0xd17d, 0, 0, 0, 0, 1)),
-        );
-        let remote_ip = pick(
-            "remote_ip",
-            IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
-            IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)),
-        );
+        let fallback = if ipv6 {
+            IpAddr::V6(Ipv6Addr::LOCALHOST)
+        } else {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        };
+        let local_ip = variant.address("local_ip").unwrap_or(fallback);
+        let remote_ip = variant.address("remote_ip").unwrap_or(fallback);
         st.add_address(local_ip);
         let num = |name: &str| {
             script
@@ -348,11 +349,14 @@ impl<'a> Runner<'a> {
         }
         st.set_route(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0, attrs);
         st.set_route(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0, attrs);
-        let defines = script
+        // The definitions Linux's runner passes for the variant, then the script's own.
+        let mut defines: BTreeMap<String, String> = variant
             .defines()
-            .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
+        for (k, v) in script.defines() {
+            defines.insert(k.to_string(), v.to_string());
+        }
         let last_out_event = script.events.iter().rposition(
             |e| matches!(&e.kind, EventKind::Packet(p) if p.direction == Direction::Outbound),
         );
@@ -435,6 +439,33 @@ impl<'a> Runner<'a> {
         self.script.options.iter().any(|(n, _)| n == name)
     }
 
+    /// packetdrill resolves every ICMP line's type and code when it parses the script (for
+    /// the run's family, `-D` names first): one it cannot resolve fails the run at its line
+    /// before the first event.
+    fn check_icmp_lines(&mut self) -> R<()> {
+        for ev in &self.script.events {
+            let EventKind::Packet(p) = &ev.kind else {
+                continue;
+            };
+            let PacketBody::Icmp(i) = &p.body else {
+                continue;
+            };
+            let err = pkt::IcmpError {
+                type_name: i.icmp_type.clone(),
+                code: i
+                    .code
+                    .as_ref()
+                    .map(|c| self.defines.get(c).cloned().unwrap_or_else(|| c.clone())),
+                mtu: i.mtu,
+            };
+            if let Err(e) = pkt::icmp_known(self.remote_ip.is_ipv6(), &err) {
+                self.line = ev.line;
+                return self.fail(FailKind::Script, e);
+            }
+        }
+        Ok(())
+    }
+
     fn check_options(&self) -> R<()> {
         for (name, value) in &self.script.options {
             match name.as_str() {
@@ -457,6 +488,7 @@ impl<'a> Runner<'a> {
 
     fn run(&mut self) -> R<()> {
         self.check_options()?;
+        self.check_icmp_lines()?;
         if let Some(c) = &self.script.init_command {
             self.line = c.line;
             let text = c.text.clone();
@@ -715,14 +747,23 @@ impl<'a> Runner<'a> {
     }
 
     fn describe_live(&self, data: &[u8]) -> String {
-        let Some(l) = pkt::parse_live(data) else {
+        let Some(mut l) = pkt::parse_live(data) else {
             return describe_raw(data);
         };
-        let isn = self
-            .flow_of(&l)
-            .and_then(|i| self.flows[i].isn)
-            .unwrap_or(0);
+        let fi = self.flow_of(&l);
+        if let Some(f) = fi {
+            self.relative_ack(f, &mut l);
+        }
+        let isn = fi.and_then(|i| self.flows[i].isn).unwrap_or(0);
         describe(&l, isn)
+    }
+
+    /// The acknowledgement number of a live packet as the script writes it: relative to the
+    /// peer's ISN, except on a SYN (packetdrill's `local_seq_script_to_live_offset` mirror).
+    fn relative_ack(&self, fi: usize, l: &mut Live) {
+        if !l.flags.contains(TcpFlags::SYN) {
+            l.ack = l.ack.wrapping_sub(self.flows[fi].remote_isn);
+        }
     }
 
     // ------------------------------------------------------------------ outbound
@@ -732,8 +773,11 @@ impl<'a> Runner<'a> {
         loop {
             if let Some(s) = self.wire.pop_front() {
                 match pkt::parse_live(&s.data) {
-                    Some(l) => match self.flow_of(&l) {
-                        Some(f) => return Ok(Some((s, l, f))),
+                    Some(mut l) => match self.flow_of(&l) {
+                        Some(f) => {
+                            self.relative_ack(f, &mut l);
+                            return Ok(Some((s, l, f)));
+                        }
                         None => {
                             let d = describe_raw(&s.data);
                             self.trace(|| format!("ignored packet of an unknown flow: {d}"));
@@ -798,7 +842,14 @@ impl<'a> Runner<'a> {
             self.flows[fi].local_port = Some(live.src.port());
         }
         if self.flows[fi].isn.is_none() {
-            self.flows[fi].isn = Some(live.seq.wrapping_sub(t.seq_start));
+            // A SYN's sequence number is our ISN whatever the script writes there (packetdrill
+            // maps the script's SYN sequence number to the live one and checks nothing).
+            let written = if live.flags.contains(TcpFlags::SYN) {
+                0
+            } else {
+                t.seq_start
+            };
+            self.flows[fi].isn = Some(live.seq.wrapping_sub(written));
         }
         // Concatenate consecutive segments up to the expected (TSO-sized) length.
         let mut pieces = 1;
@@ -853,7 +904,7 @@ impl<'a> Runner<'a> {
         if l.flags != t.flags {
             return Err("flags differ".into());
         }
-        if l.seq.wrapping_sub(isn) != t.seq_start {
+        if !l.flags.contains(TcpFlags::SYN) && l.seq.wrapping_sub(isn) != t.seq_start {
             return Err("sequence number differs".into());
         }
         if l.len != t.len {
@@ -897,6 +948,14 @@ impl<'a> Runner<'a> {
                         TcpOptionRepr::Unknown { kind, data },
                         TcpOption::Unknown { kind: k, data: d },
                     ) => kind == k && data == d,
+                    (TcpOptionRepr::Unknown { kind: 34, data }, TcpOption::FastOpen(c)) => {
+                        self.cookie_matches(data, c.as_deref())
+                    }
+                    (TcpOptionRepr::Unknown { kind: 254, data }, TcpOption::FastOpenExp(c)) => {
+                        data.len() >= 2
+                            && data[..2] == [0xf9, 0x89]
+                            && self.cookie_matches(&data[2..], c.as_deref())
+                    }
                     _ => false,
                 };
                 if !ok {
@@ -970,6 +1029,8 @@ impl<'a> Runner<'a> {
                 active: false,
                 syn_seq: Some(t.seq_start),
                 saw_non_syn: false,
+                remote_isn: 0,
+                remote_isn_set: false,
             });
             self.cur_flow = Some(self.flows.len() - 1);
             return Ok(self.flows.len() - 1);
@@ -986,6 +1047,29 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// The bytes of a Fast Open cookie as the script writes it: hex, a `-D` name, or none.
+    fn cookie_of(&self, text: Option<&str>) -> R<Vec<u8>> {
+        let Some(t) = text else {
+            return Ok(Vec::new());
+        };
+        let t = self.defines.get(t).map(String::as_str).unwrap_or(t);
+        match crate::ast::cookie_bytes(t) {
+            Some(b) => Ok(b),
+            None => self.skip(format!("Fast Open cookie {t:?} is not hex")),
+        }
+    }
+
+    /// Whether the cookie bytes a packet carries are the ones the script writes.
+    fn cookie_matches(&self, got: &[u8], want: Option<&str>) -> bool {
+        match want {
+            None => got.is_empty(),
+            Some(t) => {
+                let t = self.defines.get(t).map(String::as_str).unwrap_or(t);
+                crate::ast::cookie_bytes(t).is_some_and(|b| b == got)
+            }
+        }
+    }
+
     fn inject(&mut self, p: &PacketSpec) -> R<()> {
         let t = match &p.body {
             PacketBody::Tcp(t) => t,
@@ -995,6 +1079,13 @@ impl<'a> Runner<'a> {
         let fi = self.inbound_flow(t)?;
         if self.flows[fi].isn.is_none() {
             self.learn_isn_from_wire(fi);
+        }
+        // packetdrill takes the peer's ISN once per connection: from the SYN that opens a
+        // passive one, from the first SYN-ACK of an active one (a later SYN, such as one
+        // answered by a challenge ACK, changes nothing).
+        if t.flags.contains(TcpFlags::SYN) && !self.flows[fi].remote_isn_set {
+            self.flows[fi].remote_isn = t.seq_start;
+            self.flows[fi].remote_isn_set = true;
         }
         let flow = self.flows[fi].clone();
         let Some(local_port) = flow.local_port else {
@@ -1065,6 +1156,15 @@ impl<'a> Runner<'a> {
                         kind: *kind,
                         data: data.clone(),
                     },
+                    TcpOption::FastOpen(c) => TcpOptionRepr::Unknown {
+                        kind: 34,
+                        data: self.cookie_of(c.as_deref())?,
+                    },
+                    TcpOption::FastOpenExp(c) => {
+                        let mut data = vec![0xf9, 0x89];
+                        data.extend(self.cookie_of(c.as_deref())?);
+                        TcpOptionRepr::Unknown { kind: 254, data }
+                    }
                     other => return self.skip(format!("unsupported inbound option {other:?}")),
                 });
             }
@@ -1072,10 +1172,15 @@ impl<'a> Runner<'a> {
         let Ok(window) = u16::try_from(t.win.unwrap_or(65535)) else {
             return self.fail(FailKind::Script, "window does not fit in 16 bits");
         };
+        let seq = if t.flags.contains(TcpFlags::SYN) {
+            t.seq_start
+        } else {
+            t.seq_start.wrapping_add(self.flows[fi].remote_isn)
+        };
         let repr = TcpRepr {
             src_port: flow.remote_port,
             dst_port: local_port,
-            seq: t.seq_start,
+            seq,
             ack,
             flags: t.flags,
             window,
@@ -1172,7 +1277,11 @@ impl<'a> Runner<'a> {
         let ip_hdr = if self.local_ip.is_ipv6() { 40 } else { 20 };
         let err = pkt::IcmpError {
             type_name: i.icmp_type.clone(),
-            code: i.code.clone(),
+            // A `-D` name (the IPv4 variants define CODE) stands for its value.
+            code: i
+                .code
+                .as_ref()
+                .map(|c| self.defines.get(c).cloned().unwrap_or_else(|| c.clone())),
             mtu: i.mtu,
         };
         let data =
@@ -1226,7 +1335,8 @@ impl<'a> Runner<'a> {
                     return self.skip(format!("engine rejects sysctl {name}={value}: {e}"));
                 }
             }
-            EnvAction::SysctlRestore | EnvAction::MetricsFlush => {}
+            EnvAction::MetricsFlush => self.st.tcp_metrics_flush(),
+            EnvAction::SysctlRestore => {}
             EnvAction::LinkMtu { dev, mtu } => {
                 if dev != "tun0" {
                     return self.skip(format!("no device {dev} (the run has tun0)"));

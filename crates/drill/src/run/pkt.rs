@@ -410,6 +410,12 @@ const ICMPV6_TYPES: &[IcmpType] = &[
 /// Builds an ICMP error from `from` to `to` that quotes `invoking` (a packet `to` sent: its
 /// IP header and TCP header), as a router on the path would (RFC 792: the IP header and 8
 /// bytes at least; RFC 4443: as much as fits).
+/// Whether packetdrill can build this ICMP error for the family (it checks every ICMP line
+/// when it parses the script, so a bad type or code fails the run before anything happens).
+pub(crate) fn icmp_known(ipv6: bool, e: &IcmpError) -> Result<(), String> {
+    type_code(e, if ipv6 { ICMPV6_TYPES } else { ICMPV4_TYPES }).map(|_| ())
+}
+
 pub(crate) fn build_icmp_error(
     from: IpAddr,
     to: IpAddr,

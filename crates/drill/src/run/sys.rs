@@ -18,9 +18,12 @@ const POLLNVAL: u32 = 0x020;
 const O_RDWR: i64 = 0o2;
 const O_NONBLOCK: i64 = 0o4000;
 const MSG_DONTWAIT: u32 = 0x40;
+const MSG_FASTOPEN: u32 = 0x2000_0000;
 const SOL_TCP: i64 = 6;
 const TCP_CM_INQ: i64 = 36;
 const EFAULT: i64 = 14;
+const EPIPE: i64 = 32;
+const EOPNOTSUPP: i64 = 95;
 const EBADF: i64 = 9;
 const ENOTSOCK: i64 = 88;
 const EINVAL: i64 = 22;
@@ -36,6 +39,9 @@ pub(crate) struct CallState {
     connecting: bool,
     /// A close() with SO_LINGER waits for its FIN's ACK until this time (ns).
     lingering: Option<u64>,
+    /// A blocking Fast Open send (sendto with MSG_FASTOPEN, or the first write after a
+    /// deferred TCP_FASTOPEN_CONNECT) waits for the handshake before it goes on.
+    fastopen: bool,
 }
 
 /// What one attempt at a call gave.
@@ -208,9 +214,12 @@ impl Runner<'_> {
     /// The fd for a new socket / epoll instance: like packetdrill, the number the script
     /// expects becomes the script's name for the new descriptor (scripts may start at 4);
     /// otherwise the lowest free number from 3.
+    /// The script's number for a new fd: the one the script expects, as packetdrill maps the
+    /// script's fd to whatever live fd the call returned (an older socket the script
+    /// numbered so and never closed stays open, out of the script's reach).
     fn new_fd(&self, call: &SyscallSpec) -> i64 {
         match self.int_of(&call.result) {
-            Some(want) if want >= 0 && !self.fds.contains_key(&want) => want,
+            Some(want) if want >= 0 => want,
             _ => self.alloc_fd(),
         }
     }
@@ -593,6 +602,8 @@ impl Runner<'_> {
                         active: true,
                         syn_seq: None,
                         saw_non_syn: false,
+                        remote_isn: 0,
+                        remote_isn_set: false,
                     });
                     self.cur_flow = Some(self.flows.len() - 1);
                 }
@@ -797,6 +808,27 @@ impl Runner<'_> {
         }))
     }
 
+    /// The destination of a sendto (its fifth argument) or sendmsg (`msg_name`): `None` for
+    /// none, `Err` for AF_UNSPEC (which only Fast Open looks at: EOPNOTSUPP).
+    fn send_dest(&self, call: &SyscallSpec) -> R<Result<Option<std::net::SocketAddr>, i64>> {
+        let e = match call.name.as_str() {
+            "sendto" => call.args.get(4),
+            "sendmsg" => call
+                .args
+                .get(1)
+                .and_then(|m| m.field("msg_name"))
+                .map(|f| &f.value),
+            _ => None,
+        };
+        match e {
+            None | Some(Expr::Null) => Ok(Ok(None)),
+            Some(Expr::Symbol(n)) if n == "AF_UNSPEC" => Ok(Err(EOPNOTSUPP)),
+            Some(e) => Ok(self
+                .sockaddr(e, self.remote_ip, self.connect_port)?
+                .map(Some)),
+        }
+    }
+
     fn do_send(&mut self, call: &SyscallSpec, state: &mut CallState) -> R<Res> {
         let fd = self.int(call, 0)?;
         let s = sock_or_done!(self, fd);
@@ -805,9 +837,42 @@ impl Runner<'_> {
             return Ok(Res::Done(Err(EFAULT)));
         };
         let nonblock = !self.blocking(fd) || flags & MSG_DONTWAIT != 0;
-        let data = vec![0u8; total - state.written];
         let now = self.inst();
-        match self.st.send(now, s, &data, flags) {
+        if state.fastopen {
+            // inet_wait_for_connect: the handshake decides; an error then is the call's
+            // (the bytes the SYN carried are not reported).
+            match self.st.state(s) {
+                Ok(TcpState::SynSent | TcpState::SynRecv) => return Ok(Res::Blocked(None)),
+                Ok(TcpState::Close) => {
+                    let e = match self.st.getsockopt(s, SockOpt::SoError) {
+                        Ok(OptVal::Int(e)) if e != 0 => e,
+                        _ => EPIPE,
+                    };
+                    return Ok(Res::Done(Err(e)));
+                }
+                _ => state.fastopen = false,
+            }
+            if state.written >= total {
+                return Ok(Res::Done(Ok(state.written as i64)));
+            }
+        } else if state.written == 0
+            && (flags & MSG_FASTOPEN != 0 || self.st.connect_deferred(s).unwrap_or(false))
+        {
+            let dest = match self.send_dest(call)? {
+                Ok(d) => d,
+                Err(e) if flags & MSG_FASTOPEN != 0 => return Ok(Res::Done(Err(e))),
+                Err(_) => None,
+            };
+            if flags & MSG_FASTOPEN != 0 && matches!(self.st.state(s), Ok(TcpState::Close)) {
+                self.fastopen_flow(dest);
+            }
+            let data = vec![0u8; total];
+            let r = self.st.sendto(now, s, &data, flags, dest);
+            return Ok(self.fastopen_sent(r, total, nonblock, state));
+        }
+        let data = vec![0u8; total - state.written];
+        // What a Fast Open send did not put in the SYN goes as ordinary data.
+        match self.st.send(now, s, &data, flags & !MSG_FASTOPEN) {
             Ok(n) => {
                 state.written += n;
                 if state.written >= total || nonblock {
@@ -819,6 +884,52 @@ impl Runner<'_> {
             Err(Errno::EAGAIN) if !nonblock => Ok(Res::Blocked(None)),
             Err(_) if state.written > 0 => Ok(Res::Done(Ok(state.written as i64))),
             Err(e) => Ok(Res::Done(Err(code(e)))),
+        }
+    }
+
+    /// A fresh active open by sendto(MSG_FASTOPEN): the flow the script's packets name,
+    /// as connect() makes it.
+    fn fastopen_flow(&mut self, dest: Option<std::net::SocketAddr>) {
+        self.listener_under_test = false;
+        self.flows.push(super::Flow {
+            local_port: None,
+            remote_port: dest.map_or(self.connect_port, |d| d.port()),
+            isn: None,
+            active: true,
+            syn_seq: None,
+            saw_non_syn: false,
+            remote_isn: 0,
+            remote_isn_set: false,
+        });
+        self.cur_flow = Some(self.flows.len() - 1);
+    }
+
+    /// What a send that may have opened a Fast Open connection returns: the bytes the SYN
+    /// carried or the call's error when it does not wait (EINPROGRESS with none); a blocking
+    /// call that opened the connection waits for the handshake first.
+    fn fastopen_sent(
+        &mut self,
+        r: Result<usize, Errno>,
+        total: usize,
+        nonblock: bool,
+        state: &mut CallState,
+    ) -> Res {
+        match r {
+            Ok(n) => {
+                state.written = n.min(total);
+                if nonblock {
+                    Res::Done(Ok(n as i64))
+                } else {
+                    state.fastopen = true;
+                    Res::Blocked(None)
+                }
+            }
+            Err(Errno::EINPROGRESS) if !nonblock => {
+                state.fastopen = true;
+                Res::Blocked(None)
+            }
+            Err(Errno::EAGAIN) if !nonblock => Res::Blocked(None),
+            Err(e) => Res::Done(Err(code(e))),
         }
     }
 
@@ -921,6 +1032,7 @@ impl Runner<'_> {
         }
         if call.name == "setsockopt" {
             let v = match val {
+                Expr::Str(b) if opt == SockOpt::TcpFastopenKey => OptVal::Bytes(b.clone()),
                 Expr::Str(b) => OptVal::Str(String::from_utf8_lossy(b).into_owned()),
                 Expr::Struct(_) => {
                     let onoff = val
@@ -961,6 +1073,7 @@ impl Runner<'_> {
                     let ok = match (&got, val) {
                         (_, Expr::Ellipsis) => true,
                         (OptVal::Str(g), Expr::Str(w)) => g.as_bytes() == w.as_slice(),
+                        (OptVal::Bytes(g), Expr::Str(w)) => g == w,
                         (OptVal::Linger { onoff, secs }, Expr::Struct(_)) => {
                             let o = val
                                 .field("onoff")

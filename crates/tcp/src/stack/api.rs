@@ -139,6 +139,7 @@ impl Stack {
             ..Default::default()
         }));
         self.listeners.insert(local, s);
+        self.fastopen_listen(s, backlog);
         Ok(())
     }
 
@@ -203,13 +204,34 @@ impl Stack {
 
     /// Non-blocking `connect()`: sends the SYN and returns `Err(EINPROGRESS)`; completion is
     /// reported by POLLOUT (then SO_ERROR). A second call gives EALREADY, then EISCONN.
+    /// With `TCP_FASTOPEN_CONNECT` and a cookie cached for the peer, it sends nothing and
+    /// returns `Ok(())`: the first write sends the SYN with its data (`tcp_fastopen_defer_connect`);
+    /// without a cookie the SYN asks for one.
     pub fn connect(&mut self, now: Instant, s: SocketId, remote: SocketAddr) -> Result<(), Errno> {
+        self.open_active(now, s, remote, None).map(|_| ())
+    }
+
+    /// The active open of `connect()` and of `sendto(MSG_FASTOPEN)` (`tcp_v4_connect` →
+    /// `tcp_connect`): with `fastopen` data, the SYN carries what it can of it (fastopen.rs)
+    /// and the count is returned when not zero; otherwise `Err(EINPROGRESS)` (or `Ok(0)` for
+    /// a deferred `TCP_FASTOPEN_CONNECT`).
+    pub(super) fn open_active(
+        &mut self,
+        now: Instant,
+        s: SocketId,
+        remote: SocketAddr,
+        fastopen: Option<&[u8]>,
+    ) -> Result<usize, Errno> {
         self.tick(now);
         let (state, connecting, had_peer) = {
             let sk = self.sock(s)?;
             (sk.state, sk.connecting, sk.remote.port() != 0)
         };
         match state {
+            // A deferred TCP_FASTOPEN_CONNECT counts as connected (inet_stream_connect).
+            TcpState::SynSent if self.sock(s)?.fastopen.defer_connect => {
+                return Err(Errno::EISCONN)
+            }
             TcpState::SynSent | TcpState::SynRecv => return Err(Errno::EALREADY),
             TcpState::Listen => return Err(Errno::EINVAL),
             TcpState::Close => {
@@ -271,17 +293,35 @@ impl Stack {
         sk.rx_opt.wscale_ok = env.config.sysctl.on(Sysctl::tcp_window_scaling);
         sk.init_rcv_window(env, true);
         sk.state = TcpState::SynSent;
-        sk.send_syn(env, now);
-        sk.timer.rtx_event = RtxEvent::Rto;
-        sk.rtt.reset_rto();
-        sk.timer.retrans_stamp = Some(now);
-        sk.arm(env, TimerKind::Retrans, now + TCP_TIMEOUT_INIT);
-        env.mib.inc(Mib::ActiveOpens);
-        Err(Errno::EINPROGRESS)
+        let tfo_connect = sk.opts.fastopen_connect
+            && env.sysint(Sysctl::tcp_fastopen) & crate::fastopen::bits::CLIENT_ENABLE != 0;
+        let sent = match fastopen {
+            Some(data) => sk.send_syn_data(env, now, data),
+            None if tfo_connect => {
+                if sk.fastopen_cookie_check(env).0 {
+                    // The first write sends the SYN, with data (DEFER_CONNECT).
+                    sk.fastopen.defer_connect = true;
+                    return Ok(0);
+                }
+                sk.send_syn_data(env, now, &[])
+            }
+            None => {
+                sk.send_syn(env, now);
+                0
+            }
+        };
+        sk.syn_armed(env, now);
+        if sent > 0 {
+            Ok(sent)
+        } else {
+            Err(Errno::EINPROGRESS)
+        }
     }
 
     /// `send()`/`write()` (never blocks): bytes accepted, or EAGAIN/EPIPE/… (spec §1.2, §3.3).
-    /// Flags: MSG_DONTWAIT, MSG_MORE, MSG_EOR, MSG_NOSIGNAL.
+    /// Flags: MSG_DONTWAIT, MSG_MORE, MSG_EOR, MSG_NOSIGNAL, MSG_FASTOPEN (as [`Stack::sendto`]
+    /// without an address). On a socket whose `TCP_FASTOPEN_CONNECT` connect was deferred,
+    /// the first write sends the SYN with the data.
     pub fn send(
         &mut self,
         now: Instant,
@@ -289,7 +329,82 @@ impl Stack {
         data: &[u8],
         flags: u32,
     ) -> Result<usize, Errno> {
+        if flags & crate::recv::msgflags::MSG_FASTOPEN != 0 || self.sock(s)?.fastopen.defer_connect
+        {
+            return self.sendto(now, s, data, flags, None);
+        }
         self.call(now, s, |sk, env| sk.sendmsg(env, now, data, flags))
+    }
+
+    /// Whether a `TCP_FASTOPEN_CONNECT` connect() on `s` waits for the first write to send
+    /// its SYN (`DEFER_CONNECT`).
+    pub fn connect_deferred(&self, s: SocketId) -> Result<bool, Errno> {
+        Ok(self.sock(s)?.fastopen.defer_connect)
+    }
+
+    /// `sendto()` / `sendmsg()` with a destination (`tcp_sendmsg_fastopen`). Without
+    /// MSG_FASTOPEN (and no deferred `TCP_FASTOPEN_CONNECT`) it is [`Stack::send`]: TCP
+    /// ignores the address. With it, on an unconnected socket, it connects to `to` and the
+    /// SYN carries what it can of `data` (TCP Fast Open, RFC 7413): the bytes sent are
+    /// returned, or `Err(EINPROGRESS)` when none went (no cookie yet: the SYN asks for one).
+    /// A blocking caller then waits for the connection (POLLOUT) and sends the rest with
+    /// [`Stack::send`]. Errors as Linux: EOPNOTSUPP when `net.ipv4.tcp_fastopen` has no
+    /// client bit (an `AF_UNSPEC` address, which this call cannot express, is EOPNOTSUPP
+    /// too), EINVAL without an address, EALREADY while connecting, EISCONN once connected.
+    pub fn sendto(
+        &mut self,
+        now: Instant,
+        s: SocketId,
+        data: &[u8],
+        flags: u32,
+        to: Option<SocketAddr>,
+    ) -> Result<usize, Errno> {
+        self.tick(now);
+        let (state, defer) = {
+            let sk = self.sock(s)?;
+            (sk.state, sk.fastopen.defer_connect)
+        };
+        if flags & crate::recv::msgflags::MSG_FASTOPEN == 0 && !defer {
+            return self.call(now, s, |sk, env| sk.sendmsg(env, now, data, flags));
+        }
+        if self.env.sysint(Sysctl::tcp_fastopen) & crate::fastopen::bits::CLIENT_ENABLE == 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if defer {
+            let (sk, env) = self.sk_env(s)?;
+            sk.fastopen.defer_connect = false;
+            let sent = sk.send_syn_data(env, now, data);
+            sk.syn_armed(env, now);
+            if !sk.opts.nonblock
+                && flags & crate::recv::msgflags::MSG_DONTWAIT == 0
+                && sent < data.len()
+            {
+                sk.write_pending = true;
+            }
+            return if sent > 0 {
+                Ok(sent)
+            } else {
+                Err(Errno::EINPROGRESS)
+            };
+        }
+        match state {
+            TcpState::Close => {
+                let to = to.ok_or(Errno::EINVAL)?;
+                let r = self.open_active(now, s, to, Some(data));
+                // A blocking caller waits for the handshake with the rest of its data
+                // (inet_wait_for_connect's write bias).
+                let sent = *r.as_ref().unwrap_or(&0);
+                let sk = self.sock_mut(s)?;
+                let blocking =
+                    !sk.opts.nonblock && flags & crate::recv::msgflags::MSG_DONTWAIT == 0;
+                if blocking && matches!(r, Ok(_) | Err(Errno::EINPROGRESS)) && sent < data.len() {
+                    sk.write_pending = true;
+                }
+                r
+            }
+            TcpState::SynSent | TcpState::SynRecv => Err(Errno::EALREADY),
+            _ => Err(Errno::EISCONN),
+        }
     }
 
     /// `recv()`/`read()` (never blocks): Ok(0) is end of stream. MSG_PEEK, MSG_TRUNC,
@@ -395,7 +510,10 @@ impl Stack {
             };
             for c in children {
                 if let Ok((ck, env)) = self.sk_env(c) {
-                    if matches!(ck.state, TcpState::Established | TcpState::CloseWait) {
+                    // inet_child_forget → tcp_disconnect: a reset for every state that
+                    // needs one (tcp_need_reset), a Fast Open child's SYN_RECV included.
+                    let tfo_recv = ck.fastopen.child && ck.state == TcpState::SynRecv;
+                    if tfo_recv || matches!(ck.state, TcpState::Established | TcpState::CloseWait) {
                         ck.send_active_reset(env, now);
                     }
                     ck.set_closed(env);

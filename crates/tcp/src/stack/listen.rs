@@ -7,8 +7,13 @@ use shallow_wire::TcpFlags;
 
 /// The passive open (internal): listeners, SYN cookies, ISNs.
 impl Stack {
-    pub(super) fn child_established(&mut self, id: SocketId) {
+    pub(super) fn child_established(&mut self, now: Instant, id: SocketId) {
         if self.deferred_established(id) {
+            return;
+        }
+        if self.sock(id).is_ok_and(|s| s.fastopen.listener.is_some()) {
+            // A Fast Open child is in the accept queue (or accepted) already.
+            self.fastopen_release(now, id, false);
             return;
         }
         let Some((p, gen)) = self.sock(id).ok().and_then(|s| s.parent) else {
@@ -83,8 +88,21 @@ impl Stack {
             return;
         }
         let iss = self.isn(now, seg.dst, seg.src);
+        let tfo = if defer {
+            None
+        } else {
+            self.fastopen_verdict(now, lid, seg)
+        };
         let Some(cid) = self.new_child(now, lid, seg, iss, None) else {
             return;
+        };
+        let synack_cookie = match tfo {
+            Some(crate::fastopen::Verdict::Child(c)) => {
+                self.fastopen_child(now, lid, cid, seg, c);
+                return;
+            }
+            Some(crate::fastopen::Verdict::Ordinary(c)) => c,
+            None => None,
         };
         if defer {
             // Held unanswered: the application answers (stack/forward.rs).
@@ -101,7 +119,7 @@ impl Stack {
             return;
         }
         let (sk, env) = self.sk_env(cid).expect("just created");
-        sk.send_synack(env, now);
+        sk.send_synack_with(env, now, synack_cookie.as_ref());
         sk.timer.rtx_event = RtxEvent::Rto;
         sk.rtt.reset_rto();
         sk.arm(env, TimerKind::Retrans, now + TCP_TIMEOUT_INIT);

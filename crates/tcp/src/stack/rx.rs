@@ -117,12 +117,21 @@ impl Stack {
         let Ok((sk, env)) = self.sk_env(id) else {
             return;
         };
-        if !matches!(sk.state, TcpState::SynSent | TcpState::SynRecv)
-            && !between(icmp.seq, sk.snd.una, sk.snd.nxt)
-        {
+        // The quoted sequence must be one we sent and is not yet acknowledged; a Fast Open
+        // child's window begins at its SYN-ACK (`tcp_v4_err`: snd_una = the request's ISN).
+        // A child still in the SYN queue answers for its request socket (`tcp_req_err`).
+        let tfo_recv = sk.state == TcpState::SynRecv && sk.fastopen.child;
+        let snd_una = if tfo_recv { sk.snd.iss } else { sk.snd.una };
+        if (sk.state != TcpState::SynRecv || tfo_recv) && !between(icmp.seq, snd_una, sk.snd.nxt) {
             env.mib.inc(Mib::OutOfWindowIcmps);
             return;
         }
+        // A Fast Open child the application accepted is treated as a connected socket.
+        let hard = match sk.state {
+            TcpState::SynSent => true,
+            TcpState::SynRecv => !sk.fastopen.child || sk.parent.is_some(),
+            _ => false,
+        };
         match icmp.kind {
             packet::IcmpKind::FragNeeded(mtu) => {
                 // The wire's family decides (an IPv4-mapped peer is an IPv4 path).
@@ -143,7 +152,7 @@ impl Stack {
                 }
             }
             packet::IcmpKind::Unreach(e) => {
-                if matches!(sk.state, TcpState::SynSent | TcpState::SynRecv) && !sk.lock.owned {
+                if hard && !sk.lock.owned {
                     sk.err = Some(e);
                     if sk.state == TcpState::SynSent {
                         env.mib.inc(Mib::AttemptFails);
@@ -221,6 +230,7 @@ impl Stack {
                 && seg.has(TcpFlags::ACK)
                 && !seg.has(TcpFlags::RST)
                 && !seg.has(TcpFlags::SYN)
+                && !sk.fastopen.child
             {
                 sk.parent
             } else {
@@ -257,7 +267,7 @@ impl Stack {
             self.send_reset_for(seg);
         }
         if out.child_established {
-            self.child_established(id);
+            self.child_established(now, id);
         }
         self.reap(id);
     }
