@@ -609,6 +609,8 @@ impl Connection {
                 self.rtx.delivered -= 1;
             }
         }
+        // Data on the SYN-ACK is taken as a Fast Open child takes its SYN's, before the ACK.
+        self.fastopen_add_data(env, now, seg);
         false
     }
 }

@@ -529,6 +529,19 @@ impl Connection {
         if !seg.has(TcpFlags::SYN) {
             return;
         }
+        // A SYN-ACK whose TSecr echoes no TSval of our SYNs is refused with a reset, and the
+        // connection keeps waiting (tcp_rcv_synsent_state_process, PAWSActiveRejected).
+        if let (true, Some((_, ecr)), Some(t0)) = (
+            seg.has(TcpFlags::ACK) && self.rx_opt.tstamp_ok,
+            seg.opts.ts,
+            self.timer.retrans_stamp,
+        ) {
+            if ecr != 0 && !between(ecr, self.tsval(t0), self.tsval(now)) {
+                env.mib.inc(Mib::PAWSActive);
+                out.reset = true;
+                return;
+            }
+        }
         self.rcv.irs = seg.seq;
         self.rcv.nxt = seg.seq.wrapping_add(1);
         self.rcv.wup = self.rcv.nxt;
@@ -571,13 +584,11 @@ impl Connection {
             // unless it was retransmitted (Karn), else the timestamp echo. SYN data the
             // SYN-ACK covers gives that sample in tcp_ack.
             let data_acked = syn_data && after(seg.ack, syn_end);
-            if !data_acked {
-                if self.timer.retransmits == 0 {
-                    let rtt = (now - self.lsndtime).as_micros() as u32;
-                    self.rtt_sample(env, now, rtt.max(1));
-                } else if let Some(rtt) = self.ts_echo_rtt_us(now, seg) {
-                    self.rtt_sample(env, now, rtt as u32);
-                }
+            if self.timer.retransmits == 0 {
+                let rtt = (now - self.lsndtime).as_micros() as u32;
+                self.rtt_sample(env, now, rtt.max(1));
+            } else if let Some(rtt) = self.ts_echo_rtt_us(now, seg) {
+                self.rtt_sample(env, now, rtt as u32);
             }
             self.timer.retransmits = 0;
             self.timer.backoff = 0;
@@ -586,8 +597,11 @@ impl Connection {
             if data_acked {
                 // Linux's tcp_ack runs before tcp_finish_connect sets the initial cwnd, so
                 // the data the SYN-ACK covers does not grow it.
+                // One RTT sample for the SYN and its data, the SYN's (above).
                 let cwnd = self.cc_st.snd_cwnd;
+                self.rtx.syn_acked_sampled = true;
                 self.tcp_ack(env, now, seg);
+                self.rtx.syn_acked_sampled = false;
                 self.cc_st.snd_cwnd = cwnd;
             }
             // The SYN was outstanding: tcp_ack's tcp_cong_control sets the pacing rate.
@@ -609,8 +623,9 @@ impl Connection {
                     self.send_ack(env, now);
                 }
             }
-            // Data or FIN on the SYN-ACK.
-            if !seg.payload.is_empty() || seg.has(TcpFlags::FIN) {
+            // Data or FIN on the SYN-ACK (under Fast Open, rcv_fastopen_synack took it).
+            let tfo = self.fastopen.syn_fastopen || syn_data;
+            if !tfo && (!seg.payload.is_empty() || seg.has(TcpFlags::FIN)) {
                 let s2 = SegIn {
                     seq: seg.seq.wrapping_add(1),
                     flags: seg.flags & !TcpFlags::SYN,
@@ -1079,7 +1094,10 @@ impl Connection {
                 head.seq = ack;
                 head.truesize = head.truesize.saturating_sub(cut as u32);
                 self.mem.wmem_queued = self.mem.wmem_queued.saturating_sub(cut as u32);
-                let new_pcount = head.len().div_ceil(mss).max(1);
+                // tcp_trim_head counts what is left by the size the skb was sent with, so a
+                // trim never raises its count (a smaller MSS since then applies when it is
+                // sent again: tcp_retransmit_skb).
+                let new_pcount = head.len().div_ceil(mss).max(1).min(old_pcount.max(1));
                 let diff = old_pcount.saturating_sub(new_pcount);
                 head.pcount = new_pcount;
                 self.rtx.packets_out = self.rtx.packets_out.saturating_sub(diff);
@@ -1197,7 +1215,7 @@ impl Connection {
                 ca_rtt_us = ts;
             }
         }
-        if seq_rtt_us >= 0 {
+        if seq_rtt_us >= 0 && !self.rtx.syn_acked_sampled {
             self.rtt_samples(env, now, seq_rtt_us as u32, ca_rtt_us as u32);
         }
         (acked, ca_rtt_us)

@@ -34,6 +34,7 @@ mibs! {
     TW = "TcpExtTW",
     TWRecycled = "TcpExtTWRecycled",
     PAWSEstab = "TcpExtPAWSEstab",
+    PAWSActive = "TcpExtPAWSActive",
     PAWSOldAck = "TcpExtPAWSOldAck",
     DelayedACKs = "TcpExtDelayedACKs",
     DelayedACKLocked = "TcpExtDelayedACKLocked",

@@ -1155,8 +1155,9 @@ impl Connection {
             .emit_frag(&seg, frag, gso, Some(departure), token, true)
             .sent();
         self.rtx.queue[idx].data = payload;
-        // tcp_minshall_update: remember the end of a packet with a short last segment.
-        if len < pcount * mss {
+        // tcp_minshall_update: remember the end of a packet of new data with a short last
+        // segment (tcp_write_xmit's; a retransmission does not count).
+        if !retrans && len < pcount * mss {
             self.snd.sml = seq.wrapping_add(len);
         }
         if ok {

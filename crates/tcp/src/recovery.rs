@@ -271,6 +271,29 @@ impl Connection {
         self.rtx.queue.insert(i + 1, rest);
     }
 
+    /// Give `rtx_queue[i]` a new segment count, and the counters of what it is (in flight,
+    /// lost, retransmitted, SACKed) the difference (`tcp_adjust_pcount`).
+    pub(crate) fn adjust_pcount(&mut self, i: usize, new: u32) {
+        let skb = &mut self.rtx.queue[i];
+        let old = skb.pcount.max(1);
+        if new == old {
+            return;
+        }
+        skb.pcount = new;
+        let fl = skb.sacked;
+        let adj = |v: &mut u32| *v = (*v + new).saturating_sub(old);
+        adj(&mut self.rtx.packets_out);
+        if fl & sacked::LOST != 0 {
+            adj(&mut self.rtx.lost_out);
+        }
+        if fl & sacked::RETRANS != 0 {
+            adj(&mut self.rtx.retrans_out);
+        }
+        if fl & sacked::ACKED != 0 {
+            adj(&mut self.rtx.sacked_out);
+        }
+    }
+
     /// Mark `rtx_queue[i]` lost (`tcp_mark_skb_lost`). A retransmission already marked lost
     /// is lost again (its retransmission no longer counts in flight); one retransmitted
     /// without having been deemed lost (a TLP probe) becomes lost and stays in flight.
@@ -881,6 +904,11 @@ impl Connection {
         let max_len = segs.saturating_mul(mss).min(avail_wnd);
         if self.rtx.queue[i].len() > max_len && max_len > 0 {
             self.split_rtx(i, max_len);
+        } else {
+            // The segments it makes at the current MSS (tcp_set_skb_tso_segs, with
+            // tcp_adjust_pcount keeping the counters true).
+            let new = self.rtx.queue[i].len().div_ceil(mss.max(1)).max(1);
+            self.adjust_pcount(i, new);
         }
         if self.rtx.queue[i].in_host > 0 {
             // skb_still_in_host_queue: the original is still below us.
@@ -1051,6 +1079,9 @@ fn retrans_timeout(base: Duration, boundary: u32) -> Duration {
 pub(crate) struct RtxQueue {
     /// Sent buffers in sequence order (`tcp_rtx_queue`).
     pub queue: VecDeque<Skb>,
+    /// The ACK being processed is a SYN-ACK covering Fast Open data: the SYN gave its RTT
+    /// sample, so the data it was sent with gives none (one sample per ACK).
+    pub syn_acked_sampled: bool,
     /// Segments sent and not cumulatively acked (`packets_out`).
     pub packets_out: u32,
     /// Of those, SACKed (`sacked_out`).

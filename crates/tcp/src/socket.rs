@@ -990,6 +990,7 @@ impl Connection {
                 write_queue: VecDeque::new(),
             },
             rtx: RtxQueue {
+                syn_acked_sampled: false,
                 queue: VecDeque::new(),
                 packets_out: 0,
                 sacked_out: 0,

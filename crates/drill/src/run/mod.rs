@@ -697,10 +697,23 @@ impl<'a> Runner<'a> {
         if self.last_out_event.is_none_or(|l| l < idx) {
             return Ok(());
         }
+        // A socket() before the next `>` line makes a new socket the one under test, and
+        // packetdrill then lets the older connections' packets go unchecked.
+        let new_socket_first = self.script.events[idx..]
+            .iter()
+            .take_while(
+                |e| !matches!(&e.kind, EventKind::Packet(p) if p.direction == Direction::Outbound),
+            )
+            .any(|e| matches!(&e.kind, EventKind::Syscall(c) if c.name == "socket"));
+        if new_socket_first {
+            return Ok(());
+        }
         while let Some(s) = self.wire.front() {
-            let flow_known = pkt::parse_live(&s.data).is_some_and(|l| self.flow_of(&l).is_some());
-            if !flow_known {
-                // packetdrill ignores packets of flows the script does not know.
+            let flow = pkt::parse_live(&s.data).and_then(|l| self.flow_of(&l));
+            let under_test = flow.is_some() && flow == self.cur_flow;
+            if !under_test {
+                // packetdrill ignores packets of flows the script does not know, and those of
+                // connections no longer under test.
                 self.wire.pop_front();
                 continue;
             }
@@ -774,6 +787,12 @@ impl<'a> Runner<'a> {
             if let Some(s) = self.wire.pop_front() {
                 match pkt::parse_live(&s.data) {
                     Some(mut l) => match self.flow_of(&l) {
+                        // As packetdrill sniffs, only the connection under test's packets
+                        // count; an older connection's are let go.
+                        Some(f) if self.cur_flow != Some(f) => {
+                            let d = describe_raw(&s.data);
+                            self.trace(|| format!("ignored packet of an earlier connection: {d}"));
+                        }
                         Some(f) => {
                             self.relative_ack(f, &mut l);
                             return Ok(Some((s, l, f)));

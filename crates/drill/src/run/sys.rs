@@ -520,6 +520,9 @@ impl Runner<'_> {
                         }
                         self.sut = Some(fd);
                         self.listener_under_test = false;
+                        // packetdrill: the new socket is the one under test; packets of the
+                        // earlier connections no longer count.
+                        self.cur_flow = None;
                         Ok(Res::Done(Ok(fd)))
                     }
                     Err(e) => Ok(Res::Done(Err(code(e)))),
