@@ -333,6 +333,25 @@ pub(crate) struct FastOpenState {
     pub keys: Option<Keys>,
     /// The client's cookie cache.
     pub cache: Cache,
+    /// Black holes seen: how many times the client's Fast Open was paused
+    /// (`tfo_active_disable_times`), and when it last was.
+    pub disable_times: u32,
+    /// When the client's Fast Open was last paused (`tfo_active_disable_stamp`).
+    pub disable_stamp: Instant,
+}
+
+impl FastOpenState {
+    /// `tcp_fastopen_active_should_disable`: Fast Open is paused after a black hole, for
+    /// `tcp_fastopen_blackhole_timeout_sec` doubled per black hole beyond the first (at most
+    /// 64 times). Returns whether it is paused now.
+    pub fn active_paused(&self, now: Instant, timeout_sec: i64) -> bool {
+        if timeout_sec <= 0 || self.disable_times == 0 {
+            return false;
+        }
+        let mult = 1u64 << (self.disable_times - 1).min(6);
+        let span = core::time::Duration::from_secs(timeout_sec as u64 * mult);
+        now < self.disable_stamp + span
+    }
 }
 
 /// The Fast Open state of one connection, grouped: what the client asked and sent in its SYN
@@ -361,6 +380,9 @@ pub(crate) struct ConnFastOpen {
     pub synack_sent: Option<Instant>,
     /// Why the client's Fast Open did not go through (`tcpi_fastopen_client_fail`).
     pub client_fail: u8,
+    /// The black-hole pause was checked and over for this connection (`syn_fastopen_ch`):
+    /// if it then carries data, the pause count starts again.
+    pub pause_checked: bool,
 }
 
 /// `tcpi_fastopen_client_fail` values.
@@ -476,6 +498,14 @@ impl Connection {
             .cache
             .get(self.local.ip(), self.remote.ip())
             .unwrap_or_default();
+        // Paused after a black hole: no option and no data (the SYN is plain).
+        let timeout = env.sysint(Sysctl::tcp_fastopen_blackhole_timeout_sec);
+        if env.tfo.active_paused(env.clock, timeout) {
+            return (false, None, e.mss);
+        }
+        if timeout > 0 && env.tfo.disable_times > 0 {
+            self.fastopen.pause_checked = true;
+        }
         let no_cookie = env.sysint(Sysctl::tcp_fastopen) & bits::CLIENT_NO_COOKIE != 0
             || self.opts.fastopen_no_cookie;
         if no_cookie {
@@ -535,6 +565,52 @@ impl Connection {
             self.fastopen.syn_data = true;
         }
         n
+    }
+
+    /// A SYN with data met a smaller path MTU (ICMP fragmentation needed / packet too big):
+    /// the SYN and its data are taken as lost and a plain SYN goes at once, announcing the
+    /// MSS the path allows (`tcp_simple_retransmit` marks the whole queue lost under Fast
+    /// Open, `tcp_advertise_mss` follows the route); the data goes after the handshake.
+    pub(crate) fn fastopen_syn_too_big(&mut self, env: &mut Env, now: Instant) {
+        let adv = self.pmtu().saturating_sub(self.ip_hdr_len() + 20);
+        self.mss.advmss = self.mss.advmss.min(adv);
+        self.send_syn(env, now);
+        self.stats.count_retrans(1);
+        env.mib.inc(Mib::TCPSynRetrans);
+        env.mib.inc(Mib::RetransSegs);
+        if self.timer.retrans_stamp.is_none() {
+            self.timer.retrans_stamp = Some(now);
+        }
+    }
+
+    /// `tcp_fastopen_active_detect_blackhole`, at a retransmission timeout: a connection that
+    /// used Fast Open whose SYN timed out twice, or that gave up sooner, pauses the client's
+    /// Fast Open (when `tcp_fastopen_blackhole_timeout_sec` is set).
+    pub(crate) fn fastopen_detect_blackhole(&mut self, env: &mut Env, now: Instant, expired: bool) {
+        let f = &self.fastopen;
+        let used = f.syn_fastopen || f.syn_data || f.syn_data_acked;
+        let timeouts = self.timer.retransmits;
+        if !(used && (timeouts == 2 || (timeouts < 2 && expired))) {
+            return;
+        }
+        if env.sysint(Sysctl::tcp_fastopen_blackhole_timeout_sec) > 0 {
+            env.tfo.disable_stamp = now;
+            env.tfo.disable_times += 1;
+            env.mib.inc(Mib::TCPFastOpenBlackhole);
+        }
+        env.mib.inc(Mib::TCPFastOpenActiveFail);
+    }
+
+    /// `tcp_fastopen_active_disable_ofo_check`, when the peer closes: a connection that
+    /// found the pause over and received data shows the path works, so the pause count
+    /// starts again.
+    pub(crate) fn fastopen_path_works(&mut self, env: &mut Env) {
+        if self.fastopen.syn_fastopen
+            && self.fastopen.pause_checked
+            && self.stats.data_segs_in() > 0
+        {
+            env.tfo.disable_times = 0;
+        }
     }
 
     /// `tcp_rcv_fastopen_synack`, on the SYN-ACK of an active open whose SYN carried the

@@ -177,6 +177,10 @@ impl ConnStats {
         self.segs_in += segs;
     }
     /// `segs` segments carrying data arrived.
+    /// `tcpi_data_segs_in`.
+    pub fn data_segs_in(&self) -> u32 {
+        self.data_segs_in
+    }
     pub fn count_data_segs_in(&mut self, segs: u32) {
         self.data_segs_in += segs;
     }

@@ -244,7 +244,14 @@ impl Connection {
                 out.reset = true;
                 return out;
             }
-            self.snd.una = seg.ack;
+            // The handshake acknowledges the SYN; data sent with it (a simultaneous open
+            // under Fast Open) is tcp_ack's below.
+            let syn_end = self.snd.iss.wrapping_add(1);
+            self.snd.una = if after(seg.ack, syn_end) && !self.rtx.queue.is_empty() {
+                syn_end
+            } else {
+                seg.ack
+            };
             self.snd.wnd = u32::from(seg.window) << self.rx_opt.snd_wscale;
             self.snd.wl1 = seg.seq;
             self.snd.max_window = self.snd.max_window.max(self.snd.wnd);
@@ -268,6 +275,10 @@ impl Connection {
         let ack_ok = self.tcp_ack(env, now, seg);
         if !ack_ok {
             return out;
+        }
+        if simopen_synack {
+            // The peer's SYN again: a duplicate for tcp_data_queue (D-SACK, immediate ACK).
+            self.data_queue(env, now, seg);
         }
         // tcp_replace_ts_recent (FLAG_UPDATE_TS_RECENT): only once the ACK was validated
         // (packetdrill ts_recent/invalid_ack.pkt), for segments covering rcv_wup.
@@ -584,7 +595,9 @@ impl Connection {
             // unless it was retransmitted (Karn), else the timestamp echo. SYN data the
             // SYN-ACK covers gives that sample in tcp_ack.
             let data_acked = syn_data && after(seg.ack, syn_end);
-            if self.timer.retransmits == 0 {
+            // Karn: no sample from a SYN that was sent again (by the timer, or at once after
+            // an ICMP error under Fast Open).
+            if self.timer.retransmits == 0 && self.stats.total_retrans() == 0 {
                 let rtt = (now - self.lsndtime).as_micros() as u32;
                 self.rtt_sample(env, now, rtt.max(1));
             } else if let Some(rtt) = self.ts_echo_rtt_us(now, seg) {
@@ -1408,6 +1421,7 @@ impl Connection {
             return;
         }
         self.shutdown |= RCV_SHUTDOWN;
+        self.fastopen_path_works(env);
         // A FIN only schedules an ACK; on ESTABLISHED it also enters pingpong, so the
         // ACK goes out by the delayed-ACK rule. Linux 6.18 (`tcp_fin`) ACKs data+FIN,
         // and a bare FIN after earlier data, ~40 ms late (ato); a bare FIN on a

@@ -1040,6 +1040,7 @@ impl Connection {
         } else {
             elapsed >= retrans_timeout(base, boundary)
         };
+        self.fastopen_detect_blackhole(env, now, expired);
         if expired {
             self.err = Some(self.err_soft.unwrap_or(Errno::ETIMEDOUT));
             env.mib.inc(Mib::TCPAbortOnTimeout);

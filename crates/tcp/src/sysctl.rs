@@ -197,6 +197,10 @@ sysctls! {
     tcp_ecn = "net.ipv4.tcp_ecn", "2", int(0, 5);
     /// TCP Fast Open: value accepted, feature not implemented.
     tcp_fastopen = "net.ipv4.tcp_fastopen", "1", int(0, I32MAX);
+    /// Seconds the client's Fast Open pauses after a SYN with data or its first data timed
+    /// out (a middlebox black hole), doubling on each new one up to 64 times; 0: never
+    /// paused (the default since Linux 5.14).
+    tcp_fastopen_blackhole_timeout_sec = "net.ipv4.tcp_fastopen_blackhole_timeout_sec", "0", int(0, I32MAX);
     /// The longest listen queue (a listen backlog and a Fast Open queue are clamped to it).
     somaxconn = "net.core.somaxconn", "4096", int(0, I32MAX);
     /// TCP Fast Open server keys, `xxxxxxxx-xxxxxxxx-xxxxxxxx-xxxxxxxx[,backup]` (fastopen.rs);

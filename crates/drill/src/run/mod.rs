@@ -774,8 +774,21 @@ impl<'a> Runner<'a> {
     /// The acknowledgement number of a live packet as the script writes it: relative to the
     /// peer's ISN, except on a SYN (packetdrill's `local_seq_script_to_live_offset` mirror).
     fn relative_ack(&self, fi: usize, l: &mut Live) {
+        let isn = self.flows[fi].remote_isn;
         if !l.flags.contains(TcpFlags::SYN) {
-            l.ack = l.ack.wrapping_sub(self.flows[fi].remote_isn);
+            l.ack = l.ack.wrapping_sub(isn);
+        }
+        // SACK blocks name the peer's sequence numbers too.
+        for o in l.opts.iter_mut() {
+            if let TcpOptionRepr::Sack(b) = o {
+                let rel: Vec<(u32, u32)> = b
+                    .iter()
+                    .map(|(a, z)| (a.wrapping_sub(isn), z.wrapping_sub(isn)))
+                    .collect();
+                if let Ok(nb) = SackBlocks::from_slice(&rel) {
+                    *b = nb;
+                }
+            }
         }
     }
 

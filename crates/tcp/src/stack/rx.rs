@@ -147,7 +147,11 @@ impl Stack {
                 sk.route.mtu = mtu;
                 let old = sk.mss.cache;
                 sk.sync_mss(env);
-                if sk.mss.cache < old {
+                if sk.state == TcpState::SynSent && sk.fastopen.syn_data {
+                    // The SYN with data was too big: it and its data are lost
+                    // (tcp_simple_retransmit under Fast Open).
+                    sk.fastopen_syn_too_big(env, now);
+                } else if sk.mss.cache < old {
                     sk.simple_retransmit(env, now);
                 }
             }
