@@ -4,14 +4,15 @@
 //! - `drill_like`: packetdrill-style scenarios (scripted packets in, exact packets out),
 //!   mostly behaviour measured on Linux 6.18.
 //! - `e2e`: two stacks end to end (handshake, transfer, loss, TSO, paged packets).
-//! - `dualstack`, `gate`, `linger`, `mem`, `rwnd`: one mechanism each (IPv4-mapped
-//!   sockets, local drops at the transmit, SO_LINGER, TCP memory accounting, the receive
+//! - `dualstack`, `fastopen`, `gate`, `linger`, `mem`, `rwnd`: one mechanism each (IPv4-mapped
+//!   sockets, TCP Fast Open, local drops at the transmit, SO_LINGER, TCP memory accounting, the receive
 //!   window).
 //! - `prop`: property tests (hostile packets, random impairments).
 
 mod drill_like;
 mod dualstack;
 pub(crate) mod e2e;
+mod fastopen;
 mod forward;
 mod gate;
 mod linger;
