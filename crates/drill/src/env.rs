@@ -76,6 +76,28 @@ pub enum EnvAction {
     /// A check of a MIB counter's change since the last `nstat` run (nstat prints only
     /// counters whose delta is non-zero, so `nstat | grep NAME` succeeds iff delta != 0).
     CounterCheck(CounterCheck),
+    /// `dd if=/dev/zero of=PATH bs=B count=N`: a file of `len` zero bytes (the scripts'
+    /// source for sendfile; packetdrill's payloads are zeros).
+    FileZeros {
+        /// The file's path.
+        path: String,
+        /// Its length.
+        len: u64,
+    },
+    /// `rm -f PATH`.
+    FileRemove {
+        /// The file's path.
+        path: String,
+    },
+    /// `grep " ST " /proc/net/tcp /proc/net/tcp6 | grep ":PORT"`: some socket is in state
+    /// `ST` (Linux's number, hex: `0A` is LISTEN) with `PORT` (hex) as its local or remote
+    /// port; the command fails otherwise.
+    ProcNetTcp {
+        /// The state's number (`TCP_LISTEN` = 10).
+        state: u8,
+        /// The port.
+        port: u16,
+    },
     /// `a || b`: apply `first`; if any of it is rejected (e.g. an unknown sysctl), apply
     /// `otherwise` instead.
     Fallback {
@@ -585,6 +607,31 @@ fn source(toks: &[Tok]) -> String {
         .join(" ")
 }
 
+/// `dd if=/dev/zero of=PATH bs=B count=N [status=none]`: a file of B*N zero bytes.
+fn dd_cmd(args: &[&str], toks: &[Tok]) -> Vec<EnvAction> {
+    let (mut path, mut bs, mut count, mut zero) = (None, 512u64, None, false);
+    for a in args {
+        match a.split_once('=') {
+            Some(("if", "/dev/zero")) => zero = true,
+            Some(("of", p)) => path = Some(p.to_string()),
+            Some(("bs", v)) => match v.parse() {
+                Ok(n) => bs = n,
+                Err(_) => return unsupported("unsupported dd block size", toks),
+            },
+            Some(("count", v)) => count = v.parse::<u64>().ok(),
+            Some(("status", _)) => {}
+            _ => return unsupported("unsupported dd argument", toks),
+        }
+    }
+    match (zero, path, count) {
+        (true, Some(path), Some(n)) => vec![EnvAction::FileZeros {
+            path,
+            len: bs.saturating_mul(n),
+        }],
+        _ => unsupported("unsupported dd command", toks),
+    }
+}
+
 fn unsupported(why: &str, toks: &[Tok]) -> Vec<EnvAction> {
     vec![EnvAction::Unsupported(format!("{why}: `{}`", source(toks)))]
 }
@@ -618,6 +665,28 @@ fn pipeline(toks: &[Tok]) -> Vec<EnvAction> {
                 op: CmpOp::Ne,
                 value: 0,
             })];
+        }
+    }
+    // `grep " 0A " /proc/net/tcp /proc/net/tcp6 | grep ":1F90"`: a socket in that state on
+    // that port exists (the rows of /proc/net/tcp: hex addresses and ports, hex state).
+    if stages.len() == 2 {
+        let (a, b) = (simple(stages[0]), simple(stages[1]));
+        let files_ok = a.words.len() >= 3
+            && a.words[2..]
+                .iter()
+                .all(|f| f == "/proc/net/tcp" || f == "/proc/net/tcp6");
+        if a.words.first().map(String::as_str) == Some("grep")
+            && b.words.first().map(String::as_str) == Some("grep")
+            && b.words.len() == 2
+            && files_ok
+        {
+            let st = u8::from_str_radix(a.words[1].trim(), 16).ok();
+            let port = b.words[1]
+                .strip_prefix(':')
+                .and_then(|h| u16::from_str_radix(h, 16).ok());
+            if let (Some(state), Some(port)) = (st, port) {
+                return vec![EnvAction::ProcNetTcp { state, port }];
+            }
         }
     }
     unsupported("unsupported pipeline", toks)
@@ -678,6 +747,10 @@ fn command(toks: &[Tok]) -> Vec<EnvAction> {
         "nstat" if discarded && args.iter().all(|a| a.starts_with('-')) => {
             vec![EnvAction::NstatReset]
         }
+        "rm" if args.first() == Some(&"-f") && args.len() == 2 => vec![EnvAction::FileRemove {
+            path: args[1].to_string(),
+        }],
+        "dd" => dd_cmd(&args, toks),
         _ => unsupported("unsupported command", toks),
     }
 }
@@ -1084,5 +1157,20 @@ mod tests {
                 params: Vec::new(),
             })
         );
+    }
+
+    #[test]
+    fn proc_net_tcp_grep_is_a_socket_check() {
+        assert_eq!(
+            parse_command(r#"grep " 0A " /proc/net/tcp /proc/net/tcp6 | grep ":1F90""#),
+            vec![EnvAction::ProcNetTcp {
+                state: 10,
+                port: 8080
+            }]
+        );
+        assert!(matches!(
+            parse_command(r#"grep " 0A " /etc/passwd | grep ":1F90""#)[0],
+            EnvAction::Unsupported(_)
+        ));
     }
 }

@@ -324,7 +324,7 @@ fn env_actions(script: &Script) -> Vec<EnvAction> {
 }
 
 /// The features a script needs that Shallow does not implement (zerocopy,
-/// SO_TIMESTAMPING, TCP-MD5, splice, sendfile, AccECN, PSP), by name, sorted. Detected
+/// SO_TIMESTAMPING, TCP-MD5, splice, AccECN, PSP), by name, sorted. Detected
 /// from the parsed script: option kinds, socket-option and flag symbols, system call names,
 /// and sysctls the script writes.
 pub fn unsupported_features(script: &Script) -> Vec<&'static str> {
@@ -333,14 +333,8 @@ pub fn unsupported_features(script: &Script) -> Vec<&'static str> {
     for ev in &script.events {
         match &ev.kind {
             EventKind::Syscall(c) => {
-                match c.name.as_str() {
-                    "splice" => {
-                        feats.insert("splice");
-                    }
-                    "sendfile" => {
-                        feats.insert("sendfile");
-                    }
-                    _ => {}
+                if c.name == "splice" {
+                    feats.insert("splice");
                 }
                 c.args.iter().for_each(|a| expr_symbols(a, &mut syms));
                 expr_symbols(&c.result, &mut syms);
@@ -351,7 +345,11 @@ pub fn unsupported_features(script: &Script) -> Vec<&'static str> {
                         feats.insert("AccECN");
                     }
                     if let TcpOptions::List(opts) = &t.options {
-                        if opts.iter().any(|o| matches!(o, TcpOption::Md5(_))) {
+                        // Outbound signatures need TCP_MD5SIG keys (not implemented); an
+                        // inbound one to a socket without keys is dropped, as on Linux.
+                        if p.direction == crate::ast::Direction::Outbound
+                            && opts.iter().any(|o| matches!(o, TcpOption::Md5(_)))
+                        {
                             feats.insert("md5");
                         }
                     }

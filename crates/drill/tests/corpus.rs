@@ -412,6 +412,8 @@ fn every_shell_command_is_classified() {
                         EnvAction::ModuleParam { .. } => "module-param",
                         EnvAction::MetricsFlush => "metrics-flush",
                         EnvAction::NstatReset | EnvAction::CounterCheck(_) => "nstat",
+                        EnvAction::FileZeros { .. } | EnvAction::FileRemove { .. } => "file",
+                        EnvAction::ProcNetTcp { .. } => "proc-net-tcp",
                         EnvAction::Fallback { .. } => "fallback",
                         EnvAction::Unsupported(_) => "unsupported",
                     })

@@ -94,6 +94,7 @@ mibs! {
     TCPSYNChallenge = "TcpExtTCPSYNChallenge",
     TCPSpuriousRtxHostQueues = "TcpExtTCPSpuriousRtxHostQueues",
     TCPAutoCorking = "TcpExtTCPAutoCorking",
+    TCPMD5Unexpected = "TcpExtTCPMD5Unexpected",
     TCPFastOpenActive = "TcpExtTCPFastOpenActive",
     TCPFastOpenActiveFail = "TcpExtTCPFastOpenActiveFail",
     TCPFastOpenPassive = "TcpExtTCPFastOpenPassive",

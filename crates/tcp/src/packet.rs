@@ -25,6 +25,9 @@ pub(crate) struct RxOpts {
     /// A SYN's Fast Open option (kind 34, or 254 with the magic), with an allowed cookie
     /// length (`tcp_parse_fastopen_option`); `None` when absent or malformed.
     pub fastopen: Option<crate::fastopen::Cookie>,
+    /// A TCP-MD5 signature option (kind 19, 18 bytes; RFC 2385) is present
+    /// (`tcp_parse_md5sig_option`).
+    pub md5: bool,
 }
 
 /// A parsed inbound TCP segment.
@@ -347,6 +350,7 @@ fn seg_in<'a>(
             Ok(TcpOption::WindowScale(w)) if syn => opts.wscale = Some(w.min(14)),
             Ok(TcpOption::SackPermitted) if syn => opts.sack_ok = true,
             Ok(TcpOption::Timestamps { tsval, tsecr }) => opts.ts = Some((tsval, tsecr)),
+            Ok(TcpOption::Unknown { kind: 19, data }) if data.len() == 16 => opts.md5 = true,
             Ok(TcpOption::Unknown { kind, data }) if syn => {
                 if let Some(c) = crate::fastopen::Cookie::parse(kind, data) {
                     opts.fastopen = Some(c);

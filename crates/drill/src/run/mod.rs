@@ -201,6 +201,11 @@ struct Flow {
 enum Fd {
     Sock(SocketId),
     Epoll(Vec<EpollItem>),
+    /// A file the script made (`dd if=/dev/zero`): its path and read position.
+    File {
+        path: String,
+        pos: u64,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -256,6 +261,8 @@ pub(crate) struct Runner<'a> {
     tol_pct: f64,
     strict_segments: bool,
     defines: BTreeMap<String, String>,
+    /// Files the script's commands made (`dd`), by path: their length (all zeros).
+    files: BTreeMap<String, u64>,
     fds: BTreeMap<i64, Fd>,
     nonblock_epoll: BTreeMap<i64, bool>,
     flows: Vec<Flow>,
@@ -381,6 +388,7 @@ impl<'a> Runner<'a> {
                 .unwrap_or(12.5),
             strict_segments: script.option("strict_segments").is_some(),
             defines,
+            files: BTreeMap::new(),
             fds: BTreeMap::new(),
             nonblock_epoll: BTreeMap::new(),
             flows: Vec::new(),
@@ -1192,12 +1200,16 @@ impl<'a> Runner<'a> {
                         kind: 34,
                         data: self.cookie_of(c.as_deref())?,
                     },
+                    // A TCP-MD5 signature (RFC 2385) as written: 16 bytes of hex.
+                    TcpOption::Md5(hex) => match crate::ast::cookie_bytes(hex) {
+                        Some(d) if d.len() == 16 => TcpOptionRepr::Unknown { kind: 19, data: d },
+                        _ => return self.fail(FailKind::Script, format!("bad md5 digest {hex}")),
+                    },
                     TcpOption::FastOpenExp(c) => {
                         let mut data = vec![0xf9, 0x89];
                         data.extend(self.cookie_of(c.as_deref())?);
                         TcpOptionRepr::Unknown { kind: 254, data }
                     }
-                    other => return self.skip(format!("unsupported inbound option {other:?}")),
                 });
             }
         }
@@ -1437,6 +1449,23 @@ impl<'a> Runner<'a> {
                 }
             }
             EnvAction::NstatReset => self.nstat_reset(),
+            EnvAction::FileZeros { path, len } => {
+                self.files.insert(path.clone(), *len);
+            }
+            EnvAction::FileRemove { path } => {
+                self.files.remove(path);
+            }
+            EnvAction::ProcNetTcp { state, port } => {
+                let found = self.st.sockets().iter().any(|r| {
+                    r.state as u8 == *state && (r.local.port() == *port || r.remote.port() == *port)
+                });
+                if !found {
+                    return self.fail(
+                        FailKind::Command,
+                        format!("no socket in state {state:#04x} on port {port} (/proc/net/tcp)"),
+                    );
+                }
+            }
             EnvAction::CounterCheck(c) => {
                 let Some(v) = self.st.counters().get(&c.name) else {
                     return self.skip(format!("engine has no counter {}", c.name));

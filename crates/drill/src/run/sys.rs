@@ -199,7 +199,7 @@ impl Runner<'_> {
     fn sock(&self, fd: i64) -> Result<SocketId, i64> {
         match self.fds.get(&fd) {
             Some(Fd::Sock(s)) => Ok(*s),
-            Some(Fd::Epoll(_)) => Err(ENOTSOCK),
+            Some(Fd::Epoll(_) | Fd::File { .. }) => Err(ENOTSOCK),
             None => Err(EBADF),
         }
     }
@@ -657,7 +657,7 @@ impl Runner<'_> {
                             r => Ok(Res::Done(r.map(|_| 0).map_err(code))),
                         }
                     }
-                    Some(Fd::Epoll(_)) => Ok(Res::Done(Ok(0))),
+                    Some(Fd::Epoll(_) | Fd::File { .. }) => Ok(Res::Done(Ok(0))),
                     None => Ok(Res::Done(Err(EBADF))),
                 }
             }
@@ -723,6 +723,20 @@ impl Runner<'_> {
                 }
             }
             "setsockopt" | "getsockopt" => self.do_sockopt(call),
+            // Files the script's commands made (dd): open them for sendfile().
+            "open" => {
+                let path = match self.arg(call, 0)? {
+                    Expr::Str(b) => String::from_utf8_lossy(b).into_owned(),
+                    other => return self.skip(format!("open() path {other:?} not understood")),
+                };
+                if !self.files.contains_key(&path) {
+                    return Ok(Res::Done(Err(ENOENT)));
+                }
+                let fd = self.new_fd(call);
+                self.fds.insert(fd, Fd::File { path, pos: 0 });
+                Ok(Res::Done(Ok(fd)))
+            }
+            "sendfile" => self.do_sendfile(call, state),
             "poll" => self.do_poll(call, start),
             "epoll_create" | "epoll_create1" => {
                 if call.name == "epoll_create" && self.int(call, 0)? <= 0 {
@@ -888,6 +902,58 @@ impl Runner<'_> {
             Err(_) if state.written > 0 => Ok(Res::Done(Ok(state.written as i64))),
             Err(e) => Ok(Res::Done(Err(code(e)))),
         }
+    }
+
+    /// `sendfile(out, in, offset, count)`: the file's bytes (zeros) from `*offset` (the
+    /// offset given as `[N]`; NULL: the file's position, which moves on) written to the
+    /// socket as write() would, blocking as it does.
+    fn do_sendfile(&mut self, call: &SyscallSpec, state: &mut CallState) -> R<Res> {
+        let out = self.int(call, 0)?;
+        let s = sock_or_done!(self, out);
+        let in_fd = self.int(call, 1)?;
+        let count = self.int(call, 3)?.max(0) as u64;
+        let explicit = match self.arg(call, 2)? {
+            Expr::Null => None,
+            e => match self.int_of(e) {
+                Some(o) => Some(o.max(0) as u64),
+                None => return self.skip(format!("sendfile offset {e:?} not understood")),
+            },
+        };
+        let (path, pos) = match self.fds.get(&in_fd) {
+            Some(Fd::File { path, pos }) => (path.clone(), *pos),
+            Some(_) => return Ok(Res::Done(Err(EINVAL))),
+            None => return Ok(Res::Done(Err(EBADF))),
+        };
+        let len = self.files.get(&path).copied().unwrap_or(0);
+        let from = explicit.unwrap_or(pos) + state.written as u64;
+        let total = count.min(len.saturating_sub(explicit.unwrap_or(pos))) as usize;
+        if total == 0 || from >= len {
+            return Ok(Res::Done(Ok(state.written as i64)));
+        }
+        let nonblock = !self.blocking(out);
+        let data = vec![0u8; total - state.written];
+        let now = self.inst();
+        let r = self.st.send(now, s, &data, 0);
+        let res = match r {
+            Ok(n) => {
+                state.written += n;
+                if state.written >= total || nonblock {
+                    Res::Done(Ok(state.written as i64))
+                } else {
+                    Res::Blocked(None)
+                }
+            }
+            Err(Errno::EAGAIN) if !nonblock => Res::Blocked(None),
+            Err(_) if state.written > 0 => Res::Done(Ok(state.written as i64)),
+            Err(e) => Res::Done(Err(code(e))),
+        };
+        if explicit.is_none() {
+            if let (Res::Done(Ok(n)), Some(Fd::File { pos, .. })) = (&res, self.fds.get_mut(&in_fd))
+            {
+                *pos += *n as u64;
+            }
+        }
+        Ok(res)
     }
 
     /// A fresh active open by sendto(MSG_FASTOPEN): the flow the script's packets name,

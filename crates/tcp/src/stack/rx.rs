@@ -63,7 +63,13 @@ impl Stack {
             return;
         }
         if let Some(&id) = self.conns.get(&(seg.dst, seg.src)) {
-            let owned = self.sock(id).map(|s| s.lock.owned).unwrap_or(false);
+            let (owned, tw) = self
+                .sock(id)
+                .map(|s| (s.lock.owned, s.state == TcpState::TimeWait))
+                .unwrap_or((false, false));
+            if !tw && self.md5_unexpected(&seg) {
+                return;
+            }
             if owned {
                 self.add_backlog(id, &seg);
                 return;
@@ -72,10 +78,23 @@ impl Stack {
             return;
         }
         if let Some(l) = self.listener_for(seg.dst) {
+            if self.md5_unexpected(&seg) {
+                return;
+            }
             self.listen_rcv(now, l, &seg);
             return;
         }
         self.send_reset_for(&seg);
+    }
+
+    /// `tcp_inbound_md5_hash` for a socket without TCP-MD5 keys (Shallow has no
+    /// `TCP_MD5SIG` yet, so every socket): a segment that carries a signature is dropped
+    /// (`TcpExtTCPMD5Unexpected`), before the socket sees it.
+    fn md5_unexpected(&mut self, seg: &SegIn<'_>) -> bool {
+        if seg.opts.md5 {
+            self.env.mib.inc(Mib::TCPMD5Unexpected);
+        }
+        seg.opts.md5
     }
 
     /// The listener a SYN to `dst` reaches (`__inet_lookup_listener`): one bound to the
