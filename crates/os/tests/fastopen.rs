@@ -5,7 +5,9 @@
 //!   connection only asks for a cookie (the server's `TcpExtTCPFastOpenCookieReqd` + 1, no data
 //!   in the SYN), the next one's SYN carries data the server accepts
 //!   (`TcpExtTCPFastOpenPassive` + 1, `TCPI_OPT_SYN_DATA` on both ends), every byte checked;
-//!   the same between hosts of two shards each; the async counterpart; Linux's errors.
+//!   the same between hosts of two shards each; the async counterpart; Linux's errors; the
+//!   client's segments when the data does not all fit in the SYN (the rest carries the ACK
+//!   of the SYN-ACK, as in packetdrill's `fastopen/client/blocking-sendto.pkt`).
 //! - Against the kernel over a TUN (root, otherwise skipped unless `SHALLOW_REQUIRE_TUN=1`),
 //!   `net.ipv4.tcp_fastopen=3` in the kernel's namespace: a Shallow client of a Linux
 //!   `TCP_FASTOPEN` listener, and a Linux client (`sendto(MSG_FASTOPEN)`) of a Shallow one,
@@ -203,6 +205,14 @@ fn errors_and_listener_key() {
         let (_s, got, _) = accept_read(&l, 10);
         assert_eq!(&got, b"new cookie");
         assert_ne!(c.tcp_info().unwrap().options & SYN_DATA, 0);
+
+        // Nothing to send: a SYN with the cookie and no data, as Linux's empty sendto.
+        let c = TcpStream::connect_fastopen(&ha, addr, &[]).unwrap();
+        let (s, _) = l.accept().unwrap();
+        (&c).write_all(b"after").unwrap();
+        let mut b = [0u8; 5];
+        (&s).read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"after");
 
         ha.sysctl_set("net.ipv4.tcp_fastopen", "0").unwrap();
         let e = TcpStream::connect_fastopen(&ha, addr, b"x").unwrap_err();
@@ -462,5 +472,62 @@ fn linux_client_shallow_server() {
             assert_eq!((reqd, passive), (1, 1), "{ip}: Shallow's counters");
             assert_eq!(active, 1, "{ip}: kernel's TcpExtTCPFastOpenActive");
         }
+    });
+}
+
+/// The client's segments of a Fast Open connection whose data does not all fit in the SYN
+/// (IPv4): the SYN carries data, and the first segment after the SYN-ACK already carries the
+/// rest; no bare ACK of the SYN-ACK goes first (the blocking sendto's write bias,
+/// `inet_wait_for_connect`: the ACK waits for the writer's data).
+#[test]
+fn ack_of_synack_rides_with_the_rest() {
+    use std::sync::{Arc, Mutex};
+    with_watchdog(Duration::from_secs(60), || {
+        let (ha, hb) = hosts(1);
+        let addr = SocketAddr::new(IpAddr::V4(B4), 80);
+        let l = TcpListener::bind(&hb, addr).unwrap();
+        l.set_fastopen(16).unwrap();
+        let req = pattern(10, 0);
+        drop(TcpStream::connect_fastopen(&ha, addr, &req).unwrap());
+        drop(accept_read(&l, req.len()));
+        // (flags, payload length) of each TCP segment A sends on the next connection (the
+        // first SYN's source port; the last one's teardown may still be under way).
+        let segs = Arc::new(Mutex::new(Vec::<(u8, usize)>::new()));
+        let seen = Arc::clone(&segs);
+        let mut port = None;
+        ha.set_packet_hook(Some(Box::new(move |dir, p, _| {
+            if dir == shallow_os::Dir::Tx && p.len() >= 40 && p[0] >> 4 == 4 && p[9] == 6 {
+                let ihl = usize::from(p[0] & 15) * 4;
+                let t = &p[ihl..];
+                let sport = u16::from_be_bytes([t[0], t[1]]);
+                if t[13] & 0x02 != 0 && port.is_none() {
+                    port = Some(sport);
+                }
+                if port == Some(sport) {
+                    let doff = usize::from(t[12] >> 4) * 4;
+                    let total = usize::from(u16::from_be_bytes([p[2], p[3]]));
+                    seen.lock().unwrap().push((t[13], total - ihl - doff));
+                }
+            }
+            shallow_os::Verdict::Pass
+        })));
+        let req = pattern(3000, 5);
+        let c = TcpStream::connect_fastopen(&ha, addr, &req).unwrap();
+        let (_s, got, _) = accept_read(&l, req.len());
+        assert!(got == req);
+        assert_ne!(c.tcp_info().unwrap().options & SYN_DATA, 0);
+        let segs = segs.lock().unwrap().clone();
+        eprintln!("client segments (flags, bytes): {segs:?}");
+        const SYN: u8 = 0x02;
+        assert_eq!(segs[0].0 & SYN, SYN, "the SYN first");
+        assert!(segs[0].1 > 0, "the SYN carries data");
+        assert!(segs[1].1 > 0, "a bare ACK before the rest: {segs:?}");
+        assert_eq!(
+            segs[1].0 & 0x10,
+            0x10,
+            "the rest carries the ACK of the SYN-ACK"
+        );
+        let sent: usize = segs.iter().map(|s| s.1).sum();
+        assert_eq!(sent, req.len(), "each byte sent once");
     });
 }
