@@ -85,7 +85,8 @@ impl AsyncTcpStream {
     /// ```no_run
     /// use shallow_os::{AsyncTcpStream, Host};
     /// # async fn f(host: Host) -> std::io::Result<()> {
-    /// let s = AsyncTcpStream::connect_fastopen(&host, "10.213.0.1:80".parse().unwrap(), b"hello").await?;
+    /// let addr = "10.213.0.1:80".parse().unwrap();
+    /// let s = AsyncTcpStream::connect_fastopen(&host, addr, b"hello").await?;
     /// let in_syn = s.tcp_info()?.options & 32 != 0;
     /// # let _ = in_syn;
     /// # Ok(())
