@@ -77,6 +77,72 @@ impl AsyncTcpStream {
         })
     }
 
+    /// Connects to `addr` with TCP Fast Open and sends `data`, as
+    /// [`TcpStream::connect_fastopen`] does (Linux's `sendto(MSG_FASTOPEN)` then writes of
+    /// the rest): the SYN carries what the cached cookie allows, the future waits for the
+    /// handshake and then for all of `data` to be queued.
+    ///
+    /// ```no_run
+    /// use shallow_os::{AsyncTcpStream, Host};
+    /// # async fn f(host: Host) -> std::io::Result<()> {
+    /// let addr = "10.213.0.1:80".parse().unwrap();
+    /// let s = AsyncTcpStream::connect_fastopen(&host, addr, b"hello").await?;
+    /// let in_syn = s.tcp_info()?.options & 32 != 0;
+    /// # let _ = in_syn;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_fastopen(
+        host: &Host,
+        addr: SocketAddr,
+        data: &[u8],
+    ) -> io::Result<AsyncTcpStream> {
+        let sh = &host.shared;
+        let sock = Sock::new(host, sh.peer_shard(addr.ip()), family_of(&addr))?;
+        let (k, id) = (sock.shard, sock.id);
+        // No MSG_DONTWAIT: the engine then holds the SYN-ACK's ACK for the rest of the data
+        // this future writes as soon as it is woken (a blocking sendto's write bias).
+        let mut sent = {
+            let mut o = sh.own(k, id)?;
+            crate::net::fastopen_syn(&mut o, id, addr, data)?
+        };
+        poll_fn(|cx| {
+            let mut o = sh.own(k, id)?;
+            if !crate::net::handshake_done(o.stack(), id)? {
+                if sh.stopped() {
+                    return Poll::Ready(Err(netdown()));
+                }
+                o.slot()?.write_waker = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            Poll::Ready(Ok(()))
+        })
+        .await?;
+        poll_fn(|cx| {
+            while sent < data.len() {
+                match would_block(crate::net::send_all(
+                    sh,
+                    k,
+                    id,
+                    &data[sent..],
+                    msgflags::MSG_DONTWAIT | msgflags::MSG_NOSIGNAL,
+                    Some(cx.waker()),
+                )) {
+                    Poll::Ready(Ok(n)) => sent += n,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            Poll::Ready(Ok(()))
+        })
+        .await?;
+        Ok(AsyncTcpStream {
+            inner: TcpStream {
+                sock: Arc::new(sock),
+            },
+        })
+    }
+
     /// Wraps a connected blocking stream (its blocking mode no longer matters: every async
     /// call is non-blocking).
     pub fn from_std(s: TcpStream) -> AsyncTcpStream {

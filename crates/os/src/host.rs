@@ -106,7 +106,7 @@ pub use crate::hook::{Dir, PacketHook, Verdict, HOLD};
 use crate::iothread;
 use crate::netns::Peer;
 use crate::raw::{RawHandler, RawSender};
-use crate::shared::{wake_all, Shard, Shared, Steer};
+use crate::shared::{errno, wake_all, Shard, Shared, Steer};
 pub use crate::shared::{HostStats, QueueStats, CHUNK};
 use crate::tun::{Offload, TunConfig};
 use crate::wake::Waker;
@@ -237,6 +237,7 @@ impl Host {
         let mut stacks: Vec<Stack> = (1..n).map(|k| stack.fork(k as u64)).collect();
         stacks.insert(0, stack);
         if n > 1 {
+            share_fastopen_key(&mut stacks)?;
             let mem = stacks[0]
                 .sysctl_get("net.ipv4.tcp_mem")
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
@@ -450,6 +451,27 @@ impl Host {
 }
 
 /// A random key for the host's flow-ownership hash.
+/// Gives every shard shard 0's TCP Fast Open server key (`net.ipv4.tcp_fastopen_key`, made
+/// now if it was never set: a fork has a key of its own otherwise), so that a cookie one
+/// shard's listener gave opens a connection that lands on another, as on Linux, whose key is
+/// the host's (per network namespace).
+fn share_fastopen_key(stacks: &mut [Stack]) -> io::Result<()> {
+    const KEY: &str = "net.ipv4.tcp_fastopen_key";
+    let inval = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
+    let st = &mut stacks[0];
+    // getsockopt(TCP_FASTOPEN_KEY) of a socket without its own key makes the stack's key
+    // if there is none yet (`tcp_fastopen_init_key_once`) and writes it to the sysctl.
+    let s = st.socket(shallow_tcp::Family::V4).map_err(errno)?;
+    let got = st.getsockopt(s, shallow_tcp::SockOpt::TcpFastopenKey);
+    st.close(Instant::ZERO, s).map_err(errno)?;
+    got.map_err(errno)?;
+    let key = st.sysctl_get(KEY).map_err(|e| inval(e.to_string()))?;
+    for st in &mut stacks[1..] {
+        st.sysctl_set(KEY, &key).map_err(|e| inval(e.to_string()))?;
+    }
+    Ok(())
+}
+
 fn host_key() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     std::collections::hash_map::RandomState::new()

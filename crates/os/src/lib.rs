@@ -7,7 +7,9 @@
 //!   own a socket for the length of a call (`lock_sock`), packets arriving meanwhile go to the
 //!   socket's backlog and are processed by the caller at `release_sock`.
 //! - [`net`]: blocking [`TcpStream`] and [`TcpListener`] shaped like `std::net`, errors as
-//!   `std::io::Error` with Linux errnos.
+//!   `std::io::Error` with Linux errnos; TCP Fast Open (RFC 7413) on both ends: data in the
+//!   client's SYN ([`TcpStream::connect_fastopen`], Linux's `sendto(MSG_FASTOPEN)`) and
+//!   listeners that accept it ([`TcpListener::set_fastopen`], `TCP_FASTOPEN`).
 //! - [`poller`]: an epoll-like readiness API ([`Poller`]) for non-blocking sockets, level- or
 //!   edge-triggered.
 //! - `tokio` (cargo feature `tokio`): async stream and listener on the same machinery.

@@ -219,6 +219,70 @@ impl TcpStream {
         })
     }
 
+    /// Connects to `addr` with TCP Fast Open (RFC 7413) and sends `data`: Linux's blocking
+    /// `sendto(fd, data, MSG_FASTOPEN, addr)` on a new socket, followed by writes of what the
+    /// SYN could not carry (`tcp_sendmsg_fastopen`, then `tcp_sendmsg_locked`).
+    ///
+    /// When a cookie from this server is cached, the SYN carries as much of `data` as fits
+    /// in one segment; the first time, the SYN carries none and asks for a cookie, which the
+    /// server's SYN-ACK gives for next time (a Linux server gives one when its
+    /// `net.ipv4.tcp_fastopen` has the server bit 2 and the listener has `TCP_FASTOPEN`,
+    /// see [`TcpListener::set_fastopen`]). The call then waits for the handshake as
+    /// [`TcpStream::connect`] does and writes the rest; when it returns `Ok`, all of `data`
+    /// has been queued (blocking-write semantics). Data the server's SYN-ACK did not
+    /// acknowledge is sent again after the handshake, as Linux does.
+    /// `TcpStream::tcp_info().options & 32` (`TCPI_OPT_SYN_DATA`) tells whether the SYN's
+    /// data was acknowledged.
+    ///
+    /// Errors are Linux's: `EOPNOTSUPP` when the host's `net.ipv4.tcp_fastopen` lacks the
+    /// client bit 1 (it has it by default), then those of [`TcpStream::connect`]
+    /// (`ECONNREFUSED`, `ETIMEDOUT`, ...) and of a write. On a host of several shards every
+    /// Fast Open connection to one server address goes to the same shard, whose engine
+    /// keeps that server's cookie (Linux's cookie cache is host-wide).
+    ///
+    /// ```no_run
+    /// use std::io::Read;
+    /// use shallow_os::{Host, TcpStream};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let host = Host::attach_default()?;
+    /// let addr = "10.213.0.1:80".parse()?;
+    /// let req = b"GET / HTTP/1.0\r\n\r\n";
+    /// // First time: a cookie request; the request follows the handshake.
+    /// drop(TcpStream::connect_fastopen(&host, addr, req)?);
+    /// // Next time: the request rides in the SYN.
+    /// let mut s = TcpStream::connect_fastopen(&host, addr, req)?;
+    /// let in_syn = s.tcp_info()?.options & 32 != 0;
+    /// let mut resp = Vec::new();
+    /// s.read_to_end(&mut resp)?;
+    /// # let _ = in_syn;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn connect_fastopen(host: &Host, addr: SocketAddr, data: &[u8]) -> io::Result<TcpStream> {
+        let sh = &host.shared;
+        let sock = Sock::new(host, sh.peer_shard(addr.ip()), family_of(&addr))?;
+        {
+            let mut o = sh.own(sock.shard, sock.id)?;
+            let sent = fastopen_syn(&mut o, sock.id, addr, data)?;
+            // inet_wait_for_connect (with the write bias: the SYN-ACK's ACK waits for the
+            // rest of the data), the socket released while asleep.
+            while !handshake_done(o.stack(), sock.id)? {
+                if sh.stopped() {
+                    return Err(netdown());
+                }
+                o.wait(Want::Any, None)?;
+            }
+            let mut rest = &data[sent..];
+            while !rest.is_empty() {
+                let n = send_owned(&mut o, sh, sock.id, rest, msgflags::MSG_NOSIGNAL, None)?;
+                rest = &rest[n..];
+            }
+        }
+        Ok(TcpStream {
+            sock: Arc::new(sock),
+        })
+    }
+
     /// The engine's socket id (for [`TcpStream::with_stack`] calls this type has no wrapper
     /// for), in the engine of shard [`TcpStream::shard`].
     pub fn socket(&self) -> SocketId {
@@ -415,6 +479,42 @@ impl TcpStream {
     /// `recv(MSG_PEEK)`: like std's `peek`.
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.recv_with_flags(buf, msgflags::MSG_PEEK)
+    }
+}
+
+/// The SYN of a Fast Open `sendto` on the unconnected socket `s`: the bytes of `data` it
+/// carries (0 when none went: no cookie yet, only a request).
+pub(crate) fn fastopen_syn(
+    o: &mut crate::shared::Owned<'_>,
+    s: SocketId,
+    addr: SocketAddr,
+    data: &[u8],
+) -> io::Result<usize> {
+    let now = o.now();
+    match o
+        .stack()
+        .sendto(now, s, data, msgflags::MSG_FASTOPEN, Some(addr))
+    {
+        Ok(n) => Ok(n),
+        Err(Errno::EINPROGRESS) => Ok(0),
+        Err(e) => Err(errno(e)),
+    }
+}
+
+/// Whether the handshake of an active open has ended: `false` while in SYN_SENT or
+/// SYN_RECV, `true` once connected, and the socket's error when it closed instead
+/// (`__inet_stream_connect`'s `sock_error`: `SO_ERROR`, else `ECONNABORTED`).
+pub(crate) fn handshake_done(st: &mut shallow_tcp::Stack, s: SocketId) -> io::Result<bool> {
+    match st.state(s).map_err(errno)? {
+        TcpState::SynSent | TcpState::SynRecv => Ok(false),
+        TcpState::Close => {
+            let e = st.getsockopt(s, SockOpt::SoError).map_err(errno)?.int();
+            let e = e.ok().filter(|v| *v != 0);
+            Err(e.map_or(errno(Errno::ECONNABORTED), |v| {
+                io::Error::from_raw_os_error(v as i32)
+            }))
+        }
+        _ => Ok(true),
     }
 }
 
@@ -731,6 +831,58 @@ impl TcpListener {
         Ok(None)
     }
 
+    /// `TCP_FASTOPEN` on the listener (its socket on every shard): accept data in the SYN
+    /// of clients that present a valid cookie (TCP Fast Open, RFC 7413), with at most `qlen`
+    /// such connections whose handshake has not completed at once (`min(qlen, somaxconn)`;
+    /// 0 turns it off). As on Linux the host must also have the server bit 2 in
+    /// `net.ipv4.tcp_fastopen` (default 1: client only), e.g.
+    /// `host.sysctl_set("net.ipv4.tcp_fastopen", "3")`. The cookie key is the host's
+    /// (`net.ipv4.tcp_fastopen_key`, random until set, one for all shards) unless
+    /// `TCP_FASTOPEN_KEY` is set with [`TcpListener::set_option`]. The counters
+    /// `TcpExtTCPFastOpenPassive` and `TcpExtTCPFastOpenCookieReqd` ([`Host::counters`]) and
+    /// the accepted stream's `tcp_info().options & 32` tell what happened.
+    ///
+    /// ```no_run
+    /// use std::io::Read;
+    /// use shallow_os::{Host, TcpListener};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let host = Host::attach_default()?;
+    /// host.sysctl_set("net.ipv4.tcp_fastopen", "3")?;
+    /// let l = TcpListener::bind(&host, "10.213.0.2:80".parse()?)?;
+    /// l.set_fastopen(16)?;
+    /// let (mut s, _) = l.accept()?; // may hold the SYN's data already
+    /// let mut req = [0u8; 512];
+    /// let n = s.read(&mut req)?;
+    /// # let _ = n;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_fastopen(&self, qlen: u32) -> io::Result<()> {
+        self.set_option(SockOpt::TcpFastopen, &OptVal::Int(i64::from(qlen)))
+    }
+
+    /// `TCP_FASTOPEN`: the listener's Fast Open queue length (0: off).
+    pub fn fastopen(&self) -> io::Result<u32> {
+        let v = self.option(SockOpt::TcpFastopen)?.int().map_err(errno)?;
+        Ok(u32::try_from(v).unwrap_or(0))
+    }
+
+    /// Any `setsockopt` the engine supports, on the listener's socket of every shard (e.g.
+    /// `TCP_FASTOPEN_KEY` with `OptVal::Bytes` of 16 or 32 bytes, or
+    /// `TCP_FASTOPEN_NO_COOKIE`); stops at the first shard that refuses it.
+    pub fn set_option(&self, opt: SockOpt, val: &OptVal) -> io::Result<()> {
+        for sock in &self.inner.socks {
+            sock.call(|st, now, s| st.setsockopt(now, s, opt, val))?;
+        }
+        Ok(())
+    }
+
+    /// Any `getsockopt` the engine supports, of shard 0's socket (the shards' sockets have
+    /// the same options when set through [`TcpListener::set_option`]).
+    pub fn option(&self, opt: SockOpt) -> io::Result<OptVal> {
+        self.inner.socks[0].call(|st, _, s| st.getsockopt(s, opt))
+    }
+
     /// Another handle on the same listener.
     pub fn try_clone(&self) -> io::Result<TcpListener> {
         Ok(TcpListener {
@@ -768,6 +920,18 @@ pub(crate) fn send_all(
     waker: Option<&std::task::Waker>,
 ) -> io::Result<usize> {
     let mut o = sh.own(k, s)?;
+    send_owned(&mut o, sh, s, buf, flags, waker)
+}
+
+/// [`send_all`] by a call that already owns the socket (the rest of a Fast Open `sendto`).
+pub(crate) fn send_owned(
+    o: &mut crate::shared::Owned<'_>,
+    sh: &Shared,
+    s: SocketId,
+    buf: &[u8],
+    flags: u32,
+    waker: Option<&std::task::Waker>,
+) -> io::Result<usize> {
     let (nonblocking, timeout) = {
         let slot = o.slot()?;
         if let Some(e) = slot.pending_err.take() {

@@ -492,6 +492,21 @@ impl Shared {
         self.next_connect.fetch_add(1, Ordering::Relaxed) % self.shards.len()
     }
 
+    /// The shard a Fast Open connection to `peer` goes to: always the same one for one
+    /// server address, since the client's cookie cache (Linux's `tcp_metrics`, host-wide) is
+    /// each shard engine's own; the cookie one connection learned is then there for the next.
+    pub fn peer_shard(&self, peer: std::net::IpAddr) -> usize {
+        use std::hash::{Hash, Hasher};
+        let n = self.shards.len();
+        if n == 1 {
+            return 0;
+        }
+        // Fixed keys: the choice only needs to be stable for the host's life.
+        let mut h = std::hash::DefaultHasher::new();
+        peer.hash(&mut h);
+        (h.finish() % n as u64) as usize
+    }
+
     /// Wakes every I/O thread (stop, a new hook).
     pub fn kick_all(&self) {
         for s in &self.shards {
