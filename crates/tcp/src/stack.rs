@@ -252,8 +252,8 @@ impl Stack {
     /// A new stack with this one's configuration and none of its state, keyed by a seed
     /// derived one-way from this stack's secret and `n` (so forks `0, 1, …` of one stack are
     /// distinct, and the same for two stacks of one seed): the
-    /// sysctls, congestion-control parameters, RTT-log bound, device description, addresses
-    /// and routes are copied; sockets, timers, counters, memory accounting, the TX gate and the
+    /// sysctls (the Fast Open keys in force with them), congestion-control parameters,
+    /// RTT-log bound, device description, addresses and routes are copied; sockets, timers, counters, memory accounting, the TX gate and the
     /// connect port filter are not. For a substrate that runs one host as several engines
     /// (one per device queue, each owning the flows its queue's hash gives it), as Linux runs
     /// one host's flows on several CPUs.
@@ -267,6 +267,9 @@ impl Stack {
         s.env.config.sysctl = self.env.config.sysctl.clone();
         s.env.config.cc_params = self.env.config.cc_params.clone();
         s.env.config.rtt_log_cap = self.env.config.rtt_log_cap;
+        // The Fast Open keys in force, as the sysctl shows them (a written key is the
+        // engine's own state beside the sysctl text).
+        s.env.tfo.keys = self.env.tfo.keys;
         s.addrs = self.addrs.clone();
         s.routes = self.routes.clone();
         s
@@ -727,6 +730,20 @@ mod port_filter_tests {
         );
         assert_eq!(f.addresses(), st.addresses());
         assert_eq!(f.socket_count(), 0);
+        // The Fast Open key in force goes along (a cookie one engine gave is valid on the
+        // other), not only the sysctl's text.
+        let mut st2 = stack(3);
+        st2.sysctl_set(
+            "net.ipv4.tcp_fastopen_key",
+            "00000001-00000002-00000003-00000004",
+        )
+        .unwrap();
+        let mut f2 = st2.fork(1);
+        let l = f2.socket(Family::V4).unwrap();
+        assert_eq!(
+            f2.getsockopt(l, SockOpt::TcpFastopenKey).unwrap(),
+            OptVal::Bytes(vec![1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0])
+        );
         assert_eq!(f.device(), st.device());
         // Forks are keyed apart from each other and from the original.
         let isn = |st: &mut Stack| {
