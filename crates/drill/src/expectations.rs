@@ -361,8 +361,6 @@ pub fn unsupported_features(script: &Script) -> Vec<&'static str> {
     for s in syms {
         if s.contains("ZEROCOPY") {
             feats.insert("zerocopy");
-        } else if s.contains("TIMESTAMPING") {
-            feats.insert("timestamping");
         } else if s.contains("MD5") {
             feats.insert("md5");
         } else if s.contains("PSP") {

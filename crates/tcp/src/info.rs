@@ -351,7 +351,7 @@ impl Connection {
             // TCP_FASTOPEN_CONNECT deferred the SYN: writable, so the first write sends it.
             mask |= POLLOUT | POLLWRNORM;
         }
-        if self.err.is_some() {
+        if self.err.is_some() || !self.tstamp.errq.is_empty() {
             mask |= POLLERR;
         }
         mask
@@ -528,6 +528,26 @@ impl Connection {
                 self.check_space_force(env);
             }
             TcpInq => self.opts.inq = on,
+            // sock_set_timestamping: known flags only; OPT_ID needs a connection (its keys
+            // count from snd_una, or write_seq with OPT_ID_TCP).
+            SoTimestamping => {
+                use crate::tstamp::sof;
+                let v = u32::try_from(v).map_err(|_| Errno::EINVAL)?;
+                if v & !sof::MASK != 0 || (v & sof::OPT_ID_TCP != 0 && v & sof::OPT_ID == 0) {
+                    return Err(Errno::EINVAL);
+                }
+                if v & sof::OPT_ID != 0 && self.tstamp.flags & sof::OPT_ID == 0 {
+                    if matches!(self.state, TcpState::Close | TcpState::Listen) {
+                        return Err(Errno::EINVAL);
+                    }
+                    self.tstamp.key_base = if v & sof::OPT_ID_TCP != 0 {
+                        self.snd.write_seq
+                    } else {
+                        self.snd.una
+                    };
+                }
+                self.tstamp.flags = v;
+            }
             // Only on a closed or listening socket; the queue is min(val, somaxconn)
             // (fastopen_queue_tune), and the stack's keys are made if missing.
             TcpFastopen => {
@@ -644,6 +664,7 @@ impl Connection {
             TcpCongestion => Ok(OptVal::Str(self.cc.name().to_string())),
             TcpNotsentLowat => i(self.opts.notsent_lowat),
             TcpInq => i(u32::from(self.opts.inq)),
+            SoTimestamping => i(self.tstamp.flags),
             TcpFastopen => i(self.opts.fastopen_qlen),
             TcpFastopenConnect => i(u32::from(self.opts.fastopen_connect)),
             TcpFastopenNoCookie => i(u32::from(self.opts.fastopen_no_cookie)),

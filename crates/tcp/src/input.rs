@@ -1146,6 +1146,10 @@ impl Connection {
                 break;
             }
             let skb = self.rtx.queue.pop_front().expect("front exists");
+            // tcp_ack_tstamp: the ACK covers a marked byte.
+            if let Some(m) = skb.tstamp.filter(|m| m.ack) {
+                self.tstamp_event(env, crate::tstamp::TstampKind::Ack, m.key, now);
+            }
             let p = skb.pcount.max(1);
             if skb.sacked & sacked::ACKED != 0 {
                 self.rtx.sacked_out = self.rtx.sacked_out.saturating_sub(p);

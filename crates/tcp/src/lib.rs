@@ -166,6 +166,7 @@ pub mod socket;
 pub mod sockopt;
 pub mod stack;
 mod timer;
+pub mod tstamp;
 
 pub use device::{DeviceCaps, RxBytes, RxChecksum, RxPacket, RxTruesize};
 pub use driver::{Driver, EgressPacket};
@@ -181,6 +182,7 @@ pub use stack::{
     ForwardCompletion, ForwardFilter, ForwardVerdict, HeldSyn, Ioctl, LingerWait, PortFilter,
     ProtoMem, Shutdown, SockStat, SocketRow, Stack,
 };
+pub use tstamp::{TstampKind, TxTimestamp};
 
 #[cfg(any(test, feature = "test-util"))]
 pub mod harness;

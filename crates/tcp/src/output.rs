@@ -634,6 +634,8 @@ impl Connection {
         skb.eor = false;
         skb.truesize = skb.truesize.saturating_sub(nlen);
         rest.truesize += nlen;
+        // tcp_fragment_tstamp: the timestamp request stays with its byte.
+        crate::tstamp::split_mark(&mut skb.tstamp, &mut rest.tstamp, rest.seq);
         self.mem.wmem_queued += SKB_TX_OVERHEAD;
         self.snd.write_queue.insert(1, rest);
     }
@@ -670,6 +672,10 @@ impl Connection {
             head.end_seq = next.end_seq;
             head.flags |= next.flags;
             head.eor = next.eor;
+            // tcp_skb_collapse_tstamp: the eaten buffer's request (the later write) wins.
+            if next.tstamp.is_some() {
+                head.tstamp = next.tstamp;
+            }
             self.mem.wmem_queued = self.mem.wmem_queued.saturating_sub(next.truesize);
         }
     }
@@ -1151,6 +1157,7 @@ impl Connection {
         if ecn_ok {
             seg.tos = (seg.tos & !0x3) | if ect { 0x2 } else { 0 };
         }
+        let completes_later = token.is_some();
         let ok = env
             .emit_frag(&seg, frag, gso, Some(departure), token, true)
             .sent();
@@ -1169,6 +1176,20 @@ impl Connection {
             self.stats.count_xmit(pcount, len, retrans);
             if retrans {
                 env.mib.add(Mib::RetransSegs, u64::from(pcount));
+            }
+            // A marked byte went down: SCHED now (the qdisc takes it), SND when the device
+            // does (at once on a device that orphans at its transmit, else at completion).
+            if let Some(m) = self.rtx.queue[idx].tstamp {
+                if m.sched {
+                    self.tstamp_event(env, crate::tstamp::TstampKind::Sched, m.key, now);
+                }
+                if m.snd {
+                    if !completes_later {
+                        self.tstamp_event(env, crate::tstamp::TstampKind::Snd, m.key, now);
+                    } else {
+                        self.tstamp.owe_snd(seq, m.key);
+                    }
+                }
             }
         }
         self.lsndtime = now;

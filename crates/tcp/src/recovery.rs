@@ -252,6 +252,8 @@ impl Connection {
         rest.first_tx = skb.first_tx;
         // tcp_fragment: both parts keep the send snapshot (`TCP_SKB_CB(buff)->tx`).
         rest.tx = skb.tx;
+        // tcp_fragment_tstamp: the timestamp request stays with its byte.
+        crate::tstamp::split_mark(&mut skb.tstamp, &mut rest.tstamp, rest.seq);
         let old = skb.pcount;
         skb.pcount = skb.len().div_ceil(mss).max(1);
         rest.pcount = rest.len().div_ceil(mss).max(1);

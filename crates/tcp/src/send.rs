@@ -155,6 +155,10 @@ impl Connection {
                 self.write_xmit(env, now, NAGLE_PUSH, true);
             }
         }
+        if copied > 0 {
+            // tcp_tx_timestamp: the write's last byte carries its timestamp request.
+            self.tstamp_mark_tail();
+        }
         if waited {
             self.nospace = true;
             if copied > 0 {

@@ -366,6 +366,8 @@ pub(crate) struct Skb {
     pub in_host: u16,
     /// The delivery snapshot of its last transmission (`TCP_SKB_CB(skb)->tx`, rate.rs).
     pub tx: TxRate,
+    /// The transmit-timestamp request of the last write that ended in it (tstamp.rs).
+    pub tstamp: Option<crate::tstamp::TsMark>,
 }
 
 impl Skb {
@@ -384,6 +386,7 @@ impl Skb {
             pcount: 0,
             in_host: 0,
             tx: TxRate::default(),
+            tstamp: None,
         }
     }
     pub fn len(&self) -> u32 {
@@ -783,6 +786,8 @@ pub(crate) struct Connection {
     pub deferral: Option<Deferral>,
     /// TCP Fast Open (fastopen.rs).
     pub fastopen: crate::fastopen::ConnFastOpen,
+    /// Transmit timestamping and the error queue (tstamp.rs).
+    pub tstamp: crate::tstamp::SockTstamp,
     /// Socket options.
     pub opts: SockOpts,
     /// The route's attributes in use.
@@ -916,6 +921,7 @@ impl Connection {
             parent: None,
             deferral: None,
             fastopen: Default::default(),
+            tstamp: Default::default(),
             opts: SockOpts {
                 v6only: family == Family::V6 && env.config.sysctl.on(Sysctl::bindv6only),
                 ..SockOpts::default()

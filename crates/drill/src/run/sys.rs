@@ -19,6 +19,7 @@ const O_RDWR: i64 = 0o2;
 const O_NONBLOCK: i64 = 0o4000;
 const MSG_DONTWAIT: u32 = 0x40;
 const MSG_FASTOPEN: u32 = 0x2000_0000;
+const MSG_ERRQUEUE: u32 = 0x2000;
 const SOL_TCP: i64 = 6;
 const TCP_CM_INQ: i64 = 36;
 const EFAULT: i64 = 14;
@@ -153,10 +154,11 @@ impl Runner<'_> {
     fn int_of(&self, e: &Expr) -> Option<i64> {
         match e {
             Expr::Int(v) => Some(*v),
+            // A `-D` name stands for a number or for another symbol (CMSG_LEVEL_IP=SOL_IP).
             Expr::Symbol(s) => self
                 .defines
                 .get(s)
-                .and_then(|v| parse_int(v))
+                .and_then(|v| parse_int(v).or_else(|| symbols::lookup(v)))
                 .or_else(|| symbols::lookup(s)),
             Expr::BitOr(parts) => parts
                 .iter()
@@ -1009,6 +1011,25 @@ impl Runner<'_> {
         let Some((len, flags)) = self.io_len_flags(call, buf)? else {
             return Ok(Res::Done(Err(EFAULT)));
         };
+        if flags & MSG_ERRQUEUE != 0 {
+            // The error queue: transmit timestamps; never blocks (EAGAIN when empty).
+            return match self.st.recv_errqueue(s) {
+                Ok(ev) => {
+                    let tsonly = matches!(
+                        self.st.getsockopt(s, SockOpt::SoTimestamping),
+                        Ok(OptVal::Int(f)) if f & i64::from(shallow_tcp::tstamp::sof::OPT_TSONLY) != 0
+                    );
+                    if len > 0 && !tsonly {
+                        return self.skip("an error-queue read into a buffer (the packet's bytes) is not modelled");
+                    }
+                    if call.name == "recvmsg" {
+                        self.check_errqueue_msghdr(buf, &ev, tsonly)?;
+                    }
+                    Ok(Res::Done(Ok(0)))
+                }
+                Err(e) => Ok(Res::Done(Err(code(e)))),
+            };
+        }
         let nonblock = !self.blocking(fd) || flags & MSG_DONTWAIT != 0;
         let mut data = vec![0u8; len];
         let now = self.inst();
@@ -1022,6 +1043,86 @@ impl Runner<'_> {
             Err(Errno::EAGAIN) if !nonblock => Ok(Res::Blocked(None)),
             Err(e) => Ok(Res::Done(Err(code(e)))),
         }
+    }
+
+    /// An error-queue recvmsg's output fields: `msg_flags` (MSG_ERRQUEUE, and MSG_TRUNC
+    /// unless OPT_TSONLY: the packet did not fit the empty buffer) and the control messages:
+    /// `SCM_TIMESTAMPING` (the software time, from the script's start, within the
+    /// tolerance) and the `IP_RECVERR`/`IPV6_RECVERR` `sock_extended_err` (ENOMSG,
+    /// `SO_EE_ORIGIN_TIMESTAMPING`, the kind in `ee_info`, the key in `ee_data`).
+    fn check_errqueue_msghdr(
+        &mut self,
+        msg: &Expr,
+        ev: &shallow_tcp::TxTimestamp,
+        tsonly: bool,
+    ) -> R<()> {
+        let got_flags = i64::from(MSG_ERRQUEUE) | if tsonly { 0 } else { 0x20 };
+        if let Some(want) = msg.field("msg_flags").and_then(|f| self.int_of(&f.value)) {
+            if want != got_flags {
+                return self.fail(
+                    FailKind::Syscall,
+                    format!("recvmsg msg_flags {got_flags:#x}, script expects {want:#x}"),
+                );
+            }
+        }
+        let Some(f) = msg.field("msg_control") else {
+            return Ok(());
+        };
+        let items: Vec<&Expr> = match &f.value {
+            Expr::List(v) => v.iter().collect(),
+            Expr::Ellipsis | Expr::Null => Vec::new(),
+            other => vec![other],
+        };
+        for c in items {
+            let level = c.field("cmsg_level").and_then(|f| self.int_of(&f.value));
+            let ty = c.field("cmsg_type").and_then(|f| self.int_of(&f.value));
+            let Some(data) = c.field("cmsg_data").map(|f| &f.value) else {
+                continue;
+            };
+            let num = |name: &str| data.field(name).and_then(|f| self.int_of(&f.value));
+            match (level, ty) {
+                (Some(1), Some(37)) => {
+                    let (Some(sec), Some(nsec)) = (num("scm_sec"), num("scm_nsec")) else {
+                        return self.skip("SCM_TIMESTAMPING data not understood");
+                    };
+                    let want = (sec * 1_000_000_000 + nsec).max(0) as u64;
+                    let got = ev.time.as_nanos() as u64;
+                    if got.abs_diff(want) > self.tol_ns {
+                        return self.fail(
+                            FailKind::Syscall,
+                            format!(
+                                "SCM_TIMESTAMPING is {}, script expects {} (tolerance {} us)",
+                                super::secs(got),
+                                super::secs(want),
+                                self.tol_ns / 1000
+                            ),
+                        );
+                    }
+                }
+                (Some(0), Some(11)) | (Some(41), Some(25)) => {
+                    let fields = [
+                        ("ee_errno", 42i64),
+                        ("ee_origin", 4),
+                        ("ee_type", 0),
+                        ("ee_code", 0),
+                        ("ee_info", i64::from(ev.kind.scm())),
+                        ("ee_data", i64::from(ev.key)),
+                    ];
+                    for (name, got) in fields {
+                        if let Some(want) = num(name) {
+                            if want != got {
+                                return self.fail(
+                                    FailKind::Syscall,
+                                    format!("recvmsg {name} is {got}, script expects {want}"),
+                                );
+                            }
+                        }
+                    }
+                }
+                _ => return self.skip("recvmsg control message not modelled"),
+            }
+        }
+        Ok(())
     }
 
     /// recvmsg's output fields: msg_flags (the engine reports none, so only 0 can be

@@ -336,6 +336,16 @@ impl Stack {
         self.call(now, s, |sk, env| sk.sendmsg(env, now, data, flags))
     }
 
+    /// `recvmsg(MSG_ERRQUEUE)` for transmit timestamps (`SO_TIMESTAMPING`, tstamp.rs): the
+    /// oldest event, or EAGAIN when none waits (the call never blocks, as on Linux).
+    pub fn recv_errqueue(&mut self, s: SocketId) -> Result<crate::TxTimestamp, Errno> {
+        self.sock_mut(s)?
+            .tstamp
+            .errq
+            .pop_front()
+            .ok_or(Errno::EAGAIN)
+    }
+
     /// Whether a `TCP_FASTOPEN_CONNECT` connect() on `s` waits for the first write to send
     /// its SYN (`DEFER_CONNECT`).
     pub fn connect_deferred(&self, s: SocketId) -> Result<bool, Errno> {

@@ -38,6 +38,10 @@ impl Stack {
                 s.in_host = s.in_host.saturating_sub(1);
             }
         }
+        // The device took a packet that carried a marked byte: its SND timestamp.
+        if let Some(key) = sk.tstamp.take_snd(token.seq) {
+            sk.tstamp_event(env, crate::tstamp::TstampKind::Snd, key, now);
+        }
         if sk.tsq_flags & tsq::THROTTLED != 0 {
             sk.tsq_flags &= !tsq::THROTTLED;
             if sk.lock.owned {
