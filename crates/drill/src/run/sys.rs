@@ -1086,7 +1086,7 @@ impl Runner<'_> {
                         return self.skip("SCM_TIMESTAMPING data not understood");
                     };
                     let want = (sec * 1_000_000_000 + nsec).max(0) as u64;
-                    let got = ev.time.as_nanos() as u64;
+                    let got = ev.time.as_nanos();
                     if got.abs_diff(want) > self.tol_ns {
                         return self.fail(
                             FailKind::Syscall,
