@@ -1146,9 +1146,17 @@ impl Connection {
                 break;
             }
             let skb = self.rtx.queue.pop_front().expect("front exists");
-            // tcp_ack_tstamp: the ACK covers a marked byte.
-            if let Some(m) = skb.tstamp.filter(|m| m.ack) {
-                self.tstamp_event(env, crate::tstamp::TstampKind::Ack, m.key, now);
+            if let Some(m) = skb.tstamp {
+                // The device's SND stamp comes before the peer can ACK on Linux (it is taken
+                // in the driver's transmit); a completion the substrate reports after the ACK
+                // is reported now, before the ACK.
+                if let Some(k) = self.tstamp.take_snd_key(m.key) {
+                    self.tstamp_event(env, crate::tstamp::TstampKind::Snd, k, now);
+                }
+                // tcp_ack_tstamp: the ACK covers a marked byte.
+                if m.ack {
+                    self.tstamp_event(env, crate::tstamp::TstampKind::Ack, m.key, now);
+                }
             }
             let p = skb.pcount.max(1);
             if skb.sacked & sacked::ACKED != 0 {

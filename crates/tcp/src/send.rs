@@ -155,8 +155,11 @@ impl Connection {
                 self.write_xmit(env, now, NAGLE_PUSH, true);
             }
         }
-        if copied > 0 {
-            // tcp_tx_timestamp: the write's last byte carries its timestamp request.
+        // tcp_tx_timestamp: the write's last byte carries its timestamp request, once the
+        // call ends: a blocking writer that got only part in comes back with the rest (one
+        // Linux sendmsg that slept), so the mark waits for its last call.
+        let blocking = !self.opts.nonblock && flags & MSG_DONTWAIT == 0;
+        if copied > 0 && (copied == data.len() || !blocking) {
             self.tstamp_mark_tail();
         }
         if waited {

@@ -17,7 +17,11 @@
 //!   mark with its byte, merging two keeps the later one's (`tcp_fragment_tstamp`,
 //!   `tcp_skb_collapse_tstamp`);
 //! - every transmission of the marked buffer (retransmissions too) reports SCHED and SND;
-//!   ACK is reported once, by the ACK that covers the key (`tcp_ack_tstamp`);
+//!   ACK is reported once, by the ACK that covers the key (`tcp_ack_tstamp`); an SND whose
+//!   completion the substrate has not reported yet when that ACK comes is reported first (on
+//!   Linux the driver stamps SND as it transmits, before any ACK can come back);
+//! - a write is one call: a blocking writer that copied only part and comes back with the
+//!   rest (one Linux `sendmsg` that slept for space) is marked at its last call;
 //! - the error queue is bounded by the receive buffer (`sock_queue_err_skb`: an event that
 //!   would take the queue past `sk_rcvbuf` is dropped); the key reported (`ee_data`) is
 //!   relative to the socket's first key with `OPT_ID`, else 0.
@@ -156,6 +160,13 @@ impl SockTstamp {
             self.snd_pending.pop_front();
         }
         self.snd_pending.push_back((seq, key));
+    }
+
+    /// An SND timestamp still owed for `key` (its packet's completion not yet reported),
+    /// taken out.
+    pub fn take_snd_key(&mut self, key: u32) -> Option<u32> {
+        let i = self.snd_pending.iter().position(|&(_, k)| k == key)?;
+        self.snd_pending.remove(i).map(|(_, k)| k)
     }
 
     /// The key whose SND timestamp the completion of the packet starting at `seq` brings.
