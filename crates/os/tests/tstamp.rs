@@ -1,12 +1,16 @@
-//! Transmit timestamps (`SO_TIMESTAMPING`) through the blocking API between two hosts joined
-//! by an in-memory link: `TcpStream::set_timestamping` and the error-queue reads
-//! (`recv_timestamp`, `wait_timestamp`, `tx_timestamps`). No root, no TUN.
+//! Transmit timestamps (`SO_TIMESTAMPING`) through the blocking API: `TcpStream::set_timestamping`
+//! and the error-queue reads (`recv_timestamp`, `wait_timestamp`, `tx_timestamps`), between
+//! two hosts joined by an in-memory link (no root), and against the Linux kernel over a TUN
+//! (`timestamps_against_linux`: needs root, `/dev/net/tun` and iproute2; skipped with a
+//! printed reason without them, unless `SHALLOW_REQUIRE_TUN=1`).
+
+mod interop_harness;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::mpsc;
 use std::time::Duration;
 
+use interop_harness::{can_run, connect, peers, with_watchdog, World};
 use shallow_os::{link, Egress, Host, TcpListener, TcpStream};
 use shallow_tcp::tstamp::sof;
 use shallow_tcp::{pollbits, OptVal, SockOpt, Stack, TstampKind, TxTimestamp};
@@ -25,24 +29,6 @@ fn hosts(egress: Egress) -> (Host, Host) {
         Host::start_with(a, la, egress.clone()).unwrap(),
         Host::start_with(b, lb, egress).unwrap(),
     )
-}
-
-/// Runs `f` on its own thread and fails if it has not finished after `limit`.
-fn with_watchdog(limit: Duration, f: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = mpsc::channel();
-    let t = std::thread::spawn(move || {
-        f();
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(()) => t.join().unwrap(),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(p) = t.join() {
-                std::panic::resume_unwind(p);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("test body still running after {limit:?}"),
-    }
 }
 
 const ALL: u32 = sof::TX_SCHED | sof::TX_SOFTWARE | sof::TX_ACK | sof::SOFTWARE | sof::OPT_ID;
@@ -238,5 +224,116 @@ fn bad_flags_are_einval() {
         c.set_timestamping(sof::OPT_ID | sof::OPT_ID_TCP | sof::TX_ACK)
             .unwrap();
         drop(server.join().unwrap());
+    });
+}
+
+/// The median of `v` (sorted here); zero when empty.
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+/// Shallow sends 1 MiB in 64 KiB writes to a Linux receiver over the TUN, IPv4 and IPv6,
+/// with SCHED, SND and ACK asked for (`OPT_ID`), first with the I/O thread transmitting,
+/// then with direct transmit (the default). Each write waits for its own SCHED before the
+/// next, so that no later write appends to its last buffer (which would move its mark, as in
+/// Linux, and leave it unreported). Every write's last byte (key `64Ki·n − 1`) gets SCHED,
+/// then SND, then one ACK, in time and in queue order (SND after ACK is tolerated, printed,
+/// with direct transmit: see `sched_snd_ack_per_write`), and no other key shows up. Prints
+/// the medians of SCHED→SND (the packet's residence in the host's queues: qdisc, TSQ and
+/// the TUN write) and SND→ACK.
+#[test]
+fn timestamps_against_linux() {
+    if !can_run("timestamps_against_linux", &[]) {
+        return;
+    }
+    with_watchdog(Duration::from_secs(120), || {
+        const WRITE: usize = 64 << 10;
+        const WRITES: u32 = 16;
+        let w = World::new("shts");
+        for (round, direct) in [false, true].into_iter().enumerate() {
+            w.host.set_direct_transmit(direct);
+            for (n, ip) in peers().into_iter().enumerate() {
+                let addr = SocketAddr::new(ip, 7300 + (round * 2 + n) as u16);
+                let l = w.kernel_listener(addr);
+                let kernel = w.kernel(move || {
+                    let (mut s, _) = l.accept().unwrap();
+                    let mut got = Vec::new();
+                    s.read_to_end(&mut got).unwrap();
+                    got.len()
+                });
+                let mut c = connect(&w.host, addr);
+                c.set_timestamping(ALL).unwrap();
+                let buf = vec![0x5a; WRITE];
+                let mut events: Vec<TxTimestamp> = Vec::new();
+                let wait = |c: &TcpStream, events: &mut Vec<TxTimestamp>, kind, key| loop {
+                    let t = c.wait_timestamp(Some(Duration::from_secs(10))).unwrap();
+                    events.push(t);
+                    if (t.kind, t.key) == (kind, key) {
+                        break;
+                    }
+                };
+                let start = std::time::Instant::now();
+                for i in 1..=WRITES {
+                    c.write_all(&buf).unwrap();
+                    wait(&c, &mut events, TstampKind::Sched, i * WRITE as u32 - 1);
+                }
+                let last = WRITES * WRITE as u32 - 1;
+                wait(&c, &mut events, TstampKind::Ack, last);
+                let elapsed = start.elapsed();
+                std::thread::sleep(Duration::from_millis(20));
+                events.extend(c.tx_timestamps().unwrap());
+                drop(c);
+                assert_eq!(kernel.join().unwrap(), WRITES as usize * WRITE);
+                let (mut res, mut rtt, mut late) = (Vec::new(), Vec::new(), 0);
+                for i in 1..=WRITES {
+                    let key = i * WRITE as u32 - 1;
+                    let pos =
+                        |k: TstampKind| events.iter().position(|t| (t.kind, t.key) == (k, key));
+                    let count = |k: TstampKind| {
+                        events
+                            .iter()
+                            .filter(|t| (t.kind, t.key) == (k, key))
+                            .count()
+                    };
+                    let (Some(ps), Some(pd), Some(pa)) = (
+                        pos(TstampKind::Sched),
+                        pos(TstampKind::Snd),
+                        pos(TstampKind::Ack),
+                    ) else {
+                        panic!("{ip} direct {direct}: key {key} lacks an event: {events:?}");
+                    };
+                    assert_eq!(count(TstampKind::Ack), 1, "{ip}: key {key}: {events:?}");
+                    let (ts, td, ta) = (events[ps].time, events[pd].time, events[pa].time);
+                    assert!(
+                        ps < pd && ts <= td,
+                        "{ip}: key {key}: SND before SCHED: {events:?}"
+                    );
+                    assert!(
+                        ps < pa && ts <= ta,
+                        "{ip}: key {key}: ACK before SCHED: {events:?}"
+                    );
+                    if pd > pa || td > ta {
+                        assert!(direct, "{ip}: key {key}: SND after ACK: {events:?}");
+                        late += 1;
+                    }
+                    res.push(td - ts);
+                    rtt.push(ta.saturating_duration_since(td));
+                }
+                assert!(
+                    events
+                        .iter()
+                        .all(|t| t.key % WRITE as u32 == WRITE as u32 - 1),
+                    "{ip}: a key that ends no write: {events:?}"
+                );
+                println!(
+                    "{ip} direct transmit {direct}: {WRITES} writes of {WRITE} B in {elapsed:?}, {} events; \
+                     median SCHED->SND {:?}, median SND->ACK {:?}; SND after ACK {late}",
+                    events.len(),
+                    median(&mut res),
+                    median(&mut rtt)
+                );
+            }
+        }
     });
 }
