@@ -486,11 +486,19 @@ impl TcpStream {
     /// `flags` are `SOF_TIMESTAMPING_*` ([`shallow_tcp::tstamp::sof`]): `TX_SCHED` (the
     /// packet entered the host's egress queue), `TX_SOFTWARE` (it left the host: the TUN
     /// write or the in-memory link took it), `TX_ACK` (the peer acknowledged the byte), with
-    /// `SOFTWARE` to report them and `OPT_ID` for a key per write (the last byte's offset
-    /// in the stream from the moment the option was set; without it every key is 0).
+    /// `SOFTWARE` to report them and `OPT_ID` for a key per write: its last byte's offset
+    /// counted from the first unacknowledged byte when `OPT_ID` was set (from the next byte
+    /// written with `OPT_ID_TCP`), so on a fresh connection the `n`th byte ever written has
+    /// key `n - 1`; without `OPT_ID` every key is 0.
     /// Errors as Linux's `sock_set_timestamping`: `InvalidInput` (`EINVAL`) for a bit Linux
     /// does not know, `OPT_ID_TCP` without `OPT_ID`, or `OPT_ID` first set on a socket that
     /// is not connected. 0 turns timestamping off (events already queued stay).
+    ///
+    /// SND is stamped when the host runs the packet's TX completion: just after the device
+    /// write when an I/O thread wrote the packet, but at that thread's next round when the
+    /// application's thread wrote it ([`Host::set_direct_transmit`], the default), so
+    /// SCHED→SND then includes that delay and SND may even come after the ACK when the
+    /// peer answers before the round (over a TUN, Linux can answer within the write).
     /// Read the events with [`TcpStream::recv_timestamp`], [`TcpStream::wait_timestamp`]
     /// or [`TcpStream::tx_timestamps`]; while any waits, [`TcpStream::poll`] has `POLLERR`.
     ///
