@@ -500,7 +500,8 @@ impl TcpStream {
     /// SCHED→SND then includes that delay and SND may even come after the ACK when the
     /// peer answers before the round (over a TUN, Linux can answer within the write).
     /// Read the events with [`TcpStream::recv_timestamp`], [`TcpStream::wait_timestamp`]
-    /// or [`TcpStream::tx_timestamps`]; while any waits, [`TcpStream::poll`] has `POLLERR`.
+    /// or [`TcpStream::tx_timestamps`]; while any waits, [`TcpStream::poll`] has `POLLERR`
+    /// and a [`Poller`](crate::Poller) reports the stream with `Event::is_error`.
     ///
     /// A timestamp's `time` is the host's clock ([`Host::now`]): take `host.now()` before a
     /// write and subtract it from the event's time to get a [`Duration`]:
