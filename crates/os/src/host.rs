@@ -342,6 +342,15 @@ impl Host {
         Host::attach(&HostConfig::default())
     }
 
+    /// The host's clock: the engine's [`Instant`] now (nanoseconds since the host started,
+    /// the clock every engine call and every [`TxTimestamp`](shallow_tcp::TxTimestamp) of
+    /// this host's sockets uses). `t.time - before` (or `t.time.duration_since(before)`)
+    /// with `before = host.now()` taken just before a write is the time from the write to
+    /// the event; it is monotonic and shared by all shards.
+    pub fn now(&self) -> Instant {
+        self.shared.now()
+    }
+
     /// Runs `f` on shard 0's engine (under its lock) at the current time, then dispatches the
     /// wake-ups it produced and lets its I/O thread transmit what it queued. With one device
     /// queue that is the host's only engine; with several, use [`Host::with_stacks`] for

@@ -94,6 +94,13 @@ pub(crate) fn io_loop(sh: &Shared, me: usize) {
             let mut g = shard.lock();
             let mut hook = sh.lock_hook();
             let now = sh.now();
+            // The TX completions of what application threads wrote come first: the device
+            // took those packets before anything read now arrived, so an ACK of one of them
+            // must not be processed before its completion (its SND timestamp would follow
+            // its ACK timestamp).
+            for t in shard.take_completions() {
+                g.driver.tx_complete(now, t);
+            }
             // What other queues read for this shard first (it was read earlier).
             if sharded {
                 shard.take_inbox(&mut inbox);
@@ -148,9 +155,6 @@ pub(crate) fn io_loop(sh: &Shared, me: usize) {
                     .rx_dropped
                     .fetch_add(batch.dropped - dropped_seen, Ordering::Relaxed);
                 dropped_seen = batch.dropped;
-            }
-            for t in shard.take_completions() {
-                g.driver.tx_complete(now, t);
             }
             g.driver.run_timers(now);
             drop(hook);

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use shallow_tcp::{
     msgflags, Errno, Family, MemInfo, OptVal, Shutdown, SockOpt, SocketId, TcpInfo, TcpState,
+    TxTimestamp,
 };
 
 use crate::host::Host;
@@ -479,6 +480,112 @@ impl TcpStream {
     /// `recv(MSG_PEEK)`: like std's `peek`.
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.recv_with_flags(buf, msgflags::MSG_PEEK)
+    }
+
+    /// `SO_TIMESTAMPING`: asks for transmit timestamps of every later write's last byte;
+    /// `flags` are `SOF_TIMESTAMPING_*` ([`shallow_tcp::tstamp::sof`]): `TX_SCHED` (the
+    /// packet entered the host's egress queue), `TX_SOFTWARE` (it left the host: the TUN
+    /// write or the in-memory link took it), `TX_ACK` (the peer acknowledged the byte), with
+    /// `SOFTWARE` to report them and `OPT_ID` for a key per write: its last byte's offset
+    /// counted from the first unacknowledged byte when `OPT_ID` was set (from the next byte
+    /// written with `OPT_ID_TCP`), so on a fresh connection the `n`th byte ever written has
+    /// key `n - 1`; without `OPT_ID` every key is 0.
+    /// Errors as Linux's `sock_set_timestamping`: `InvalidInput` (`EINVAL`) for a bit Linux
+    /// does not know, `OPT_ID_TCP` without `OPT_ID`, or `OPT_ID` first set on a socket that
+    /// is not connected. 0 turns timestamping off (events already queued stay).
+    ///
+    /// SND is stamped when the host runs the packet's TX completion: just after the device
+    /// write when an I/O thread wrote the packet, but at that thread's next round when the
+    /// application's thread wrote it ([`Host::set_direct_transmit`], the default), so
+    /// SCHED→SND then includes that delay and SND may even come after the ACK when the
+    /// peer answers before the round (over a TUN, Linux can answer within the write).
+    /// Read the events with [`TcpStream::recv_timestamp`], [`TcpStream::wait_timestamp`]
+    /// or [`TcpStream::tx_timestamps`]; while any waits, [`TcpStream::poll`] has `POLLERR`
+    /// and a [`Poller`](crate::Poller) reports the stream with `Event::is_error`.
+    ///
+    /// A timestamp's `time` is the host's clock ([`Host::now`]): take `host.now()` before a
+    /// write and subtract it from the event's time to get a [`Duration`]:
+    ///
+    /// ```no_run
+    /// use std::io::Write;
+    /// use shallow_os::{Host, TcpStream};
+    /// use shallow_tcp::tstamp::sof;
+    /// use shallow_tcp::TstampKind;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let host = Host::attach_default()?;
+    /// let mut s = TcpStream::connect(&host, "10.213.0.1:9000".parse()?)?;
+    /// s.set_timestamping(
+    ///     sof::TX_SCHED | sof::TX_SOFTWARE | sof::TX_ACK | sof::SOFTWARE | sof::OPT_ID,
+    /// )?;
+    /// let buf = vec![0u8; 65536];
+    /// let before = host.now();
+    /// s.write_all(&buf)?;
+    /// // The key of this write is the offset of its last byte.
+    /// loop {
+    ///     let t = s.wait_timestamp(Some(std::time::Duration::from_secs(5)))?;
+    ///     println!("{:?} of byte {} after {:?}", t.kind, t.key, t.time - before);
+    ///     if t.kind == TstampKind::Ack && t.key == 65535 {
+    ///         break;
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_timestamping(&self, flags: u32) -> io::Result<()> {
+        self.sock.set_int(SockOpt::SoTimestamping, i64::from(flags))
+    }
+
+    /// `SO_TIMESTAMPING` as `getsockopt` reports it (the flags set).
+    pub fn timestamping(&self) -> io::Result<u32> {
+        Ok(u32::try_from(self.sock.get_int(SockOpt::SoTimestamping)?).unwrap_or(0))
+    }
+
+    /// `recvmsg(MSG_ERRQUEUE)`: the oldest transmit timestamp of the socket's error queue
+    /// (see [`TcpStream::set_timestamping`]), removed from it. Never waits, as Linux's
+    /// error-queue read does not: `WouldBlock` (`EAGAIN`) when the queue is empty, whatever
+    /// `O_NONBLOCK` says. Events come in the order they happened (for one write SCHED, then
+    /// SND, then ACK; a retransmission brings SCHED and SND again).
+    pub fn recv_timestamp(&self) -> io::Result<TxTimestamp> {
+        // Linux reads the error queue under its own lock, not lock_sock: no ownership.
+        self.sock.peek(|st, _, s| st.recv_errqueue(s))
+    }
+
+    /// Every transmit timestamp queued now, oldest first (empty when none): repeated
+    /// [`TcpStream::recv_timestamp`].
+    pub fn tx_timestamps(&self) -> io::Result<Vec<TxTimestamp>> {
+        self.sock.peek(|st, _, s| {
+            let mut v = Vec::new();
+            loop {
+                match st.recv_errqueue(s) {
+                    Ok(t) => v.push(t),
+                    Err(Errno::EAGAIN) => return Ok(v),
+                    Err(e) => return Err(e),
+                }
+            }
+        })
+    }
+
+    /// The oldest transmit timestamp, waiting for one (`poll(POLLERR)` then
+    /// `recvmsg(MSG_ERRQUEUE)`) up to `timeout` (`None`: no limit); `WouldBlock` when the
+    /// timeout passes first, `ENETDOWN` when the host stops. Any wake-up of the socket's
+    /// readers ends a sleep, so data arriving meanwhile costs a retry, not an error.
+    pub fn wait_timestamp(&self, timeout: Option<Duration>) -> io::Result<TxTimestamp> {
+        let sh = &self.sock.host.shared;
+        let mut o = sh.own(self.sock.shard, self.sock.id)?;
+        let dl = deadline(timeout);
+        loop {
+            match o.stack().recv_errqueue(self.sock.id) {
+                Ok(t) => return Ok(t),
+                Err(Errno::EAGAIN) => {}
+                Err(e) => return Err(errno(e)),
+            }
+            if sh.stopped() {
+                return Err(netdown());
+            }
+            if let WaitEnd::TimedOut = o.wait(Want::Read, dl)? {
+                return o.stack().recv_errqueue(self.sock.id).map_err(errno);
+            }
+        }
     }
 }
 
