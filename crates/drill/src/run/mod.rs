@@ -458,20 +458,26 @@ impl<'a> Runner<'a> {
             let PacketBody::Icmp(i) = &p.body else {
                 continue;
             };
-            let err = pkt::IcmpError {
-                type_name: i.icmp_type.clone(),
-                code: i
-                    .code
-                    .as_ref()
-                    .map(|c| self.defines.get(c).cloned().unwrap_or_else(|| c.clone())),
-                mtu: i.mtu,
-            };
+            let err = self.icmp_error(i);
             if let Err(e) = pkt::icmp_known(self.remote_ip.is_ipv6(), &err) {
                 self.line = ev.line;
                 return self.fail(FailKind::Script, e);
             }
         }
         Ok(())
+    }
+
+    /// The ICMP error a script line asks for; a `-D` name (the IPv4 variants define `CODE`)
+    /// stands for its value.
+    fn icmp_error(&self, i: &IcmpSpec) -> pkt::IcmpError {
+        pkt::IcmpError {
+            type_name: i.icmp_type.clone(),
+            code: i
+                .code
+                .as_ref()
+                .map(|c| self.defines.get(c).cloned().unwrap_or_else(|| c.clone())),
+            mtu: i.mtu,
+        }
     }
 
     fn check_options(&self) -> R<()> {
@@ -1319,15 +1325,7 @@ impl<'a> Runner<'a> {
             Err(e) => return self.fail(FailKind::Script, e),
         };
         let ip_hdr = if self.local_ip.is_ipv6() { 40 } else { 20 };
-        let err = pkt::IcmpError {
-            type_name: i.icmp_type.clone(),
-            // A `-D` name (the IPv4 variants define CODE) stands for its value.
-            code: i
-                .code
-                .as_ref()
-                .map(|c| self.defines.get(c).cloned().unwrap_or_else(|| c.clone())),
-            mtu: i.mtu,
-        };
+        let err = self.icmp_error(i);
         let data =
             match pkt::build_icmp_error(self.remote_ip, self.local_ip, &err, &quoted[..ip_hdr + 8])
             {

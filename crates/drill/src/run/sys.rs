@@ -599,18 +599,7 @@ impl Runner<'_> {
                     };
                 let fresh = matches!(self.st.state(s), Ok(shallow_tcp::TcpState::Close));
                 if fresh {
-                    self.listener_under_test = false;
-                    self.flows.push(super::Flow {
-                        local_port: None,
-                        remote_port: addr.port(),
-                        isn: None,
-                        active: true,
-                        syn_seq: None,
-                        saw_non_syn: false,
-                        remote_isn: 0,
-                        remote_isn_set: false,
-                    });
-                    self.cur_flow = Some(self.flows.len() - 1);
+                    self.new_active_flow(addr.port());
                 }
                 match self.st.connect(now, s, addr) {
                     Ok(()) => Ok(Res::Done(Ok(0))),
@@ -883,7 +872,7 @@ impl Runner<'_> {
                 Err(_) => None,
             };
             if flags & MSG_FASTOPEN != 0 && matches!(self.st.state(s), Ok(TcpState::Close)) {
-                self.fastopen_flow(dest);
+                self.new_active_flow(dest.map_or(self.connect_port, |d| d.port()));
             }
             let data = vec![0u8; total];
             let r = self.st.sendto(now, s, &data, flags, dest);
@@ -958,13 +947,13 @@ impl Runner<'_> {
         Ok(res)
     }
 
-    /// A fresh active open by sendto(MSG_FASTOPEN): the flow the script's packets name,
-    /// as connect() makes it.
-    fn fastopen_flow(&mut self, dest: Option<std::net::SocketAddr>) {
+    /// A fresh active open (connect(), or sendto(MSG_FASTOPEN)): the flow under test, the
+    /// one the script's packets now name.
+    fn new_active_flow(&mut self, remote_port: u16) {
         self.listener_under_test = false;
         self.flows.push(super::Flow {
             local_port: None,
-            remote_port: dest.map_or(self.connect_port, |d| d.port()),
+            remote_port,
             isn: None,
             active: true,
             syn_seq: None,
