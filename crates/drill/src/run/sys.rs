@@ -1034,6 +1034,24 @@ impl Runner<'_> {
         }
     }
 
+    /// A msghdr's control messages as the script writes them: (cmsg_level, cmsg_type, the
+    /// cmsg), none for `...` or NULL.
+    fn cmsgs<'e>(&self, msg: &'e Expr) -> Vec<(Option<i64>, Option<i64>, &'e Expr)> {
+        let items: Vec<&Expr> = match msg.field("msg_control").map(|f| &f.value) {
+            None | Some(Expr::Ellipsis | Expr::Null) => Vec::new(),
+            Some(Expr::List(v)) => v.iter().collect(),
+            Some(other) => vec![other],
+        };
+        items
+            .into_iter()
+            .map(|c| {
+                let level = c.field("cmsg_level").and_then(|f| self.int_of(&f.value));
+                let ty = c.field("cmsg_type").and_then(|f| self.int_of(&f.value));
+                (level, ty, c)
+            })
+            .collect()
+    }
+
     /// An error-queue recvmsg's output fields: `msg_flags` (MSG_ERRQUEUE, and MSG_TRUNC
     /// unless OPT_TSONLY: the packet did not fit the empty buffer) and the control messages:
     /// `SCM_TIMESTAMPING` (the software time, from the script's start, within the
@@ -1054,17 +1072,7 @@ impl Runner<'_> {
                 );
             }
         }
-        let Some(f) = msg.field("msg_control") else {
-            return Ok(());
-        };
-        let items: Vec<&Expr> = match &f.value {
-            Expr::List(v) => v.iter().collect(),
-            Expr::Ellipsis | Expr::Null => Vec::new(),
-            other => vec![other],
-        };
-        for c in items {
-            let level = c.field("cmsg_level").and_then(|f| self.int_of(&f.value));
-            let ty = c.field("cmsg_type").and_then(|f| self.int_of(&f.value));
+        for (level, ty, c) in self.cmsgs(msg) {
             let Some(data) = c.field("cmsg_data").map(|f| &f.value) else {
                 continue;
             };
@@ -1128,39 +1136,30 @@ impl Runner<'_> {
                 }
             }
         }
-        if let Some(f) = msg.field("msg_control") {
-            let items: Vec<&Expr> = match &f.value {
-                Expr::List(v) => v.iter().collect(),
-                Expr::Ellipsis | Expr::Null => Vec::new(),
-                other => vec![other],
-            };
-            for c in items {
-                let level = c.field("cmsg_level").and_then(|f| self.int_of(&f.value));
-                let ty = c.field("cmsg_type").and_then(|f| self.int_of(&f.value));
-                if level != Some(SOL_TCP) || ty != Some(TCP_CM_INQ) {
-                    return self.skip("recvmsg control message other than TCP_CM_INQ");
-                }
-                let want = c.field("cmsg_data").and_then(|f| self.int_of(&f.value));
-                let mut inq = i64::from(self.st.ioctl(s, Ioctl::SiocInq).unwrap_or(0));
-                // SOCK_DONE: the peer's FIN (or a reset) was received.
-                let done = matches!(
-                    self.st.state(s),
-                    Ok(TcpState::CloseWait
-                        | TcpState::LastAck
-                        | TcpState::Closing
-                        | TcpState::TimeWait
-                        | TcpState::Close)
-                );
-                if inq == 0 && done {
-                    inq = 1;
-                }
-                if let Some(w) = want {
-                    if w != inq {
-                        return self.fail(
-                            FailKind::Syscall,
-                            format!("recvmsg TCP_CM_INQ is {inq}, script expects {w}"),
-                        );
-                    }
+        for (level, ty, c) in self.cmsgs(msg) {
+            if level != Some(SOL_TCP) || ty != Some(TCP_CM_INQ) {
+                return self.skip("recvmsg control message other than TCP_CM_INQ");
+            }
+            let want = c.field("cmsg_data").and_then(|f| self.int_of(&f.value));
+            let mut inq = i64::from(self.st.ioctl(s, Ioctl::SiocInq).unwrap_or(0));
+            // SOCK_DONE: the peer's FIN (or a reset) was received.
+            let done = matches!(
+                self.st.state(s),
+                Ok(TcpState::CloseWait
+                    | TcpState::LastAck
+                    | TcpState::Closing
+                    | TcpState::TimeWait
+                    | TcpState::Close)
+            );
+            if inq == 0 && done {
+                inq = 1;
+            }
+            if let Some(w) = want {
+                if w != inq {
+                    return self.fail(
+                        FailKind::Syscall,
+                        format!("recvmsg TCP_CM_INQ is {inq}, script expects {w}"),
+                    );
                 }
             }
         }
