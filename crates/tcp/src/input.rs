@@ -211,47 +211,31 @@ impl Connection {
             return out;
         }
         // ACK processing.
-        if self.state == TcpState::SynRecv && self.fastopen.child {
-            // A Fast Open child (tcp_rcv_state_process TCP_SYN_RECV with fastopen_rsk): the
-            // SYN-ACK is not in its queue, so any ACK from snd_una to snd_nxt completes the
-            // handshake and tcp_ack takes what it acknowledges of the data sent since.
-            if before(seg.ack, self.snd.una) || after(seg.ack, self.snd.nxt) {
-                out.reset = true;
-                return out;
-            }
-            self.disarm(env, TimerKind::Retrans);
-            self.timer.retransmits = 0;
-            self.timer.backoff = 0;
-            self.timer.retrans_stamp = None;
-            // tcp_synack_rtt_meas, from the SYN-ACK's send time unless it was retransmitted.
-            if let Some(t) = self.fastopen.synack_sent.take() {
-                if self.timer.synack_retries_done == 0 {
-                    let rtt = (now - t).as_micros() as u32;
-                    self.rtt_sample(env, now, rtt.max(1));
-                } else if let Some(rtt) = self.ts_echo_rtt_us(now, seg) {
-                    self.rtt_sample(env, now, rtt as u32);
-                }
-            }
-            self.rtx.delivered += 1;
-            self.become_established(env, now);
-            self.snd.wnd = u32::from(seg.window) << self.rx_opt.snd_wscale;
-            self.snd.wl1 = seg.seq;
-            self.snd.max_window = self.snd.max_window.max(self.snd.wnd);
-            self.update_pacing_rate(env);
-            out.child_established = true;
-        } else if self.state == TcpState::SynRecv {
-            if !after(seg.ack, self.snd.una) || after(seg.ack, self.snd.nxt) {
-                out.reset = true;
-                return out;
-            }
-            // The handshake acknowledges the SYN; data sent with it (a simultaneous open
-            // under Fast Open) is tcp_ack's below.
-            let syn_end = self.snd.iss.wrapping_add(1);
-            self.snd.una = if after(seg.ack, syn_end) && !self.rtx.queue.is_empty() {
-                syn_end
+        if self.state == TcpState::SynRecv {
+            // A Fast Open child (tcp_rcv_state_process TCP_SYN_RECV with fastopen_rsk) has no
+            // SYN-ACK in its queue (snd_una is past it already): any ACK from snd_una to
+            // snd_nxt completes the handshake, and tcp_ack takes what it acknowledges of the
+            // data sent since. Otherwise the ACK must cover the SYN-ACK.
+            let tfo = self.fastopen.child;
+            let lowest = if tfo {
+                self.snd.una
             } else {
-                seg.ack
+                self.snd.una.wrapping_add(1)
             };
+            if before(seg.ack, lowest) || after(seg.ack, self.snd.nxt) {
+                out.reset = true;
+                return out;
+            }
+            if !tfo {
+                // The handshake acknowledges the SYN; data sent with it (a simultaneous open
+                // under Fast Open) is tcp_ack's below.
+                let syn_end = self.snd.iss.wrapping_add(1);
+                self.snd.una = if after(seg.ack, syn_end) && !self.rtx.queue.is_empty() {
+                    syn_end
+                } else {
+                    seg.ack
+                };
+            }
             self.snd.wnd = u32::from(seg.window) << self.rx_opt.snd_wscale;
             self.snd.wl1 = seg.seq;
             self.snd.max_window = self.snd.max_window.max(self.snd.wnd);
@@ -260,11 +244,21 @@ impl Connection {
             self.timer.backoff = 0;
             // tcp_synack_rtt_meas: the SYN-ACK's own send time gives a µs sample unless it
             // was retransmitted (Karn); then only the timestamp echo can (tcp_ack_update_rtt).
-            if self.timer.synack_retries_done == 0 {
-                let rtt = (now - self.lsndtime).as_micros() as u32;
-                self.rtt_sample(env, now, rtt.max(1));
-            } else if let Some(rtt) = self.ts_echo_rtt_us(now, seg) {
-                self.rtt_sample(env, now, rtt as u32);
+            // A Fast Open child may have sent data since its SYN-ACK: that send time is kept.
+            let synack_sent = if tfo {
+                self.timer.retrans_stamp = None;
+                self.rtx.delivered += 1;
+                self.fastopen.synack_sent.take()
+            } else {
+                Some(self.lsndtime)
+            };
+            if let Some(t) = synack_sent {
+                if self.timer.synack_retries_done == 0 {
+                    let rtt = (now - t).as_micros() as u32;
+                    self.rtt_sample(env, now, rtt.max(1));
+                } else if let Some(rtt) = self.ts_echo_rtt_us(now, seg) {
+                    self.rtt_sample(env, now, rtt as u32);
+                }
             }
             self.become_established(env, now);
             // tcp_rcv_state_process (TCP_SYN_RECV): the pacing rate starts from the SYN-ACK
