@@ -329,11 +329,8 @@ impl Stack {
         data: &[u8],
         flags: u32,
     ) -> Result<usize, Errno> {
-        if flags & crate::recv::msgflags::MSG_FASTOPEN != 0 || self.sock(s)?.fastopen.defer_connect
-        {
-            return self.sendto(now, s, data, flags, None);
-        }
-        self.call(now, s, |sk, env| sk.sendmsg(env, now, data, flags))
+        // One place decides between a plain send and a Fast Open connect: sendto.
+        self.sendto(now, s, data, flags, None)
     }
 
     /// `recvmsg(MSG_ERRQUEUE)` for transmit timestamps (`SO_TIMESTAMPING`, tstamp.rs): the
