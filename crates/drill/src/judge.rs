@@ -276,7 +276,7 @@ pub fn parse_packetdrill_output(file_name: &str, exit_ok: bool, output: &str) ->
 
 /// Output of the set-up commands that shows the kernel did not run the script as written.
 fn environment_problem(output: &str) -> Option<String> {
-    const SIGNS: [(&str, &str); 6] = [
+    const SIGNS: [(&str, &str); 8] = [
         (
             "Specified qdisc kind is unknown",
             "the kernel lacks a qdisc the script selects",
@@ -288,6 +288,12 @@ fn environment_problem(output: &str) -> Option<String> {
         ),
         ("cannot stat /proc/sys", "a sysctl the kernel lacks"),
         ("command not found", "a tool the script calls is missing"),
+        // dash's words for it, and the status packetdrill reports for the set-up command.
+        (": not found", "a tool the script calls is missing"),
+        (
+            "init command: non-zero status 127",
+            "a tool the script calls is missing",
+        ),
         ("Unknown symbol", "a symbol packetdrill does not know"),
     ];
     for (sign, what) in SIGNS {
@@ -675,6 +681,14 @@ mod tests {
             parse_packetdrill_output("x.pkt", true, "").status,
             Status::Pass
         );
+    }
+
+    #[test]
+    fn a_missing_tool_is_not_judged() {
+        let out = "sh: 1: ethtool: not found\nbasic-v4.pkt: error executing init command: non-zero status 127\n";
+        let o = parse_packetdrill_output("basic-v4.pkt", false, out);
+        assert_eq!(o.status, Status::Skip);
+        assert!(o.reason.contains("missing"), "{}", o.reason);
     }
 
     #[test]
