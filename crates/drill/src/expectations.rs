@@ -323,8 +323,8 @@ fn env_actions(script: &Script) -> Vec<EnvAction> {
     out
 }
 
-/// The features a script needs that Shallow does not implement (zerocopy,
-/// SO_TIMESTAMPING, TCP-MD5, splice, AccECN, PSP), by name, sorted. Detected
+/// The features a script needs that Shallow does not implement (zero-copy receive,
+/// TCP-MD5, splice, AccECN, PSP), by name, sorted. Detected
 /// from the parsed script: option kinds, socket-option and flag symbols, system call names,
 /// and sysctls the script writes.
 pub fn unsupported_features(script: &Script) -> Vec<&'static str> {
@@ -359,8 +359,8 @@ pub fn unsupported_features(script: &Script) -> Vec<&'static str> {
         }
     }
     for s in syms {
-        if s.contains("ZEROCOPY") {
-            feats.insert("zerocopy");
+        if s == "TCP_ZEROCOPY_RECEIVE" {
+            feats.insert("zerocopy receive");
         } else if s.contains("MD5") {
             feats.insert("md5");
         } else if s.contains("PSP") {
@@ -492,12 +492,12 @@ mod tests {
         let s = crate::parse_script(
             "t",
             "0 socket(..., SOCK_STREAM, IPPROTO_TCP) = 3\n\
-             +0 sendto(3, ..., 1, MSG_ZEROCOPY, ..., ...) = 1\n\
+             +0 getsockopt(3, SOL_TCP, TCP_ZEROCOPY_RECEIVE, ..., ...) = 0\n\
              +0 < SA 0:0(0) win 1\n\
              +0 `sysctl -q net.ipv4.tcp_fastopen=0`\n",
         )
         .unwrap();
-        assert_eq!(unsupported_features(&s), vec!["AccECN", "zerocopy"]);
+        assert_eq!(unsupported_features(&s), vec!["AccECN", "zerocopy receive"]);
         let plain = crate::parse_script("t", "0 `sysctl -q net.ipv4.tcp_fastopen=0`\n").unwrap();
         assert!(unsupported_features(&plain).is_empty());
         assert_eq!(initial_expectation(&plain).status, Status::Fail);

@@ -261,8 +261,13 @@ impl Host {
             // The engine marks its packets with departure times only when fq is there to
             // honour them (Linux: `sk_pacing_status == SK_PACING_FQ`).
             let caps = driver.device();
+            // The engine's packets share the socket's bytes (scatter-gather, so a zero-copy
+            // send is not copied into the send buffer); the device write copies each packet
+            // out (a zero-copy completion says so, as Linux's tun makes it say).
             driver.set_device(DeviceCaps {
                 edt_pacing: fq,
+                sg: true,
+                tx_copies: true,
                 ..caps
             });
             shards.push(Shard::new(k, driver, Waker::new()?, Arc::clone(dev)));

@@ -541,13 +541,14 @@ impl TcpStream {
     }
 
     /// `recvmsg(MSG_ERRQUEUE)`: the oldest transmit timestamp of the socket's error queue
-    /// (see [`TcpStream::set_timestamping`]), removed from it. Never waits, as Linux's
+    /// (see [`TcpStream::set_timestamping`]), removed from it (zero-copy completions stay
+    /// for [`TcpStream::recv_zerocopy`]). Never waits, as Linux's
     /// error-queue read does not: `WouldBlock` (`EAGAIN`) when the queue is empty, whatever
     /// `O_NONBLOCK` says. Events come in the order they happened (for one write SCHED, then
     /// SND, then ACK; a retransmission brings SCHED and SND again).
     pub fn recv_timestamp(&self) -> io::Result<TxTimestamp> {
         // Linux reads the error queue under its own lock, not lock_sock: no ownership.
-        self.sock.peek(|st, _, s| st.recv_errqueue(s))
+        self.sock.peek(|st, _, s| st.recv_tx_timestamp(s))
     }
 
     /// Every transmit timestamp queued now, oldest first (empty when none): repeated
@@ -556,13 +557,71 @@ impl TcpStream {
         self.sock.peek(|st, _, s| {
             let mut v = Vec::new();
             loop {
-                match st.recv_errqueue(s) {
+                match st.recv_tx_timestamp(s) {
                     Ok(t) => v.push(t),
                     Err(Errno::EAGAIN) => return Ok(v),
                     Err(e) => return Err(e),
                 }
             }
         })
+    }
+
+    /// `SO_ZEROCOPY`: let [`TcpStream::send_zerocopy`] hand buffers to the stack without a
+    /// copy (Linux's `MSG_ZEROCOPY`, zerocopy.rs in the engine).
+    pub fn set_zerocopy(&self, on: bool) -> io::Result<()> {
+        self.set_option(SockOpt::SoZerocopy, &OptVal::Int(i64::from(on)))
+    }
+
+    /// Whether `SO_ZEROCOPY` is on.
+    pub fn zerocopy(&self) -> io::Result<bool> {
+        Ok(self.sock.get_int(SockOpt::SoZerocopy)? != 0)
+    }
+
+    /// `send(MSG_ZEROCOPY)`: queue `buf` itself (no copy into the send buffer; the stack
+    /// keeps a reference), blocking as [`TcpStream::send_with_flags`] does. With
+    /// `SO_ZEROCOPY` on ([`TcpStream::set_zerocopy`]), each call that queues bytes gets the
+    /// next id (from 0) and the stack reports, on the error queue
+    /// ([`TcpStream::recv_zerocopy`]), the ids whose bytes it holds no more (acknowledged and
+    /// out of the host): from then on the buffer is the caller's alone (`Bytes::is_unique`,
+    /// `try_into_mut`). The completion says `copied` when the bytes were copied after all (the
+    /// device writes of this substrate copy each packet, as Linux's tun does). Without
+    /// `SO_ZEROCOPY` this is a plain send. ENOBUFS when the socket's completions fill
+    /// `net.core.optmem_max`.
+    pub fn send_zerocopy(&self, buf: &shallow_tcp::Bytes) -> io::Result<usize> {
+        send_zerocopy(
+            &self.sock.host.shared,
+            self.sock.shard,
+            self.sock.id,
+            buf,
+            msgflags::MSG_NOSIGNAL,
+        )
+    }
+
+    /// The oldest zero-copy completion of the error queue (ids `lo..=hi`), leaving
+    /// timestamps in place. Never waits: `WouldBlock` when none is queued.
+    pub fn recv_zerocopy(&self) -> io::Result<shallow_tcp::ZcNotice> {
+        self.sock.peek(|st, _, s| st.recv_zerocopy(s))
+    }
+
+    /// The oldest zero-copy completion, waiting for one up to `timeout` (`None`: no limit);
+    /// `WouldBlock` when the timeout passes first, `ENETDOWN` when the host stops.
+    pub fn wait_zerocopy(&self, timeout: Option<Duration>) -> io::Result<shallow_tcp::ZcNotice> {
+        let sh = &self.sock.host.shared;
+        let mut o = sh.own(self.sock.shard, self.sock.id)?;
+        let dl = deadline(timeout);
+        loop {
+            match o.stack().recv_zerocopy(self.sock.id) {
+                Ok(z) => return Ok(z),
+                Err(Errno::EAGAIN) => {}
+                Err(e) => return Err(errno(e)),
+            }
+            if sh.stopped() {
+                return Err(netdown());
+            }
+            if let WaitEnd::TimedOut = o.wait(Want::Read, dl)? {
+                return o.stack().recv_zerocopy(self.sock.id).map_err(errno);
+            }
+        }
     }
 
     /// The oldest transmit timestamp, waiting for one (`poll(POLLERR)` then
@@ -574,7 +633,7 @@ impl TcpStream {
         let mut o = sh.own(self.sock.shard, self.sock.id)?;
         let dl = deadline(timeout);
         loop {
-            match o.stack().recv_errqueue(self.sock.id) {
+            match o.stack().recv_tx_timestamp(self.sock.id) {
                 Ok(t) => return Ok(t),
                 Err(Errno::EAGAIN) => {}
                 Err(e) => return Err(errno(e)),
@@ -583,7 +642,7 @@ impl TcpStream {
                 return Err(netdown());
             }
             if let WaitEnd::TimedOut = o.wait(Want::Read, dl)? {
-                return o.stack().recv_errqueue(self.sock.id).map_err(errno);
+                return o.stack().recv_tx_timestamp(self.sock.id).map_err(errno);
             }
         }
     }
@@ -1039,6 +1098,29 @@ pub(crate) fn send_owned(
     flags: u32,
     waker: Option<&std::task::Waker>,
 ) -> io::Result<usize> {
+    send_loop(o, sh, buf.len(), CHUNK, flags, waker, |st, now, r, f| {
+        st.send(now, s, &buf[r], f)
+    })
+}
+
+/// A blocking or non-blocking send of `total` bytes as Linux's one `sendmsg` runs it: calls
+/// of at most `chunk` bytes (`send` makes each, given the bytes' range and the flags), every
+/// chunk but the last with MSG_MORE, sleeping for room as the socket's timeouts and
+/// `O_NONBLOCK` say.
+fn send_loop(
+    o: &mut crate::shared::Owned<'_>,
+    sh: &Shared,
+    total: usize,
+    chunk: usize,
+    flags: u32,
+    waker: Option<&std::task::Waker>,
+    mut send: impl FnMut(
+        &mut shallow_tcp::Stack,
+        shallow_tcp::Instant,
+        std::ops::Range<usize>,
+        u32,
+    ) -> Result<usize, Errno>,
+) -> io::Result<usize> {
     let (nonblocking, timeout) = {
         let slot = o.slot()?;
         if let Some(e) = slot.pending_err.take() {
@@ -1053,20 +1135,20 @@ pub(crate) fn send_owned(
     let dl = deadline(timeout);
     let mut sent = 0usize;
     let mut chunks = 0usize;
-    while sent < buf.len() {
-        let end = buf.len().min(sent + CHUNK);
+    while sent < total {
+        let end = total.min(sent.saturating_add(chunk));
         // MSG_MORE on every chunk but the last: the call as a whole is one sendmsg.
-        let more = if end < buf.len() {
+        let more = if end < total {
             shallow_tcp::msgflags::MSG_MORE
         } else {
             0
         };
         let now = o.now();
-        match o.stack().send(now, s, &buf[sent..end], flags | more) {
+        match send(o.stack(), now, sent..end, flags | more) {
             Ok(n) => {
                 sent += n;
                 chunks += 1;
-                if sent < buf.len() {
+                if sent < total {
                     if chunks % FLUSH_EVERY == 0 {
                         o.flush_backlog();
                     }
@@ -1102,10 +1184,32 @@ pub(crate) fn send_owned(
             }
         }
     }
-    if sent == 0 && !buf.is_empty() {
+    if sent == 0 && total > 0 {
         return Err(errno(Errno::EAGAIN));
     }
     Ok(sent)
+}
+
+/// [`TcpStream::send_zerocopy`]: the buffer handed to the engine in one call (nothing is
+/// copied, so there is nothing to cut into chunks); a blocking call that finds the send
+/// buffer full sleeps and continues the same send (one id).
+pub(crate) fn send_zerocopy(
+    sh: &Shared,
+    k: usize,
+    s: SocketId,
+    buf: &shallow_tcp::Bytes,
+    flags: u32,
+) -> io::Result<usize> {
+    let mut o = sh.own(k, s)?;
+    send_loop(
+        &mut o,
+        sh,
+        buf.len(),
+        usize::MAX,
+        flags,
+        None,
+        |st, now, r, f| st.sendmsg_bufs(now, s, &[buf.slice(r)], f | msgflags::MSG_ZEROCOPY, None),
+    )
 }
 
 /// `recv` as Linux's `tcp_recvmsg`: copies in [`CHUNK`]s (mutex dropped between chunks), and

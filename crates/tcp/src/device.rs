@@ -47,6 +47,12 @@ pub struct DeviceCaps {
     pub edt_pacing: bool,
     /// How the device sizes received buffers ([`RxTruesize`]).
     pub rx_truesize: RxTruesize,
+    /// The device copies the payload of each packet it takes instead of holding the
+    /// socket's buffers (Linux's tun and loopback do, `skb_orphan_frags_rx`): a zero-copy
+    /// send whose bytes went through it is reported as copied
+    /// (`SO_EE_CODE_ZEROCOPY_COPIED`, zerocopy.rs). Off by default: the emulator's links and
+    /// the TUN substrate's writes take the shared bytes as a NIC's DMA would.
+    pub tx_copies: bool,
 }
 
 impl Default for DeviceCaps {
@@ -58,6 +64,7 @@ impl Default for DeviceCaps {
             orphan_at_xmit: false,
             edt_pacing: false,
             rx_truesize: RxTruesize::Overhead,
+            tx_copies: false,
         }
     }
 }

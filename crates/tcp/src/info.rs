@@ -351,7 +351,7 @@ impl Connection {
             // TCP_FASTOPEN_CONNECT deferred the SYN: writable, so the first write sends it.
             mask |= POLLOUT | POLLWRNORM;
         }
-        if self.err.is_some() || !self.tstamp.errq.is_empty() {
+        if self.err.is_some() || !self.errq.is_empty() {
             mask |= POLLERR;
         }
         mask
@@ -413,6 +413,16 @@ impl Connection {
         match opt {
             SoReuseaddr => self.opts.reuseaddr = on,
             SoReuseport => self.opts.reuseport = on,
+            // The packets' firewall mark (`sk_mark`): kept and reported; Shallow has no
+            // policy routing or packet filter that reads it.
+            SoMark => self.opts.mark = v as u32,
+            // sk_setsockopt: 0 or 1 on a TCP socket in any state (measured on 6.18).
+            SoZerocopy => {
+                if !(0..=1).contains(&v) {
+                    return Err(Errno::EINVAL);
+                }
+                self.opts.zerocopy = on;
+            }
             SoKeepalive => {
                 // tcp_set_keepalive: turning it on (not again) arms the timer an idle time
                 // from now, in every state but CLOSE and LISTEN.
@@ -628,6 +638,8 @@ impl Connection {
         match opt {
             SoReuseaddr => i(u32::from(self.opts.reuseaddr)),
             SoReuseport => i(u32::from(self.opts.reuseport)),
+            SoZerocopy => i(u32::from(self.opts.zerocopy)),
+            SoMark => i(self.opts.mark),
             SoError => {
                 let e = self.err.take().map(|e| e.code()).unwrap_or(0);
                 Ok(OptVal::Int(i64::from(e)))

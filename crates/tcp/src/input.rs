@@ -115,6 +115,15 @@ impl Connection {
 
     /// Process one segment for this socket (not a listener).
     pub fn rcv(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) -> RcvOutcome {
+        let out = self.rcv_segment(env, now, seg);
+        // An ACK (or a reset) may have released zero-copy bytes.
+        if !self.zc.is_idle() {
+            self.zc_complete(env);
+        }
+        out
+    }
+
+    fn rcv_segment(&mut self, env: &mut Env, now: Instant, seg: &SegIn<'_>) -> RcvOutcome {
         let mut out = RcvOutcome::default();
         self.stats.count_segs_in(seg.gso_segs);
         match self.state {
@@ -375,6 +384,8 @@ impl Connection {
         self.state = TcpState::Close;
         self.shutdown = RCV_SHUTDOWN | SEND_SHUTDOWN;
         self.disarm_all(env);
+        // tcp_write_queue_purge: zero-copy bytes no copy in the host holds are released.
+        self.zc_complete(env);
         env.out
             .wake(self.id, POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP);
     }

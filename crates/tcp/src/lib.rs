@@ -148,6 +148,7 @@ pub mod device;
 pub mod driver;
 pub mod dualstack;
 mod env;
+pub mod errqueue;
 mod fastopen;
 pub mod gate;
 pub mod info;
@@ -167,9 +168,11 @@ pub mod sockopt;
 pub mod stack;
 mod timer;
 pub mod tstamp;
+pub mod zerocopy;
 
 pub use device::{DeviceCaps, RxBytes, RxChecksum, RxPacket, RxTruesize};
 pub use driver::{Driver, EgressPacket};
+pub use errqueue::ErrQueueEntry;
 pub use gate::{Admission, DropAll, TxGate, TxMeta};
 pub use info::{MemInfo, TcpInfo};
 pub use recv::msgflags;
@@ -183,6 +186,7 @@ pub use stack::{
     ProtoMem, Shutdown, SockStat, SocketRow, Stack,
 };
 pub use tstamp::{TstampKind, TxTimestamp};
+pub use zerocopy::ZcNotice;
 
 #[cfg(any(test, feature = "test-util"))]
 pub mod harness;

@@ -631,6 +631,8 @@ impl Connection {
         skb.end_seq = skb.seq.wrapping_add(len);
         rest.data = tail;
         rest.eor = skb.eor;
+        rest.zc = skb.zc;
+        rest.frags = skb.frags;
         skb.eor = false;
         skb.truesize = skb.truesize.saturating_sub(nlen);
         rest.truesize += nlen;
@@ -649,6 +651,10 @@ impl Connection {
         }
         let (head_eor, next_len) = (self.snd.write_queue[0].eor, self.snd.write_queue[1].len());
         if head_eor || self.snd.write_queue[0].flags.intersects(TcpFlags::FIN) {
+            return;
+        }
+        // Zero-copy buffers are never merged (tcp_skb_can_collapse).
+        if self.snd.write_queue[0].zc.is_some() || self.snd.write_queue[1].zc.is_some() {
             return;
         }
         let nlen = amount.min(next_len);
@@ -1108,12 +1114,28 @@ impl Connection {
         } else {
             truesize
         };
+        // Zero-copy bytes in this copy: a device that copies what it takes makes their
+        // completion say so; a copy left in the host holds it until its TX completion.
+        let end_seq = self.rtx.queue[idx].end_seq;
+        let zc = if self.zc.is_idle() {
+            None
+        } else {
+            if env.device.caps.tx_copies {
+                self.zc.mark_copied(seq, end_seq);
+            }
+            if orphan {
+                None
+            } else {
+                self.zc.hold_tx(seq, end_seq)
+            }
+        };
         let token = (!orphan).then_some(TxToken {
             idx: self.id.0,
             gen: self.gen,
             truesize: charge,
             seq,
             segmented,
+            zc,
         });
         let tx_rate = self.rate_skb_sent(now);
         {

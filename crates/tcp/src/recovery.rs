@@ -247,6 +247,8 @@ impl Connection {
         rest.data = tail;
         rest.truesize += nlen;
         skb.truesize = skb.truesize.saturating_sub(nlen);
+        rest.zc = skb.zc;
+        rest.frags = skb.frags;
         rest.sacked = skb.sacked;
         rest.mstamp = skb.mstamp;
         rest.first_tx = skb.first_tx;

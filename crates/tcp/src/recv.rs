@@ -92,6 +92,8 @@ pub mod msgflags {
     pub const MSG_MORE: u32 = 0x8000;
     /// `MSG_FASTOPEN`: `sendto` connects, its data in the SYN (TCP Fast Open).
     pub const MSG_FASTOPEN: u32 = 0x2000_0000;
+    /// `MSG_ZEROCOPY`: the send shares the application's buffers (`SO_ZEROCOPY`, zerocopy.rs).
+    pub const MSG_ZEROCOPY: u32 = 0x400_0000;
 }
 
 /// Most out-of-order segments kept, whatever rcvbuf says (bounds work per packet).

@@ -12,7 +12,7 @@ use crate::socket::pollbits::*;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use shallow_wire::TcpFlags;
 use std::collections::VecDeque;
 
@@ -44,12 +44,45 @@ impl Connection {
         env.out.wake(self.id, POLLOUT | POLLWRNORM);
     }
 
-    /// `tcp_sendmsg_locked` (non-blocking).
-    pub(crate) fn sendmsg(
+    /// `tcp_sendmsg_locked` (non-blocking): the bytes of `src`, copied into the send buffer,
+    /// or with `zc` (a zero-copy send, zerocopy.rs) and a device with scatter-gather, the
+    /// application's buffers shared. A zero-copy send the device cannot take without a
+    /// copy is copied and its completion says so, as Linux's without `NETIF_F_SG`.
+    pub(crate) fn sendmsg_src(
         &mut self,
         env: &mut Env,
         now: Instant,
-        data: &[u8],
+        src: SendSrc<'_>,
+        zc: Option<crate::zerocopy::ZcSend>,
+        flags: u32,
+    ) -> Result<usize, Errno> {
+        let joined;
+        let src = match (src, zc) {
+            (SendSrc::Share(frags), Some(z)) if env.device.caps.sg => SendSrc::Share(frags).with(z),
+            (SendSrc::Share(frags), z) => {
+                if let Some(z) = z {
+                    self.zc.mark_copied_serial(z.serial);
+                }
+                joined = frags.concat();
+                SendSrc::Copy(&joined)
+            }
+            (SendSrc::Copy(d), z) => {
+                if let Some(z) = z {
+                    self.zc.mark_copied_serial(z.serial);
+                }
+                SendSrc::Copy(d)
+            }
+            (s, _) => s,
+        };
+        self.sendmsg_inner(env, now, src, zc.map(|z| z.serial), flags)
+    }
+
+    fn sendmsg_inner(
+        &mut self,
+        env: &mut Env,
+        now: Instant,
+        src: SendSrc<'_>,
+        zc: Option<u32>,
         flags: u32,
     ) -> Result<usize, Errno> {
         if let Some(e) = self.err.take() {
@@ -69,12 +102,16 @@ impl Connection {
                 }
                 return Err(Errno::EAGAIN);
             }
-            TcpState::Close if self.remote.port() != 0 => return Err(Errno::EPIPE),
-            _ => return Err(Errno::ENOTCONN),
+            // sk_stream_wait_connect: any other state is EPIPE (a socket never connected and
+            // a listener too, measured on 6.18).
+            _ => return Err(Errno::EPIPE),
         }
-        if data.is_empty() {
+        let total = src.len();
+        if total == 0 {
             return Ok(0);
         }
+        let max_frags = env.sysint(Sysctl::max_skb_frags).clamp(1, 17) as u8;
+        let mut cursor = src.cursor();
         self.rate_check_app_limited();
         // tcp_send_mss → tcp_current_mss: pick up a path MTU change.
         self.refresh_mss(env);
@@ -86,13 +123,24 @@ impl Connection {
         };
         let mut copied = 0usize;
         let mut waited = false;
-        while copied < data.len() {
-            let can_append = self
-                .snd
-                .write_queue
-                .back()
-                .map(|t| !t.eor && !t.flags.intersects(TcpFlags::FIN) && t.len() < size_goal)
-                .unwrap_or(false);
+        while copied < total {
+            let open_tail = self.snd.write_queue.back().is_some_and(|t| {
+                !t.eor && !t.flags.intersects(TcpFlags::FIN) && t.len() < size_goal
+            });
+            // A zero-copy send appends only to a buffer of its own send (or one without
+            // any), while it has fragments to spare (skb_zerocopy_iter_stream's EEXIST and
+            // EMSGSIZE); a full one is pushed.
+            let can_append =
+                open_tail
+                    && match cursor.zc() {
+                        None => true,
+                        Some(z) => self.snd.write_queue.back().is_some_and(|t| {
+                            t.zc.is_none_or(|s| s == z.serial) && t.frags < max_frags
+                        }),
+                    };
+            if open_tail && !can_append {
+                self.mark_push();
+            }
             if !can_append {
                 if !self.sk_stream_memory_free(env, 0) {
                     waited = true;
@@ -111,11 +159,26 @@ impl Connection {
                 self.mem.wmem_queued += skb.truesize;
                 self.snd.write_queue.push_back(skb);
             }
-            let tail_len = self.snd.write_queue.back().map_or(0, |t| t.len());
+            let (tail_len, tail_frags) = self
+                .snd
+                .write_queue
+                .back()
+                .map_or((0, 0), |t| (t.len(), t.frags));
             let room = (size_goal - tail_len.min(size_goal)) as usize;
-            // Bytes are charged per page fragment (at most 32 KiB, `sk_page_frag_refill`).
-            let n = room.min(data.len() - copied).min(crate::mem::PAGE_FRAG);
-            if !self.wmem_schedule(env, n as u32) {
+            let n = match cursor.zc() {
+                // Bytes are charged per page fragment (at most 32 KiB, `sk_page_frag_refill`).
+                None => room.min(total - copied).min(crate::mem::PAGE_FRAG),
+                // The rest of the current buffer, within the fragments left.
+                Some(_) => {
+                    let pages_left = u32::from(max_frags.saturating_sub(tail_frags)).max(1);
+                    room.min(cursor.piece_left())
+                        .min((pages_left * crate::zerocopy::ZC_PAGE) as usize)
+                }
+            };
+            // Shared bytes are not charged to the memory budget (a pure zero-copy buffer,
+            // `skb_zcopy_pure`); bytes copied are, a shared buffer joined to others included.
+            let charge = cursor.zc().is_none() || tail_len > 0;
+            if charge && !self.wmem_schedule(env, n as u32) {
                 // wait_for_space; an skb left empty goes (tcp_remove_empty_skb).
                 if tail_len == 0 {
                     if let Some(t) = self.snd.write_queue.pop_back() {
@@ -132,13 +195,40 @@ impl Connection {
             if copied == 0 {
                 tail.flags &= !TcpFlags::PSH;
             }
-            tail.data.extend_from_slice(&data[copied..copied + n]);
-            tail.truesize += n as u32;
+            let mut cost = n as u32;
+            match cursor.take(n) {
+                Piece::Copy(d) => {
+                    // Bytes appended to a shared buffer copy it (and its completion says so).
+                    if let Some(s) = tail.zc {
+                        self.zc.mark_copied_serial(s);
+                    }
+                    tail.data.extend_from_slice(d);
+                }
+                Piece::Share(b, z) => {
+                    if tail.data.is_empty() {
+                        tail.data = SkbData::Sent(b);
+                    } else {
+                        tail.data.extend_from_slice(&b);
+                        self.zc.mark_copied_serial(z.serial);
+                    }
+                    tail.zc = Some(z.serial);
+                    // Each page the application's buffer spans is charged whole.
+                    let pages = crate::zerocopy::pages(n as u32);
+                    tail.frags = tail.frags.saturating_add(pages.min(255) as u8);
+                    cost = pages * crate::zerocopy::ZC_PAGE;
+                }
+            }
+            tail.truesize += cost;
             tail.end_seq = tail.end_seq.wrapping_add(n as u32);
-            self.mem.wmem_queued += n as u32;
+            self.mem.wmem_queued += cost;
             self.snd.write_seq = self.snd.write_seq.wrapping_add(n as u32);
+            // The zero-copy send's completion covers these bytes from now on (a copy of them
+            // pushed during the call holds it).
+            if let Some(z) = zc {
+                self.zc.grow(z, n as u32, self.snd.write_seq);
+            }
             copied += n;
-            if copied == data.len() {
+            if copied == total {
                 if flags & MSG_EOR != 0 {
                     tail.eor = true;
                 }
@@ -159,7 +249,7 @@ impl Connection {
         // call ends: a blocking writer that got only part in comes back with the rest (one
         // Linux sendmsg that slept), so the mark waits for its last call.
         let blocking = !self.opts.nonblock && flags & MSG_DONTWAIT == 0;
-        if copied > 0 && (copied == data.len() || !blocking) {
+        if copied > 0 && (copied == total || !blocking) {
             self.tstamp_mark_tail();
         }
         if waited {
@@ -296,5 +386,106 @@ impl SndSeq {
         self.nxt = iss.wrapping_add(1);
         self.write_seq = self.nxt;
         self.pushed_seq = self.write_seq;
+    }
+}
+
+/// What a send takes ([`Connection::sendmsg_src`]).
+#[derive(Clone, Copy)]
+pub(crate) enum SendSrc<'a> {
+    /// Bytes to copy into the send buffer.
+    Copy(&'a [u8]),
+    /// The application's buffers (`msg_iov`), shared when the send is zero-copy.
+    Share(&'a [Bytes]),
+    /// Shared buffers of a zero-copy send.
+    ShareZc(&'a [Bytes], crate::zerocopy::ZcSend),
+}
+
+impl<'a> SendSrc<'a> {
+    fn with(self, z: crate::zerocopy::ZcSend) -> SendSrc<'a> {
+        match self {
+            SendSrc::Share(f) => SendSrc::ShareZc(f, z),
+            s => s,
+        }
+    }
+
+    /// The bytes, joined (a copy).
+    pub fn to_vec(self) -> Vec<u8> {
+        match self {
+            SendSrc::Copy(d) => d.to_vec(),
+            SendSrc::Share(f) | SendSrc::ShareZc(f, _) => f.concat(),
+        }
+    }
+
+    /// Bytes in all.
+    pub fn len(&self) -> usize {
+        match self {
+            SendSrc::Copy(d) => d.len(),
+            SendSrc::Share(f) | SendSrc::ShareZc(f, _) => f.iter().map(|b| b.len()).sum(),
+        }
+    }
+
+    fn cursor(self) -> Cursor<'a> {
+        Cursor {
+            src: self,
+            piece: 0,
+            off: 0,
+        }
+    }
+}
+
+/// A position in a send's bytes.
+struct Cursor<'a> {
+    src: SendSrc<'a>,
+    /// Current buffer (shared sources).
+    piece: usize,
+    /// Offset in it (or in the copied bytes).
+    off: usize,
+}
+
+/// The next bytes a send appends.
+enum Piece<'a> {
+    Copy(&'a [u8]),
+    Share(Bytes, crate::zerocopy::ZcSend),
+}
+
+impl<'a> Cursor<'a> {
+    /// The zero-copy send, if the bytes are shared.
+    fn zc(&self) -> Option<crate::zerocopy::ZcSend> {
+        match self.src {
+            SendSrc::ShareZc(_, z) => Some(z),
+            _ => None,
+        }
+    }
+
+    /// Bytes left in the current shared buffer (empty buffers skipped).
+    fn piece_left(&mut self) -> usize {
+        let (SendSrc::ShareZc(f, _) | SendSrc::Share(f)) = self.src else {
+            return usize::MAX;
+        };
+        while self.piece < f.len() && self.off >= f[self.piece].len() {
+            self.piece += 1;
+            self.off = 0;
+        }
+        f.get(self.piece).map_or(0, |b| b.len() - self.off)
+    }
+
+    /// Take the next `n` bytes (at most what [`Cursor::piece_left`] said for a shared
+    /// source).
+    fn take(&mut self, n: usize) -> Piece<'a> {
+        match self.src {
+            SendSrc::Copy(d) => {
+                let p = &d[self.off..self.off + n];
+                self.off += n;
+                Piece::Copy(p)
+            }
+            SendSrc::ShareZc(f, z) => {
+                self.piece_left();
+                let b = f[self.piece].slice(self.off..self.off + n);
+                self.off += n;
+                Piece::Share(b, z)
+            }
+            // Shared buffers without a zero-copy send are joined first (sendmsg_src).
+            SendSrc::Share(_) => Piece::Copy(&[]),
+        }
     }
 }

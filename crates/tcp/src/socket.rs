@@ -115,6 +115,9 @@ pub struct TxToken {
     /// The packet is cut into wire segments below TCP ([`TxToken::split`]): it charges the
     /// segments' `truesize`, and its buffer's copy left the host at the cut.
     pub(crate) segmented: bool,
+    /// The zero-copy completions (serials, inclusive) this copy holds until it completes
+    /// (zerocopy.rs); a cut packet's last segment holds them.
+    pub(crate) zc: Option<(u32, u32)>,
 }
 
 impl TxToken {
@@ -167,6 +170,7 @@ impl TxToken {
             truesize: t,
             seq: self.seq,
             segmented: true,
+            zc: None,
         })
     }
 }
@@ -368,6 +372,12 @@ pub(crate) struct Skb {
     pub tx: TxRate,
     /// The transmit-timestamp request of the last write that ended in it (tstamp.rs).
     pub tstamp: Option<crate::tstamp::TsMark>,
+    /// It holds bytes of a zero-copy send (zerocopy.rs): the serial of that send's
+    /// completion. Such a buffer is never merged with a neighbour (`tcp_skb_can_collapse`).
+    pub zc: Option<u32>,
+    /// The application's buffers appended to it by zero-copy sends, in pages (at most
+    /// `net.core.max_skb_frags`).
+    pub frags: u8,
 }
 
 impl Skb {
@@ -387,6 +397,8 @@ impl Skb {
             in_host: 0,
             tx: TxRate::default(),
             tstamp: None,
+            zc: None,
+            frags: 0,
         }
     }
     pub fn len(&self) -> u32 {
@@ -708,6 +720,11 @@ pub(crate) struct SockOpts {
     pub fastopen_no_cookie: bool,
     /// `TCP_FASTOPEN_KEY`: the listener's own keys.
     pub fastopen_key: Option<crate::fastopen::Keys>,
+    /// `SO_ZEROCOPY` (`SOCK_ZEROCOPY`): `MSG_ZEROCOPY` sends share the application's
+    /// buffers (zerocopy.rs).
+    pub zerocopy: bool,
+    /// `SO_MARK` (`sk_mark`).
+    pub mark: u32,
 }
 
 impl Default for SockOpts {
@@ -740,6 +757,8 @@ impl Default for SockOpts {
             fastopen_connect: false,
             fastopen_no_cookie: false,
             fastopen_key: None,
+            zerocopy: false,
+            mark: 0,
         }
     }
 }
@@ -786,8 +805,12 @@ pub(crate) struct Connection {
     pub deferral: Option<Deferral>,
     /// TCP Fast Open (fastopen.rs).
     pub fastopen: crate::fastopen::ConnFastOpen,
-    /// Transmit timestamping and the error queue (tstamp.rs).
+    /// Transmit timestamping (tstamp.rs).
     pub tstamp: crate::tstamp::SockTstamp,
+    /// The error queue (errqueue.rs): timestamps and zero-copy completions.
+    pub errq: crate::errqueue::ErrQueue,
+    /// Zero-copy sends not yet completed (zerocopy.rs).
+    pub zc: crate::zerocopy::SockZc,
     /// Socket options.
     pub opts: SockOpts,
     /// The route's attributes in use.
@@ -922,6 +945,8 @@ impl Connection {
             deferral: None,
             fastopen: Default::default(),
             tstamp: Default::default(),
+            errq: Default::default(),
+            zc: Default::default(),
             opts: SockOpts {
                 v6only: family == Family::V6 && env.config.sysctl.on(Sysctl::bindv6only),
                 ..SockOpts::default()

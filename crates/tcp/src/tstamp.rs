@@ -22,9 +22,9 @@
 //!   Linux the driver stamps SND as it transmits, before any ACK can come back);
 //! - a write is one call: a blocking writer that copied only part and comes back with the
 //!   rest (one Linux `sendmsg` that slept for space) is marked at its last call;
-//! - the error queue is bounded by the receive buffer (`sock_queue_err_skb`: an event that
-//!   would take the queue past `sk_rcvbuf` is dropped); the key reported (`ee_data`) is
-//!   relative to the socket's first key with `OPT_ID`, else 0.
+//! - the events wait in the error queue (errqueue.rs), bounded by the receive buffer
+//!   (`sock_queue_err_skb`: an event that would take it past `sk_rcvbuf` is dropped); the
+//!   key reported (`ee_data`) is relative to the socket's first key with `OPT_ID`, else 0.
 
 use crate::time::Instant;
 use std::collections::VecDeque;
@@ -131,19 +131,14 @@ pub(crate) fn split_mark(mark: &mut Option<TsMark>, rest: &mut Option<TsMark>, s
     }
 }
 
-/// What an error-queue entry costs the receive buffer (an skb with only its headers and a
-/// `sock_exterr_skb`, `OPT_TSONLY`-sized).
-pub(crate) const ERRQ_TRUESIZE: u32 = 768;
-
-/// A socket's transmit timestamping: its flags, its first key and its error queue.
+/// A socket's transmit timestamping: its flags, its first key and the SND timestamps owed
+/// (the events wait in the socket's error queue, errqueue.rs).
 #[derive(Debug, Default)]
 pub(crate) struct SockTstamp {
     /// `SOF_TIMESTAMPING_*` (`sk_tsflags`).
     pub flags: u32,
     /// The first key (`sk_tskey`, a sequence number) with `OPT_ID`.
     pub key_base: u32,
-    /// Events not yet read (`sk_error_queue`).
-    pub errq: VecDeque<TxTimestamp>,
     /// SND timestamps owed at the TX completion of a packet (its first sequence number) that
     /// carried a marked byte: (packet seq, key).
     pub snd_pending: VecDeque<(u32, u32)>,
@@ -185,27 +180,15 @@ impl SockTstamp {
         })
     }
 
-    /// Queue an event for the byte `key`, unless the queue would pass `rcvbuf` (counting
-    /// `rmem` already received). Returns whether it was queued.
-    pub fn push(
-        &mut self,
-        kind: TstampKind,
-        key: u32,
-        time: Instant,
-        rmem: u32,
-        rcvbuf: u32,
-    ) -> bool {
-        let queued = (self.errq.len() as u32 + 1).saturating_mul(ERRQ_TRUESIZE);
-        if rmem.saturating_add(queued) >= rcvbuf {
-            return false;
-        }
+    /// The event reported for the byte `key`: its key relative to the first with `OPT_ID`,
+    /// else 0.
+    pub fn event(&self, kind: TstampKind, key: u32, time: Instant) -> TxTimestamp {
         let key = if self.flags & sof::OPT_ID != 0 {
             key.wrapping_sub(self.key_base)
         } else {
             0
         };
-        self.errq.push_back(TxTimestamp { kind, key, time });
-        true
+        TxTimestamp { kind, key, time }
     }
 }
 
@@ -231,7 +214,8 @@ impl crate::socket::Connection {
         now: Instant,
     ) {
         let (rmem, rcvbuf) = (self.mem.rmem_alloc, self.mem.rcvbuf);
-        if self.tstamp.push(kind, key, now, rmem, rcvbuf) {
+        let ev = self.tstamp.event(kind, key, now);
+        if self.errq.push_tstamp(ev, rmem, rcvbuf) {
             env.out.wake(self.id, crate::socket::pollbits::POLLERR);
         }
     }
@@ -242,7 +226,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_are_relative_with_opt_id_and_the_queue_is_bounded() {
+    fn keys_are_relative_with_opt_id() {
         let mut t = SockTstamp {
             flags: sof::TX_SCHED | sof::TX_SOFTWARE | sof::OPT_ID,
             key_base: 1000,
@@ -250,14 +234,9 @@ mod tests {
         };
         let m = t.mark(1999).unwrap();
         assert!(m.sched && m.snd && !m.ack);
-        assert!(t.push(TstampKind::Sched, 1999, Instant::ZERO, 0, 100_000));
-        assert_eq!(t.errq[0].key, 999);
+        assert_eq!(t.event(TstampKind::Sched, 1999, Instant::ZERO).key, 999);
         t.flags &= !sof::OPT_ID;
-        assert!(t.push(TstampKind::Snd, 1999, Instant::ZERO, 0, 100_000));
-        assert_eq!(t.errq[1].key, 0);
-        // Full: the events would take it past the receive buffer.
-        assert!(!t.push(TstampKind::Ack, 1999, Instant::ZERO, 98_000, 100_000));
-        assert_eq!(t.errq.len(), 2);
+        assert_eq!(t.event(TstampKind::Snd, 1999, Instant::ZERO).key, 0);
         assert!(SockTstamp::default().mark(1).is_none());
     }
 }

@@ -192,7 +192,9 @@ impl Runner<'_> {
 
     /// A packet the qdisc released onto the wire (cut into `gso_size` segments when TSO or GSO
     /// is off), and its TX completion: now, or `shallow_tx_delay` later.
-    fn put_on_wire(&mut self, tx: Transmit) {
+    fn put_on_wire(&mut self, mut tx: Transmit) {
+        // The tun device copies the packet out of the socket's buffers.
+        tx.linearize();
         let pkts = match tx.gso_size {
             Some(g) if !(self.tso && self.gso) => pkt::segment(&tx.data, g),
             _ => vec![tx.data],

@@ -310,6 +310,11 @@ impl<'a> Runner<'a> {
             // packetdrill writes inbound packets into that tun device: each arrives in a
             // linear kmalloc'd buffer, which sets its truesize (and so the receive window).
             rx_truesize: shallow_tcp::RxTruesize::TunKmalloc,
+            // The tun device does scatter-gather (NETIF_F_SG: a zero-copy send's buffers
+            // stay apart, up to MAX_SKB_FRAGS per skb) and copies what it takes (skb_orphan_frags_rx): zero-copy sends
+            // through it complete as copied.
+            tx_copies: true,
+            sg: true,
             ..DeviceCaps::default()
         };
         let mut st: Driver = Driver::new(Stack::with_device(0x5eed_d411, caps));

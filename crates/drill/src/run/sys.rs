@@ -770,10 +770,15 @@ impl Runner<'_> {
 
     /// Sum of the lengths of an iovec list (`[{..., 1000}, {..., 2000}]`).
     fn iov_len(&self, e: &Expr) -> R<usize> {
+        Ok(self.iov_pieces(e)?.iter().sum())
+    }
+
+    /// The lengths of an iovec's entries, in order.
+    fn iov_pieces(&self, e: &Expr) -> R<Vec<usize>> {
         let Expr::List(items) = e else {
             return self.skip(format!("iovec {e:?} not understood"));
         };
-        let mut total = 0usize;
+        let mut pieces = Vec::with_capacity(items.len());
         for it in items {
             let Expr::Struct(fields) = it else {
                 return self.skip("iovec entry not understood");
@@ -784,11 +789,24 @@ impl Runner<'_> {
                 .or_else(|| fields.last())
                 .and_then(|f| self.int_of(&f.value));
             match len {
-                Some(n) if n >= 0 => total += n as usize,
+                Some(n) if n >= 0 => pieces.push(n as usize),
                 _ => return self.skip("iovec length not understood"),
             }
         }
-        Ok(total)
+        Ok(pieces)
+    }
+
+    /// The buffers a send call writes (zeros), as its iovec cuts them: one for
+    /// write/send/sendto, the entries of writev's iovec and sendmsg's `msg_iov`.
+    fn send_pieces(&self, call: &SyscallSpec, buf: &Expr, total: usize) -> R<Vec<usize>> {
+        match call.name.as_str() {
+            "writev" => self.iov_pieces(buf),
+            "sendmsg" => match buf.field("msg_iov") {
+                Some(f) => self.iov_pieces(&f.value),
+                None => self.skip("msghdr without msg_iov"),
+            },
+            _ => Ok(vec![total]),
+        }
     }
 
     fn msg_iov_len(&self, msg: &Expr) -> R<usize> {
@@ -874,13 +892,18 @@ impl Runner<'_> {
             if flags & MSG_FASTOPEN != 0 && matches!(self.st.state(s), Ok(TcpState::Close)) {
                 self.new_active_flow(dest.map_or(self.connect_port, |d| d.port()));
             }
-            let data = vec![0u8; total];
-            let r = self.st.sendto(now, s, &data, flags, dest);
+            let bufs = bufs_from(&self.send_pieces(call, buf, total)?, 0);
+            let r = self.st.sendmsg_bufs(now, s, &bufs, flags, dest);
             return Ok(self.fastopen_sent(r, total, nonblock, state));
         }
-        let data = vec![0u8; total - state.written];
+        // The buffers (a zero-copy send shares them, cut as the iovec cuts them), from the
+        // first byte not yet written.
+        let bufs = bufs_from(&self.send_pieces(call, buf, total)?, state.written);
         // What a Fast Open send did not put in the SYN goes as ordinary data.
-        match self.st.send(now, s, &data, flags & !MSG_FASTOPEN) {
+        match self
+            .st
+            .sendmsg_bufs(now, s, &bufs, flags & !MSG_FASTOPEN, None)
+        {
             Ok(n) => {
                 state.written += n;
                 if state.written >= total || nonblock {
@@ -1001,13 +1024,16 @@ impl Runner<'_> {
             return Ok(Res::Done(Err(EFAULT)));
         };
         if flags & MSG_ERRQUEUE != 0 {
-            // The error queue: transmit timestamps; never blocks (EAGAIN when empty).
+            // The error queue: transmit timestamps and zero-copy completions; never blocks
+            // (EAGAIN when empty).
             return match self.st.recv_errqueue(s) {
                 Ok(ev) => {
-                    let tsonly = matches!(
-                        self.st.getsockopt(s, SockOpt::SoTimestamping),
-                        Ok(OptVal::Int(f)) if f & i64::from(shallow_tcp::tstamp::sof::OPT_TSONLY) != 0
-                    );
+                    // A completion carries no bytes (nothing to truncate).
+                    let tsonly = matches!(ev, shallow_tcp::ErrQueueEntry::Zerocopy(_))
+                        || matches!(
+                            self.st.getsockopt(s, SockOpt::SoTimestamping),
+                            Ok(OptVal::Int(f)) if f & i64::from(shallow_tcp::tstamp::sof::OPT_TSONLY) != 0
+                        );
                     if len > 0 && !tsonly {
                         return self.skip("an error-queue read into a buffer (the packet's bytes) is not modelled");
                     }
@@ -1060,9 +1086,21 @@ impl Runner<'_> {
     fn check_errqueue_msghdr(
         &mut self,
         msg: &Expr,
-        ev: &shallow_tcp::TxTimestamp,
+        ev: &shallow_tcp::ErrQueueEntry,
         tsonly: bool,
     ) -> R<()> {
+        // (ee_errno, ee_origin, ee_code, ee_info, ee_data) and the time, if a timestamp.
+        let (ee, time) = match *ev {
+            shallow_tcp::ErrQueueEntry::Timestamp(t) => (
+                [42, 4, 0, i64::from(t.kind.scm()), i64::from(t.key)],
+                Some(t.time),
+            ),
+            // SO_EE_ORIGIN_ZEROCOPY: the ids in ee_info..ee_data, SO_EE_CODE_ZEROCOPY_COPIED.
+            shallow_tcp::ErrQueueEntry::Zerocopy(z) => (
+                [0, 5, i64::from(z.copied), i64::from(z.lo), i64::from(z.hi)],
+                None,
+            ),
+        };
         let got_flags = i64::from(MSG_ERRQUEUE) | if tsonly { 0 } else { 0x20 };
         if let Some(want) = msg.field("msg_flags").and_then(|f| self.int_of(&f.value)) {
             if want != got_flags {
@@ -1083,7 +1121,13 @@ impl Runner<'_> {
                         return self.skip("SCM_TIMESTAMPING data not understood");
                     };
                     let want = (sec * 1_000_000_000 + nsec).max(0) as u64;
-                    let got = ev.time.as_nanos();
+                    let Some(time) = time else {
+                        return self.fail(
+                            FailKind::Syscall,
+                            "recvmsg: a zero-copy completion carries no SCM_TIMESTAMPING",
+                        );
+                    };
+                    let got = time.as_nanos();
                     if got.abs_diff(want) > self.tol_ns {
                         return self.fail(
                             FailKind::Syscall,
@@ -1098,12 +1142,12 @@ impl Runner<'_> {
                 }
                 (Some(0), Some(11)) | (Some(41), Some(25)) => {
                     let fields = [
-                        ("ee_errno", 42i64),
-                        ("ee_origin", 4),
+                        ("ee_errno", ee[0]),
+                        ("ee_origin", ee[1]),
                         ("ee_type", 0),
-                        ("ee_code", 0),
-                        ("ee_info", i64::from(ev.kind.scm())),
-                        ("ee_data", i64::from(ev.key)),
+                        ("ee_code", ee[2]),
+                        ("ee_info", ee[3]),
+                        ("ee_data", ee[4]),
                     ];
                     for (name, got) in fields {
                         if let Some(want) = num(name) {
@@ -1461,4 +1505,18 @@ fn parse_int(s: &str) -> Option<i64> {
     } else {
         s.parse().ok()
     }
+}
+
+/// Zeroed buffers of the given lengths, from byte `from` of their concatenation on.
+fn bufs_from(pieces: &[usize], from: usize) -> Vec<shallow_tcp::Bytes> {
+    let mut skip = from;
+    let mut out = Vec::with_capacity(pieces.len());
+    for &n in pieces {
+        let take = n.saturating_sub(skip);
+        skip = skip.saturating_sub(n);
+        if take > 0 {
+            out.push(shallow_tcp::Bytes::from(vec![0u8; take]));
+        }
+    }
+    out
 }

@@ -333,14 +333,59 @@ impl Stack {
         self.sendto(now, s, data, flags, None)
     }
 
-    /// `recvmsg(MSG_ERRQUEUE)` for transmit timestamps (`SO_TIMESTAMPING`, tstamp.rs): the
-    /// oldest event, or EAGAIN when none waits (the call never blocks, as on Linux).
-    pub fn recv_errqueue(&mut self, s: SocketId) -> Result<crate::TxTimestamp, Errno> {
-        self.sock_mut(s)?
-            .tstamp
-            .errq
-            .pop_front()
-            .ok_or(Errno::EAGAIN)
+    /// `recvmsg(MSG_ERRQUEUE)` (errqueue.rs): the oldest entry — a transmit timestamp
+    /// (`SO_TIMESTAMPING`, tstamp.rs) or a zero-copy completion (`MSG_ZEROCOPY`,
+    /// zerocopy.rs) — or EAGAIN when none waits (the call never blocks, as on Linux).
+    pub fn recv_errqueue(&mut self, s: SocketId) -> Result<crate::ErrQueueEntry, Errno> {
+        let sk = self.sock_mut(s)?;
+        let e = sk.errq.pop().ok_or(Errno::EAGAIN)?;
+        if matches!(e, crate::ErrQueueEntry::Zerocopy(_)) {
+            sk.zc.free_omem();
+        }
+        Ok(e)
+    }
+
+    /// The oldest transmit timestamp of the error queue, leaving zero-copy completions in
+    /// their place (for an application that reads the two apart); EAGAIN when none waits.
+    pub fn recv_tx_timestamp(&mut self, s: SocketId) -> Result<crate::TxTimestamp, Errno> {
+        let sk = self.sock_mut(s)?;
+        match sk.errq.pop_kind(true) {
+            Some(crate::ErrQueueEntry::Timestamp(t)) => Ok(t),
+            _ => Err(Errno::EAGAIN),
+        }
+    }
+
+    /// The oldest zero-copy completion of the error queue, leaving timestamps in their
+    /// place; EAGAIN when none waits.
+    pub fn recv_zerocopy(&mut self, s: SocketId) -> Result<crate::ZcNotice, Errno> {
+        let sk = self.sock_mut(s)?;
+        match sk.errq.pop_kind(false) {
+            Some(crate::ErrQueueEntry::Zerocopy(z)) => {
+                sk.zc.free_omem();
+                Ok(z)
+            }
+            _ => Err(Errno::EAGAIN),
+        }
+    }
+
+    /// `sendmsg()` of the application's buffers (`msg_iov`, in order), with a destination
+    /// as [`Stack::sendto`]. With `MSG_ZEROCOPY` on a socket with `SO_ZEROCOPY` (zerocopy.rs)
+    /// the stack keeps the buffers themselves, without copying them into its send buffer,
+    /// when the device does scatter-gather ([`crate::DeviceCaps::sg`]); the send gets the
+    /// next id and its completion comes on the error queue ([`Stack::recv_errqueue`]) when
+    /// the stack holds its bytes no more (`SO_EE_CODE_ZEROCOPY_COPIED` if they were
+    /// copied after all: a Fast Open SYN's data, a device without scatter-gather, bytes
+    /// joined to other buffers). ENOBUFS when the socket's completions fill
+    /// `net.core.optmem_max`. Otherwise the bytes are copied, as [`Stack::sendto`].
+    pub fn sendmsg_bufs(
+        &mut self,
+        now: Instant,
+        s: SocketId,
+        bufs: &[bytes::Bytes],
+        flags: u32,
+        to: Option<SocketAddr>,
+    ) -> Result<usize, Errno> {
+        self.send_src(now, s, crate::send::SendSrc::Share(bufs), flags, to)
     }
 
     /// Whether a `TCP_FASTOPEN_CONNECT` connect() on `s` waits for the first write to send
@@ -367,14 +412,95 @@ impl Stack {
         flags: u32,
         to: Option<SocketAddr>,
     ) -> Result<usize, Errno> {
+        self.send_src(now, s, crate::send::SendSrc::Copy(data), flags, to)
+    }
+
+    /// Every send: a zero-copy send's completion is taken (or ENOBUFS) before the send and
+    /// settled after it (`msg_zerocopy_realloc` … `net_zcopy_put[_abort]`).
+    fn send_src(
+        &mut self,
+        now: Instant,
+        s: SocketId,
+        src: crate::send::SendSrc<'_>,
+        flags: u32,
+        to: Option<SocketAddr>,
+    ) -> Result<usize, Errno> {
+        let size = src.len();
+        let optmem = self.env.sysint(Sysctl::optmem_max).max(0) as u32;
+        let zc = {
+            let sk = self.sock_mut(s)?;
+            if flags & crate::recv::msgflags::MSG_ZEROCOPY != 0 && sk.opts.zerocopy && size > 0 {
+                let tail = sk.snd.write_queue.back().and_then(|t| t.zc);
+                Some(
+                    sk.zc
+                        .begin(size as u32, tail, optmem)
+                        .ok_or(Errno::ENOBUFS)?,
+                )
+            } else {
+                None
+            }
+        };
+        let r = self.send_inner(now, s, src, zc, flags, to);
+        if let (Some(z), Ok(sk)) = (zc, self.sock_mut(s)) {
+            let taken = *r.as_ref().unwrap_or(&0) as u32;
+            let blocking = !sk.opts.nonblock && flags & crate::recv::msgflags::MSG_DONTWAIT == 0;
+            // A blocking writer that got part in (or nothing, this time) sleeps for room and
+            // comes back with the rest: one send, one id.
+            let open =
+                blocking && (taken as usize) < size && matches!(r, Ok(_) | Err(Errno::EAGAIN));
+            sk.zc.end(z, taken, open);
+        }
+        r
+    }
+
+    fn send_inner(
+        &mut self,
+        now: Instant,
+        s: SocketId,
+        src: crate::send::SendSrc<'_>,
+        zc: Option<crate::zerocopy::ZcSend>,
+        flags: u32,
+        to: Option<SocketAddr>,
+    ) -> Result<usize, Errno> {
         self.tick(now);
+        let defer = self.sock(s)?.fastopen.defer_connect;
+        if flags & crate::recv::msgflags::MSG_FASTOPEN == 0 && !defer {
+            return self.call(now, s, |sk, env| sk.sendmsg_src(env, now, src, zc, flags));
+        }
+        // A Fast Open connect copies its data into the SYN (tcp_send_syn_data).
+        let joined;
+        let data: &[u8] = match src {
+            crate::send::SendSrc::Copy(d) => d,
+            other => {
+                joined = other.to_vec();
+                &joined
+            }
+        };
+        let r = self.send_fastopen(now, s, data, flags, to);
+        // Its bytes were copied (into the SYN, or as ordinary data once connected).
+        if let (Some(z), Ok(sk)) = (zc, self.sock_mut(s)) {
+            sk.zc.mark_copied_serial(z.serial);
+            if let Ok(&n) = r.as_ref() {
+                let end = sk.snd.write_seq;
+                sk.zc.grow(z.serial, n as u32, end);
+            }
+        }
+        r
+    }
+
+    /// [`Stack::sendto`] with `MSG_FASTOPEN` or after a deferred `TCP_FASTOPEN_CONNECT`.
+    fn send_fastopen(
+        &mut self,
+        now: Instant,
+        s: SocketId,
+        data: &[u8],
+        flags: u32,
+        to: Option<SocketAddr>,
+    ) -> Result<usize, Errno> {
         let (state, defer) = {
             let sk = self.sock(s)?;
             (sk.state, sk.fastopen.defer_connect)
         };
-        if flags & crate::recv::msgflags::MSG_FASTOPEN == 0 && !defer {
-            return self.call(now, s, |sk, env| sk.sendmsg(env, now, data, flags));
-        }
         if self.env.sysint(Sysctl::tcp_fastopen) & crate::fastopen::bits::CLIENT_ENABLE == 0 {
             return Err(Errno::EOPNOTSUPP);
         }
@@ -414,7 +540,9 @@ impl Stack {
             TcpState::Listen => Err(Errno::EISCONN),
             // Once connected, MSG_FASTOPEN is ignored (measured on 6.18:
             // fastopen/client/nonblocking-sendto.pkt passes on the kernel).
-            _ => self.call(now, s, |sk, env| sk.sendmsg(env, now, data, flags)),
+            _ => self.call(now, s, |sk, env| {
+                sk.sendmsg_src(env, now, crate::send::SendSrc::Copy(data), None, flags)
+            }),
         }
     }
 

@@ -42,6 +42,11 @@ impl Stack {
         if let Some(key) = sk.tstamp.take_snd(token.seq) {
             sk.tstamp_event(env, crate::tstamp::TstampKind::Snd, key, now);
         }
+        // Its copy of zero-copy bytes is gone: their completions may be due.
+        if let Some(r) = token.zc {
+            sk.zc.put_tx(r);
+            sk.zc_complete(env);
+        }
         if sk.tsq_flags & tsq::THROTTLED != 0 {
             sk.tsq_flags &= !tsq::THROTTLED;
             if sk.lock.owned {

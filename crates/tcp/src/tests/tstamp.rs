@@ -58,7 +58,7 @@ fn each_write_reports_sched_then_snd_then_ack_for_its_last_byte() {
     .unwrap();
     p.a.setsockopt(p.now, c, SockOpt::TcpNodelay, &OptVal::Int(1))
         .unwrap();
-    assert_eq!(p.a.recv_errqueue(c), Err(Errno::EAGAIN));
+    assert_eq!(p.a.recv_tx_timestamp(c), Err(Errno::EAGAIN));
     let t0 = p.now;
     // Each write goes before the next is made (a write appending to a buffer not yet sent
     // takes over its mark: the_later_write_into_an_unsent_buffer_takes_its_mark).
@@ -69,7 +69,7 @@ fn each_write_reports_sched_then_snd_then_ack_for_its_last_byte() {
     p.run_for(Duration::from_millis(200));
     assert_ne!(p.a.poll(c).unwrap() & crate::pollbits::POLLERR, 0);
     let mut evs = Vec::new();
-    while let Ok(e) = p.a.recv_errqueue(c) {
+    while let Ok(e) = p.a.recv_tx_timestamp(c) {
         evs.push(e);
     }
     assert_eq!(p.a.poll(c).unwrap() & crate::pollbits::POLLERR, 0);
@@ -108,9 +108,9 @@ fn each_write_reports_sched_then_snd_then_ack_for_its_last_byte() {
     .unwrap();
     assert_eq!(p.a.send(p.now, c, &[2u8; 100], 0), Ok(100));
     p.run_for(Duration::from_millis(50));
-    let e = p.a.recv_errqueue(c).unwrap();
+    let e = p.a.recv_tx_timestamp(c).unwrap();
     assert_eq!((e.kind, e.key), (TstampKind::Sched, 0));
-    assert_eq!(p.a.recv_errqueue(c), Err(Errno::EAGAIN));
+    assert_eq!(p.a.recv_tx_timestamp(c), Err(Errno::EAGAIN));
     let _ = s;
 }
 
@@ -135,7 +135,7 @@ fn the_error_queue_is_bounded_by_the_receive_buffer() {
         p.run_for(Duration::from_millis(20));
     }
     let mut n = 0;
-    while p.a.recv_errqueue(c).is_ok() {
+    while p.a.recv_tx_timestamp(c).is_ok() {
         n += 1;
     }
     // A 4,608-byte receive buffer (SO_RCVBUF 2048, doubled, at least the minimum) holds
@@ -164,7 +164,7 @@ fn the_later_write_into_an_unsent_buffer_takes_its_mark() {
     p.a.setsockopt(p.now, c, SockOpt::TcpCork, &OptVal::Int(0))
         .unwrap();
     p.run_for(Duration::from_millis(20));
-    let e = p.a.recv_errqueue(c).unwrap();
+    let e = p.a.recv_tx_timestamp(c).unwrap();
     assert_eq!((e.kind, e.key), (TstampKind::Sched, 199));
-    assert_eq!(p.a.recv_errqueue(c), Err(Errno::EAGAIN));
+    assert_eq!(p.a.recv_tx_timestamp(c), Err(Errno::EAGAIN));
 }

@@ -1,0 +1,198 @@
+//! `MSG_ZEROCOPY` (zerocopy.rs) between two stacks over a slow link: the stack keeps the
+//! application's buffer itself (no copy) and gives it up — the completion on the error
+//! queue — only once every byte is acknowledged and every transmitted copy has left the
+//! host; a device without scatter-gather makes the send a copy, and the completion says so.
+
+use crate::harness::*;
+use crate::msgflags::MSG_ZEROCOPY;
+use crate::*;
+use core::net::SocketAddr;
+use core::time::Duration;
+
+fn connected(p: &mut Pair, sg: bool) -> (SocketId, SocketId) {
+    p.a.set_device(DeviceCaps { sg, ..p.a.device() });
+    let l = p.b.socket(Family::V4).unwrap();
+    p.b.bind(l, SocketAddr::new(ADDR_B, 90)).unwrap();
+    p.b.listen(l, 4).unwrap();
+    let c = p.a.socket(Family::V4).unwrap();
+    p.a.setsockopt(p.now, c, SockOpt::SoZerocopy, &OptVal::Int(1))
+        .unwrap();
+    p.a.set_nonblocking(c, true).unwrap();
+    assert_eq!(
+        p.a.connect(p.now, c, SocketAddr::new(ADDR_B, 90)),
+        Err(Errno::EINPROGRESS)
+    );
+    p.run_for(Duration::from_millis(50));
+    let (s, _) = p.b.accept(l).unwrap();
+    (c, s)
+}
+
+fn read_all(p: &mut Pair, s: SocketId) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    while let Ok(n) = p.b.recv(p.now, s, &mut buf, 0) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
+
+#[test]
+fn the_buffer_is_shared_until_acked_and_sent_then_completed() {
+    // 10 Mbit/s: 20,000 bytes take 16 ms to leave the host.
+    let link = LinkConfig {
+        rate_bps: 10_000_000,
+        ..LinkConfig::default()
+    };
+    let mut p = Pair::new(31, link);
+    let (c, s) = connected(&mut p, true);
+    let data: Vec<u8> = (0..20_000u32).map(|i| (i * 7) as u8).collect();
+    let buf = Bytes::from(data.clone());
+    assert_eq!(
+        p.a.sendmsg_bufs(p.now, c, std::slice::from_ref(&buf), MSG_ZEROCOPY, None),
+        Ok(20_000)
+    );
+    // The stack holds the application's buffer itself, not a copy.
+    assert!(!buf.is_unique());
+    p.run_for(Duration::from_millis(5));
+    assert_eq!(
+        p.a.recv_zerocopy(c),
+        Err(Errno::EAGAIN),
+        "nothing acked yet"
+    );
+    assert_eq!(p.a.poll(c).unwrap() & pollbits::POLLERR, 0);
+    p.run_for(Duration::from_millis(200));
+    assert_ne!(p.a.poll(c).unwrap() & pollbits::POLLERR, 0);
+    assert_eq!(
+        p.a.recv_errqueue(c),
+        Ok(ErrQueueEntry::Zerocopy(ZcNotice {
+            lo: 0,
+            hi: 0,
+            copied: false
+        }))
+    );
+    assert_eq!(p.a.poll(c).unwrap() & pollbits::POLLERR, 0);
+    // Completed: the stack no longer holds it.
+    assert!(buf.is_unique());
+    assert_eq!(read_all(&mut p, s), data);
+    // The next sends take ids 1 and 2; a copying send takes none.
+    for n in [1_000usize, 2_000] {
+        let b = Bytes::from(vec![1u8; n]);
+        assert_eq!(p.a.sendmsg_bufs(p.now, c, &[b], MSG_ZEROCOPY, None), Ok(n));
+        assert_eq!(p.a.send(p.now, c, &[2u8; 100], 0), Ok(100));
+        p.run_for(Duration::from_millis(100));
+    }
+    // Two completions in a row share one entry. Each shared buffer left at once, so the
+    // copying sends after them started buffers of their own: nothing was copied.
+    assert_eq!(
+        p.a.recv_zerocopy(c),
+        Ok(ZcNotice {
+            lo: 1,
+            hi: 2,
+            copied: false
+        })
+    );
+    assert_eq!(p.a.recv_errqueue(c), Err(Errno::EAGAIN));
+}
+
+#[test]
+fn a_device_without_scatter_gather_copies_and_says_so() {
+    let mut p = Pair::new(32, LinkConfig::default());
+    let (c, s) = connected(&mut p, false);
+    let buf = Bytes::from(vec![9u8; 3_000]);
+    assert_eq!(
+        p.a.sendmsg_bufs(p.now, c, std::slice::from_ref(&buf), MSG_ZEROCOPY, None),
+        Ok(3_000)
+    );
+    // Copied into the send buffer at once.
+    assert!(buf.is_unique());
+    p.run_for(Duration::from_millis(200));
+    assert_eq!(
+        p.a.recv_zerocopy(c),
+        Ok(ZcNotice {
+            lo: 0,
+            hi: 0,
+            copied: true
+        })
+    );
+    assert_eq!(read_all(&mut p, s), vec![9u8; 3_000]);
+}
+
+#[test]
+fn opting_in_errors_and_sends_that_take_nothing() {
+    let mut p = Pair::new(33, LinkConfig::default());
+    let c = p.a.socket(Family::V4).unwrap();
+    assert_eq!(
+        p.a.setsockopt(p.now, c, SockOpt::SoZerocopy, &OptVal::Int(2)),
+        Err(Errno::EINVAL)
+    );
+    p.a.setsockopt(p.now, c, SockOpt::SoZerocopy, &OptVal::Int(1))
+        .unwrap();
+    assert_eq!(p.a.getsockopt(c, SockOpt::SoZerocopy), Ok(OptVal::Int(1)));
+    // Not connected: EPIPE, as Linux's sk_stream_wait_connect; the id is given back.
+    let b = Bytes::from(vec![0u8; 10]);
+    assert_eq!(
+        p.a.sendmsg_bufs(p.now, c, std::slice::from_ref(&b), MSG_ZEROCOPY, None),
+        Err(Errno::EPIPE)
+    );
+    let (c2, _s2) = connected(&mut p, true);
+    // Without SO_ZEROCOPY the flag is ignored: a plain copy, no completion.
+    p.a.setsockopt(p.now, c2, SockOpt::SoZerocopy, &OptVal::Int(0))
+        .unwrap();
+    assert_eq!(
+        p.a.sendmsg_bufs(p.now, c2, std::slice::from_ref(&b), MSG_ZEROCOPY, None),
+        Ok(10)
+    );
+    assert!(b.is_unique());
+    p.run_for(Duration::from_millis(100));
+    assert_eq!(p.a.recv_zerocopy(c2), Err(Errno::EAGAIN));
+    // On again: this send is id 0 (neither the failed nor the plain send took one).
+    p.a.setsockopt(p.now, c2, SockOpt::SoZerocopy, &OptVal::Int(1))
+        .unwrap();
+    assert_eq!(
+        p.a.sendmsg_bufs(p.now, c2, std::slice::from_ref(&b), MSG_ZEROCOPY, None),
+        Ok(10)
+    );
+    p.run_for(Duration::from_millis(100));
+    assert_eq!(p.a.recv_zerocopy(c2).map(|z| (z.lo, z.hi)), Ok((0, 0)));
+}
+
+#[test]
+fn a_reset_releases_what_was_never_acked() {
+    let link = LinkConfig {
+        rate_bps: 10_000_000,
+        ..LinkConfig::default()
+    };
+    let mut p = Pair::new(34, link);
+    let (c, s) = connected(&mut p, true);
+    // The peer stops reading: its window closes and our bytes wait unacked.
+    p.b.setsockopt(
+        p.now,
+        s,
+        SockOpt::SoLinger,
+        &OptVal::Linger {
+            onoff: true,
+            secs: 0,
+        },
+    )
+    .unwrap();
+    let buf = Bytes::from(vec![5u8; 200_000]);
+    let n =
+        p.a.sendmsg_bufs(p.now, c, std::slice::from_ref(&buf), MSG_ZEROCOPY, None)
+            .unwrap();
+    assert!(n > 0);
+    p.run_for(Duration::from_millis(3));
+    assert_eq!(p.a.recv_zerocopy(c), Err(Errno::EAGAIN));
+    // An abortive close: the RST purges our queues, and the completion follows once the
+    // copies in the host are gone.
+    p.b.close(p.now, s).unwrap();
+    p.run_for(Duration::from_millis(500));
+    assert_eq!(p.a.state(c), Ok(TcpState::Close));
+    assert_eq!(p.a.recv_zerocopy(c).map(|z| (z.lo, z.hi)), Ok((0, 0)));
+    assert!(
+        buf.is_unique() || n < buf.len(),
+        "the stack let go of the buffer"
+    );
+}
