@@ -324,7 +324,7 @@ fn env_actions(script: &Script) -> Vec<EnvAction> {
 }
 
 /// The features a script needs that Shallow does not implement (zero-copy receive,
-/// TCP-MD5, splice, AccECN, PSP), by name, sorted. Detected
+/// TCP-MD5, AccECN, PSP), by name, sorted. Detected
 /// from the parsed script: option kinds, socket-option and flag symbols, system call names,
 /// and sysctls the script writes.
 pub fn unsupported_features(script: &Script) -> Vec<&'static str> {
@@ -333,9 +333,6 @@ pub fn unsupported_features(script: &Script) -> Vec<&'static str> {
     for ev in &script.events {
         match &ev.kind {
             EventKind::Syscall(c) => {
-                if c.name == "splice" {
-                    feats.insert("splice");
-                }
                 c.args.iter().for_each(|a| expr_symbols(a, &mut syms));
                 expr_symbols(&c.result, &mut syms);
             }

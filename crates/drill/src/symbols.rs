@@ -380,6 +380,7 @@ pub static SYMBOLS: &[(&str, i64)] = &[
     ("SIOCGSTAMP", 0x8906),
     ("SIOCGSTAMPNS", 0x8907),
     ("SIOCOUTQNSD", 0x894B),
+    ("SIOCATMARK", 0x8905),
     // ---- SOL_IP options (linux/in.h) ----
     ("IP_TOS", 1),
     ("IP_TTL", 2),

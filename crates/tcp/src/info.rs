@@ -306,7 +306,7 @@ impl Connection {
             sndbuf: self.mem.sndbuf,
             fwd_alloc: self.forward_alloc().clamp(0, i64::from(u32::MAX)) as u32,
             wmem_queued: self.mem.wmem_queued,
-            optmem: 0,
+            optmem: self.zc.omem,
             backlog: self.lock.backlog_len,
             drops: self.stats.drops,
         }
@@ -331,9 +331,16 @@ impl Connection {
         if self.state != TcpState::SynSent
             && (self.state != TcpState::SynRecv || self.fastopen.child)
         {
-            let target = self.opts.rcvlowat.max(1);
+            let mut target = self.opts.rcvlowat.max(1);
+            // At the urgent mark, the out-of-band byte is not readable data.
+            if self.at_mark() && !self.opts.oobinline {
+                target += 1;
+            }
             if self.inq() >= target || self.rcv.rx_queue.iter().any(|r| r.fin) {
                 mask |= POLLIN | POLLRDNORM;
+            }
+            if self.urg_pending() {
+                mask |= POLLPRI;
             }
             if self.shutdown & SEND_SHUTDOWN == 0 {
                 if self.stream_is_writeable(env, 1) {
@@ -416,6 +423,10 @@ impl Connection {
             // The packets' firewall mark (`sk_mark`): kept and reported; Shallow has no
             // policy routing or packet filter that reads it.
             SoMark => self.opts.mark = v as u32,
+            SoOobinline => self.opts.oobinline = on,
+            // IP_FREEBIND / IPV6_FREEBIND (one flag, `inet->freebind`): bind() may name an
+            // address the host does not have.
+            IpFreebind => self.opts.freebind = on,
             // sk_setsockopt: 0 or 1 on a TCP socket in any state (measured on 6.18).
             SoZerocopy => {
                 if !(0..=1).contains(&v) {
@@ -640,6 +651,8 @@ impl Connection {
             SoReuseport => i(u32::from(self.opts.reuseport)),
             SoZerocopy => i(u32::from(self.opts.zerocopy)),
             SoMark => i(self.opts.mark),
+            SoOobinline => i(u32::from(self.opts.oobinline)),
+            IpFreebind => i(u32::from(self.opts.freebind)),
             SoError => {
                 let e = self.err.take().map(|e| e.code()).unwrap_or(0);
                 Ok(OptVal::Int(i64::from(e)))

@@ -328,6 +328,11 @@ impl Connection {
             out.reset = true;
             return out;
         }
+        // tcp_urg (step 6, "check the URG bit").
+        if seg.has(TcpFlags::URG) || self.urg.state == crate::urg::UrgState::NotYet {
+            let urg = seg.has(TcpFlags::URG).then_some(seg.urg_ptr);
+            self.urg_rcv(env, seg.seq, seg.has(TcpFlags::SYN), urg, seg.payload);
+        }
         // Data and FIN.
         if !seg.payload.is_empty() || seg.has(TcpFlags::FIN) {
             match self.state {
@@ -921,6 +926,10 @@ impl Connection {
             env.mib.inc(Mib::TCPPureAcks);
         }
         self.snd.una = ack;
+        // Urgent mode ends once the urgent byte is acknowledged.
+        if !after(self.snd.up, ack) {
+            self.snd.up = ack;
+        }
         let (acked_pkts, rtt_us) = self.clean_rtx_queue(env, now, prior_fack, seg, &mut flag);
         // tcp_clean_rtx_queue: the MTU probe was cumulatively acked.
         if self.mtup.probe_acked(self.snd.una) {

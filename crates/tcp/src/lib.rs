@@ -168,6 +168,7 @@ pub mod sockopt;
 pub mod stack;
 mod timer;
 pub mod tstamp;
+mod urg;
 pub mod zerocopy;
 
 pub use device::{DeviceCaps, RxBytes, RxChecksum, RxPacket, RxTruesize};

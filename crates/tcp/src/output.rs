@@ -585,7 +585,9 @@ impl Connection {
 
     /// `tcp_nagle_check` (with Minshall's rule): true = hold a partial segment.
     fn nagle_check(&self, partial: bool, nonagle: u8) -> bool {
-        partial
+        // tcp_nagle_test: never for urgent data.
+        !self.urg_mode()
+            && partial
             && (nonagle & NAGLE_CORK != 0
                 || (nonagle == 0 && self.rtx.packets_out > 0 && self.minshall_check()))
     }
@@ -863,7 +865,9 @@ impl Connection {
             // overhead from sk_wmem_queued: a large write then fits more bytes).
             cwnd_quota = cwnd_quota.min(max_segs);
             let missing = (cwnd_quota * mss_now).saturating_sub(head_len);
-            if missing > 0 {
+            // In urgent mode segments keep their single-MSS buffers (measured on 6.18: an
+            // urgent write of 1.5 MSS leaves as two packets, each with its own pointer).
+            if missing > 0 && !self.urg_mode() {
                 self.grow_head(missing);
             }
             let Some(head) = self.snd.write_queue.front() else {
@@ -892,7 +896,10 @@ impl Connection {
             };
             let window = self.snd_wnd_end().wrapping_sub(head.seq);
             let max_len = mss_now * cwnd_quota;
-            let limit = if max_len <= window && !is_tail {
+            // tcp_write_xmit: in urgent mode a packet is one MSS (no split point).
+            let limit = if self.urg_mode() {
+                mss_now
+            } else if max_len <= window && !is_tail {
                 max_len
             } else {
                 let needed = head_len.min(window);
@@ -1041,6 +1048,7 @@ impl Connection {
         // The device side's verdict, before anything about the skb changes (the header
         // length is that of the segment built below: same options, same addresses).
         let header_len = packet::header_len(&SegOut {
+            urgent: 0,
             local: self.local,
             remote: self.remote,
             seq,

@@ -39,6 +39,8 @@ pub(crate) struct SegIn<'a> {
     pub ack: u32,
     pub flags: TcpFlags,
     pub window: u16,
+    /// The urgent pointer (meaningful with URG, urg.rs).
+    pub urg_ptr: u16,
     pub opts: RxOpts,
     pub payload: &'a [u8],
     /// The buffer `payload` lies in, when the substrate handed the payload over as `Bytes`
@@ -88,6 +90,7 @@ pub(crate) struct OwnedSeg {
     pub ack: u32,
     pub flags: TcpFlags,
     pub window: u16,
+    pub urg_ptr: u16,
     pub opts: RxOpts,
     pub payload: Vec<u8>,
     pub gso_segs: u32,
@@ -119,6 +122,7 @@ impl OwnedSeg {
             ack: s.ack,
             flags: s.flags,
             window: s.window,
+            urg_ptr: s.urg_ptr,
             opts: s.opts,
             payload: s.payload.to_vec(),
             gso_segs: s.gso_segs,
@@ -135,6 +139,7 @@ impl OwnedSeg {
             ack: self.ack,
             flags: self.flags,
             window: self.window,
+            urg_ptr: self.urg_ptr,
             opts: self.opts,
             payload: &self.payload,
             buf: None,
@@ -382,6 +387,7 @@ fn seg_in<'a>(
         // The eight bits FIN..CWR: AE and the reserved bits are not TCP's business here.
         flags: tcp.flags() & !(TcpFlags::AE | TcpFlags::RESERVED),
         window: tcp.window(),
+        urg_ptr: tcp.urgent(),
         opts,
         payload,
         buf,
@@ -412,6 +418,8 @@ pub(crate) struct SegOut<'a> {
     pub ack: u32,
     pub flags: TcpFlags,
     pub window: u16,
+    /// The urgent pointer; sent with URG (urg.rs).
+    pub urgent: u16,
     pub tos: u8,
     pub ttl: u8,
     pub ident: u16,
@@ -455,7 +463,7 @@ fn tcp_repr(s: &SegOut<'_>) -> Option<TcpRepr> {
         ack: s.ack,
         flags: s.flags,
         window: s.window,
-        urgent: 0,
+        urgent: s.urgent,
         options,
     })
 }
@@ -535,6 +543,7 @@ mod tests {
             ack: 1,
             flags: TcpFlags::ACK,
             window: 100,
+            urg_ptr: 0,
             opts: RxOpts::default(),
             payload,
             buf: None,
@@ -577,6 +586,7 @@ mod tests {
             OutOpt::Wscale(8),
         ];
         let p = build(&SegOut {
+            urgent: 0,
             local,
             remote,
             seq: 100,

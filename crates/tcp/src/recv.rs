@@ -360,7 +360,30 @@ impl Connection {
         self.rcv.rx_queue.iter().map(|r| r.data.len() as u32).sum()
     }
 
-    /// `tcp_recvmsg` (non-blocking): copy up to `buf.len()` bytes. Ok(0) = EOF.
+    /// Consume `n` bytes at the read position without copying them (an urgent byte out of
+    /// the stream, urg.rs).
+    pub(crate) fn skip_rcv_bytes(&mut self, n: u32) {
+        let mut left = n as usize;
+        while left > 0 {
+            let Some(r) = self.rcv.rx_queue.front_mut() else {
+                break;
+            };
+            let k = r.data.read(None, left);
+            left -= k;
+            self.rcv.copied_seq = self.rcv.copied_seq.wrapping_add(k as u32);
+            if r.data.len() == 0 {
+                let r = self.rcv.rx_queue.pop_front().expect("front exists");
+                self.mem.rmem_alloc = self.mem.rmem_alloc.saturating_sub(r.truesize);
+            }
+            if k == 0 {
+                break;
+            }
+        }
+    }
+
+    /// `tcp_recvmsg` (non-blocking): copy up to `buf.len()` bytes. Ok(0) = EOF. A read
+    /// stops at the urgent mark and skips the urgent byte (urg.rs); `splice` reads
+    /// (`tcp_read_sock`) stop there too and return 0 at it.
     pub fn recvmsg(
         &mut self,
         env: &mut Env,
@@ -368,12 +391,24 @@ impl Connection {
         buf: &mut [u8],
         flags: u32,
     ) -> Result<usize, Errno> {
+        self.recvmsg_mode(env, now, buf, flags, false)
+    }
+
+    /// [`Connection::recvmsg`], or with `splice` the reading of `tcp_splice_read`.
+    pub(crate) fn recvmsg_mode(
+        &mut self,
+        env: &mut Env,
+        now: Instant,
+        buf: &mut [u8],
+        flags: u32,
+        splice: bool,
+    ) -> Result<usize, Errno> {
         use msgflags::*;
         if self.state == TcpState::Listen {
             return Err(Errno::ENOTCONN);
         }
         if flags & MSG_OOB != 0 {
-            return Err(Errno::EINVAL);
+            return self.recv_urg(buf, flags & MSG_PEEK != 0);
         }
         if buf.is_empty() {
             return Ok(0);
@@ -409,28 +444,64 @@ impl Connection {
             return Ok(0);
         }
         let mut copied = 0usize;
+        let inline = self.opts.oobinline;
         if peek {
+            // Up to the urgent mark, past an out-of-band byte at the read position.
+            let seq = self.rcv.copied_seq;
+            let mut limit = buf.len();
+            let mut skip = 0usize;
+            if let Some(off) = self.urg_offset(seq) {
+                let off = off as usize;
+                if off == 0 && !inline && !splice {
+                    skip = 1;
+                } else if off < limit {
+                    limit = off;
+                }
+            }
+            let mut tmp = vec![0u8; (limit + skip).min(avail)];
+            let mut n = 0;
             for r in &self.rcv.rx_queue {
-                if copied >= buf.len() {
+                if n >= tmp.len() {
                     break;
                 }
-                let n = if trunc {
-                    r.data.len().min(buf.len() - copied)
-                } else {
-                    r.data.peek(&mut buf[copied..])
-                };
-                copied += n;
+                n += r.data.peek(&mut tmp[n..]);
             }
-            return Ok(copied);
+            let got = n.saturating_sub(skip).min(limit);
+            if !trunc {
+                buf[..got].copy_from_slice(&tmp[skip..skip + got]);
+            }
+            return Ok(got);
         }
+        let mut skipped = 0u32;
         while copied < buf.len() {
+            let seq = self
+                .rcv
+                .copied_seq
+                .wrapping_add(copied as u32)
+                .wrapping_add(skipped);
+            let off = self.urg_offset(seq);
+            // tcp_recvmsg: stop at the mark once something was read.
+            if off == Some(0) && (copied > 0 || splice) {
+                break;
+            }
             let Some(r) = self.rcv.rx_queue.front_mut() else {
                 break;
             };
             if r.fin {
                 break;
             }
-            let want = r.data.len().min(buf.len() - copied);
+            let mut used = r.data.len();
+            match off {
+                Some(0) if !inline => {
+                    // The out-of-band byte leaves the stream.
+                    r.data.read(None, 1);
+                    skipped += 1;
+                    used -= 1;
+                }
+                Some(o) if (o as usize) < used && o > 0 => used = o as usize,
+                _ => {}
+            }
+            let want = used.min(buf.len() - copied);
             let out = (!trunc).then(|| &mut buf[copied..copied + want]);
             copied += r.data.read(out, want);
             if r.data.len() == 0 {
@@ -438,7 +509,16 @@ impl Connection {
                 self.mem.rmem_alloc = self.mem.rmem_alloc.saturating_sub(r.truesize);
             }
         }
-        self.rcv.copied_seq = self.rcv.copied_seq.wrapping_add(copied as u32);
+        self.rcv.copied_seq = self
+            .rcv
+            .copied_seq
+            .wrapping_add(copied as u32)
+            .wrapping_add(skipped);
+        self.urg_read_past();
+        if copied == 0 && skipped > 0 && !eof {
+            // Only the out-of-band byte was there.
+            return Err(Errno::EAGAIN);
+        }
         self.rcv_space_adjust(env, now);
         self.cleanup_rbuf(env, now, copied as u32);
         Ok(copied)

@@ -116,7 +116,8 @@ impl Connection {
         // tcp_send_mss → tcp_current_mss: pick up a path MTU change.
         self.refresh_mss(env);
         let mss_now = self.current_mss();
-        let size_goal = if env.device.caps.gso {
+        // tcp_send_mss: an urgent write is cut into single-MSS buffers (no large goal).
+        let size_goal = if env.device.caps.gso && flags & MSG_OOB == 0 {
             self.size_goal(mss_now)
         } else {
             mss_now
@@ -234,7 +235,8 @@ impl Connection {
                 }
                 break;
             }
-            if tail.len() < size_goal {
+            // An urgent write is pushed only at its end, once its last byte is marked.
+            if tail.len() < size_goal || flags & MSG_OOB != 0 {
                 continue;
             }
             if self.forced_push() {
@@ -251,6 +253,10 @@ impl Connection {
         let blocking = !self.opts.nonblock && flags & MSG_DONTWAIT == 0;
         if copied > 0 && (copied == total || !blocking) {
             self.tstamp_mark_tail();
+        }
+        // tcp_mark_urg: MSG_OOB makes the call's last byte the urgent one.
+        if copied > 0 && flags & MSG_OOB != 0 {
+            self.snd.up = self.snd.write_seq;
         }
         if waited {
             self.nospace = true;
@@ -364,6 +370,9 @@ pub(crate) struct SndSeq {
     pub write_seq: u32,
     /// `pushed_seq`: last sequence marked with PSH (forced_push).
     pub pushed_seq: u32,
+    /// SND.UP (`snd_up`): the sequence after the last urgent byte sent with `MSG_OOB`;
+    /// urgent mode while it is ahead of SND.UNA (urg.rs).
+    pub up: u32,
     /// End of the last small (< MSS) segment sent (`snd_sml`, Minshall's Nagle variant).
     pub sml: u32,
     /// SND.WND: the peer's receive window, scaled (`snd_wnd`).
@@ -386,6 +395,7 @@ impl SndSeq {
         self.nxt = iss.wrapping_add(1);
         self.write_seq = self.nxt;
         self.pushed_seq = self.write_seq;
+        self.up = iss;
     }
 }
 

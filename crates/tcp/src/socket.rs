@@ -725,6 +725,10 @@ pub(crate) struct SockOpts {
     pub zerocopy: bool,
     /// `SO_MARK` (`sk_mark`).
     pub mark: u32,
+    /// `SO_OOBINLINE` (`SOCK_URGINLINE`): the urgent byte stays in the stream (urg.rs).
+    pub oobinline: bool,
+    /// `IP_FREEBIND`: bind() to an address the host does not have.
+    pub freebind: bool,
 }
 
 impl Default for SockOpts {
@@ -759,6 +763,8 @@ impl Default for SockOpts {
             fastopen_key: None,
             zerocopy: false,
             mark: 0,
+            oobinline: false,
+            freebind: false,
         }
     }
 }
@@ -811,6 +817,8 @@ pub(crate) struct Connection {
     pub errq: crate::errqueue::ErrQueue,
     /// Zero-copy sends not yet completed (zerocopy.rs).
     pub zc: crate::zerocopy::SockZc,
+    /// The receive side's urgent mark (urg.rs).
+    pub urg: crate::urg::RcvUrg,
     /// Socket options.
     pub opts: SockOpts,
     /// The route's attributes in use.
@@ -947,6 +955,7 @@ impl Connection {
             tstamp: Default::default(),
             errq: Default::default(),
             zc: Default::default(),
+            urg: Default::default(),
             opts: SockOpts {
                 v6only: family == Family::V6 && env.config.sysctl.on(Sysctl::bindv6only),
                 ..SockOpts::default()
@@ -1014,6 +1023,7 @@ impl Connection {
                 nxt: 0,
                 write_seq: 0,
                 pushed_seq: 0,
+                up: 0,
                 sml: 0,
                 wnd: 0,
                 wl1: 0,
@@ -1188,7 +1198,9 @@ impl Connection {
         opts: &'a [OutOpt],
         payload: &'a [u8],
     ) -> SegOut<'a> {
+        let (flags, urgent) = self.urg_mark(seq, flags);
         SegOut {
+            urgent,
             local: self.local,
             remote: self.remote,
             seq,

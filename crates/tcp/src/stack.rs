@@ -141,6 +141,8 @@ pub enum Ioctl {
     SiocOutq,
     /// SIOCOUTQNSD: bytes not yet sent (`write_seq - snd_nxt`).
     SiocOutqNsd,
+    /// SIOCATMARK: 1 when the read position is at the urgent mark (urg.rs).
+    SiocAtmark,
 }
 
 #[derive(Clone, Copy, Debug)]

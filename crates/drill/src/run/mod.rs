@@ -206,6 +206,12 @@ enum Fd {
         path: String,
         pos: u64,
     },
+    /// An end of a pipe (`pipe()`): the pipe's index in `Runner::pipes`, and whether this is
+    /// the write end.
+    Pipe {
+        pipe: usize,
+        write: bool,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -263,6 +269,8 @@ pub(crate) struct Runner<'a> {
     defines: BTreeMap<String, String>,
     /// Files the script's commands made (`dd`), by path: their length (all zeros).
     files: BTreeMap<String, u64>,
+    /// Bytes waiting in each pipe the script made (their contents are not modelled).
+    pipes: Vec<usize>,
     fds: BTreeMap<i64, Fd>,
     nonblock_epoll: BTreeMap<i64, bool>,
     flows: Vec<Flow>,
@@ -394,6 +402,7 @@ impl<'a> Runner<'a> {
             strict_segments: script.option("strict_segments").is_some(),
             defines,
             files: BTreeMap::new(),
+            pipes: Vec::new(),
             fds: BTreeMap::new(),
             nonblock_epoll: BTreeMap::new(),
             flows: Vec::new(),

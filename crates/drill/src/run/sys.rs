@@ -201,7 +201,7 @@ impl Runner<'_> {
     fn sock(&self, fd: i64) -> Result<SocketId, i64> {
         match self.fds.get(&fd) {
             Some(Fd::Sock(s)) => Ok(*s),
-            Some(Fd::Epoll(_) | Fd::File { .. }) => Err(ENOTSOCK),
+            Some(Fd::Epoll(_) | Fd::File { .. } | Fd::Pipe { .. }) => Err(ENOTSOCK),
             None => Err(EBADF),
         }
     }
@@ -648,7 +648,7 @@ impl Runner<'_> {
                             r => Ok(Res::Done(r.map(|_| 0).map_err(code))),
                         }
                     }
-                    Some(Fd::Epoll(_) | Fd::File { .. }) => Ok(Res::Done(Ok(0))),
+                    Some(Fd::Epoll(_) | Fd::File { .. } | Fd::Pipe { .. }) => Ok(Res::Done(Ok(0))),
                     None => Ok(Res::Done(Err(EBADF))),
                 }
             }
@@ -696,6 +696,7 @@ impl Runner<'_> {
                     0x541B => Ioctl::SiocInq,
                     0x5411 => Ioctl::SiocOutq,
                     0x894B => Ioctl::SiocOutqNsd,
+                    0x8905 => Ioctl::SiocAtmark,
                     r => return self.skip(format!("ioctl request {r:#x} not supported")),
                 };
                 match self.st.ioctl(s, req) {
@@ -728,6 +729,21 @@ impl Runner<'_> {
                 Ok(Res::Done(Ok(fd)))
             }
             "sendfile" => self.do_sendfile(call, state),
+            "pipe" | "pipe2" => {
+                let ends: Vec<i64> = match self.arg(call, 0)? {
+                    Expr::List(v) => v.iter().filter_map(|e| self.int_of(e)).collect(),
+                    other => return self.skip(format!("pipe() array {other:?} not understood")),
+                };
+                let [r, w] = ends[..] else {
+                    return self.skip("pipe() wants two descriptors");
+                };
+                self.pipes.push(0);
+                let pipe = self.pipes.len() - 1;
+                self.fds.insert(r, Fd::Pipe { pipe, write: false });
+                self.fds.insert(w, Fd::Pipe { pipe, write: true });
+                Ok(Res::Done(Ok(0)))
+            }
+            "splice" => self.do_splice(call),
             "poll" => self.do_poll(call, start),
             "epoll_create" | "epoll_create1" => {
                 if call.name == "epoll_create" && self.int(call, 0)? <= 0 {
@@ -968,6 +984,57 @@ impl Runner<'_> {
             }
         }
         Ok(res)
+    }
+
+    /// `splice(in, NULL, out, NULL, len, flags)` from a socket into a pipe (Linux's
+    /// `tcp_splice_read`: up to the pipe's room, 64 KiB, stopping at the urgent mark and
+    /// returning 0 there; waits for data unless the socket is non-blocking or
+    /// `SPLICE_F_NONBLOCK`), or from a pipe into a socket (a write of the pipe's bytes).
+    fn do_splice(&mut self, call: &SyscallSpec) -> R<Res> {
+        const PIPE_SIZE: usize = 65_536;
+        const SPLICE_F_NONBLOCK: i64 = 2;
+        let (fd_in, fd_out) = (self.int(call, 0)?, self.int(call, 2)?);
+        for i in [1, 3] {
+            if !matches!(self.arg(call, i)?, Expr::Null) {
+                return self.skip("splice() with an offset is not modelled");
+            }
+        }
+        let len = self.int(call, 4)?.max(0) as usize;
+        let flags = self.int(call, 5)?;
+        let now = self.inst();
+        match (self.fds.get(&fd_in), self.fds.get(&fd_out)) {
+            (Some(Fd::Sock(s)), Some(&Fd::Pipe { pipe, write: true })) => {
+                let s = *s;
+                let room = PIPE_SIZE.saturating_sub(self.pipes[pipe]);
+                let mut tmp = vec![0u8; len.min(room)];
+                match self.st.read_sock(now, s, &mut tmp) {
+                    Ok(n) => {
+                        self.pipes[pipe] += n;
+                        Ok(Res::Done(Ok(n as i64)))
+                    }
+                    Err(Errno::EAGAIN)
+                        if self.blocking(fd_in) && flags & SPLICE_F_NONBLOCK == 0 =>
+                    {
+                        Ok(Res::Blocked(None))
+                    }
+                    Err(e) => Ok(Res::Done(Err(code(e)))),
+                }
+            }
+            (Some(&Fd::Pipe { pipe, write: false }), Some(Fd::Sock(s))) => {
+                let s = *s;
+                let data = vec![0u8; len.min(self.pipes[pipe])];
+                match self.st.send(now, s, &data, 0) {
+                    Ok(n) => {
+                        self.pipes[pipe] -= n;
+                        Ok(Res::Done(Ok(n as i64)))
+                    }
+                    Err(Errno::EAGAIN) if self.blocking(fd_out) => Ok(Res::Blocked(None)),
+                    Err(e) => Ok(Res::Done(Err(code(e)))),
+                }
+            }
+            (None, _) | (_, None) => Ok(Res::Done(Err(EBADF))),
+            _ => Ok(Res::Done(Err(EINVAL))),
+        }
     }
 
     /// A fresh active open (connect(), or sendto(MSG_FASTOPEN)): the flow under test, the

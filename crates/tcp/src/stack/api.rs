@@ -50,9 +50,10 @@ impl Stack {
 
     /// `bind()`. Port 0 picks an ephemeral port.
     pub fn bind(&mut self, s: SocketId, addr: SocketAddr) -> Result<(), Errno> {
-        let (bound, family, reuse, v6only) = {
+        let (bound, family, reuse, v6only, freebind) = {
             let sk = self.sock(s)?;
-            (sk.bound, sk.family, sk.opts.reuseaddr, sk.opts.v6only)
+            let o = &sk.opts;
+            (sk.bound, sk.family, o.reuseaddr, o.v6only, o.freebind)
         };
         if bound {
             return Err(Errno::EINVAL);
@@ -60,7 +61,10 @@ impl Stack {
         let addr_lock = !addr.ip().is_unspecified();
         let addr = dualstack::to_wire(family, v6only, dualstack::Call::Bind, addr)?;
         let scope = BindScope::of(addr.ip(), v6only);
-        if !addr.ip().is_unspecified() && !self.addrs.is_empty() && !self.addrs.contains(&addr.ip())
+        if !addr.ip().is_unspecified()
+            && !freebind
+            && !self.addrs.is_empty()
+            && !self.addrs.contains(&addr.ip())
         {
             return Err(Errno::EADDRNOTAVAIL);
         }
@@ -558,6 +562,16 @@ impl Stack {
         self.call(now, s, |sk, env| sk.recvmsg(env, now, buf, flags))
     }
 
+    /// The reading `splice(2)` does from a TCP socket (`tcp_splice_read` → `tcp_read_sock`):
+    /// up to `buf.len()` bytes, as [`Stack::recv`] but stopping at the urgent mark and
+    /// returning Ok(0) there, with the urgent byte still unread (urg.rs); never blocks.
+    pub fn read_sock(&mut self, now: Instant, s: SocketId, buf: &mut [u8]) -> Result<usize, Errno> {
+        let flags = crate::recv::msgflags::MSG_DONTWAIT;
+        self.call(now, s, |sk, env| {
+            sk.recvmsg_mode(env, now, buf, flags, true)
+        })
+    }
+
     /// `shutdown()`.
     pub fn shutdown(&mut self, now: Instant, s: SocketId, how: Shutdown) -> Result<(), Errno> {
         self.call(now, s, |sk, env| {
@@ -775,6 +789,7 @@ impl Stack {
             Ioctl::SiocInq => sk.inq(),
             Ioctl::SiocOutq => sk.snd.write_seq.wrapping_sub(sk.snd.una),
             Ioctl::SiocOutqNsd => sk.notsent_bytes(),
+            Ioctl::SiocAtmark => u32::from(sk.at_mark()),
         })
     }
 

@@ -319,6 +319,7 @@ impl Stack {
     ) {
         let ident = self.env.limits.next_ident();
         let out = SegOut {
+            urgent: 0,
             local,
             remote,
             seq,

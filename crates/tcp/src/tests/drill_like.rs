@@ -18,6 +18,7 @@ struct Peer {
 
 fn raw(seq: u32, ack: u32, fl: TcpFlags, win: u16, opts: &[OutOpt], payload: &[u8]) -> Vec<u8> {
     packet::build(&SegOut {
+        urgent: 0,
         local: REMOTE.parse().unwrap(),
         remote: LOCAL.parse().unwrap(),
         seq,
@@ -722,6 +723,7 @@ fn accept_queue_overflow() {
     for port in [1000u16, 1001, 1002] {
         let remote: SocketAddr = SocketAddr::new("192.0.2.1".parse().unwrap(), port);
         let syn = packet::build(&SegOut {
+            urgent: 0,
             local: remote,
             remote: LOCAL.parse().unwrap(),
             seq: 0,
@@ -740,6 +742,7 @@ fn accept_queue_overflow() {
         let Some(sa) = sa else { continue };
         let o = parse_out(&sa);
         let ack = packet::build(&SegOut {
+            urgent: 0,
             local: remote,
             remote: LOCAL.parse().unwrap(),
             seq: 1,
@@ -1244,6 +1247,7 @@ fn syn_cookies_when_syn_queue_full() {
     st.listen(l, 1).unwrap();
     let mk = |port: u16, seq: u32, ack: u32, fl: TcpFlags, opts: &[OutOpt]| {
         packet::build(&SegOut {
+            urgent: 0,
             local: SocketAddr::new("192.0.2.1".parse().unwrap(), port),
             remote: LOCAL.parse().unwrap(),
             seq,
@@ -1522,6 +1526,7 @@ fn gso_off_sends_mss_packets() {
     p.now += Duration::from_millis(100);
     let me = p.st.local_addr(c).unwrap();
     let synack = packet::build(&SegOut {
+        urgent: 0,
         local: REMOTE.parse().unwrap(),
         remote: me,
         seq: 0,

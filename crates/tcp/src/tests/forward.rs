@@ -307,6 +307,7 @@ fn client_reset_ends_a_held_connection() {
     // The client gives up with a RST at its SYN's next sequence.
     let (_, snd_nxt, _) = p.a.seqs(c);
     let rst = crate::packet::build(&crate::packet::SegOut {
+        urgent: 0,
         local: p.a.local_addr(c).unwrap(),
         remote: sa("192.0.2.36:80"),
         seq: snd_nxt,

@@ -209,6 +209,7 @@ mod hostile {
                 let payload = vec![0x42u8; len];
                 let dst = if to_listener { SocketAddr::new(local.ip(), 80) } else { local };
                 let pkt = packet::build(&SegOut {
+                    urgent: 0,
                     local: remote,
                     remote: dst,
                     seq: (dseq as u32).wrapping_add(rcv_nxt),

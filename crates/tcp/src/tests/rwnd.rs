@@ -13,6 +13,7 @@ const REMOTE: &str = "192.0.2.1:40000";
 
 fn raw(seq: u32, ack: u32, fl: TcpFlags, win: u16, opts: &[OutOpt], payload: &[u8]) -> Vec<u8> {
     packet::build(&SegOut {
+        urgent: 0,
         local: REMOTE.parse().unwrap(),
         remote: LOCAL.parse().unwrap(),
         seq,
