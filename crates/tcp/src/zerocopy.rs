@@ -31,6 +31,12 @@
 //!
 //! Shallow's model of a "page": a buffer of `n` bytes spans `ceil(n / 4096)` pages (the
 //! application's alignment is not looked at, so runs replay bit for bit).
+//!
+//! Not as Linux: a Shallow packet carries one shared fragment (`Transmit::frag`), so bytes
+//! of a second buffer that join a buffer not yet sent (several buffers in one `sendmsg`, or
+//! a send whose bytes extend the previous send's unsent tail) are copied into it, and that
+//! completion says `COPIED` where Linux keeps the pages as separate fragments. Packets are
+//! cut as Linux cuts them either way.
 
 use crate::seq::{after, before};
 use std::collections::VecDeque;
