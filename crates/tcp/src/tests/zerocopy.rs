@@ -215,7 +215,7 @@ fn retransmissions_hold_the_completion_and_every_byte_arrives() {
     let mut ids = 0u32;
     let mut got = Vec::new();
     let mut next = 0u32;
-    let mut check = |p: &mut Pair, bufs: &[Bytes], last_id: &[u32], next: &mut u32| {
+    let check = |p: &mut Pair, bufs: &[Bytes], last_id: &[u32], next: &mut u32| {
         while let Ok(z) = p.a.recv_zerocopy(c) {
             assert_eq!(z.lo, *next, "each id once, in order");
             *next = z.hi + 1;
@@ -245,7 +245,6 @@ fn retransmissions_hold_the_completion_and_every_byte_arrives() {
             check(&mut p, &bufs, &last_id, &mut next);
         }
     }
-    drop(check);
     for _ in 0..200 {
         p.run_for(Duration::from_millis(50));
         got.extend(read_all(&mut p, s));
@@ -260,5 +259,5 @@ fn retransmissions_hold_the_completion_and_every_byte_arrives() {
     );
     assert_eq!(got, bufs.concat());
     assert_eq!(next, ids, "every id completed");
-    drop(bufs.drain(..).map(|b| assert!(b.is_unique())).count());
+    assert!(bufs.iter().all(|b| b.is_unique()));
 }
