@@ -208,11 +208,16 @@ impl TcpStream {
                     return Err(errno(Errno::ETIMEDOUT));
                 }
             }
-            // A second connect reports the outcome (EISCONN, or the error once).
-            let now = o.now();
-            match o.stack().connect(now, sock.id, addr) {
-                Ok(()) | Err(Errno::EISCONN) => {}
-                Err(e) => return Err(errno(e)),
+            // __inet_stream_connect after the wait: a socket that reached CLOSE reports its
+            // error (the handshake's, or a reset that came right after it: ECONNRESET), else
+            // ECONNABORTED; any other state is a connection. (A second connect() would start
+            // a new handshake on a socket reset after it was established.)
+            if o.stack().state(sock.id).map_err(errno)? == TcpState::Close {
+                let e = match o.stack().getsockopt(sock.id, SockOpt::SoError) {
+                    Ok(OptVal::Int(e)) if e != 0 => io::Error::from_raw_os_error(e as i32),
+                    _ => errno(Errno::ECONNABORTED),
+                };
+                return Err(e);
             }
         }
         Ok(TcpStream {

@@ -488,3 +488,41 @@ fn shutdown_wakes_blocked_calls() {
 fn libc_enetdown() -> i32 {
     100
 }
+
+/// A connection reset right after its handshake: `connect` returns the connection, or
+/// ECONNRESET when the reset came before the caller looked (Linux's
+/// `__inet_stream_connect`), never a new handshake's EINPROGRESS. The race is the caller's
+/// wake-up against the peer's reset, so it is run many times.
+#[test]
+fn connect_reset_after_the_handshake_is_econnreset_or_a_connection() {
+    with_watchdog(Duration::from_secs(60), || {
+        let (ha, hb) = hosts(Egress::Direct);
+        let addr = SocketAddr::new(IpAddr::V4(B4), 81);
+        let l = TcpListener::bind(&hb, addr).unwrap();
+        const N: usize = 200;
+        let server = std::thread::spawn(move || {
+            for _ in 0..N {
+                let (s, _) = l.accept().unwrap();
+                s.set_option(
+                    shallow_tcp::SockOpt::SoLinger,
+                    &shallow_tcp::OptVal::Linger {
+                        onoff: true,
+                        secs: 0,
+                    },
+                )
+                .unwrap();
+                drop(s);
+            }
+        });
+        let (mut ok, mut reset) = (0, 0);
+        for _ in 0..N {
+            match TcpStream::connect(&ha, addr) {
+                Ok(_) => ok += 1,
+                Err(e) if e.raw_os_error() == Some(104) => reset += 1,
+                Err(e) => panic!("connect: {e} (after {ok} connections, {reset} resets)"),
+            }
+        }
+        server.join().unwrap();
+        println!("{ok} connections, {reset} ECONNRESET");
+    });
+}
