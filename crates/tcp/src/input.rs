@@ -661,10 +661,14 @@ impl Connection {
         let want_ts = env.sysint(Sysctl::tcp_timestamps) != 0;
         let want_sack = env.config.sysctl.on(Sysctl::tcp_sack);
         let want_ws = env.config.sysctl.on(Sysctl::tcp_window_scaling);
-        let _ = active;
         self.rx_opt.tstamp_ok = want_ts && o.ts.is_some();
         self.rx_opt.sack_ok = want_sack && o.sack_ok;
         self.rx_opt.dsack_ok = self.rx_opt.sack_ok && env.config.sysctl.on(Sysctl::tcp_dsack);
+        // tcp_synack_options: a signed SYN-ACK has no room for timestamps beside SACK blocks
+        // and gives timestamps up when SACK is on.
+        if !active && self.rx_opt.sack_ok && self.md5_opt_len() != 0 {
+            self.rx_opt.tstamp_ok = false;
+        }
         if want_ws && o.wscale.is_some() {
             self.rx_opt.wscale_ok = true;
             self.rx_opt.snd_wscale = o.wscale.unwrap_or(0).min(14);
@@ -680,7 +684,10 @@ impl Connection {
         if self.opts.user_mss != 0 {
             self.rx_opt.mss_clamp = self.rx_opt.mss_clamp.min(self.opts.user_mss);
         }
-        self.mss.tcp_header_len = if self.rx_opt.tstamp_ok { 32 } else { 20 };
+        // A passive open counts the signature in (`tcp_create_openreq_child`), an active one
+        // does not (`tcp_rcv_synsent_state_process`); `current_mss` takes the difference.
+        let md5 = if active { 0 } else { self.md5_opt_len() };
+        self.mss.tcp_header_len = if self.rx_opt.tstamp_ok { 32 } else { 20 } + md5;
     }
 
     /// Send an ACK for an unacceptable segment (`tcp_send_dupack`): old data gets a D-SACK
@@ -1508,8 +1515,7 @@ impl Connection {
             .flags
             .intersects(TcpFlags::FIN | TcpFlags::URG | TcpFlags::SYN | TcpFlags::PSH);
         if with_hdr >= TCP_MSS_DEFAULT + 20 || (with_hdr >= TCP_MIN_MSS + 20 && !remnant) {
-            let tcp_header_len = 20 + if self.rx_opt.tstamp_ok { 12 } else { 0 };
-            let l = with_hdr.saturating_sub(tcp_header_len);
+            let l = with_hdr.saturating_sub(self.mss.tcp_header_len);
             self.ack.last_seg_size = l;
             if l == lss {
                 self.ack.rcv_mss = l;

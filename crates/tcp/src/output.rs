@@ -51,21 +51,34 @@ impl Connection {
         self.mss.tcp_header_len - 20
     }
 
-    /// Number of SACK blocks the next ACK will carry (D-SACK first), limited so all options fit.
+    /// Bytes of the options every established segment carries: timestamps and a TCP-MD5
+    /// signature (`tcp_established_options` before SACK).
+    fn fixed_opt_len(&self) -> u32 {
+        let ts = if self.rx_opt.tstamp_ok { 12 } else { 0 };
+        ts + self.md5_opt_len()
+    }
+
+    /// Number of SACK blocks the next ACK will carry (D-SACK first), limited so all options
+    /// fit in the 40 bytes (`tcp_established_options`: 3 with timestamps, 4 without, 2
+    /// beside a TCP-MD5 signature and none beside both).
     fn num_sack_blocks(&self) -> usize {
         if !self.rx_opt.sack_ok {
             return 0;
         }
         let n = self.rcv.sacks.len() + usize::from(self.rcv.dsack.is_some());
-        let max = if self.rx_opt.tstamp_ok { 3 } else { 4 };
-        n.min(max)
+        let room = 40u32.saturating_sub(self.fixed_opt_len());
+        let max = if room < 12 { 0 } else { (room - 4) / 8 };
+        n.min(max as usize)
     }
 
-    /// `tcp_current_mss`: mss_cache minus the bytes of SACK blocks this segment will carry.
+    /// `tcp_current_mss`: mss_cache less the difference between this segment's header
+    /// (timestamps, a TCP-MD5 signature, the SACK blocks it will carry) and `tcp_header_len`.
     pub fn current_mss(&self) -> u32 {
         let n = self.num_sack_blocks() as u32;
-        let extra = if n > 0 { 4 + 8 * n } else { 0 };
-        self.mss.cache.saturating_sub(extra).max(1)
+        let sack = if n > 0 { 4 + 8 * n } else { 0 };
+        let hdr = 20 + self.fixed_opt_len() + sack;
+        let delta = i64::from(hdr) - i64::from(self.mss.tcp_header_len);
+        (i64::from(self.mss.cache) - delta).clamp(1, i64::from(u32::MAX)) as u32
     }
 
     /// `tcp_bound_to_half_wnd`.
@@ -832,7 +845,7 @@ impl Connection {
                 _ => {}
             }
         }
-        let max_segs = if env.device.caps.gso {
+        let max_segs = if self.gso_ok(env) {
             self.tso_segs(env, mss_now)
         } else {
             1
@@ -1046,6 +1059,7 @@ impl Connection {
             ident: 0,
             opts: &opts,
             payload: &[],
+            md5: self.md5_key(),
         });
         let meta = TxMeta {
             flow: env.keys.flow_hash(self.local, self.remote),

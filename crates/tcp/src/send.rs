@@ -79,7 +79,7 @@ impl Connection {
         // tcp_send_mss → tcp_current_mss: pick up a path MTU change.
         self.refresh_mss(env);
         let mss_now = self.current_mss();
-        let size_goal = if env.device.caps.gso {
+        let size_goal = if self.gso_ok(env) {
             self.size_goal(mss_now)
         } else {
             mss_now

@@ -788,6 +788,9 @@ pub(crate) struct Connection {
     pub fastopen: crate::fastopen::ConnFastOpen,
     /// Transmit timestamping and the error queue (tstamp.rs).
     pub tstamp: crate::tstamp::SockTstamp,
+    /// TCP-MD5 keys (md5.rs; `md5sig_info`): `None` until the first `TCP_MD5SIG`, so a
+    /// socket without keys pays one test per packet.
+    pub md5: Option<Box<crate::md5::Md5Keys>>,
     /// Socket options.
     pub opts: SockOpts,
     /// The route's attributes in use.
@@ -922,6 +925,7 @@ impl Connection {
             deferral: None,
             fastopen: Default::default(),
             tstamp: Default::default(),
+            md5: None,
             opts: SockOpts {
                 v6only: family == Family::V6 && env.config.sysctl.on(Sysctl::bindv6only),
                 ..SockOpts::default()
@@ -1183,6 +1187,7 @@ impl Connection {
             ident: env.limits.next_ident(),
             opts,
             payload,
+            md5: self.md5_key(),
         }
     }
 }

@@ -142,7 +142,7 @@ impl Stack {
         opts: Option<packet::RxOpts>,
     ) -> Option<SocketId> {
         let route = self.route_lookup(seg.src.ip())?;
-        let (lopts, lgen, lcc, lsnd, lrcv, family) = {
+        let (lopts, lgen, lcc, lsnd, lrcv, family, lmd5) = {
             let l = self.sock(lid).ok()?;
             (
                 l.opts.clone(),
@@ -151,6 +151,11 @@ impl Stack {
                 l.mem.sndbuf,
                 l.mem.rcvbuf,
                 l.family,
+                // tcp_v4_syn_recv_sock: the listener's key for the peer, copied to the child.
+                l.md5
+                    .as_ref()
+                    .and_then(|t| t.lookup(seg.src.ip()))
+                    .map(|k| k.key.clone()),
             )
         };
         let cid = self.alloc(family);
@@ -158,6 +163,7 @@ impl Stack {
         let cc_params = self.env.config.cc_params.clone();
         let (sk, env) = self.sk_env(cid).ok()?;
         sk.opts = lopts;
+        sk.md5 = lmd5.map(|k| Box::new(crate::md5::Md5Keys::for_child(seg.src.ip(), k)));
         sk.mem.sndbuf = lsnd;
         sk.mem.rcvbuf = lrcv;
         if let Some(cc) = shallow_cc::by_name(lcc, &cc_params) {

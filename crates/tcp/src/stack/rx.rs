@@ -63,11 +63,10 @@ impl Stack {
             return;
         }
         if let Some(&id) = self.conns.get(&(seg.dst, seg.src)) {
-            let (owned, tw) = self
-                .sock(id)
-                .map(|s| (s.lock.owned, s.state == TcpState::TimeWait))
-                .unwrap_or((false, false));
-            if !tw && self.md5_unexpected(&seg) {
+            let Ok(sk) = self.sock(id) else { return };
+            let owned = sk.lock.owned;
+            // tcp_v4_rcv: a TIME_WAIT socket is not asked for signatures.
+            if sk.state != TcpState::TimeWait && self.md5_drop(id, &seg) {
                 return;
             }
             if owned {
@@ -78,7 +77,7 @@ impl Stack {
             return;
         }
         if let Some(l) = self.listener_for(seg.dst) {
-            if self.md5_unexpected(&seg) {
+            if self.md5_drop(l, &seg) {
                 return;
             }
             self.listen_rcv(now, l, &seg);
@@ -87,14 +86,21 @@ impl Stack {
         self.send_reset_for(&seg);
     }
 
-    /// `tcp_inbound_md5_hash` for a socket without TCP-MD5 keys (Shallow has no
-    /// `TCP_MD5SIG` yet, so every socket): a segment that carries a signature is dropped
-    /// (`TcpExtTCPMD5Unexpected`), before the socket sees it.
-    fn md5_unexpected(&mut self, seg: &SegIn<'_>) -> bool {
-        if seg.opts.md5 {
-            self.env.mib.inc(Mib::TCPMD5Unexpected);
+    /// `tcp_inbound_md5_hash` before the socket `id` (a connection or a listener) sees `seg`
+    /// (md5.rs): a segment whose signature is missing, unexpected or wrong is counted and
+    /// dropped. One test when neither the socket has keys nor the segment a signature.
+    fn md5_drop(&mut self, id: SocketId, seg: &SegIn<'_>) -> bool {
+        let Ok(sk) = self.sock(id) else { return false };
+        if sk.md5.is_none() && seg.opts.md5.is_none() {
+            return false;
         }
-        seg.opts.md5
+        match sk.md5_inbound(seg).mib() {
+            Some(m) => {
+                self.env.mib.inc(m);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The listener a SYN to `dst` reaches (`__inet_lookup_listener`): one bound to the
@@ -296,16 +302,37 @@ impl Stack {
     }
 
     /// Answer a segment that matched no connection with a RST (`tcp_v4_send_reset`).
+    /// TCP-MD5: the RST is signed with the key of the segment's connection if it has one;
+    /// a signed segment of no connection is answered only when a listener on its
+    /// destination holds a key for its source under which the signature verifies, and
+    /// then with a RST signed by that key.
     pub(super) fn send_reset_for(&mut self, seg: &SegIn<'_>) {
         if seg.has(TcpFlags::RST) {
             return;
         }
+        let key = match self.conns.get(&(seg.dst, seg.src)) {
+            Some(&id) => self.sock(id).ok().and_then(|sk| sk.md5_key()),
+            None if seg.opts.md5.is_some() => {
+                let Some(l) = self.listener_for(seg.dst) else {
+                    return;
+                };
+                let Ok(ls) = self.sock(l) else { return };
+                let Some(k) = ls.md5.as_ref().and_then(|t| t.lookup(seg.src.ip())) else {
+                    return;
+                };
+                if seg.md5_expected(&k.key).as_ref() != seg.md5_digest() {
+                    return;
+                }
+                Some(k.key.clone())
+            }
+            None => None,
+        };
         let (seq, ack, fl) = if seg.has(TcpFlags::ACK) {
             (seg.ack, 0, TcpFlags::RST)
         } else {
             (0, seg.end_seq(), TcpFlags::RST | TcpFlags::ACK)
         };
-        self.send_reset_to(seg.dst, seg.src, seq, ack, fl);
+        self.send_reset_signed(seg.dst, seg.src, seq, ack, fl, key);
     }
 
     /// A RST from `local` to `remote` that belongs to no socket (`tcp_v4_send_reset`).
@@ -316,6 +343,19 @@ impl Stack {
         seq: u32,
         ack: u32,
         fl: TcpFlags,
+    ) {
+        self.send_reset_signed(local, remote, seq, ack, fl, None);
+    }
+
+    /// [`Stack::send_reset_to`], signed with the TCP-MD5 key `md5` if given.
+    fn send_reset_signed(
+        &mut self,
+        local: SocketAddr,
+        remote: SocketAddr,
+        seq: u32,
+        ack: u32,
+        fl: TcpFlags,
+        md5: Option<std::sync::Arc<[u8]>>,
     ) {
         let ident = self.env.limits.next_ident();
         let out = SegOut {
@@ -330,6 +370,7 @@ impl Stack {
             ident,
             opts: &[],
             payload: &[],
+            md5,
         };
         self.env.emit(&out, None, None, None);
         self.env.mib.inc(Mib::OutRsts);

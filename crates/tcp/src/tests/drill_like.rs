@@ -29,6 +29,7 @@ fn raw(seq: u32, ack: u32, fl: TcpFlags, win: u16, opts: &[OutOpt], payload: &[u
         ident: 0,
         opts,
         payload,
+        md5: None,
     })
     .unwrap()
 }
@@ -733,6 +734,7 @@ fn accept_queue_overflow() {
             ident: 0,
             opts: &[OutOpt::Mss(1460)],
             payload: &[],
+            md5: None,
         })
         .unwrap();
         st.input(now, &syn, None);
@@ -751,6 +753,7 @@ fn accept_queue_overflow() {
             ident: 0,
             opts: &[],
             payload: &[],
+            md5: None,
         })
         .unwrap();
         st.input(now, &ack, None);
@@ -1255,6 +1258,7 @@ fn syn_cookies_when_syn_queue_full() {
             ident: 0,
             opts,
             payload: &[],
+            md5: None,
         })
         .unwrap()
     };
@@ -1540,6 +1544,7 @@ fn gso_off_sends_mss_packets() {
             OutOpt::Wscale(7),
         ],
         payload: &[],
+        md5: None,
     })
     .unwrap();
     p.st.input(p.now, &synack, None);
