@@ -416,7 +416,13 @@ mod tests {
             "4500003ca7cd4000400694ec7f0000017f000001e61a1388f33a388e3b72eea2a010003ffe300000010113123e3ceca58c52727837a3758aea01aaea",
             "600871d90034064000000000000000000000000000000001000000000000000000000000000000019fc213887fd51bff00000000d002fd20003c00000101131268140e479883621a7299a57a0bda97ab020405a0010104020103030a",
         ];
-        for p in pkts {
+        // And a data segment: its header, then 1440 bytes of 'x'.
+        let data = format!(
+            "{}{}",
+            "450005dca7ce400040068f4b7f0000017f000001e61a1388f33a388e3b72eea2a010003f03d100000101131262f446dc6009fadeaff53f9e75af015f",
+            "78".repeat(1440)
+        );
+        for p in pkts.iter().copied().chain([data.as_str()]) {
             let b = hex(p);
             // Loopback leaves the TCP checksum to a device that never computes it.
             let seg = crate::packet::parse(&b, None, true).expect("a valid packet");

@@ -4,8 +4,8 @@
 //! - `drill_like`: packetdrill-style scenarios (scripted packets in, exact packets out),
 //!   mostly behaviour measured on Linux 6.18.
 //! - `e2e`: two stacks end to end (handshake, transfer, loss, TSO, paged packets).
-//! - `dualstack`, `fastopen`, `gate`, `linger`, `mem`, `rwnd`, `tstamp`: one mechanism each (IPv4-mapped
-//!   sockets, TCP Fast Open, local drops at the transmit, SO_LINGER, TCP memory accounting, the receive
+//! - `dualstack`, `fastopen`, `gate`, `linger`, `md5`, `mem`, `rwnd`, `tstamp`: one mechanism each (IPv4-mapped
+//!   sockets, TCP Fast Open, local drops at the transmit, SO_LINGER, TCP-MD5 signatures, TCP memory accounting, the receive
 //!   window, transmit timestamps).
 //! - `prop`: property tests (hostile packets, random impairments).
 
@@ -16,6 +16,7 @@ mod fastopen;
 mod forward;
 mod gate;
 mod linger;
+mod md5;
 mod mem;
 mod prop;
 mod rwnd;
