@@ -16,9 +16,17 @@
 //! - A keyed socket's SYN and SYN-ACK carry `nop,nop,md5` first, then MSS (unchanged: 1460 on
 //!   a 1500-byte MTU), SACK-permitted and window scale, and no timestamps; its data
 //!   segments carry 20 bytes fewer payload (1440), each signed on its own (no TSO/GSO).
+//! - A keyed listener answering a signed SYN that offers timestamps gives them up when SACK
+//!   is on (`md5,mss,nop,nop,sackOK,nop,wscale`) and keeps them otherwise
+//!   (`md5,mss,nop,nop,TS,nop,wscale`; a raw-socket client).
 //! - A segment from a peer with a key but without a signature is dropped
 //!   (`TcpExtTCPMD5NotFound`), one with a wrong signature too (`TcpExtTCPMD5Failure`), a
 //!   signed one to a socket without a key for its peer too (`TcpExtTCPMD5Unexpected`).
+//! - TIME_WAIT checks no signature (out-of-window ACKs unsigned, wrongly and rightly signed
+//!   each draw its ACK, no counter moves) and signs its ACKs. RSTs are signed with the key of
+//!   the socket that sends them; a signed segment that meets no socket is answered only by
+//!   a listener on our address at the segment's source port holding a key under which it
+//!   verifies, with a RST signed by that key (`tcp_v4_send_reset`), else not at all.
 
 use crate::errno::Errno;
 use crate::sockopt::OptVal;

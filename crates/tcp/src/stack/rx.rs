@@ -83,7 +83,36 @@ impl Stack {
             self.listen_rcv(now, l, &seg);
             return;
         }
+        if seg.opts.md5.is_some() {
+            self.send_reset_signed_stray(&seg);
+            return;
+        }
         self.send_reset_for(&seg);
+    }
+
+    /// `tcp_v4_send_reset` for a signed segment that matched no socket: "the active side is
+    /// lost", so the key is looked for in a listener on our address at the port the segment
+    /// came from (where a BGP speaker also listens). Only when that listener holds a key for
+    /// the source and the signature verifies under it is a RST sent, signed with the key;
+    /// otherwise nothing (measured on 6.18: a signed SYN-ACK to a closed port on a host
+    /// with a keyed listener at the SYN-ACK's source port is answered with a signed RST).
+    fn send_reset_signed_stray(&mut self, seg: &SegIn<'_>) {
+        if seg.has(TcpFlags::RST) {
+            return;
+        }
+        let Some(l) = self.listener_for(SocketAddr::new(seg.dst.ip(), seg.src.port())) else {
+            return;
+        };
+        let Ok(ls) = self.sock(l) else { return };
+        let Some(k) = ls.md5.as_ref().and_then(|t| t.lookup(seg.src.ip())) else {
+            return;
+        };
+        if seg.md5_expected(&k.key).as_ref() != seg.md5_digest() {
+            return;
+        }
+        let key = Some(k.key.clone());
+        let (seq, ack, fl) = reset_numbers(seg);
+        self.send_reset_signed(seg.dst, seg.src, seq, ack, fl, key);
     }
 
     /// `tcp_inbound_md5_hash` before the socket `id` (a connection or a listener) sees `seg`
@@ -302,36 +331,21 @@ impl Stack {
     }
 
     /// Answer a segment that matched no connection with a RST (`tcp_v4_send_reset`).
-    /// TCP-MD5: the RST is signed with the key of the segment's connection if it has one;
-    /// a signed segment of no connection is answered only when a listener on its
-    /// destination holds a key for its source under which the signature verifies, and
-    /// then with a RST signed by that key.
+    /// TCP-MD5: the RST is signed with the key its socket — the segment's connection, or
+    /// the listener it reached — holds for the peer, if any.
     pub(super) fn send_reset_for(&mut self, seg: &SegIn<'_>) {
         if seg.has(TcpFlags::RST) {
             return;
         }
-        let key = match self.conns.get(&(seg.dst, seg.src)) {
-            Some(&id) => self.sock(id).ok().and_then(|sk| sk.md5_key()),
-            None if seg.opts.md5.is_some() => {
-                let Some(l) = self.listener_for(seg.dst) else {
-                    return;
-                };
-                let Ok(ls) = self.sock(l) else { return };
-                let Some(k) = ls.md5.as_ref().and_then(|t| t.lookup(seg.src.ip())) else {
-                    return;
-                };
-                if seg.md5_expected(&k.key).as_ref() != seg.md5_digest() {
-                    return;
-                }
-                Some(k.key.clone())
-            }
-            None => None,
+        let sk = match self.conns.get(&(seg.dst, seg.src)) {
+            Some(&id) => Some(id),
+            None => self.listener_for(seg.dst),
         };
-        let (seq, ack, fl) = if seg.has(TcpFlags::ACK) {
-            (seg.ack, 0, TcpFlags::RST)
-        } else {
-            (0, seg.end_seq(), TcpFlags::RST | TcpFlags::ACK)
-        };
+        let key = sk.and_then(|id| {
+            let t = self.sock(id).ok()?.md5.as_ref()?;
+            t.lookup(seg.src.ip()).map(|k| k.key.clone())
+        });
+        let (seq, ack, fl) = reset_numbers(seg);
         self.send_reset_signed(seg.dst, seg.src, seq, ack, fl, key);
     }
 
@@ -374,5 +388,15 @@ impl Stack {
         };
         self.env.emit(&out, None, None, None);
         self.env.mib.inc(Mib::OutRsts);
+    }
+}
+
+/// The sequence, acknowledgment and flags of a RST answering `seg` (RFC 9293 §3.10.7.1):
+/// `seq = SEG.ACK` for a segment with ACK, else `RST|ACK` acknowledging all of it.
+fn reset_numbers(seg: &SegIn<'_>) -> (u32, u32, TcpFlags) {
+    if seg.has(TcpFlags::ACK) {
+        (seg.ack, 0, TcpFlags::RST)
+    } else {
+        (0, seg.end_seq(), TcpFlags::RST | TcpFlags::ACK)
     }
 }

@@ -202,6 +202,32 @@ fn matching_keys_connect_and_transfer_both_ways() {
     w.run(Duration::from_millis(300));
     assert_eq!(w.a.state(c).unwrap(), TcpState::TimeWait);
     all_signed(&w.log, b"secret");
+    // TIME_WAIT checks no signature and signs its ACKs (measured on 6.18 with
+    // `tcp_rfc1337=1`: out-of-window ACKs unsigned, wrongly signed and rightly signed each
+    // drew a signed ACK, and no MD5 counter moved).
+    let local = w.a.local_addr(c).unwrap();
+    for k in [None, Some(&b"wrong"[..]), Some(&b"secret"[..])] {
+        let oow = crate::packet::build(&crate::packet::SegOut {
+            local: SocketAddr::new(ba, 80),
+            remote: local,
+            seq: 77777,
+            ack: 1,
+            flags: shallow_wire::TcpFlags::ACK,
+            window: 1000,
+            tos: 0,
+            ttl: 64,
+            ident: 0,
+            opts: &[],
+            payload: &[],
+            md5: k.map(Into::into),
+        })
+        .unwrap();
+        w.now = w.now + Duration::from_secs(1);
+        w.a.input(w.now, &oow, None);
+        let t = w.a.poll_transmit(w.now).expect("TIME_WAIT's ACK");
+        all_signed(&[(true, t.data)], b"secret");
+    }
+    assert_eq!(w.a.state(c).unwrap(), TcpState::TimeWait);
     for st in [&w.a, &w.b] {
         for m in [
             Mib::TCPMD5NotFound,
@@ -343,11 +369,12 @@ fn resets_are_signed() {
     all_signed(&w.log[before..], b"k");
     assert_eq!(w.a.state(c).unwrap(), TcpState::Close, "the peer took it");
 
-    // A signed ACK for no connection, to B's listener port.
-    let stray = |k: &[u8]| {
+    // Signed ACKs from A that meet no connection on B, whose listener on port 80 holds
+    // the key "k" for A.
+    let stray = |sport: u16, dport: u16, k: &[u8]| {
         crate::packet::build(&crate::packet::SegOut {
-            local: SocketAddr::new(ADDR_A, 4000),
-            remote: SocketAddr::new(ADDR_B, 80),
+            local: SocketAddr::new(ADDR_A, sport),
+            remote: SocketAddr::new(ADDR_B, dport),
             seq: 1,
             ack: 1,
             flags: shallow_wire::TcpFlags::ACK,
@@ -361,18 +388,76 @@ fn resets_are_signed() {
         })
         .unwrap()
     };
-    let rsts = count(&w.b, Mib::OutRsts);
-    w.b.input(w.now, &stray(b"bad"), None);
+    let signed_rst = |w: &mut Wire, k: &[u8]| {
+        let t = w.b.poll_transmit(w.now).expect("a RST");
+        let seg = crate::packet::parse(&t.data, None, false).unwrap();
+        assert!(seg.has(shallow_wire::TcpFlags::RST));
+        assert_eq!(seg.md5_expected(k).as_ref(), seg.md5_digest(), "signed");
+    };
+    // To the listener's port: the listener checks it (a bad signature is a Failure, no RST)
+    // and answers a good one's stray ACK with a RST signed by its key.
+    w.b.input(w.now, &stray(4000, 80, b"bad"), None);
     assert!(
         w.b.poll_transmit(w.now).is_none(),
         "no RST for a bad signature"
     );
-    w.b.input(w.now, &stray(b"k"), None);
-    let t = w.b.poll_transmit(w.now).expect("a RST");
-    let seg = crate::packet::parse(&t.data, None, false).unwrap();
-    assert!(seg.has(shallow_wire::TcpFlags::RST));
-    assert_eq!(seg.md5_expected(b"k").as_ref(), seg.md5_digest());
+    assert_eq!(count(&w.b, Mib::TCPMD5Failure), 1);
+    w.b.input(w.now, &stray(4000, 80, b"k"), None);
+    signed_rst(&mut w, b"k");
+    // To a closed port, from the port B listens on: the listener's key verifies it and
+    // signs the RST; a bad signature, or a source port with no listener, gets nothing.
+    let rsts = count(&w.b, Mib::OutRsts);
+    w.b.input(w.now, &stray(80, 5555, b"bad"), None);
+    w.b.input(w.now, &stray(4000, 5555, b"k"), None);
+    assert!(w.b.poll_transmit(w.now).is_none(), "no RST");
+    assert_eq!(count(&w.b, Mib::OutRsts), rsts);
+    w.b.input(w.now, &stray(80, 5555, b"k"), None);
+    signed_rst(&mut w, b"k");
     assert_eq!(count(&w.b, Mib::OutRsts), rsts + 1);
+}
+
+/// A keyed listener's SYN-ACK to a signed SYN offering timestamps: it gives timestamps up
+/// when SACK is on, keeps them otherwise (`tcp_synack_options`; measured on 6.18 with a
+/// raw-socket client: `md5,mss,nop,nop,sackOK,nop,wscale` and
+/// `md5,mss,nop,nop,TS,nop,wscale`).
+#[test]
+fn synack_timestamps_beside_a_signature() {
+    use crate::packet::OutOpt;
+    for sack in [true, false] {
+        let mut w = Wire::new(ADDR_A, ADDR_B);
+        let l = w.b.socket(Family::V4).unwrap();
+        w.b.bind(l, SocketAddr::new(ADDR_B, 80)).unwrap();
+        w.b.listen(l, 4).unwrap();
+        key(&mut w.b, l, &Md5Sig::new(ADDR_A, b"secret")).unwrap();
+        let mut opts = vec![OutOpt::Mss(1460)];
+        if sack {
+            opts.push(OutOpt::SackOk);
+        } else {
+            opts.extend([OutOpt::Nop, OutOpt::Nop]);
+        }
+        opts.extend([OutOpt::Ts(12345, 0), OutOpt::Nop, OutOpt::Wscale(7)]);
+        let syn = crate::packet::build(&crate::packet::SegOut {
+            local: SocketAddr::new(ADDR_A, 40001),
+            remote: SocketAddr::new(ADDR_B, 80),
+            seq: 1000,
+            ack: 0,
+            flags: shallow_wire::TcpFlags::SYN,
+            window: 65535,
+            tos: 0,
+            ttl: 64,
+            ident: 0,
+            opts: &opts,
+            payload: &[],
+            md5: Some((&b"secret"[..]).into()),
+        })
+        .unwrap();
+        w.b.input(w.now, &syn, None);
+        let t = w.b.poll_transmit(w.now).expect("a SYN-ACK");
+        let seg = crate::packet::parse(&t.data, None, false).unwrap();
+        assert_eq!(seg.md5_expected(b"secret").as_ref(), seg.md5_digest());
+        assert_eq!(seg.opts.sack_ok, sack);
+        assert_eq!(seg.opts.ts.is_some(), !sack, "sack {sack}");
+    }
 }
 
 /// Hostile kind-19 options never panic: one of the wrong length is no signature (a keyed
