@@ -346,9 +346,10 @@ impl Connection {
     }
 
     /// A Fast Open option after the SYN options, padded with NOPs to 32 bits, if the 40
-    /// bytes of option space have room (`tcp_syn_options` / `tcp_synack_options`).
-    pub(crate) fn push_fastopen(out: &mut Vec<OutOpt>, c: &crate::fastopen::Cookie) {
-        let used: usize = crate::packet::opts_len(out);
+    /// bytes of option space have room beside them and a TCP-MD5 signature
+    /// (`tcp_syn_options` / `tcp_synack_options`).
+    pub(crate) fn push_fastopen(&self, out: &mut Vec<OutOpt>, c: &crate::fastopen::Cookie) {
+        let used = crate::packet::opts_len(out) + self.md5_opt_len() as usize;
         if used + c.wire_len() > 40 {
             return;
         }
@@ -476,7 +477,7 @@ impl Connection {
         let mut opts = Vec::with_capacity(8);
         self.syn_opts(now, &mut opts, 0);
         if let Some(c) = cookie {
-            Self::push_fastopen(&mut opts, c);
+            self.push_fastopen(&mut opts, c);
         }
         let win = self.rcv.wnd.min(65535) as u16;
         // tcp_ecn_send_syn (RFC 3168 §6.1.1): with tcp_ecn=1 the SYN asks for ECN with
@@ -515,7 +516,7 @@ impl Connection {
         let ecr = self.rx_opt.ts_recent;
         self.syn_opts(now, &mut opts, ecr);
         if let Some(c) = cookie {
-            Self::push_fastopen(&mut opts, c);
+            self.push_fastopen(&mut opts, c);
         }
         let win = self.rcv.wnd.min(65535) as u16;
         // tcp_ecn_make_synack: ECE on the SYN-ACK when the request was ECN-capable.

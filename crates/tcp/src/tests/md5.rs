@@ -222,7 +222,7 @@ fn matching_keys_connect_and_transfer_both_ways() {
             md5: k.map(Into::into),
         })
         .unwrap();
-        w.now = w.now + Duration::from_secs(1);
+        w.now += Duration::from_secs(1);
         w.a.input(w.now, &oow, None);
         let t = w.a.poll_transmit(w.now).expect("TIME_WAIT's ACK");
         all_signed(&[(true, t.data)], b"secret");
@@ -243,7 +243,8 @@ fn matching_keys_connect_and_transfer_both_ways() {
 /// dropped and counted where it arrives, and no connection forms.
 #[test]
 fn mismatched_keys_drop_and_count() {
-    let cases: [(Option<&[u8]>, Option<&[u8]>, Mib); 3] = [
+    type Key = Option<&'static [u8]>;
+    let cases: [(Key, Key, Mib); 3] = [
         (Some(b"wrong"), Some(b"secret"), Mib::TCPMD5Failure),
         (None, Some(b"secret"), Mib::TCPMD5NotFound),
         (Some(b"secret"), None, Mib::TCPMD5Unexpected),
