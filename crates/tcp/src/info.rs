@@ -399,7 +399,6 @@ impl Connection {
                 return crate::md5::setsockopt(
                     &mut self.md5,
                     self.family == crate::socket::Family::V6,
-                    self.opts.v6only,
                     opt == TcpMd5sigExt,
                     val,
                 );

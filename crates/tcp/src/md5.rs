@@ -220,12 +220,11 @@ impl Md5Keys {
     }
 }
 
-/// `setsockopt(TCP_MD5SIG or TCP_MD5SIG_EXT)` on a socket of family `v6` (AF_INET6 when true)
-/// that may be IPv6-only (`v6only`), on its table `keys` (created at the first key).
+/// `setsockopt(TCP_MD5SIG or TCP_MD5SIG_EXT)` on a socket of family `v6` (AF_INET6 when true),
+/// on its table `keys` (created at the first key).
 pub(crate) fn setsockopt(
     keys: &mut Option<Box<Md5Keys>>,
     v6: bool,
-    v6only: bool,
     ext: bool,
     val: &OptVal,
 ) -> Result<(), Errno> {
@@ -236,11 +235,10 @@ pub(crate) fn setsockopt(
     };
     let cmd = Md5Sig::from_bytes(bytes)?;
     // The family must be the socket's; an AF_INET6 key for an IPv4-mapped address is an
-    // IPv4 key (refused on an IPv6-only socket).
+    // IPv4 key (taken on an IPv6-only socket too: measured).
     let addr = match (cmd.addr, v6) {
         (Some(IpAddr::V4(a)), false) => IpAddr::V4(a),
         (Some(IpAddr::V6(a)), true) => match a.to_ipv4_mapped() {
-            Some(_) if v6only => return Err(Errno::EINVAL),
             Some(m) => IpAddr::V4(m),
             None => IpAddr::V6(a),
         },
@@ -443,7 +441,6 @@ mod tests {
                 &mut keys,
                 addr.is_ipv6(),
                 false,
-                false,
                 &OptVal::Bytes(Md5Sig::new(addr, b"secret").to_bytes()),
             )
             .unwrap();
@@ -453,7 +450,7 @@ mod tests {
     }
 
     fn add(keys: &mut Option<Box<Md5Keys>>, v6: bool, ext: bool, s: &Md5Sig) -> Result<(), Errno> {
-        setsockopt(keys, v6, false, ext, &OptVal::Bytes(s.to_bytes()))
+        setsockopt(keys, v6, ext, &OptVal::Bytes(s.to_bytes()))
     }
 
     /// The errnos measured on 6.18 (see the module comment).
@@ -465,18 +462,15 @@ mod tests {
         let mut k = None;
         let good = Md5Sig::new(a4, b"key").to_bytes();
         let short = OptVal::Bytes(good[..215].to_vec());
-        assert_eq!(
-            setsockopt(&mut k, false, false, false, &short),
-            Err(Errno::EINVAL)
-        );
+        assert_eq!(setsockopt(&mut k, false, false, &short), Err(Errno::EINVAL));
         let mut long = good.clone();
         long.extend_from_slice(&[0; 84]);
         assert_eq!(
-            setsockopt(&mut k, false, false, false, &OptVal::Bytes(long)),
+            setsockopt(&mut k, false, false, &OptVal::Bytes(long)),
             Ok(())
         );
         assert_eq!(
-            setsockopt(&mut k, false, false, false, &OptVal::Int(1)),
+            setsockopt(&mut k, false, false, &OptVal::Int(1)),
             Err(Errno::EINVAL)
         );
         let mut too_long = Md5Sig::new(a4, &[7; 80]);
@@ -507,16 +501,6 @@ mod tests {
         assert_eq!(add(&mut k, false, false, &unspec), Err(Errno::EINVAL));
         assert_eq!(add(&mut k, true, false, &Md5Sig::new(a6, b"k")), Ok(()));
         assert_eq!(add(&mut k, true, false, &Md5Sig::new(mapped, b"k")), Ok(()));
-        assert_eq!(
-            setsockopt(
-                &mut k,
-                true,
-                true,
-                false,
-                &OptVal::Bytes(Md5Sig::new(mapped, b"k").to_bytes())
-            ),
-            Err(Errno::EINVAL)
-        );
         // Prefixes.
         let net: IpAddr = "10.0.0.0".parse().unwrap();
         assert_eq!(
