@@ -3,7 +3,8 @@
 //!
 //! - A Shallow client (`TcpStream::connect_md5`) of a kernel listener holding the same key
 //!   for it (`setsockopt(TCP_MD5SIG)` through libc, with the bytes of Shallow's
-//!   `Md5Sig::to_bytes`, so the struct layout is checked too), IPv4 and IPv6: data both
+//!   `Md5Sig::to_bytes`, so the struct layout is checked too), IPv4, IPv6 and an AF_INET6
+//!   Shallow socket with an IPv4-mapped peer: data both
 //!   ways, every byte checked, and the kernel's `TcpExtTCPMD5NotFound`/`Failure`/
 //!   `Unexpected` unchanged; then a client with a wrong key, which cannot connect while the
 //!   kernel counts `TcpExtTCPMD5Failure` for its SYNs.
@@ -163,12 +164,20 @@ fn shallow_client_linux_server() {
     }
     with_watchdog(Duration::from_secs(90), || {
         let w = World::new("shmd5");
+        // The third: an AF_INET6 Shallow socket to the kernel's IPv4 address in its
+        // IPv4-mapped form (its key given as the mapped address too), IPv4 on the wire.
+        let mapped = match peers()[0] {
+            IpAddr::V4(a) => IpAddr::V6(a.to_ipv6_mapped()),
+            v6 => v6,
+        };
         for (port, ip, me) in [
             (7701u16, peers()[0], IpAddr::V4(ME4)),
             (7702, peers()[1], IpAddr::V6(ME6)),
+            (7703, mapped, IpAddr::V4(ME4)),
         ] {
             let addr = SocketAddr::new(ip, port);
-            let l = w.kernel_listener(addr);
+            let kaddr = SocketAddr::new(ip.to_canonical(), port);
+            let l = w.kernel_listener(kaddr);
             kernel_set_md5(l.as_raw_fd(), &Md5Sig::new(me, KEY)).unwrap();
             let (up, down) = (pattern(200_000, 1), pattern(150_000, 2));
             let (kup, kdown) = (up.len(), down.clone());
@@ -191,7 +200,7 @@ fn shallow_client_linux_server() {
             assert!(got == down, "{ip}: Shallow got every byte");
             let info = c.tcp_info().unwrap();
             eprintln!(
-                "{ip}: Shallow snd_mss {} (an active open: the signature is taken per segment), {} bytes up, {} down",
+                "{ip}: Shallow snd_mss {} (the signature is taken per segment), {} bytes up, {} down",
                 info.snd_mss,
                 up.len(),
                 down.len()
@@ -201,7 +210,8 @@ fn shallow_client_linux_server() {
                 assert_eq!(counter(&w.host, name), 0, "{ip}: Shallow {name}");
             }
             let info = c.tcp_info().unwrap();
-            assert_eq!(info.snd_mss, if ip.is_ipv4() { 1460 } else { 1440 });
+            let v4 = ip.to_canonical().is_ipv4();
+            assert_eq!(info.snd_mss, if v4 { 1460 } else { 1440 });
             drop(c);
 
             // A wrong key: every SYN fails the kernel's check; no connection.
@@ -257,6 +267,8 @@ fn linux_client_shallow_server() {
             (&s).read_exact(&mut got).unwrap();
             (&s).write_all(&down).unwrap();
             let kgot = kernel.join().unwrap();
+            let mss = s.tcp_info().unwrap().snd_mss;
+            assert_eq!(mss, if me.is_ipv4() { 1460 } else { 1440 }, "{me}: snd_mss");
             assert!(got == up, "{me}: Shallow got every byte");
             assert!(kgot == down, "{me}: the kernel got every byte");
             for (name, b) in MD5_COUNTERS.iter().zip(&before) {

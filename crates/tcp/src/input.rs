@@ -684,10 +684,10 @@ impl Connection {
         if self.opts.user_mss != 0 {
             self.rx_opt.mss_clamp = self.rx_opt.mss_clamp.min(self.opts.user_mss);
         }
-        // A passive open counts the signature in (`tcp_create_openreq_child`), an active one
-        // does not (`tcp_rcv_synsent_state_process`); `current_mss` takes the difference.
-        let md5 = if active { 0 } else { self.md5_opt_len() };
-        self.mss.tcp_header_len = if self.rx_opt.tstamp_ok { 32 } else { 20 } + md5;
+        // A TCP-MD5 signature is not counted in: `current_mss` takes it off per segment
+        // (measured on 6.18: a keyed connection's two ends report `tcpi_snd_mss` 1460 on a
+        // 1500-byte MTU and carry 1440 bytes per segment).
+        self.mss.tcp_header_len = if self.rx_opt.tstamp_ok { 32 } else { 20 };
     }
 
     /// Send an ACK for an unacceptable segment (`tcp_send_dupack`): old data gets a D-SACK

@@ -15,7 +15,8 @@
 //!   that address and prefix, ENOENT if there is none; `getsockopt` is ENOPROTOOPT.
 //! - A keyed socket's SYN and SYN-ACK carry `nop,nop,md5` first, then MSS (unchanged: 1460 on
 //!   a 1500-byte MTU), SACK-permitted and window scale, and no timestamps; its data
-//!   segments carry 20 bytes fewer payload (1440), each signed on its own (no TSO/GSO).
+//!   segments carry 20 bytes fewer payload (1440), each signed on its own (no TSO/GSO), while
+//!   both ends' `tcpi_snd_mss` stays 1460.
 //! - A keyed listener answering a signed SYN that offers timestamps gives them up when SACK
 //!   is on (`md5,mss,nop,nop,sackOK,nop,wscale`) and keeps them otherwise
 //!   (`md5,mss,nop,nop,TS,nop,wscale`; a raw-socket client).

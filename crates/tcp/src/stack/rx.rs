@@ -65,8 +65,10 @@ impl Stack {
         if let Some(&id) = self.conns.get(&(seg.dst, seg.src)) {
             let Ok(sk) = self.sock(id) else { return };
             let owned = sk.lock.owned;
-            // tcp_v4_rcv: a TIME_WAIT socket is not asked for signatures.
-            if sk.state != TcpState::TimeWait && self.md5_drop(id, &seg) {
+            // tcp_v4_rcv: a TIME_WAIT socket is not asked for signatures (measured). One test
+            // when neither the socket has keys nor the segment a signature.
+            let md5 = sk.md5.is_some() || seg.opts.md5.is_some();
+            if md5 && sk.state != TcpState::TimeWait && self.md5_drop(id, &seg) {
                 return;
             }
             if owned {
@@ -117,7 +119,7 @@ impl Stack {
 
     /// `tcp_inbound_md5_hash` before the socket `id` (a connection or a listener) sees `seg`
     /// (md5.rs): a segment whose signature is missing, unexpected or wrong is counted and
-    /// dropped. One test when neither the socket has keys nor the segment a signature.
+    /// dropped.
     fn md5_drop(&mut self, id: SocketId, seg: &SegIn<'_>) -> bool {
         let Ok(sk) = self.sock(id) else { return false };
         if sk.md5.is_none() && seg.opts.md5.is_none() {
