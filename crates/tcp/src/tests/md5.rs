@@ -569,3 +569,28 @@ fn keyed_transfer_over_a_lossy_link() {
         assert_eq!(count(st, Mib::TCPMD5NotFound), 0);
     }
 }
+
+/// A key added to an established connection applies from its next segment, which the
+/// unkeyed peer drops (measured on 6.18: `setsockopt(TCP_MD5SIG)` on an established socket
+/// succeeds, and its data then counts `TcpExtTCPMD5Unexpected` at the peer, unread).
+#[test]
+fn key_added_after_connect_applies_at_once() {
+    let mut w = Wire::new(ADDR_A, ADDR_B);
+    let (c, l) = keyed_connect(&mut w, ADDR_A, ADDR_B, None, None);
+    w.run(Duration::from_millis(20));
+    let (s, _) = w.b.accept(l).unwrap();
+    key(&mut w.a, c, &Md5Sig::new(ADDR_B, b"late")).unwrap();
+    let before = w.log.len();
+    w.a.send(w.now, c, &[1u8; 3000], 0).unwrap();
+    w.run(Duration::from_millis(100));
+    assert!(recv_all(&mut w.b, w.now, s).is_empty());
+    assert!(count(&w.b, Mib::TCPMD5Unexpected) >= 2);
+    let sent: Vec<usize> = w.log[before..]
+        .iter()
+        .filter(|(ab, _)| *ab)
+        .map(|(_, p)| tcp_of(p).1)
+        .collect();
+    // Timestamps were negotiated (1448 a segment): 20 bytes less, and no TSO.
+    assert_eq!(sent.iter().max(), Some(&1428), "{sent:?}");
+    all_signed(&w.log[before..], b"late");
+}
