@@ -664,11 +664,6 @@ impl Connection {
         self.rx_opt.tstamp_ok = want_ts && o.ts.is_some();
         self.rx_opt.sack_ok = want_sack && o.sack_ok;
         self.rx_opt.dsack_ok = self.rx_opt.sack_ok && env.config.sysctl.on(Sysctl::tcp_dsack);
-        // tcp_synack_options: a signed SYN-ACK has no room for timestamps beside SACK blocks
-        // and gives timestamps up when SACK is on.
-        if !active && self.rx_opt.sack_ok && self.md5_opt_len() != 0 {
-            self.rx_opt.tstamp_ok = false;
-        }
         if want_ws && o.wscale.is_some() {
             self.rx_opt.wscale_ok = true;
             self.rx_opt.snd_wscale = o.wscale.unwrap_or(0).min(14);

@@ -132,7 +132,7 @@ impl Stack {
 
     /// Create a SYN_RECV child of listener `lid` for the SYN `seg` (`inet_reqsk_alloc` +
     /// `tcp_create_openreq_child`), hashed in the demux table. `opts` overrides the SYN's
-    /// options (reconstructed from a SYN cookie).
+    /// options, for a SYN cookie's child (the options it encodes or reconstructs).
     pub(super) fn new_child(
         &mut self,
         now: Instant,
@@ -185,6 +185,14 @@ impl Stack {
             ..*seg
         };
         sk.apply_syn_options(env, &syn_like, false);
+        // tcp_synack_options: a signed SYN-ACK gives timestamps up when SACK is on, but not a
+        // SYN cookie's, which keeps them to carry the options (measured on 6.18:
+        // `md5,mss,nop,nop,sackOK,nop,wscale`, and with tcp_syncookies=2
+        // `md5,mss,sackOK,TS,nop,wscale`).
+        if opts.is_none() && sk.rx_opt.sack_ok && sk.rx_opt.tstamp_ok && sk.md5_opt_len() != 0 {
+            sk.rx_opt.tstamp_ok = false;
+            sk.mss.tcp_header_len = 20;
+        }
         // tcp_ecn_create_request (RFC 3168 §6.1.1): a not-ECT SYN with ECE|CWR asks for ECN;
         // any tcp_ecn other than 0 accepts.
         sk.ecn_flags = 0;
@@ -239,7 +247,7 @@ impl Stack {
         // Build a throwaway child to render the SYN-ACK exactly as a normal one.
         let mut s2 = SegIn { ..*seg };
         s2.opts.mss = Some(SYNCOOKIE_MSS[idx as usize] as u16);
-        let Some(cid) = self.new_child(now, lid, &s2, iss, None) else {
+        let Some(cid) = self.new_child(now, lid, &s2, iss, Some(s2.opts)) else {
             return;
         };
         if let Ok((sk, env)) = self.sk_env(cid) {

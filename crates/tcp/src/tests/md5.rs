@@ -416,14 +416,18 @@ fn resets_are_signed() {
 }
 
 /// A keyed listener's SYN-ACK to a signed SYN offering timestamps: it gives timestamps up
-/// when SACK is on, keeps them otherwise (`tcp_synack_options`; measured on 6.18 with a
-/// raw-socket client: `md5,mss,nop,nop,sackOK,nop,wscale` and
-/// `md5,mss,nop,nop,TS,nop,wscale`).
+/// when SACK is on, keeps them otherwise, and a SYN cookie's keeps them always
+/// (`tcp_synack_options`; measured on 6.18 with a raw-socket client:
+/// `md5,mss,nop,nop,sackOK,nop,wscale`, `md5,mss,nop,nop,TS,nop,wscale`, and with
+/// `tcp_syncookies=2` `md5,mss,sackOK,TS,nop,wscale`).
 #[test]
 fn synack_timestamps_beside_a_signature() {
     use crate::packet::OutOpt;
-    for sack in [true, false] {
+    for (sack, cookies) in [(true, false), (false, false), (true, true)] {
         let mut w = Wire::new(ADDR_A, ADDR_B);
+        if cookies {
+            w.b.sysctl_set("net.ipv4.tcp_syncookies", "2").unwrap();
+        }
         let l = w.b.socket(Family::V4).unwrap();
         w.b.bind(l, SocketAddr::new(ADDR_B, 80)).unwrap();
         w.b.listen(l, 4).unwrap();
@@ -455,7 +459,8 @@ fn synack_timestamps_beside_a_signature() {
         let seg = crate::packet::parse(&t.data, None, false).unwrap();
         assert_eq!(seg.md5_expected(b"secret").as_ref(), seg.md5_digest());
         assert_eq!(seg.opts.sack_ok, sack);
-        assert_eq!(seg.opts.ts.is_some(), !sack, "sack {sack}");
+        assert_eq!(seg.opts.ts.is_some(), !sack || cookies, "sack {sack}");
+        assert_eq!(count(&w.b, Mib::SyncookiesSent), u64::from(cookies));
     }
 }
 
