@@ -211,9 +211,6 @@ impl TcpStream {
         key: &[u8],
         timeout: Option<Duration>,
     ) -> io::Result<TcpStream> {
-        if key.len() > shallow_tcp::md5::TCP_MD5SIG_MAXKEYLEN {
-            return Err(errno(Errno::EINVAL));
-        }
         let sig = shallow_tcp::Md5Sig::new(addr.ip(), key);
         let opt = (SockOpt::TcpMd5sig, OptVal::Bytes(sig.to_bytes()));
         Self::connect_with_options(host, addr, timeout, &[opt])
@@ -1037,10 +1034,7 @@ impl TcpListener {
     /// Linux's: `EINVAL` for a key over 80 bytes, a prefix longer than the address or an
     /// address of the other family.
     pub fn set_md5_key(&self, peer: IpAddr, prefixlen: u8, key: &[u8]) -> io::Result<()> {
-        let mut sig = shallow_tcp::Md5Sig::with_prefix(peer, prefixlen, key);
-        if key.len() > shallow_tcp::md5::TCP_MD5SIG_MAXKEYLEN {
-            sig.keylen = key.len().min(usize::from(u16::MAX)) as u16;
-        }
+        let sig = shallow_tcp::Md5Sig::with_prefix(peer, prefixlen, key);
         self.set_option(SockOpt::TcpMd5sigExt, &OptVal::Bytes(sig.to_bytes()))
     }
 

@@ -251,10 +251,12 @@ fn linux_client_shallow_server() {
             // shorter wrong one must not matter.
             l.set_md5_key(peer, prefix.saturating_sub(8), b"shorter, wrong")
                 .unwrap();
-            assert_eq!(
-                l.set_md5_key(peer, 129, KEY).unwrap_err().raw_os_error(),
-                Some(libc::EINVAL)
-            );
+            for (prefix, key) in [(129, KEY), (8, &[1u8; 81][..])] {
+                let e = l.set_md5_key(peer, prefix, key).unwrap_err();
+                assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+            }
+            let e = TcpStream::connect_md5(&w.host, addr, &[1u8; 81], None).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "a long key");
             let (up, down) = (pattern(120_000, 3), pattern(90_000, 4));
             let (kup, kdown_len) = (up.clone(), down.len());
             let kernel = w.kernel(move || {

@@ -73,8 +73,8 @@ pub struct Md5Sig {
 
 impl Md5Sig {
     /// A key for the peer `addr` (a whole address, as `TCP_MD5SIG`); an empty key deletes.
-    /// A key longer than 80 bytes is cut to 80 here and refused by nothing: callers that
-    /// want Linux's EINVAL set `keylen` themselves.
+    /// A key longer than 80 bytes keeps its length in `keylen` (the struct holds its first
+    /// 80 bytes), so `setsockopt` refuses it with EINVAL as Linux does.
     pub fn new(addr: IpAddr, key: &[u8]) -> Md5Sig {
         let mut k = [0u8; TCP_MD5SIG_MAXKEYLEN];
         let n = key.len().min(TCP_MD5SIG_MAXKEYLEN);
@@ -83,7 +83,7 @@ impl Md5Sig {
             addr: Some(addr),
             flags: 0,
             prefixlen: 0,
-            keylen: n as u16,
+            keylen: key.len().min(usize::from(u16::MAX)) as u16,
             ifindex: 0,
             key: k,
         }
@@ -474,9 +474,12 @@ mod tests {
             setsockopt(&mut k, false, false, &OptVal::Int(1)),
             Err(Errno::EINVAL)
         );
-        let mut too_long = Md5Sig::new(a4, &[7; 80]);
-        assert_eq!(add(&mut k, false, false, &too_long), Ok(()));
-        too_long.keylen = 81;
+        assert_eq!(
+            add(&mut k, false, false, &Md5Sig::new(a4, &[7; 80])),
+            Ok(())
+        );
+        let too_long = Md5Sig::new(a4, &[7; 81]);
+        assert_eq!(too_long.keylen, 81);
         assert_eq!(add(&mut k, false, false, &too_long), Err(Errno::EINVAL));
         // Delete: present, then absent; never-keyed socket.
         assert_eq!(add(&mut k, false, false, &Md5Sig::new(a4, b"")), Ok(()));
