@@ -661,6 +661,7 @@ impl Connection {
         let want_ts = env.sysint(Sysctl::tcp_timestamps) != 0;
         let want_sack = env.config.sysctl.on(Sysctl::tcp_sack);
         let want_ws = env.config.sysctl.on(Sysctl::tcp_window_scaling);
+        let _ = active;
         self.rx_opt.tstamp_ok = want_ts && o.ts.is_some();
         self.rx_opt.sack_ok = want_sack && o.sack_ok;
         self.rx_opt.dsack_ok = self.rx_opt.sack_ok && env.config.sysctl.on(Sysctl::tcp_dsack);
@@ -1510,7 +1511,8 @@ impl Connection {
             .flags
             .intersects(TcpFlags::FIN | TcpFlags::URG | TcpFlags::SYN | TcpFlags::PSH);
         if with_hdr >= TCP_MSS_DEFAULT + 20 || (with_hdr >= TCP_MIN_MSS + 20 && !remnant) {
-            let l = with_hdr.saturating_sub(self.mss.tcp_header_len);
+            let tcp_header_len = 20 + if self.rx_opt.tstamp_ok { 12 } else { 0 };
+            let l = with_hdr.saturating_sub(tcp_header_len);
             self.ack.last_seg_size = l;
             if l == lss {
                 self.ack.rcv_mss = l;
