@@ -323,8 +323,8 @@ fn env_actions(script: &Script) -> Vec<EnvAction> {
     out
 }
 
-/// The features a script needs that Shallow does not implement (zero-copy receive,
-/// TCP-MD5, AccECN, PSP), by name, sorted. Detected
+/// The features a script needs that Shallow does not implement (zero-copy receive, AccECN,
+/// PSP), or that a script cannot drive (an outbound TCP-MD5 signature), by name, sorted. Detected
 /// from the parsed script: option kinds, socket-option and flag symbols, system call names,
 /// and sysctls the script writes.
 pub fn unsupported_features(script: &Script) -> Vec<&'static str> {
@@ -342,7 +342,9 @@ pub fn unsupported_features(script: &Script) -> Vec<&'static str> {
                         feats.insert("AccECN");
                     }
                     if let TcpOptions::List(opts) = &t.options {
-                        // Outbound signatures need TCP_MD5SIG keys (not implemented); an
+                        // An outbound signature needs a keyed socket, which a script
+                        // cannot make (packetdrill's strings stop at a NUL byte, so no
+                        // `struct tcp_md5sig`), and a digest packetdrill cannot compute; an
                         // inbound one to a socket without keys is dropped, as on Linux.
                         if p.direction == crate::ast::Direction::Outbound
                             && opts.iter().any(|o| matches!(o, TcpOption::Md5(_)))
@@ -358,8 +360,6 @@ pub fn unsupported_features(script: &Script) -> Vec<&'static str> {
     for s in syms {
         if s == "TCP_ZEROCOPY_RECEIVE" {
             feats.insert("zerocopy receive");
-        } else if s.contains("MD5") {
-            feats.insert("md5");
         } else if s.contains("PSP") {
             feats.insert("PSP");
         }

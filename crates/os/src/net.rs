@@ -179,10 +179,56 @@ impl TcpStream {
         Self::connect_inner(host, addr, Some(timeout))
     }
 
+    /// [`TcpStream::connect_timeout`] (or, with no timeout, [`TcpStream::connect`]) on a
+    /// socket given the options `opts` first, in order — what a C program does with
+    /// `socket`, `setsockopt`s, `connect`. An option the engine refuses fails the call with
+    /// its errno, and nothing is sent. For TCP-MD5, [`TcpStream::connect_md5`] is the
+    /// shorthand.
+    pub fn connect_with_options(
+        host: &Host,
+        addr: SocketAddr,
+        timeout: Option<Duration>,
+        opts: &[(SockOpt, OptVal)],
+    ) -> io::Result<TcpStream> {
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot set a 0 duration timeout",
+            ));
+        }
+        Self::connect_opts(host, addr, timeout, opts)
+    }
+
+    /// Connects to `addr` signing every segment with the TCP-MD5 key `key` (RFC 2385;
+    /// `setsockopt(TCP_MD5SIG)` for the peer's address, then `connect`), as BGP speakers do.
+    /// The peer must hold the same key for this host's address: a Linux peer drops an
+    /// unsigned or wrongly signed SYN (`TcpExtTCPMD5NotFound`, `TcpExtTCPMD5Failure`), so
+    /// the connect then fails with `ETIMEDOUT` after `tcp_syn_retries`, or at `timeout`.
+    /// A key longer than 80 bytes (`TCP_MD5SIG_MAXKEYLEN`) is `EINVAL`.
+    pub fn connect_md5(
+        host: &Host,
+        addr: SocketAddr,
+        key: &[u8],
+        timeout: Option<Duration>,
+    ) -> io::Result<TcpStream> {
+        let sig = shallow_tcp::Md5Sig::new(addr.ip(), key);
+        let opt = (SockOpt::TcpMd5sig, OptVal::Bytes(sig.to_bytes()));
+        Self::connect_with_options(host, addr, timeout, &[opt])
+    }
+
     fn connect_inner(
         host: &Host,
         addr: SocketAddr,
         timeout: Option<Duration>,
+    ) -> io::Result<TcpStream> {
+        Self::connect_opts(host, addr, timeout, &[])
+    }
+
+    fn connect_opts(
+        host: &Host,
+        addr: SocketAddr,
+        timeout: Option<Duration>,
+        opts: &[(SockOpt, OptVal)],
     ) -> io::Result<TcpStream> {
         // The connection goes to the next shard in turn; its engine picks an ephemeral port
         // whose tuple that shard owns.
@@ -192,6 +238,11 @@ impl TcpStream {
         {
             let mut o = sh.own(sock.shard, sock.id)?;
             let now = o.now();
+            for (opt, val) in opts {
+                o.stack()
+                    .setsockopt(now, sock.id, *opt, val)
+                    .map_err(errno)?;
+            }
             match o.stack().connect(now, sock.id, addr) {
                 Ok(()) | Err(Errno::EINPROGRESS) => {}
                 Err(e) => return Err(errno(e)),
@@ -1036,6 +1087,19 @@ impl TcpListener {
     pub fn fastopen(&self) -> io::Result<u32> {
         let v = self.option(SockOpt::TcpFastopen)?.int().map_err(errno)?;
         Ok(u32::try_from(v).unwrap_or(0))
+    }
+
+    /// Gives the listener the TCP-MD5 key `key` for peers in `peer/prefixlen`
+    /// (`setsockopt(TCP_MD5SIG_EXT)` with `TCP_MD5SIG_FLAG_PREFIX`; `prefixlen` 32 or 128 is
+    /// one address). Connections it accepts from those peers are signed with the key and
+    /// take only segments signed with it; of several keys covering a peer, the longest
+    /// prefix wins. An empty `key` deletes the key of that prefix (`ENOENT` if none). On
+    /// an AF_INET6 listener an IPv4 peer is given as its IPv4-mapped address. Errors as
+    /// Linux's: `EINVAL` for a key over 80 bytes, a prefix longer than the address or an
+    /// address of the other family.
+    pub fn set_md5_key(&self, peer: IpAddr, prefixlen: u8, key: &[u8]) -> io::Result<()> {
+        let sig = shallow_tcp::Md5Sig::with_prefix(peer, prefixlen, key);
+        self.set_option(SockOpt::TcpMd5sigExt, &OptVal::Bytes(sig.to_bytes()))
     }
 
     /// Any `setsockopt` the engine supports, on the listener's socket of every shard (e.g.

@@ -153,6 +153,7 @@ mod fastopen;
 pub mod gate;
 pub mod info;
 mod input;
+pub mod md5;
 mod mem;
 mod mtu;
 pub mod output;
@@ -176,6 +177,7 @@ pub use driver::{Driver, EgressPacket};
 pub use errqueue::ErrQueueEntry;
 pub use gate::{Admission, DropAll, TxGate, TxMeta};
 pub use info::{MemInfo, TcpInfo};
+pub use md5::Md5Sig;
 pub use recv::msgflags;
 pub use socket::{
     pollbits, Family, RouteAttrs, TcpState, Transmit, TxToken, Wakeup, SKB_OVERHEAD,

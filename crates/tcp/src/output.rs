@@ -51,21 +51,34 @@ impl Connection {
         self.mss.tcp_header_len - 20
     }
 
-    /// Number of SACK blocks the next ACK will carry (D-SACK first), limited so all options fit.
+    /// Bytes of the options every established segment carries: timestamps and a TCP-MD5
+    /// signature (`tcp_established_options` before SACK).
+    fn fixed_opt_len(&self) -> u32 {
+        let ts = if self.rx_opt.tstamp_ok { 12 } else { 0 };
+        ts + self.md5_opt_len()
+    }
+
+    /// Number of SACK blocks the next ACK will carry (D-SACK first), limited so all options
+    /// fit in the 40 bytes (`tcp_established_options`: 3 with timestamps, 4 without, 2
+    /// beside a TCP-MD5 signature and none beside both).
     fn num_sack_blocks(&self) -> usize {
         if !self.rx_opt.sack_ok {
             return 0;
         }
         let n = self.rcv.sacks.len() + usize::from(self.rcv.dsack.is_some());
-        let max = if self.rx_opt.tstamp_ok { 3 } else { 4 };
-        n.min(max)
+        let room = 40u32.saturating_sub(self.fixed_opt_len());
+        let max = if room < 12 { 0 } else { (room - 4) / 8 };
+        n.min(max as usize)
     }
 
-    /// `tcp_current_mss`: mss_cache minus the bytes of SACK blocks this segment will carry.
+    /// `tcp_current_mss`: mss_cache less the difference between this segment's header
+    /// (timestamps, a TCP-MD5 signature, the SACK blocks it will carry) and `tcp_header_len`.
     pub fn current_mss(&self) -> u32 {
         let n = self.num_sack_blocks() as u32;
-        let extra = if n > 0 { 4 + 8 * n } else { 0 };
-        self.mss.cache.saturating_sub(extra).max(1)
+        let sack = if n > 0 { 4 + 8 * n } else { 0 };
+        let hdr = 20 + self.fixed_opt_len() + sack;
+        let delta = i64::from(hdr) - i64::from(self.mss.tcp_header_len);
+        (i64::from(self.mss.cache) - delta).clamp(1, i64::from(u32::MAX)) as u32
     }
 
     /// `tcp_bound_to_half_wnd`.
@@ -333,9 +346,10 @@ impl Connection {
     }
 
     /// A Fast Open option after the SYN options, padded with NOPs to 32 bits, if the 40
-    /// bytes of option space have room (`tcp_syn_options` / `tcp_synack_options`).
-    pub(crate) fn push_fastopen(out: &mut Vec<OutOpt>, c: &crate::fastopen::Cookie) {
-        let used: usize = crate::packet::opts_len(out);
+    /// bytes of option space have room beside them and a TCP-MD5 signature
+    /// (`tcp_syn_options` / `tcp_synack_options`).
+    pub(crate) fn push_fastopen(&self, out: &mut Vec<OutOpt>, c: &crate::fastopen::Cookie) {
+        let used = crate::packet::opts_len(out) + self.md5_opt_len() as usize;
         if used + c.wire_len() > 40 {
             return;
         }
@@ -463,7 +477,7 @@ impl Connection {
         let mut opts = Vec::with_capacity(8);
         self.syn_opts(now, &mut opts, 0);
         if let Some(c) = cookie {
-            Self::push_fastopen(&mut opts, c);
+            self.push_fastopen(&mut opts, c);
         }
         let win = self.rcv.wnd.min(65535) as u16;
         // tcp_ecn_send_syn (RFC 3168 §6.1.1): with tcp_ecn=1 the SYN asks for ECN with
@@ -502,7 +516,7 @@ impl Connection {
         let ecr = self.rx_opt.ts_recent;
         self.syn_opts(now, &mut opts, ecr);
         if let Some(c) = cookie {
-            Self::push_fastopen(&mut opts, c);
+            self.push_fastopen(&mut opts, c);
         }
         let win = self.rcv.wnd.min(65535) as u16;
         // tcp_ecn_make_synack: ECE on the SYN-ACK when the request was ECN-capable.
@@ -840,7 +854,7 @@ impl Connection {
                 _ => {}
             }
         }
-        let max_segs = if env.device.caps.gso {
+        let max_segs = if self.gso_ok(env) {
             self.tso_segs(env, mss_now)
         } else {
             1
@@ -1060,6 +1074,7 @@ impl Connection {
             ident: 0,
             opts: &opts,
             payload: &[],
+            md5: self.md5_key(),
         });
         let meta = TxMeta {
             flow: env.keys.flow_hash(self.local, self.remote),

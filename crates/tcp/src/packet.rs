@@ -10,6 +10,7 @@ use shallow_wire::{
     checksum, tcp_field, IpPacket, IpRepr, Ipv4Repr, Ipv6Repr, SackBlocks, TcpFlags, TcpOption,
     TcpOptionRepr, TcpPacket, TcpRepr, IPPROTO_TCP,
 };
+use std::sync::Arc;
 
 /// Options of an inbound segment (Linux `tcp_parse_options` → `struct tcp_options_received`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -25,9 +26,10 @@ pub(crate) struct RxOpts {
     /// A SYN's Fast Open option (kind 34, or 254 with the magic), with an allowed cookie
     /// length (`tcp_parse_fastopen_option`); `None` when absent or malformed.
     pub fastopen: Option<crate::fastopen::Cookie>,
-    /// A TCP-MD5 signature option (kind 19, 18 bytes; RFC 2385) is present
-    /// (`tcp_parse_md5sig_option`).
-    pub md5: bool,
+    /// Where a TCP-MD5 signature option (kind 19, 18 bytes; RFC 2385) puts its 16-byte
+    /// digest, as an offset into the TCP header (`tcp_parse_md5sig_option`: the first
+    /// option of kind 19; one of another length is no signature).
+    pub md5: Option<u8>,
 }
 
 /// A parsed inbound TCP segment.
@@ -53,9 +55,31 @@ pub(crate) struct SegIn<'a> {
     /// IP TOS / traffic class byte (ECN is not negotiated; kept for later).
     #[allow(dead_code)]
     pub tos: u8,
+    /// The TCP header as received, options included (empty for a synthetic or backlogged
+    /// segment, which was checked before it was queued): what a TCP-MD5 signature covers.
+    pub tcp_hdr: &'a [u8],
 }
 
 impl SegIn<'_> {
+    /// The segment's TCP-MD5 digest, if it carries one (see [`RxOpts::md5`]).
+    pub fn md5_digest(&self) -> Option<&[u8; 16]> {
+        let at = usize::from(self.opts.md5?);
+        self.tcp_hdr.get(at..at + 16)?.try_into().ok()
+    }
+    /// The digest this segment should carry under `key` (RFC 2385 §2.0); `None` when its
+    /// header is not at hand.
+    pub fn md5_expected(&self, key: &[u8]) -> Option<[u8; 16]> {
+        let fixed = self.tcp_hdr.get(..20)?;
+        let tcp_len = u32::try_from(self.tcp_hdr.len() + self.payload.len()).ok()?;
+        Some(crate::md5::digest(
+            self.src.ip(),
+            self.dst.ip(),
+            fixed,
+            tcp_len,
+            self.payload,
+            key,
+        ))
+    }
     /// seq + payload + SYN + FIN (`TCP_SKB_CB(skb)->end_seq`).
     pub fn end_seq(&self) -> u32 {
         let mut l = self.payload.len() as u32;
@@ -146,6 +170,7 @@ impl OwnedSeg {
             gso_segs: self.gso_segs,
             gso_size: self.gso_size,
             tos: self.tos,
+            tcp_hdr: &[],
         }
     }
     /// `tcp_add_backlog` coalescing: append `s` if it directly follows this segment and
@@ -340,7 +365,7 @@ pub(crate) fn parse_frag<'a>(
 /// `buf` when given).
 fn seg_in<'a>(
     ip: &IpPacket<'_>,
-    tcp: &TcpPacket<'_>,
+    tcp: &TcpPacket<'a>,
     payload: &'a [u8],
     buf: Option<&'a Bytes>,
     gso_size: Option<u16>,
@@ -348,6 +373,8 @@ fn seg_in<'a>(
     let (src, dst) = (ip.src(), ip.dst());
     let mut opts = RxOpts::default();
     let syn = tcp.flags().contains(TcpFlags::SYN);
+    let hdr = &tcp.as_bytes()[..tcp.header_len()];
+    let mut md5_seen = false;
     for o in tcp.options() {
         match o {
             Ok(TcpOption::Eol) | Err(_) => break,
@@ -355,7 +382,14 @@ fn seg_in<'a>(
             Ok(TcpOption::WindowScale(w)) if syn => opts.wscale = Some(w.min(14)),
             Ok(TcpOption::SackPermitted) if syn => opts.sack_ok = true,
             Ok(TcpOption::Timestamps { tsval, tsecr }) => opts.ts = Some((tsval, tsecr)),
-            Ok(TcpOption::Unknown { kind: 19, data }) if data.len() == 16 => opts.md5 = true,
+            Ok(TcpOption::Unknown { kind: 19, data }) => {
+                // The first kind-19 option decides; a wrong length is no signature.
+                if !md5_seen {
+                    md5_seen = true;
+                    let at = data.as_ptr() as usize - hdr.as_ptr() as usize;
+                    opts.md5 = (data.len() == 16).then_some(at as u8);
+                }
+            }
             Ok(TcpOption::Unknown { kind, data }) if syn => {
                 if let Some(c) = crate::fastopen::Cookie::parse(kind, data) {
                     opts.fastopen = Some(c);
@@ -394,6 +428,7 @@ fn seg_in<'a>(
         gso_segs,
         gso_size,
         tos: ip.tos(),
+        tcp_hdr: hdr,
     }
 }
 
@@ -425,6 +460,9 @@ pub(crate) struct SegOut<'a> {
     pub ident: u16,
     pub opts: &'a [OutOpt],
     pub payload: &'a [u8],
+    /// The TCP-MD5 key to sign with (RFC 2385): the signature goes first, as `nop,nop,md5`
+    /// (where Linux's `tcp_options_write` puts it).
+    pub md5: Option<Arc<[u8]>>,
 }
 
 /// Build one IP packet. Returns `None` only if the addresses' families differ or the segment
@@ -439,7 +477,15 @@ pub(crate) fn build(s: &SegOut<'_>) -> Option<Vec<u8>> {
 /// its headers when `head_only` (the payload travels apart: `Transmit::frag`).
 /// The TCP header of a segment, options included.
 fn tcp_repr(s: &SegOut<'_>) -> Option<TcpRepr> {
-    let mut options = Vec::with_capacity(s.opts.len());
+    let mut options = Vec::with_capacity(s.opts.len() + 3);
+    if s.md5.is_some() {
+        options.push(TcpOptionRepr::Nop);
+        options.push(TcpOptionRepr::Nop);
+        options.push(TcpOptionRepr::Unknown {
+            kind: crate::md5::TCPOPT_MD5SIG,
+            data: vec![0; 16],
+        });
+    }
     for o in s.opts {
         options.push(match *o {
             OutOpt::Nop => TcpOptionRepr::Nop,
@@ -475,7 +521,12 @@ pub(crate) fn header_len(s: &SegOut<'_>) -> usize {
         IpAddr::V4(_) => 20,
         IpAddr::V6(_) => 40,
     };
-    ip + 20 + opts_len(s.opts).div_ceil(4) * 4
+    let md5 = if s.md5.is_some() {
+        crate::md5::TCPOLEN_MD5SIG_ALIGNED as usize
+    } else {
+        0
+    };
+    ip + 20 + md5 + opts_len(s.opts).div_ceil(4) * 4
 }
 
 /// The bytes `opts` take in a TCP header, before the padding to 32 bits.
@@ -494,8 +545,26 @@ pub(crate) fn opts_len(opts: &[OutOpt]) -> usize {
 }
 
 pub(crate) fn build_with(s: &SegOut<'_>, csum_partial: bool, head_only: bool) -> Option<Vec<u8>> {
-    let tcp = tcp_repr(s)?;
+    let mut tcp = tcp_repr(s)?;
     let tcp_len = tcp.header_len() + s.payload.len();
+    if let Some(key) = &s.md5 {
+        // Sign (RFC 2385 §2.0): the header without options, so a scratch copy of the fixed
+        // header gives the bytes the digest covers; the digest then fills the option.
+        let mut fixed = vec![0u8; tcp.header_len()];
+        tcp.emit_header(&mut fixed, 0).ok()?;
+        let d = crate::md5::digest(
+            s.local.ip(),
+            s.remote.ip(),
+            &fixed[..20],
+            u32::try_from(tcp_len).ok()?,
+            s.payload,
+            key,
+        );
+        tcp.options[2] = TcpOptionRepr::Unknown {
+            kind: crate::md5::TCPOPT_MD5SIG,
+            data: d.to_vec(),
+        };
+    }
     let ip = match (s.local.ip(), s.remote.ip()) {
         (IpAddr::V4(a), IpAddr::V4(b)) => IpRepr::V4(Ipv4Repr {
             src: a,
@@ -550,6 +619,7 @@ mod tests {
             gso_segs: 1,
             gso_size: None,
             tos: 0,
+            tcp_hdr: &[],
         }
     }
 
@@ -598,6 +668,7 @@ mod tests {
             ident: 0,
             opts: &opts,
             payload: &[],
+            md5: None,
         })
         .unwrap();
         let s = parse(&p, None, false).unwrap();

@@ -884,7 +884,7 @@ impl Connection {
         // tcp_xmit_retransmit_queue: no more than a TSO packet's worth (tcp_tso_segs), so a
         // segment marked lost for a smaller MTU goes out as autosized TSO packets (measured
         // on 6.18: 2920 bytes resent at MSS 1160 with a slow pacing rate as 2320 + 600).
-        let segs = if env.device.caps.gso {
+        let segs = if self.gso_ok(env) {
             segs.min(self.tso_segs(env, mss))
         } else {
             1

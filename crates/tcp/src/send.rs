@@ -117,7 +117,7 @@ impl Connection {
         self.refresh_mss(env);
         let mss_now = self.current_mss();
         // tcp_send_mss: an urgent write is cut into single-MSS buffers (no large goal).
-        let size_goal = if env.device.caps.gso && flags & MSG_OOB == 0 {
+        let size_goal = if self.gso_ok(env) && flags & MSG_OOB == 0 {
             self.size_goal(mss_now)
         } else {
             mss_now

@@ -819,6 +819,9 @@ pub(crate) struct Connection {
     pub zc: crate::zerocopy::SockZc,
     /// The receive side's urgent mark (urg.rs).
     pub urg: crate::urg::RcvUrg,
+    /// TCP-MD5 keys (md5.rs; `md5sig_info`): `None` until the first `TCP_MD5SIG`, so a
+    /// socket without keys pays one test per packet.
+    pub md5: Option<Box<crate::md5::Md5Keys>>,
     /// Socket options.
     pub opts: SockOpts,
     /// The route's attributes in use.
@@ -956,6 +959,7 @@ impl Connection {
             errq: Default::default(),
             zc: Default::default(),
             urg: Default::default(),
+            md5: None,
             opts: SockOpts {
                 v6only: family == Family::V6 && env.config.sysctl.on(Sysctl::bindv6only),
                 ..SockOpts::default()
@@ -1220,6 +1224,7 @@ impl Connection {
             ident: env.limits.next_ident(),
             opts,
             payload,
+            md5: self.md5_key(),
         }
     }
 }

@@ -39,6 +39,8 @@ pub enum SockOpt {
     TcpFastopenKey,
     TcpFastopenConnect,
     TcpFastopenNoCookie,
+    TcpMd5sig,
+    TcpMd5sigExt,
     IpTos,
     Ipv6Tclass,
     IpMtuDiscover,
@@ -92,6 +94,8 @@ impl SockOpt {
             (SOL_TCP, 33) => TcpFastopenKey,
             (SOL_TCP, 30) => TcpFastopenConnect,
             (SOL_TCP, 34) => TcpFastopenNoCookie,
+            (SOL_TCP, 14) => TcpMd5sig,
+            (SOL_TCP, 32) => TcpMd5sigExt,
             (SOL_IP, 1) => IpTos,
             (SOL_IP, 10) => IpMtuDiscover,
             (SOL_IP, 15) | (SOL_IPV6, 78) => IpFreebind,
@@ -139,6 +143,8 @@ impl SockOpt {
             TcpFastopenKey => "TCP_FASTOPEN_KEY",
             TcpFastopenConnect => "TCP_FASTOPEN_CONNECT",
             TcpFastopenNoCookie => "TCP_FASTOPEN_NO_COOKIE",
+            TcpMd5sig => "TCP_MD5SIG",
+            TcpMd5sigExt => "TCP_MD5SIG_EXT",
             IpTos => "IP_TOS",
             Ipv6Tclass => "IPV6_TCLASS",
             IpMtuDiscover => "IP_MTU_DISCOVER",
@@ -173,7 +179,7 @@ pub enum OptVal {
     },
     /// A string option (TCP_CONGESTION).
     Str(String),
-    /// Raw bytes (TCP_FASTOPEN_KEY).
+    /// Raw bytes (TCP_FASTOPEN_KEY; TCP_MD5SIG's `struct tcp_md5sig`, see [`crate::Md5Sig`]).
     Bytes(Vec<u8>),
 }
 

@@ -1220,9 +1220,11 @@ impl<'a> Runner<'a> {
                         kind: 34,
                         data: self.cookie_of(c.as_deref())?,
                     },
-                    // A TCP-MD5 signature (RFC 2385) as written: 16 bytes of hex.
+                    // A TCP-MD5 signature (RFC 2385) as written: up to 16 bytes of hex, the
+                    // option 2 bytes longer (packetdrill's `new_md5_option`; one shorter
+                    // than 16 is no signature to the receiver).
                     TcpOption::Md5(hex) => match crate::ast::cookie_bytes(hex) {
-                        Some(d) if d.len() == 16 => TcpOptionRepr::Unknown { kind: 19, data: d },
+                        Some(d) if d.len() <= 16 => TcpOptionRepr::Unknown { kind: 19, data: d },
                         _ => return self.fail(FailKind::Script, format!("bad md5 digest {hex}")),
                     },
                     TcpOption::FastOpenExp(c) => {

@@ -1302,6 +1302,16 @@ impl Runner<'_> {
         if call.name == "setsockopt" {
             let v = match val {
                 Expr::Str(b) if opt == SockOpt::TcpFastopenKey => OptVal::Bytes(b.clone()),
+                // `struct tcp_md5sig` as raw bytes, `optlen` of them (a packetdrill string
+                // stops at a NUL byte, so only malformed values can be written).
+                Expr::Str(b) if matches!(opt, SockOpt::TcpMd5sig | SockOpt::TcpMd5sigExt) => {
+                    let n = self
+                        .arg(call, 4)
+                        .ok()
+                        .and_then(|l| self.int_of(l))
+                        .map_or(b.len(), |l| (l.max(0) as usize).min(b.len()));
+                    OptVal::Bytes(b[..n].to_vec())
+                }
                 Expr::Str(b) => OptVal::Str(String::from_utf8_lossy(b).into_owned()),
                 Expr::Struct(_) => {
                     let onoff = val

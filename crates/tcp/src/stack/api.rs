@@ -292,7 +292,8 @@ impl Stack {
         sk.hashed = true;
         sk.snd.start(iss);
         sk.rx_opt.ts_offset = ts_off;
-        sk.rx_opt.tstamp_ok = env.sysint(Sysctl::tcp_timestamps) != 0;
+        // tcp_syn_options: a signed SYN offers no timestamps (measured on 6.18).
+        sk.rx_opt.tstamp_ok = env.sysint(Sysctl::tcp_timestamps) != 0 && sk.md5_opt_len() == 0;
         sk.rx_opt.sack_ok = env.config.sysctl.on(Sysctl::tcp_sack);
         sk.rx_opt.wscale_ok = env.config.sysctl.on(Sysctl::tcp_window_scaling);
         sk.init_rcv_window(env, true);

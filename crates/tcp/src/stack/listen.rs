@@ -132,7 +132,7 @@ impl Stack {
 
     /// Create a SYN_RECV child of listener `lid` for the SYN `seg` (`inet_reqsk_alloc` +
     /// `tcp_create_openreq_child`), hashed in the demux table. `opts` overrides the SYN's
-    /// options (reconstructed from a SYN cookie).
+    /// options, for a SYN cookie's child (the options it encodes or reconstructs).
     pub(super) fn new_child(
         &mut self,
         now: Instant,
@@ -142,7 +142,7 @@ impl Stack {
         opts: Option<packet::RxOpts>,
     ) -> Option<SocketId> {
         let route = self.route_lookup(seg.src.ip())?;
-        let (lopts, lgen, lcc, lsnd, lrcv, family) = {
+        let (lopts, lgen, lcc, lsnd, lrcv, family, lmd5) = {
             let l = self.sock(lid).ok()?;
             (
                 l.opts.clone(),
@@ -151,6 +151,11 @@ impl Stack {
                 l.mem.sndbuf,
                 l.mem.rcvbuf,
                 l.family,
+                // tcp_v4_syn_recv_sock: the listener's key for the peer, copied to the child.
+                l.md5
+                    .as_ref()
+                    .and_then(|t| t.lookup(seg.src.ip()))
+                    .map(|k| k.key.clone()),
             )
         };
         let cid = self.alloc(family);
@@ -158,6 +163,7 @@ impl Stack {
         let cc_params = self.env.config.cc_params.clone();
         let (sk, env) = self.sk_env(cid).ok()?;
         sk.opts = lopts;
+        sk.md5 = lmd5.map(|k| Box::new(crate::md5::Md5Keys::for_child(seg.src.ip(), k)));
         sk.mem.sndbuf = lsnd;
         sk.mem.rcvbuf = lrcv;
         if let Some(cc) = shallow_cc::by_name(lcc, &cc_params) {
@@ -179,6 +185,14 @@ impl Stack {
             ..*seg
         };
         sk.apply_syn_options(env, &syn_like, false);
+        // tcp_synack_options: a signed SYN-ACK gives timestamps up when SACK is on, but not a
+        // SYN cookie's, which keeps them to carry the options (measured on 6.18:
+        // `md5,mss,nop,nop,sackOK,nop,wscale`, and with tcp_syncookies=2
+        // `md5,mss,sackOK,TS,nop,wscale`).
+        if opts.is_none() && sk.rx_opt.sack_ok && sk.rx_opt.tstamp_ok && sk.md5_opt_len() != 0 {
+            sk.rx_opt.tstamp_ok = false;
+            sk.mss.tcp_header_len = 20;
+        }
         // tcp_ecn_create_request (RFC 3168 §6.1.1): a not-ECT SYN with ECE|CWR asks for ECN;
         // any tcp_ecn other than 0 accepts.
         sk.ecn_flags = 0;
@@ -233,7 +247,7 @@ impl Stack {
         // Build a throwaway child to render the SYN-ACK exactly as a normal one.
         let mut s2 = SegIn { ..*seg };
         s2.opts.mss = Some(SYNCOOKIE_MSS[idx as usize] as u16);
-        let Some(cid) = self.new_child(now, lid, &s2, iss, None) else {
+        let Some(cid) = self.new_child(now, lid, &s2, iss, Some(s2.opts)) else {
             return;
         };
         if let Ok((sk, env)) = self.sk_env(cid) {

@@ -63,11 +63,12 @@ impl Stack {
             return;
         }
         if let Some(&id) = self.conns.get(&(seg.dst, seg.src)) {
-            let (owned, tw) = self
-                .sock(id)
-                .map(|s| (s.lock.owned, s.state == TcpState::TimeWait))
-                .unwrap_or((false, false));
-            if !tw && self.md5_unexpected(&seg) {
+            let Ok(sk) = self.sock(id) else { return };
+            let owned = sk.lock.owned;
+            // tcp_v4_rcv: a TIME_WAIT socket is not asked for signatures (measured). One test
+            // when neither the socket has keys nor the segment a signature.
+            let md5 = sk.md5.is_some() || seg.opts.md5.is_some();
+            if md5 && sk.state != TcpState::TimeWait && self.md5_drop(id, &seg) {
                 return;
             }
             if owned {
@@ -78,23 +79,59 @@ impl Stack {
             return;
         }
         if let Some(l) = self.listener_for(seg.dst) {
-            if self.md5_unexpected(&seg) {
+            if self.md5_drop(l, &seg) {
                 return;
             }
             self.listen_rcv(now, l, &seg);
             return;
         }
+        if seg.opts.md5.is_some() {
+            self.send_reset_signed_stray(&seg);
+            return;
+        }
         self.send_reset_for(&seg);
     }
 
-    /// `tcp_inbound_md5_hash` for a socket without TCP-MD5 keys (Shallow has no
-    /// `TCP_MD5SIG` yet, so every socket): a segment that carries a signature is dropped
-    /// (`TcpExtTCPMD5Unexpected`), before the socket sees it.
-    fn md5_unexpected(&mut self, seg: &SegIn<'_>) -> bool {
-        if seg.opts.md5 {
-            self.env.mib.inc(Mib::TCPMD5Unexpected);
+    /// `tcp_v4_send_reset` for a signed segment that matched no socket: "the active side is
+    /// lost", so the key is looked for in a listener on our address at the port the segment
+    /// came from (where a BGP speaker also listens). Only when that listener holds a key for
+    /// the source and the signature verifies under it is a RST sent, signed with the key;
+    /// otherwise nothing (measured on 6.18: a signed SYN-ACK to a closed port on a host
+    /// with a keyed listener at the SYN-ACK's source port is answered with a signed RST).
+    fn send_reset_signed_stray(&mut self, seg: &SegIn<'_>) {
+        if seg.has(TcpFlags::RST) {
+            return;
         }
-        seg.opts.md5
+        let Some(l) = self.listener_for(SocketAddr::new(seg.dst.ip(), seg.src.port())) else {
+            return;
+        };
+        let Ok(ls) = self.sock(l) else { return };
+        let Some(k) = ls.md5.as_ref().and_then(|t| t.lookup(seg.src.ip())) else {
+            return;
+        };
+        if seg.md5_expected(&k.key).as_ref() != seg.md5_digest() {
+            return;
+        }
+        let key = Some(k.key.clone());
+        let (seq, ack, fl) = reset_numbers(seg);
+        self.send_reset_signed(seg.dst, seg.src, seq, ack, fl, key);
+    }
+
+    /// `tcp_inbound_md5_hash` before the socket `id` (a connection or a listener) sees `seg`
+    /// (md5.rs): a segment whose signature is missing, unexpected or wrong is counted and
+    /// dropped.
+    fn md5_drop(&mut self, id: SocketId, seg: &SegIn<'_>) -> bool {
+        let Ok(sk) = self.sock(id) else { return false };
+        if sk.md5.is_none() && seg.opts.md5.is_none() {
+            return false;
+        }
+        match sk.md5_inbound(seg).mib() {
+            Some(m) => {
+                self.env.mib.inc(m);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The listener a SYN to `dst` reaches (`__inet_lookup_listener`): one bound to the
@@ -296,16 +333,22 @@ impl Stack {
     }
 
     /// Answer a segment that matched no connection with a RST (`tcp_v4_send_reset`).
+    /// TCP-MD5: the RST is signed with the key its socket — the segment's connection, or
+    /// the listener it reached — holds for the peer, if any.
     pub(super) fn send_reset_for(&mut self, seg: &SegIn<'_>) {
         if seg.has(TcpFlags::RST) {
             return;
         }
-        let (seq, ack, fl) = if seg.has(TcpFlags::ACK) {
-            (seg.ack, 0, TcpFlags::RST)
-        } else {
-            (0, seg.end_seq(), TcpFlags::RST | TcpFlags::ACK)
+        let sk = match self.conns.get(&(seg.dst, seg.src)) {
+            Some(&id) => Some(id),
+            None => self.listener_for(seg.dst),
         };
-        self.send_reset_to(seg.dst, seg.src, seq, ack, fl);
+        let key = sk.and_then(|id| {
+            let t = self.sock(id).ok()?.md5.as_ref()?;
+            t.lookup(seg.src.ip()).map(|k| k.key.clone())
+        });
+        let (seq, ack, fl) = reset_numbers(seg);
+        self.send_reset_signed(seg.dst, seg.src, seq, ack, fl, key);
     }
 
     /// A RST from `local` to `remote` that belongs to no socket (`tcp_v4_send_reset`).
@@ -316,6 +359,19 @@ impl Stack {
         seq: u32,
         ack: u32,
         fl: TcpFlags,
+    ) {
+        self.send_reset_signed(local, remote, seq, ack, fl, None);
+    }
+
+    /// [`Stack::send_reset_to`], signed with the TCP-MD5 key `md5` if given.
+    fn send_reset_signed(
+        &mut self,
+        local: SocketAddr,
+        remote: SocketAddr,
+        seq: u32,
+        ack: u32,
+        fl: TcpFlags,
+        md5: Option<std::sync::Arc<[u8]>>,
     ) {
         let ident = self.env.limits.next_ident();
         let out = SegOut {
@@ -331,8 +387,19 @@ impl Stack {
             ident,
             opts: &[],
             payload: &[],
+            md5,
         };
         self.env.emit(&out, None, None, None);
         self.env.mib.inc(Mib::OutRsts);
+    }
+}
+
+/// The sequence, acknowledgment and flags of a RST answering `seg` (RFC 9293 §3.10.7.1):
+/// `seq = SEG.ACK` for a segment with ACK, else `RST|ACK` acknowledging all of it.
+fn reset_numbers(seg: &SegIn<'_>) -> (u32, u32, TcpFlags) {
+    if seg.has(TcpFlags::ACK) {
+        (seg.ack, 0, TcpFlags::RST)
+    } else {
+        (0, seg.end_seq(), TcpFlags::RST | TcpFlags::ACK)
     }
 }

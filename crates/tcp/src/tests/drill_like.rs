@@ -30,6 +30,7 @@ fn raw(seq: u32, ack: u32, fl: TcpFlags, win: u16, opts: &[OutOpt], payload: &[u
         ident: 0,
         opts,
         payload,
+        md5: None,
     })
     .unwrap()
 }
@@ -735,6 +736,7 @@ fn accept_queue_overflow() {
             ident: 0,
             opts: &[OutOpt::Mss(1460)],
             payload: &[],
+            md5: None,
         })
         .unwrap();
         st.input(now, &syn, None);
@@ -754,6 +756,7 @@ fn accept_queue_overflow() {
             ident: 0,
             opts: &[],
             payload: &[],
+            md5: None,
         })
         .unwrap();
         st.input(now, &ack, None);
@@ -1259,6 +1262,7 @@ fn syn_cookies_when_syn_queue_full() {
             ident: 0,
             opts,
             payload: &[],
+            md5: None,
         })
         .unwrap()
     };
@@ -1545,6 +1549,7 @@ fn gso_off_sends_mss_packets() {
             OutOpt::Wscale(7),
         ],
         payload: &[],
+        md5: None,
     })
     .unwrap();
     p.st.input(p.now, &synack, None);

@@ -319,6 +319,7 @@ fn client_reset_ends_a_held_connection() {
         ident: 0,
         opts: &[],
         payload: &[],
+        md5: None,
     })
     .unwrap();
     p.b.input(p.now, &rst, None);

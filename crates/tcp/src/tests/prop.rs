@@ -221,6 +221,7 @@ mod hostile {
                     ident: 0,
                     opts: &opts,
                     payload: &payload,
+                    md5: None,
                 });
                 let gso = if len > 1000 { Some(1000) } else { None };
                 match (pkt, split % 3) {

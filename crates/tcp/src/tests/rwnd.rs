@@ -25,6 +25,7 @@ fn raw(seq: u32, ack: u32, fl: TcpFlags, win: u16, opts: &[OutOpt], payload: &[u
         ident: 0,
         opts,
         payload,
+        md5: None,
     })
     .unwrap()
 }
