@@ -304,6 +304,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             .collect(),
         seed: args.seed,
         sample_interval: args.sample_interval,
+        timestamps: args.timestamps,
     };
     let capture = match &args.pcap {
         Some(p) => {
@@ -437,6 +438,15 @@ fn json_of(args: &BenchArgs, r: &BenchReport) -> Value {
         if args.ipv6 {
             c.insert("ipv6".into(), json!(true));
         }
+        if args.timestamps {
+            c.insert("timestamps".into(), json!(true));
+        }
+    }
+    if let (Some(t), Value::Object(o)) = (&r.tx_timestamps, &mut v) {
+        o.insert(
+            "tx_timestamps".into(),
+            serde_json::to_value(t).unwrap_or(Value::Null),
+        );
     }
     v
 }
@@ -522,6 +532,23 @@ fn print_text(r: &BenchReport) {
             c.busy_s,
             c.utilization * 100.0,
             c.softirq_s
+        );
+    }
+    if let Some(t) = &r.tx_timestamps {
+        let f = |s: &Option<bench::SpanReport>| {
+            s.as_ref().map_or("-".into(), |s| {
+                format!(
+                    "{:.1}/{:.1}/{:.1}/{:.1}",
+                    s.p50_us, s.p90_us, s.p99_us, s.max_us
+                )
+            })
+        };
+        println!(
+            "tx timestamps ({} writes measured, {} incomplete), us p50/p90/p99/max: SCHED->SND {}, SND->ACK {}",
+            t.sched_to_snd.as_ref().map_or(0, |s| s.writes),
+            t.incomplete_writes,
+            f(&t.sched_to_snd),
+            f(&t.snd_to_ack),
         );
     }
 }
@@ -802,7 +829,7 @@ mod linux {
     }
 
     fn config_json(args: &BenchArgs, cfg: &ob::BenchConfig) -> Value {
-        json!({
+        let mut v = json!({
             "substrate": "linux",
             "test": cfg.test.name(),
             "pair": pair_of(args.pair).label(),
@@ -817,9 +844,15 @@ mod linux {
             "nodelay": cfg.nodelay,
             "ipv6": cfg.ipv6,
             "tso_off": !cfg.gso,
-            "timestamps": cfg.timestamps,
             "sysctls": cfg.sysctls.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
-        })
+        });
+        // Only when set, so that the report of a run without it stays as it was.
+        if cfg.timestamps {
+            if let Value::Object(o) = &mut v {
+                o.insert("timestamps".into(), json!(true));
+            }
+        }
+        v
     }
 
     fn print_linux(r: &BenchResult) {
