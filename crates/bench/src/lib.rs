@@ -1039,6 +1039,12 @@ mod tests {
             latencies: vec![5, 1],
             started: Some(t1),
             ended: Some(t1),
+            stamps: Some(Stamps {
+                stack: "shallow",
+                sched_to_snd: vec![4, 2],
+                snd_to_ack: vec![9, 8],
+                incomplete: 1,
+            }),
         };
         let b = Side {
             written: 50,
@@ -1049,8 +1055,20 @@ mod tests {
             latencies: vec![3],
             started: Some(t0),
             ended: Some(t2),
+            stamps: Some(Stamps {
+                stack: "shallow",
+                sched_to_snd: vec![3],
+                snd_to_ack: vec![7],
+                incomplete: 2,
+            }),
         };
-        let m = merge(vec![a, b, Side::default()]);
+        let mut m = merge(vec![a, b, Side::default()]);
+        let t = tx_spans(&mut m).unwrap();
+        assert_eq!(t.stack, "shallow");
+        assert_eq!(t.incomplete, 3);
+        let s = t.sched_to_snd.unwrap();
+        assert_eq!((s.count, s.p50_ns, s.max_ns), (3, 3, 4));
+        assert_eq!(t.snd_to_ack.unwrap().p50_ns, 8);
         assert_eq!(
             (
                 m.written,
@@ -1063,6 +1081,58 @@ mod tests {
         );
         assert_eq!(m.latencies, vec![1, 3, 5]);
         assert_eq!((m.started, m.ended), (Some(t0), Some(t2)));
+    }
+
+    /// Root only (skipped otherwise, unless `SHALLOW_REQUIRE_TUN=1`): `--timestamps` gives
+    /// per-write spans from the data sender's socket in each pair: Shallow's when it sends,
+    /// the kernel's (its own `SO_TIMESTAMPING`, over the TUN or veth) when it does; TCP_RR's
+    /// client writes are measured too; and without it there are none.
+    #[test]
+    fn timestamps_of_the_data_sender_in_each_pair() {
+        if !shallow_os::skip::can_run("timestamps_of_the_data_sender_in_each_pair", &[]) {
+            return;
+        }
+        let cfg = BenchConfig {
+            duration: Duration::from_millis(300),
+            timestamps: true,
+            ..BenchConfig::default()
+        };
+        for (test, pair, stack) in [
+            (Test::Stream, Pair::ShallowToLinux, "shallow"),
+            (Test::Maerts, Pair::ShallowToLinux, "kernel"),
+            (Test::Stream, Pair::LinuxToShallow, "kernel"),
+            (Test::Stream, Pair::LinuxToLinux, "kernel"),
+            (Test::Rr, Pair::ShallowToLinux, "shallow"),
+        ] {
+            let r = run(
+                &BenchConfig {
+                    test,
+                    ..cfg.clone()
+                },
+                pair,
+            )
+            .unwrap();
+            let t = r.tx_spans.expect("spans");
+            assert_eq!(t.stack, stack, "{test:?} {pair:?}");
+            let sched = t.sched_to_snd.expect("SCHED->SND measured");
+            let ack = t.snd_to_ack.expect("SND->ACK measured");
+            assert_eq!(sched.count, ack.count);
+            // Every write is one key; a write measured is at most one of the calls.
+            assert!(
+                sched.count <= r.send_calls.max(r.transactions),
+                "{test:?} {pair:?}"
+            );
+            assert!(sched.p50_ns <= sched.p99_ns && sched.p99_ns <= sched.max_ns);
+        }
+        let r = run(
+            &BenchConfig {
+                timestamps: false,
+                ..cfg
+            },
+            Pair::ShallowToLinux,
+        )
+        .unwrap();
+        assert!(r.tx_spans.is_none());
     }
 
     /// Root only (skipped otherwise, unless `SHALLOW_REQUIRE_TUN=1`): a short TCP_STREAM with
