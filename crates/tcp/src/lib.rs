@@ -172,7 +172,7 @@ pub use device::{DeviceCaps, RxBytes, RxChecksum, RxPacket, RxTruesize};
 pub use driver::{Driver, EgressPacket};
 pub use gate::{Admission, DropAll, TxGate, TxMeta};
 pub use info::{MemInfo, TcpInfo};
-pub use recv::msgflags;
+pub use recv::{msgflags, RecvMeta};
 pub use socket::{
     pollbits, Family, RouteAttrs, TcpState, Transmit, TxToken, Wakeup, SKB_OVERHEAD,
     SKB_TX_OVERHEAD,

@@ -493,6 +493,10 @@ pub(crate) struct RxSkb {
     pub data: RxData,
     pub fin: bool,
     pub truesize: u32,
+    /// When its last segment arrived (`skb->tstamp`), kept only while the socket asks for
+    /// receive timestamps ([`Connection::rx_stamping`]); a segment coalesced into the buffer
+    /// brings its own time (`tcp_try_coalesce`).
+    pub tstamp: Option<Instant>,
 }
 
 /// The bytes of one receive-queue buffer, as pieces in order (Linux's linear area and page
@@ -606,6 +610,8 @@ pub(crate) struct OfoSkb {
     pub data: Bytes,
     pub fin: bool,
     pub truesize: u32,
+    /// When it arrived, as [`RxSkb::tstamp`].
+    pub tstamp: Option<Instant>,
 }
 
 impl OfoSkb {
@@ -708,6 +714,10 @@ pub(crate) struct SockOpts {
     pub fastopen_no_cookie: bool,
     /// `TCP_FASTOPEN_KEY`: the listener's own keys.
     pub fastopen_key: Option<crate::fastopen::Keys>,
+    /// `SO_TIMESTAMP` or `SO_TIMESTAMPNS` is on (`SOCK_RCVTSTAMP`).
+    pub rcvtstamp: bool,
+    /// `SO_TIMESTAMPNS` is on (`SOCK_RCVTSTAMPNS`): nanoseconds, not microseconds.
+    pub rcvtstampns: bool,
 }
 
 impl Default for SockOpts {
@@ -740,6 +750,8 @@ impl Default for SockOpts {
             fastopen_connect: false,
             fastopen_no_cookie: false,
             fastopen_key: None,
+            rcvtstamp: false,
+            rcvtstampns: false,
         }
     }
 }

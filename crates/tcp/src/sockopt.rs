@@ -18,6 +18,11 @@ pub enum SockOpt {
     SoSndbufforce,
     SoRcvbufforce,
     SoTimestamping,
+    /// `SO_TIMESTAMP` (`SO_TIMESTAMP_OLD`): receive times as `SCM_TIMESTAMP` (a `timeval`).
+    SoTimestamp,
+    /// `SO_TIMESTAMPNS` (`SO_TIMESTAMPNS_OLD`): receive times as `SCM_TIMESTAMPNS` (a
+    /// `timespec`).
+    SoTimestampns,
     TcpNodelay,
     TcpMaxseg,
     TcpCork,
@@ -68,6 +73,8 @@ impl SockOpt {
             (SOL_SOCKET, 32) => SoSndbufforce,
             (SOL_SOCKET, 33) => SoRcvbufforce,
             (SOL_SOCKET, 37) => SoTimestamping,
+            (SOL_SOCKET, 29) => SoTimestamp,
+            (SOL_SOCKET, 35) => SoTimestampns,
             (SOL_TCP, 1) => TcpNodelay,
             (SOL_TCP, 2) => TcpMaxseg,
             (SOL_TCP, 3) => TcpCork,
@@ -110,6 +117,8 @@ impl SockOpt {
             SoSndbufforce => "SO_SNDBUFFORCE",
             SoRcvbufforce => "SO_RCVBUFFORCE",
             SoTimestamping => "SO_TIMESTAMPING",
+            SoTimestamp => "SO_TIMESTAMP",
+            SoTimestampns => "SO_TIMESTAMPNS",
             TcpNodelay => "TCP_NODELAY",
             TcpMaxseg => "TCP_MAXSEG",
             TcpCork => "TCP_CORK",

@@ -4,9 +4,9 @@
 //! - `drill_like`: packetdrill-style scenarios (scripted packets in, exact packets out),
 //!   mostly behaviour measured on Linux 6.18.
 //! - `e2e`: two stacks end to end (handshake, transfer, loss, TSO, paged packets).
-//! - `dualstack`, `fastopen`, `gate`, `linger`, `mem`, `rwnd`, `tstamp`: one mechanism each (IPv4-mapped
+//! - `dualstack`, `fastopen`, `gate`, `linger`, `mem`, `rwnd`, `rxstamp`, `tstamp`: one mechanism each (IPv4-mapped
 //!   sockets, TCP Fast Open, local drops at the transmit, SO_LINGER, TCP memory accounting, the receive
-//!   window, transmit timestamps).
+//!   window, receive timestamps, transmit timestamps).
 //! - `prop`: property tests (hostile packets, random impairments).
 
 mod drill_like;
@@ -19,4 +19,5 @@ mod linger;
 mod mem;
 mod prop;
 mod rwnd;
+mod rxstamp;
 mod tstamp;
