@@ -115,7 +115,7 @@ impl WriteStamps {
                 };
                 // Writes before it whose ACK never came (dropped): not measured.
                 self.incomplete += i as u64;
-                let o = self.open.drain(..=i).last()?;
+                let o = self.open.drain(..=i).next_back()?;
                 match (o.sched, o.snd) {
                     (Some(sched), Some(snd)) => Some(WriteSpans {
                         key,

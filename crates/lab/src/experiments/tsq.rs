@@ -9,7 +9,8 @@ use super::{
     delay_cdf, metric, ms, off_on, over_time, scaled_ms, secs, stream, Arm, ChartDef, Emulated,
 };
 use crate::linux::{
-    max, mean, quantile, row, ArmResult, LinuxSpec, SeriesChart, Side, Tbf, Workload, Writer,
+    max, mean, quantile, row, ArmResult, LinuxSpec, SeriesChart, Side, Tbf, TxSpans, Workload,
+    Writer,
 };
 use crate::{Chart, Claim, Scale};
 
@@ -136,6 +137,13 @@ pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
     e
 }
 
+/// A percentile of one of a Linux arm's per-write spans, ms (NaN without them).
+fn span_ms(a: &ArmResult, span: impl Fn(&TxSpans) -> &Vec<f64>, q: f64) -> f64 {
+    a.tx_spans
+        .as_ref()
+        .map_or(f64::NAN, |t| quantile(span(t), q) / 1e6)
+}
+
 /// A percentile of one of the report's per-write spans, microseconds (None without them).
 fn tx_span(
     r: &shallow_sim::bench::BenchReport,
@@ -198,6 +206,7 @@ pub(super) fn on_linux(s: Scale) -> LinuxSpec {
             nodelay: false,
             writer: Writer::Blocking,
             duration: super::linux_duration(s),
+            timestamps: true,
         },
         kernel_off: None,
         kernel_on: vec![],
@@ -209,6 +218,15 @@ pub(super) fn on_linux(s: Scale) -> LinuxSpec {
             }),
             row("bottleneck_queue_delay_p99", "ms", DELAY_100M, move |a| {
                 quantile(&qdelay_ms(a), 0.99)
+            }),
+            row("write_sched_to_snd_p50", "ms", DELAY_100M, |a| {
+                span_ms(a, |t| &t.sched_to_snd, 0.5)
+            }),
+            row("write_sched_to_snd_p99", "ms", DELAY_100M, |a| {
+                span_ms(a, |t| &t.sched_to_snd, 0.99)
+            }),
+            row("write_snd_to_ack_p50", "ms", Claim::None, |a| {
+                span_ms(a, |t| &t.snd_to_ack, 0.5)
             }),
             row("tbf_backlog_max", "KB", Claim::None, |a| {
                 max(&a.series(|s| s.tbf_bytes as f64)) / 1024.0
@@ -225,6 +243,7 @@ pub(super) fn on_linux(s: Scale) -> LinuxSpec {
             "queue delay = tbf backlog (tc -s qdisc, sampled every 50 ms) / tbf rate".into(),
             "Linux cannot switch TSQ off; Shallow's off arm uses its extension sysctl shallow.tcp_tsq = 0".into(),
             "queue delay for Shallow = backlog of its own egress tbf (same rate, burst and limit as the kernel's) / rate".into(),
+            "write_sched_to_snd: per write, SCHED (its last byte handed to the qdisc) to SND (the device took it: the tbf released it) from the sender's own SO_TIMESTAMPING error queue (the kernel's socket and Shallow's), read every 500 us by a thread beside the writer; write_snd_to_ack: SND to its ACK".into(),
         ],
         charts: vec![SeriesChart {
             name: "tbf-backlog",
