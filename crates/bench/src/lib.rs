@@ -38,9 +38,21 @@ use std::time::{Duration, Instant as StdInstant};
 use shallow_os::{
     Device, Egress, Host, Netns, Offload, OsError, Peer, TcpListener, TcpStream, TunConfig,
 };
-use shallow_tcp::{DeviceCaps, Stack, TcpInfo};
+use shallow_tcp::tstamp::sof;
+use shallow_tcp::{DeviceCaps, Stack, TcpInfo, TxTimestamp};
+pub use shallow_workload::tstamp::SpanSummary;
+use shallow_workload::tstamp::{StampKind, WriteStamps};
 pub use shallow_workload::Test;
 use shallow_workload::{wall_clock, Conn, Play, Role, Source, Workload, Writer};
+
+/// The `SOF_TIMESTAMPING_*` flags `--timestamps` sets on a data sender's socket: SCHED, SND
+/// and ACK of every write, software stamps, a key per write, no payload on the error queue.
+pub const TSTAMP_FLAGS: u32 =
+    sof::TX_SCHED | sof::TX_SOFTWARE | sof::TX_ACK | sof::SOFTWARE | sof::OPT_ID | sof::OPT_TSONLY;
+
+/// How often a data sender's error queue is read during a timestamped run (by a thread of
+/// its own, beside the writer; the queue holds about `SO_RCVBUF / 768` events).
+pub const TSTAMP_POLL: Duration = Duration::from_micros(500);
 
 /// Linux's `USER_HZ`: the unit of the tick counts in `/proc/stat` and `/proc/PID/stat`.
 pub const USER_HZ: f64 = 100.0;
@@ -116,6 +128,9 @@ pub struct BenchConfig {
     /// ([`Host::set_direct_transmit`], the default); false hands every packet to the I/O
     /// threads. The veth pair ignores it.
     pub direct_tx: bool,
+    /// `SO_TIMESTAMPING` on the data sender's sockets (Shallow's or the kernel's, whichever
+    /// sends: [`TSTAMP_FLAGS`]) and the per-write spans in [`BenchResult::tx_spans`].
+    pub timestamps: bool,
 }
 
 impl Default for BenchConfig {
@@ -137,6 +152,7 @@ impl Default for BenchConfig {
             queues: 1,
             gso: true,
             direct_tx: true,
+            timestamps: false,
         }
     }
 }
@@ -314,6 +330,22 @@ pub struct BenchResult {
     /// Of the packets read on each TUN queue, those of a flow another queue's shard owns,
     /// handed to that shard (empty for Linux ↔ Linux).
     pub queue_forwarded: Vec<u64>,
+    /// With [`BenchConfig::timestamps`]: the data sender's per-write spans.
+    pub tx_spans: Option<TxSpans>,
+}
+
+/// Per-write transmit timestamp spans of a run's data sender (all its flows together), read
+/// from its error queue as a user would (`shallow_workload::tstamp`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TxSpans {
+    /// Whose socket: "shallow" or "kernel".
+    pub stack: &'static str,
+    /// SCHED→SND: the write's residence in the host's queues (qdisc and device).
+    pub sched_to_snd: Option<SpanSummary>,
+    /// SND→ACK.
+    pub snd_to_ack: Option<SpanSummary>,
+    /// Writes not measured: an event lost (the error queue was full) or no ACK by the end.
+    pub incomplete: u64,
 }
 
 impl BenchResult {
@@ -363,6 +395,16 @@ struct Side {
     latencies: Vec<u64>,
     started: Option<StdInstant>,
     ended: Option<StdInstant>,
+    stamps: Option<Stamps>,
+}
+
+/// A data sender's timestamp spans, ns.
+#[derive(Debug, Default)]
+struct Stamps {
+    stack: &'static str,
+    sched_to_snd: Vec<u64>,
+    snd_to_ack: Vec<u64>,
+    incomplete: u64,
 }
 
 /// The sides of parallel flows as one: counts added, the earliest start, the latest end.
@@ -383,6 +425,13 @@ fn merge(sides: Vec<Side>) -> Side {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
+        if let Some(st) = s.stamps {
+            let t = m.stamps.get_or_insert_with(Stamps::default);
+            t.stack = st.stack;
+            t.sched_to_snd.extend(st.sched_to_snd);
+            t.snd_to_ack.extend(st.snd_to_ack);
+            t.incomplete += st.incomplete;
+        }
     }
     m.latencies.sort_unstable();
     m
@@ -424,6 +473,85 @@ fn play(mut conn: impl Conn<Error = io::Error>, role: Role, cfg: &BenchConfig) -
         latencies,
         started: Some(t0),
         ended: Some(StdInstant::now()),
+        stamps: None,
+    })
+}
+
+/// Whether `role` sends the data whose writes `--timestamps` measures (a bulk sender, or an
+/// RR client's requests).
+fn sends_data(role: &Role) -> bool {
+    matches!(role, Role::Sender { .. } | Role::RrClient { .. })
+}
+
+/// Runs `work` (a data sender's play) while a thread of its own reads the socket's error
+/// queue with `drain` every [`TSTAMP_POLL`] and pairs the events per write. After `work`, it
+/// reads on until every write seen was acknowledged, at most one more second.
+fn with_stamps(
+    stack: &'static str,
+    drain: impl Fn() -> io::Result<Vec<TxTimestamp>> + Sync,
+    work: impl FnOnce() -> io::Result<Side>,
+) -> io::Result<Side> {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let collector = scope.spawn(|| -> io::Result<Stamps> {
+            let mut w = WriteStamps::new();
+            let mut st = Stamps {
+                stack,
+                ..Stamps::default()
+            };
+            let mut grace: Option<StdInstant> = None;
+            loop {
+                for t in drain()? {
+                    let kind = StampKind::from_scm(t.kind.scm()).unwrap_or(StampKind::Ack);
+                    if let Some(sp) = w.add(kind, t.key, t.time) {
+                        st.sched_to_snd.push(shallow_time::nanos(sp.sched_to_snd));
+                        st.snd_to_ack.push(shallow_time::nanos(sp.snd_to_ack));
+                    }
+                }
+                if stop.load(Ordering::Acquire) {
+                    let g = *grace.get_or_insert_with(StdInstant::now);
+                    if w.pending() == 0 || g.elapsed() > Duration::from_secs(1) {
+                        break;
+                    }
+                }
+                std::thread::sleep(TSTAMP_POLL);
+            }
+            st.incomplete = w.incomplete + w.pending() as u64;
+            Ok(st)
+        });
+        let side = work();
+        stop.store(true, Ordering::Release);
+        let stamps = collector
+            .join()
+            .map_err(|_| io::Error::other("the timestamp reader panicked"))?;
+        let mut side = side?;
+        side.stamps = Some(stamps?);
+        Ok(side)
+    })
+}
+
+/// Plays `role` on a kernel socket, with `SO_TIMESTAMPING` and its error queue read when
+/// `cfg.timestamps` and the role sends the data.
+fn play_kernel(s: std::net::TcpStream, role: Role, cfg: &BenchConfig) -> io::Result<Side> {
+    s.set_nodelay(cfg.nodelay)?;
+    if !(cfg.timestamps && sends_data(&role)) {
+        return play(&s, role, cfg);
+    }
+    shallow_os::kernel_sock::set_timestamping(&s, TSTAMP_FLAGS)?;
+    with_stamps(
+        "kernel",
+        || shallow_os::kernel_sock::recv_tx_timestamps(&s),
+        || play(&s, role, cfg),
+    )
+}
+
+fn tx_spans(side: &mut Side) -> Option<TxSpans> {
+    let st = side.stamps.as_mut()?;
+    Some(TxSpans {
+        stack: st.stack,
+        sched_to_snd: SpanSummary::of(&mut st.sched_to_snd),
+        snd_to_ack: SpanSummary::of(&mut st.snd_to_ack),
+        incomplete: st.incomplete,
     })
 }
 
@@ -476,8 +604,7 @@ fn kernel_server(
 
 /// netserver's part of the workload on one accepted kernel connection.
 fn kernel_serve(s: std::net::TcpStream, cfg: &BenchConfig) -> io::Result<Side> {
-    s.set_nodelay(cfg.nodelay)?;
-    play(&s, cfg.workload().netserver_role(), cfg)
+    play_kernel(s, cfg.workload().netserver_role(), cfg)
 }
 
 /// The kernel's side of netperf in `ns`: makes `cfg.flows` connections to `addr` and runs the
@@ -507,8 +634,7 @@ fn kernel_client(
 
 /// netperf's part of the workload on one kernel connection.
 fn kernel_netperf(s: std::net::TcpStream, cfg: &BenchConfig) -> io::Result<Side> {
-    s.set_nodelay(cfg.nodelay)?;
-    play(&s, cfg.workload().netperf_role(), cfg)
+    play_kernel(s, cfg.workload().netperf_role(), cfg)
 }
 
 /// Retries `f` while it fails with ECONNREFUSED (the listener is not up yet), up to 5 s.
@@ -529,10 +655,11 @@ fn connect_retry<S>(mut f: impl FnMut() -> io::Result<S>) -> io::Result<S> {
 fn result_of(
     pair: Pair,
     cfg: &BenchConfig,
-    netperf: Side,
-    netserver: Side,
+    mut netperf: Side,
+    mut netserver: Side,
     cpu: CpuUsage,
 ) -> BenchResult {
+    let tx_spans = tx_spans(&mut netperf).or_else(|| tx_spans(&mut netserver));
     let (sender, receiver) = match cfg.test {
         Test::Maerts => (&netserver, &netperf),
         Test::Rr => (&netperf, &netperf),
@@ -567,6 +694,7 @@ fn result_of(
         offload: None,
         queue_packets: Vec::new(),
         queue_forwarded: Vec::new(),
+        tx_spans,
     }
 }
 
@@ -820,7 +948,16 @@ fn shallow_side(s: &TcpStream, cfg: &BenchConfig, netperf: bool) -> io::Result<(
             v
         });
         let bulk_sender = matches!(role, Role::Sender { .. });
-        let side = play(s, role, cfg).and_then(|side| {
+        let stamped = cfg.timestamps && sends_data(&role);
+        let run = || {
+            if stamped {
+                s.set_timestamping(TSTAMP_FLAGS)?;
+                with_stamps("shallow", || s.tx_timestamps(), || play(s, role, cfg))
+            } else {
+                play(s, role, cfg)
+            }
+        };
+        let side = run().and_then(|side| {
             if bulk_sender {
                 // Until the kernel closes too: the whole stream has been read.
                 let mut b = [0u8; 1];
@@ -902,6 +1039,12 @@ mod tests {
             latencies: vec![5, 1],
             started: Some(t1),
             ended: Some(t1),
+            stamps: Some(Stamps {
+                stack: "shallow",
+                sched_to_snd: vec![4, 2],
+                snd_to_ack: vec![9, 8],
+                incomplete: 1,
+            }),
         };
         let b = Side {
             written: 50,
@@ -912,8 +1055,20 @@ mod tests {
             latencies: vec![3],
             started: Some(t0),
             ended: Some(t2),
+            stamps: Some(Stamps {
+                stack: "shallow",
+                sched_to_snd: vec![3],
+                snd_to_ack: vec![7],
+                incomplete: 2,
+            }),
         };
-        let m = merge(vec![a, b, Side::default()]);
+        let mut m = merge(vec![a, b, Side::default()]);
+        let t = tx_spans(&mut m).unwrap();
+        assert_eq!(t.stack, "shallow");
+        assert_eq!(t.incomplete, 3);
+        let s = t.sched_to_snd.unwrap();
+        assert_eq!((s.count, s.p50_ns, s.max_ns), (3, 3, 4));
+        assert_eq!(t.snd_to_ack.unwrap().p50_ns, 8);
         assert_eq!(
             (
                 m.written,
@@ -926,6 +1081,58 @@ mod tests {
         );
         assert_eq!(m.latencies, vec![1, 3, 5]);
         assert_eq!((m.started, m.ended), (Some(t0), Some(t2)));
+    }
+
+    /// Root only (skipped otherwise, unless `SHALLOW_REQUIRE_TUN=1`): `--timestamps` gives
+    /// per-write spans from the data sender's socket in each pair: Shallow's when it sends,
+    /// the kernel's (its own `SO_TIMESTAMPING`, over the TUN or veth) when it does; TCP_RR's
+    /// client writes are measured too; and without it there are none.
+    #[test]
+    fn timestamps_of_the_data_sender_in_each_pair() {
+        if !shallow_os::skip::can_run("timestamps_of_the_data_sender_in_each_pair", &[]) {
+            return;
+        }
+        let cfg = BenchConfig {
+            duration: Duration::from_millis(300),
+            timestamps: true,
+            ..BenchConfig::default()
+        };
+        for (test, pair, stack) in [
+            (Test::Stream, Pair::ShallowToLinux, "shallow"),
+            (Test::Maerts, Pair::ShallowToLinux, "kernel"),
+            (Test::Stream, Pair::LinuxToShallow, "kernel"),
+            (Test::Stream, Pair::LinuxToLinux, "kernel"),
+            (Test::Rr, Pair::ShallowToLinux, "shallow"),
+        ] {
+            let r = run(
+                &BenchConfig {
+                    test,
+                    ..cfg.clone()
+                },
+                pair,
+            )
+            .unwrap();
+            let t = r.tx_spans.expect("spans");
+            assert_eq!(t.stack, stack, "{test:?} {pair:?}");
+            let sched = t.sched_to_snd.expect("SCHED->SND measured");
+            let ack = t.snd_to_ack.expect("SND->ACK measured");
+            assert_eq!(sched.count, ack.count);
+            // Every write is one key; a write measured is at most one of the calls.
+            assert!(
+                sched.count <= r.send_calls.max(r.transactions),
+                "{test:?} {pair:?}"
+            );
+            assert!(sched.p50_ns <= sched.p99_ns && sched.p99_ns <= sched.max_ns);
+        }
+        let r = run(
+            &BenchConfig {
+                timestamps: false,
+                ..cfg
+            },
+            Pair::ShallowToLinux,
+        )
+        .unwrap();
+        assert!(r.tx_spans.is_none());
     }
 
     /// Root only (skipped otherwise, unless `SHALLOW_REQUIRE_TUN=1`): a short TCP_STREAM with

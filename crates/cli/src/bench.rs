@@ -223,6 +223,13 @@ pub struct BenchArgs {
     /// Print one JSON object instead of the text summary.
     #[arg(long)]
     json: bool,
+    /// `SO_TIMESTAMPING` (TX_SCHED | TX_SOFTWARE | TX_ACK | SOFTWARE | OPT_ID | OPT_TSONLY) on
+    /// the data sender's sockets, read from their error queue as a user would: the
+    /// distribution per write of SCHED->SND (residence in the host's queues) and SND->ACK.
+    /// With `--substrate linux` the sender is Shallow's socket or the kernel's (its own
+    /// SO_TIMESTAMPING), whichever sends the data.
+    #[arg(long)]
+    timestamps: bool,
 }
 
 fn usage_error(msg: impl std::fmt::Display) -> ! {
@@ -297,6 +304,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             .collect(),
         seed: args.seed,
         sample_interval: args.sample_interval,
+        timestamps: args.timestamps,
     };
     let capture = match &args.pcap {
         Some(p) => {
@@ -430,6 +438,15 @@ fn json_of(args: &BenchArgs, r: &BenchReport) -> Value {
         if args.ipv6 {
             c.insert("ipv6".into(), json!(true));
         }
+        if args.timestamps {
+            c.insert("timestamps".into(), json!(true));
+        }
+    }
+    if let (Some(t), Value::Object(o)) = (&r.tx_timestamps, &mut v) {
+        o.insert(
+            "tx_timestamps".into(),
+            serde_json::to_value(t).unwrap_or(Value::Null),
+        );
     }
     v
 }
@@ -517,6 +534,23 @@ fn print_text(r: &BenchReport) {
             c.softirq_s
         );
     }
+    if let Some(t) = &r.tx_timestamps {
+        let f = |s: &Option<bench::SpanReport>| {
+            s.as_ref().map_or("-".into(), |s| {
+                format!(
+                    "{:.1}/{:.1}/{:.1}/{:.1}",
+                    s.p50_us, s.p90_us, s.p99_us, s.max_us
+                )
+            })
+        };
+        println!(
+            "tx timestamps ({} writes measured, {} incomplete), us p50/p90/p99/max: SCHED->SND {}, SND->ACK {}",
+            t.sched_to_snd.as_ref().map_or(0, |s| s.writes),
+            t.incomplete_writes,
+            f(&t.sched_to_snd),
+            f(&t.snd_to_ack),
+        );
+    }
 }
 
 /// `--substrate linux`: the workloads of `shallow_bench`, reported in the emulator's JSON
@@ -590,6 +624,7 @@ mod linux {
             queues: args.queues as usize,
             gso: !args.tso_off,
             direct_tx: !args.io_thread_tx,
+            timestamps: args.timestamps,
             ..ob::BenchConfig::default()
         }
     }
@@ -717,7 +752,7 @@ mod linux {
             .iter()
             .map(|(k, v)| (k.clone(), json!(v)))
             .collect();
-        json!({
+        let mut v = json!({
             "pair": r.pair.label(),
             "test": r.test.name(),
             "duration_s": r.duration_s,
@@ -728,7 +763,58 @@ mod linux {
             "queue_forwarded": r.queue_forwarded,
             "counters": counters,
             "qdisc_drops": r.qdisc_drops,
+        });
+        if let (Some(t), Value::Object(o)) = (&r.tx_spans, &mut v) {
+            o.insert("tx_timestamps".into(), spans_json(t));
+        }
+        v
+    }
+
+    fn summary_json(s: &Option<ob::SpanSummary>) -> Value {
+        match s {
+            Some(s) => json!({
+                "writes": s.count,
+                "p50_us": s.p50_ns as f64 / 1e3,
+                "p90_us": s.p90_ns as f64 / 1e3,
+                "p99_us": s.p99_ns as f64 / 1e3,
+                "max_us": s.max_ns as f64 / 1e3,
+            }),
+            None => Value::Null,
+        }
+    }
+
+    /// `tx_timestamps`: the data sender's per-write spans (`--timestamps`).
+    fn spans_json(t: &ob::TxSpans) -> Value {
+        json!({
+            "stack": t.stack,
+            "sched_to_snd": summary_json(&t.sched_to_snd),
+            "snd_to_ack": summary_json(&t.snd_to_ack),
+            "incomplete_writes": t.incomplete,
         })
+    }
+
+    /// `p50/p90/p99/max` in microseconds, or `-`.
+    fn summary_text(s: &Option<ob::SpanSummary>) -> String {
+        s.as_ref().map_or("-".into(), |s| {
+            format!(
+                "{:.1}/{:.1}/{:.1}/{:.1}",
+                s.p50_ns as f64 / 1e3,
+                s.p90_ns as f64 / 1e3,
+                s.p99_ns as f64 / 1e3,
+                s.max_ns as f64 / 1e3
+            )
+        })
+    }
+
+    fn print_spans(t: &ob::TxSpans) {
+        println!(
+            "tx timestamps ({} socket, {} writes measured, {} incomplete), us p50/p90/p99/max: SCHED->SND {}, SND->ACK {}",
+            t.stack,
+            t.sched_to_snd.as_ref().map_or(0, |s| s.count),
+            t.incomplete,
+            summary_text(&t.sched_to_snd),
+            summary_text(&t.snd_to_ack),
+        );
     }
 
     fn json_of_linux(args: &BenchArgs, cfg: &ob::BenchConfig, r: &BenchResult) -> Value {
@@ -743,7 +829,7 @@ mod linux {
     }
 
     fn config_json(args: &BenchArgs, cfg: &ob::BenchConfig) -> Value {
-        json!({
+        let mut v = json!({
             "substrate": "linux",
             "test": cfg.test.name(),
             "pair": pair_of(args.pair).label(),
@@ -759,7 +845,14 @@ mod linux {
             "ipv6": cfg.ipv6,
             "tso_off": !cfg.gso,
             "sysctls": cfg.sysctls.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
-        })
+        });
+        // Only when set, so that the report of a run without it stays as it was.
+        if cfg.timestamps {
+            if let Value::Object(o) = &mut v {
+                o.insert("timestamps".into(), json!(true));
+            }
+        }
+        v
     }
 
     fn print_linux(r: &BenchResult) {
@@ -818,6 +911,9 @@ mod linux {
                 })
                 .collect();
             println!("TUN queues (packets): {}", q.join(", "));
+        }
+        if let Some(t) = &r.tx_spans {
+            print_spans(t);
         }
     }
 
@@ -964,6 +1060,28 @@ mod linux {
             );
         }
         println!("ratios (x) are to linux->linux, the kernel's TCP over veth in this same run");
+        if args.timestamps {
+            println!(
+                "TCP_STREAM per-write transmit timestamps (SO_TIMESTAMPING of the data sender), us p50/p90/p99/max:"
+            );
+            println!(
+                "{:<15} | {:<7} | {:>7} | {:>10} | {:>27} | {:>27}",
+                "pair", "sender", "writes", "incomplete", "SCHED->SND", "SND->ACK"
+            );
+            for r in &rows {
+                if let Some(t) = &r.stream.tx_spans {
+                    println!(
+                        "{:<15} | {:<7} | {:>7} | {:>10} | {:>27} | {:>27}",
+                        r.label,
+                        t.stack,
+                        t.sched_to_snd.as_ref().map_or(0, |s| s.count),
+                        t.incomplete,
+                        summary_text(&t.sched_to_snd),
+                        summary_text(&t.snd_to_ack),
+                    );
+                }
+            }
+        }
         println!(
             "CPU-s/GB: user+sys of this process (both endpoints are its threads) + softirq of all CPUs, per 10^9 bytes read"
         );

@@ -281,3 +281,41 @@ fn ipv6_on_the_emulator() {
     }
     let _ = std::fs::remove_file(&pcap);
 }
+
+/// `--timestamps`: the data sender's per-write spans in the JSON and the text; without it the
+/// report has no such key (and its config no `timestamps`).
+#[test]
+fn timestamps_add_per_write_spans() {
+    let args = [
+        "bench",
+        "--duration",
+        "200ms",
+        "--msg-size",
+        "64k",
+        "--nic-rate",
+        "1gbit",
+        "--json",
+    ];
+    let plain = json(&args);
+    assert!(plain.get("tx_timestamps").is_none());
+    assert!(plain["config"].get("timestamps").is_none());
+    let mut with = args.to_vec();
+    with.push("--timestamps");
+    let v = json(&with);
+    assert_eq!(v["config"]["timestamps"], true);
+    let t = &v["tx_timestamps"];
+    for span in ["sched_to_snd", "snd_to_ack"] {
+        for k in ["writes", "p50_us", "p90_us", "p99_us", "max_us"] {
+            assert!(t[span].get(k).is_some(), "tx_timestamps.{span}.{k}");
+        }
+    }
+    assert!(t["sched_to_snd"]["writes"].as_u64().unwrap() > 100);
+    assert!(t.get("incomplete_writes").is_some());
+    // The run itself is the same.
+    assert_eq!(v["total"], plain["total"]);
+    with.retain(|a| *a != "--json");
+    let out = shallow(&with);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("tx timestamps ("), "{text}");
+    assert!(text.contains("SCHED->SND"), "{text}");
+}

@@ -173,3 +173,37 @@ fn side_by_side_prints_the_three_pairs_and_the_target() {
         assert!(s.contains(p), "missing {p}:\n{s}");
     }
 }
+
+/// `--timestamps` with `--substrate linux`: the data sender's per-write spans in the JSON,
+/// from Shallow's socket when it sends and from the kernel's own when the kernel does; and
+/// the side-by-side text has their table.
+#[test]
+fn linux_timestamps_from_the_data_sender() {
+    if !can_run("linux_timestamps_from_the_data_sender") {
+        return;
+    }
+    for (pair, stack) in [("shallow-linux", "shallow"), ("linux-linux", "kernel")] {
+        let out = shallow(&[
+            "bench",
+            "--substrate",
+            "linux",
+            "--pair",
+            pair,
+            "--duration",
+            "300ms",
+            "--timestamps",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{pair}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        assert_eq!(v["config"]["timestamps"], true);
+        let t = &v["tx_timestamps"];
+        assert_eq!(t["stack"], stack, "{pair}");
+        assert!(t["sched_to_snd"]["writes"].as_u64().unwrap() > 0, "{pair}");
+        assert!(t["snd_to_ack"]["p50_us"].as_f64().is_some(), "{pair}");
+    }
+}

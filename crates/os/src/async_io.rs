@@ -8,7 +8,10 @@
 //! engine by the I/O thread or by whichever thread releases the socket — always finds it.
 //! Readers are woken by `POLLIN`/`POLLRDHUP`/`POLLHUP`/`POLLERR` wake-ups, writers by
 //! `POLLOUT`/`POLLHUP`/`POLLERR` (so the write-space hysteresis of `TCP_NOTSENT_LOWAT`
-//! applies to async writers as it does to blocking ones).
+//! applies to async writers as it does to blocking ones). A task waiting for a transmit
+//! timestamp ([`AsyncTcpStream::recv_timestamp`]) has a waker of its own, woken by
+//! `POLLERR`/`POLLHUP` (a new error-queue event), so one task may read while another waits
+//! for timestamps.
 //!
 //! Any runtime works (the types only need a `Waker`); tokio is needed for the traits.
 
@@ -19,7 +22,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use shallow_tcp::{msgflags, Errno, TcpInfo, TcpState};
+use shallow_tcp::{msgflags, Errno, TcpInfo, TcpState, TxTimestamp};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::forward::{ForwardRequest, Forwarded};
@@ -181,6 +184,67 @@ impl AsyncTcpStream {
 
     fn sock(&self) -> &Sock {
         &self.inner.sock
+    }
+
+    /// `SO_TIMESTAMPING` ([`TcpStream::set_timestamping`]: flags, errors and what each
+    /// timestamp means).
+    pub fn set_timestamping(&self, flags: u32) -> io::Result<()> {
+        self.inner.set_timestamping(flags)
+    }
+
+    /// The oldest transmit timestamp of the error queue, taken; registers `cx`'s waker when
+    /// the queue is empty (the next event's `POLLERR` wakes it). `ENETDOWN` once the host
+    /// stopped.
+    pub fn poll_recv_timestamp(&self, cx: &mut Context<'_>) -> Poll<io::Result<TxTimestamp>> {
+        let s = self.sock();
+        let sh = &s.host.shared;
+        let mut o = sh.own(s.shard, s.id)?;
+        match o.stack().recv_tx_timestamp(s.id) {
+            Ok(t) => Poll::Ready(Ok(t)),
+            Err(Errno::EAGAIN) => {
+                if sh.stopped() {
+                    return Poll::Ready(Err(netdown()));
+                }
+                // Stored while the socket is owned: the wake-up of an event queued after
+                // this check finds the waker.
+                o.slot()?.err_waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            Err(e) => Poll::Ready(Err(errno(e))),
+        }
+    }
+
+    /// `recvmsg(MSG_ERRQUEUE)` for async code: the oldest transmit timestamp, waiting for one
+    /// as `poll(POLLERR)` would ([`TcpStream::wait_timestamp`] without a thread).
+    pub async fn recv_timestamp(&self) -> io::Result<TxTimestamp> {
+        poll_fn(|cx| self.poll_recv_timestamp(cx)).await
+    }
+
+    /// A read with its receive timestamp ([`TcpStream::recv_with_timestamp`]), waiting for
+    /// data as `poll_read` does.
+    pub fn poll_recv_with_timestamp(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<(usize, Option<shallow_tcp::Instant>)>> {
+        let s = self.sock();
+        would_block(crate::net::recv_some_ts(
+            &s.host.shared,
+            s.shard,
+            s.id,
+            buf,
+            msgflags::MSG_DONTWAIT,
+            Some(cx.waker()),
+        ))
+    }
+
+    /// `recvmsg` with its receive timestamp for async code: bytes read (0: end of stream) and
+    /// the time they arrived, if the socket asks ([`TcpStream::recv_with_timestamp`]).
+    pub async fn recv_with_timestamp(
+        &self,
+        buf: &mut [u8],
+    ) -> io::Result<(usize, Option<shallow_tcp::Instant>)> {
+        poll_fn(|cx| self.poll_recv_with_timestamp(cx, buf)).await
     }
 
     /// Polls until a read would not block — data, end of stream or an error — without

@@ -533,6 +533,29 @@ impl TcpStream {
         )
     }
 
+    /// `recvmsg(2)` with its receive timestamp: as [`TcpStream::recv_with_flags`], and the
+    /// time the data read arrived (the host's clock, [`Host::now`]) when the socket asks for
+    /// receive timestamps: [`TcpStream::set_timestamping`] with `SOFTWARE` (and
+    /// `RX_SOFTWARE`), or `SO_TIMESTAMP`/`SO_TIMESTAMPNS` through
+    /// [`TcpStream::set_option`]. The time is when the I/O thread handed the last segment of
+    /// the last buffer read to the engine (`tcp_recv_timestamp`'s rule: a buffer's time is
+    /// its last coalesced segment's); None at end of stream, without the option, or for data
+    /// that arrived before it was set.
+    pub fn recv_with_timestamp(
+        &self,
+        buf: &mut [u8],
+        flags: u32,
+    ) -> io::Result<(usize, Option<shallow_tcp::Instant>)> {
+        recv_some_ts(
+            &self.sock.host.shared,
+            self.sock.shard,
+            self.sock.id,
+            buf,
+            flags,
+            None,
+        )
+    }
+
     /// `recv(MSG_PEEK)`: like std's `peek`.
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.recv_with_flags(buf, msgflags::MSG_PEEK)
@@ -1295,9 +1318,24 @@ pub(crate) fn recv_some(
     flags: u32,
     waker: Option<&std::task::Waker>,
 ) -> io::Result<usize> {
+    recv_some_ts(sh, k, s, buf, flags, waker).map(|(n, _)| n)
+}
+
+/// [`recv_some`] with the receive time of the data read (`Stack::recvmsg`): that of the last
+/// engine read that had one (a blocking read that copies in several rounds reports the
+/// latest, as Linux's `tcp_recvmsg` keeps the last buffer's).
+pub(crate) fn recv_some_ts(
+    sh: &Shared,
+    k: usize,
+    s: SocketId,
+    buf: &mut [u8],
+    flags: u32,
+    waker: Option<&std::task::Waker>,
+) -> io::Result<(usize, Option<shallow_tcp::Instant>)> {
     if buf.is_empty() {
-        return Ok(0);
+        return Ok((0, None));
     }
+    let mut rx_time = None;
     let mut o = sh.own(k, s)?;
     let (nonblocking, timeout) = {
         let slot = o.slot()?;
@@ -1313,9 +1351,11 @@ pub(crate) fn recv_some(
     loop {
         let end = buf.len().min(copied + CHUNK);
         let now = o.now();
-        match o.stack().recv(now, s, &mut buf[copied..end], flags) {
-            Ok(0) => break,
-            Ok(n) => {
+        match o.stack().recvmsg(now, s, &mut buf[copied..end], flags) {
+            Ok(m) if m.len == 0 => break,
+            Ok(m) => {
+                let n = m.len;
+                rx_time = m.rx_time.or(rx_time);
                 copied += n;
                 if peek || copied == buf.len() {
                     break;
@@ -1356,5 +1396,5 @@ pub(crate) fn recv_some(
             Err(e) => return Err(errno(e)),
         }
     }
-    Ok(copied)
+    Ok((copied, rx_time))
 }

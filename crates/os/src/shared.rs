@@ -185,6 +185,10 @@ pub(crate) struct Slot {
     pub read_waker: Option<std::task::Waker>,
     /// Async task waiting to write (or connect).
     pub write_waker: Option<std::task::Waker>,
+    /// Async task waiting for the error queue (a transmit timestamp): woken by `POLLERR`,
+    /// apart from the reader so that a task reading and one waiting for timestamps on the
+    /// same stream do not take each other's place.
+    pub err_waker: Option<std::task::Waker>,
     /// Pollers the socket is registered with.
     pub pollers: Vec<usize>,
     /// A listener's host-level wait (the listener's socket on each shard shares it).
@@ -205,6 +209,7 @@ impl Slot {
             pending_err: None,
             read_waker: None,
             write_waker: None,
+            err_waker: None,
             pollers: Vec::new(),
             listen: None,
         }
@@ -263,6 +268,9 @@ impl Inner {
         if let Some(w) = slot.write_waker {
             w.wake();
         }
+        if let Some(w) = slot.err_waker {
+            w.wake();
+        }
     }
 
     /// Drains the engine's wake-ups and wakes exactly the waiters of the sockets named: the
@@ -304,6 +312,12 @@ impl Inner {
             }
             if w.events & WRITE_EVENTS != 0 {
                 if let Some(t) = slot.write_waker.take() {
+                    t.wake();
+                    bump(&stats.task_wakeups);
+                }
+            }
+            if w.events & (pollbits::POLLERR | pollbits::POLLHUP) != 0 {
+                if let Some(t) = slot.err_waker.take() {
                     t.wake();
                     bump(&stats.task_wakeups);
                 }
@@ -828,6 +842,9 @@ pub(crate) fn wake_all(sh: &Shared) {
                 w.wake();
             }
             if let Some(w) = slot.write_waker.take() {
+                w.wake();
+            }
+            if let Some(w) = slot.err_waker.take() {
                 w.wake();
             }
         }

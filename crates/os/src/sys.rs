@@ -240,6 +240,114 @@ pub fn set_rcvlowat(fd: BorrowedFd<'_>, bytes: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// `SO_TIMESTAMPING` (`SO_TIMESTAMPING_OLD`: 64-bit `timespec`s on the targets this crate
+/// builds for) and its control message `SCM_TIMESTAMPING`: asm-generic's number, which libc
+/// does not name for Linux.
+const SO_TIMESTAMPING: libc::c_int = 37;
+
+/// `setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPING, flags)` on a kernel socket.
+pub fn set_timestamping(fd: BorrowedFd<'_>, flags: u32) -> io::Result<()> {
+    let v: libc::c_int = flags as libc::c_int;
+    // SAFETY: the option value is a live c_int on the stack and its exact size is passed;
+    // a bad fd or flag yields an error, not UB.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_TIMESTAMPING,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+/// One transmit timestamp read from a kernel socket's error queue: `ee_info` (the
+/// `SCM_TSTAMP_*` kind), `ee_data` (the key) and the software time (`CLOCK_REALTIME`, ns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ErrqStamp {
+    /// `ee_info`.
+    pub info: u32,
+    /// `ee_data`.
+    pub data: u32,
+    /// The first `timespec` of `SCM_TIMESTAMPING`, nanoseconds.
+    pub nanos: u64,
+}
+
+/// `recvmsg(fd, MSG_ERRQUEUE | MSG_DONTWAIT)` until the error queue is empty: every
+/// timestamping entry (`SO_EE_ORIGIN_TIMESTAMPING` with an `SCM_TIMESTAMPING` control
+/// message) is appended to `out`; other entries are skipped. Returns how many were read.
+pub fn recv_errqueue_stamps(fd: BorrowedFd<'_>, out: &mut Vec<ErrqStamp>) -> io::Result<usize> {
+    let mut n = 0;
+    loop {
+        // u64s keep the buffer aligned for cmsghdr.
+        let mut control = [0u64; 64];
+        let mut payload = [0u8; 64];
+        let mut iov = libc::iovec {
+            iov_base: payload.as_mut_ptr().cast(),
+            iov_len: payload.len(),
+        };
+        // SAFETY: an all-zero msghdr is a valid empty one; its pointers are set below.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: msg points at live buffers (iov, control) of the lengths it gives; the
+        // kernel writes at most those lengths.
+        let r = unsafe {
+            libc::recvmsg(
+                fd.as_raw_fd(),
+                &mut msg,
+                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+            )
+        };
+        if let Err(e) = cvt_size(r) {
+            if e.kind() == io::ErrorKind::WouldBlock {
+                return Ok(n);
+            }
+            return Err(e);
+        }
+        let (mut time, mut err) = (None, None);
+        // SAFETY: msg is the header recvmsg just filled; CMSG_FIRSTHDR/NXTHDR stay within
+        // msg_controllen, and each data pointer is read unaligned with the length checked
+        // against cmsg_len first.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                let h = std::ptr::read_unaligned(c);
+                let data = libc::CMSG_DATA(c);
+                let len = h.cmsg_len as usize - (data as usize - c as usize);
+                if h.cmsg_level == libc::SOL_SOCKET
+                    && h.cmsg_type == SO_TIMESTAMPING
+                    && len >= std::mem::size_of::<libc::timespec>()
+                {
+                    let ts = std::ptr::read_unaligned(data.cast::<libc::timespec>());
+                    time = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                } else if ((h.cmsg_level == libc::SOL_IP && h.cmsg_type == libc::IP_RECVERR)
+                    || (h.cmsg_level == libc::SOL_IPV6 && h.cmsg_type == libc::IPV6_RECVERR))
+                    && len >= std::mem::size_of::<libc::sock_extended_err>()
+                {
+                    err = Some(std::ptr::read_unaligned(
+                        data.cast::<libc::sock_extended_err>(),
+                    ));
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        if let (Some(nanos), Some(e)) = (time, err) {
+            if e.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING && e.ee_errno == libc::ENOMSG as u32 {
+                out.push(ErrqStamp {
+                    info: e.ee_info,
+                    data: e.ee_data,
+                    nanos,
+                });
+                n += 1;
+            }
+        }
+    }
+}
+
 /// `setns(fd, CLONE_NEWNET)`: moves the *calling thread* into the network namespace `fd`.
 pub fn setns_net(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: setns only reads its integer arguments; a wrong fd yields an error, not UB.

@@ -19,6 +19,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use serde::Serialize;
+use shallow_tcp::tstamp::sof;
 use shallow_tcp::{DeviceCaps, SocketId};
 
 use crate::capture::{CaptureOut, CapturePoint};
@@ -83,6 +84,56 @@ pub struct BenchConfig {
     pub seed: u64,
     /// Sampling period of socket memory and RTT.
     pub sample_interval: Duration,
+    /// `SO_TIMESTAMPING` ([`TSTAMP_FLAGS`]) on the data senders' sockets: the per-write
+    /// spans in [`BenchReport::tx_timestamps`].
+    pub timestamps: bool,
+}
+
+/// The `SOF_TIMESTAMPING_*` flags [`BenchConfig::timestamps`] sets on a data sender's socket:
+/// SCHED, SND and ACK of every write, software stamps, a key per write, no payload (as
+/// `shallow bench --substrate linux --timestamps` sets them on Shallow's and the kernel's).
+pub const TSTAMP_FLAGS: u32 =
+    sof::TX_SCHED | sof::TX_SOFTWARE | sof::TX_ACK | sof::SOFTWARE | sof::OPT_ID | sof::OPT_TSONLY;
+
+/// The distribution of one per-write span, microseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SpanReport {
+    /// Writes measured.
+    pub writes: u64,
+    /// Median.
+    pub p50_us: f64,
+    /// 90th percentile.
+    pub p90_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// Largest.
+    pub max_us: f64,
+}
+
+impl SpanReport {
+    fn of(h: &Histogram) -> Option<SpanReport> {
+        let q = |q: f64| h.quantile(q).unwrap_or(0) as f64 / 1000.0;
+        (h.count() > 0).then(|| SpanReport {
+            writes: h.count(),
+            p50_us: q(0.5),
+            p90_us: q(0.9),
+            p99_us: q(0.99),
+            max_us: h.max() as f64 / 1000.0,
+        })
+    }
+}
+
+/// Per-write transmit timestamps of the data senders (all workload flows together), read
+/// from their error queues ([`crate::host::TxStamps`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TxStampReport {
+    /// SCHED→SND: residence in the sending host's queues (qdisc and NIC, up to the TX
+    /// completion that stamps SND).
+    pub sched_to_snd: Option<SpanReport>,
+    /// SND→ACK.
+    pub snd_to_ack: Option<SpanReport>,
+    /// Writes not measured: an event the full error queue dropped, or no ACK by the end.
+    pub incomplete_writes: u64,
 }
 
 impl Default for BenchConfig {
@@ -111,6 +162,7 @@ impl Default for BenchConfig {
             rx_sysctls: Vec::new(),
             seed: 1,
             sample_interval: Duration::from_millis(10),
+            timestamps: false,
         }
     }
 }
@@ -316,6 +368,9 @@ pub struct BenchReport {
     pub rx_counters: BTreeMap<String, u64>,
     /// BULK: every flow verified; null for other tests.
     pub verified: Option<bool>,
+    /// With [`BenchConfig::timestamps`]: the data senders' per-write spans (absent without).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tx_timestamps: Option<TxStampReport>,
 }
 
 #[derive(Default, Clone)]
@@ -447,9 +502,17 @@ fn run_inner(
     let bulk = cfg.test == Test::Bulk;
     // The workload's two sides: netserver listens, netperf's flows connect to it.
     let w = cfg.workload();
-    let client = |flow, ip, port, role| Client {
+    let stamps = |role: &Role| {
+        if cfg.timestamps && matches!(role, Role::Sender { .. } | Role::RrClient { .. }) {
+            TSTAMP_FLAGS
+        } else {
+            0
+        }
+    };
+    let client = |flow, ip, port, role: Role| Client {
         flow,
         remote: SocketAddr::new(ip, port),
+        timestamping: stamps(&role),
         role,
         nodelay: cfg.nodelay,
     };
@@ -462,6 +525,7 @@ fn run_inner(
         netserver
             .add_listener(Listener {
                 port: DATA_PORT,
+                timestamping: stamps(&w.netserver_role()),
                 role: w.netserver_role(),
                 nodelay: cfg.nodelay,
             })
@@ -476,6 +540,7 @@ fn run_inner(
                 port: PROBE_PORT,
                 role: Role::RrServer { req: 1, resp: 1 },
                 nodelay: true,
+                timestamping: 0,
             })
             .map_err(BenchError::Listen)?;
         let mut c = client(
@@ -485,6 +550,8 @@ fn run_inner(
             Role::RrClient { req: 1, resp: 1 },
         );
         c.nodelay = true;
+        // The probe's writes are not the workload's.
+        c.timestamping = 0;
         left.add_client(c);
     }
 
@@ -644,6 +711,8 @@ fn run_inner(
     }
     let dur = end.max(Instant(1));
     let secs = dur.as_secs_f64();
+    sim.endpoint_mut(lh).read_all_tstamps();
+    sim.endpoint_mut(rh).read_all_tstamps();
     let (lhost, rhost) = (sim.endpoint(lh), sim.endpoint(rh));
     let qflows = &sim.host_metrics(lh).flows;
     let mut flows = Vec::new();
@@ -744,6 +813,23 @@ fn run_inner(
             .filter(|f| f.kind == "bulk")
             .all(|f| f.verified == Some(true))
     });
+    let tx_timestamps = cfg.timestamps.then(|| {
+        let mut t = crate::host::TxStamps::default();
+        for f in 0..cfg.flows {
+            if let Some(st) =
+                pair(lhost, rhost, cfg, f).and_then(|(s, _)| s.stats.tx_stamps.as_ref())
+            {
+                t.sched_to_snd.merge(&st.sched_to_snd);
+                t.snd_to_ack.merge(&st.snd_to_ack);
+                t.writes.incomplete += st.writes.incomplete + st.writes.pending() as u64;
+            }
+        }
+        TxStampReport {
+            sched_to_snd: SpanReport::of(&t.sched_to_snd),
+            snd_to_ack: SpanReport::of(&t.snd_to_ack),
+            incomplete_writes: t.writes.incomplete,
+        }
+    });
     let report = BenchReport {
         test: cfg.test.name().into(),
         seed: cfg.seed,
@@ -755,6 +841,7 @@ fn run_inner(
         counters,
         rx_counters,
         verified,
+        tx_timestamps,
     };
     let cap = sim.finish_capture(lh);
     let series = rec.map(|r| {

@@ -42,6 +42,7 @@ use crate::rng::SimRng;
 use crate::segment;
 use crate::time::nanos;
 use crate::workload::{Client, Listener, Role};
+use shallow_workload::tstamp::{StampKind, WriteStamps};
 
 /// Length of the repeating pseudo-random pattern senders write (a prime, so a misplaced
 /// block of any power-of-two size shows up in the receiver's SHA-256).
@@ -64,6 +65,22 @@ pub struct ThreadStats {
     pub error: Option<Errno>,
     /// SHA-256 of the bytes sent or received (BULK), when finished.
     pub sha256: Option<[u8; 32]>,
+    /// With `SO_TIMESTAMPING` asked ([`Client::timestamping`]): its per-write spans.
+    pub tx_stamps: Option<TxStamps>,
+}
+
+/// A timestamping thread's transmit timestamps, paired per write
+/// (`shallow_workload::tstamp`). The emulator reads the socket's error queue as events come,
+/// at no CPU cost, as a reader beside the writer would (so the events never wake a blocked
+/// writer: on Linux a writer asleep in `sk_stream_wait_memory` sleeps on through them).
+#[derive(Clone, Debug, Default)]
+pub struct TxStamps {
+    /// The pairing of events by key.
+    pub writes: WriteStamps,
+    /// SCHED→SND per write, ns: residence in the host's queues (qdisc and NIC).
+    pub sched_to_snd: Histogram,
+    /// SND→ACK per write, ns.
+    pub snd_to_ack: Histogram,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +119,8 @@ pub struct Thread {
     pub stats: ThreadStats,
     remote: Option<SocketAddr>,
     nodelay: bool,
+    /// `SO_TIMESTAMPING` flags to set once connected.
+    tstamp: u32,
     cpu: usize,
     sched: Sched,
     phase: Phase,
@@ -121,6 +140,7 @@ impl Thread {
             stats: ThreadStats::default(),
             remote: None,
             nodelay: false,
+            tstamp: 0,
             cpu,
             sched: Sched::Runnable,
             phase,
@@ -354,6 +374,7 @@ impl TcpHost {
         t.flow = Some(c.flow);
         t.remote = Some(c.remote);
         t.nodelay = c.nodelay;
+        t.tstamp = c.timestamping;
         self.spawn(t, Instant::ZERO);
     }
 
@@ -513,9 +534,17 @@ impl TcpHost {
             let Some(Some(t)) = self.sock_thread.get(w.socket.0 as usize).copied() else {
                 continue;
             };
+            let mut events = w.events;
+            if events & POLLERR != 0 && self.read_tstamps(w.socket) {
+                // Error-queue events were read by the timestamp reader: only a socket
+                // error (sk_err) still wakes the thread.
+                if !self.driver.poll(w.socket).is_ok_and(|ev| ev & POLLERR != 0) {
+                    events &= !POLLERR;
+                }
+            }
             let th = &mut self.threads[t];
             if let Sched::Blocked(mask) = th.sched {
-                if mask & w.events != 0 {
+                if mask & events != 0 {
                     th.sched = Sched::Runnable;
                     // The switch is counted with its wake-up (a run that ends before the
                     // thread gets its CPU still saw both); its cost is paid when it runs.
@@ -679,6 +708,7 @@ impl TcpHost {
             return;
         };
         self.driver.release_sock(now, s);
+        self.read_tstamps(s);
         // sk_wait_event: a thread about to sleep releases the socket first, then re-checks
         // its condition; what the backlog brought in lets it go on without sleeping.
         if let Sched::Blocked(mask) = self.threads[t].sched {
@@ -741,11 +771,68 @@ impl TcpHost {
 
     /// Block on `mask` unless the socket already reports one of its bits (`tcp_poll`).
     fn wait(&mut self, s: SocketId, mask: u32) -> Sched {
+        self.read_tstamps(s);
         let mask = mask | POLLERR | POLLHUP;
         match self.driver.poll(s) {
             Ok(ev) if ev & mask != 0 => Sched::Runnable,
             Ok(_) => Sched::Blocked(mask),
             Err(_) => Sched::Done,
+        }
+    }
+
+    /// Turn on `SO_TIMESTAMPING` with `flags` on thread `t`'s connected socket `s` (nothing
+    /// for 0); a failure ends the thread's timestamps, not the thread.
+    fn start_tstamps(&mut self, t: usize, s: SocketId, flags: u32, now: Instant) {
+        if flags == 0 {
+            return;
+        }
+        let ok = self
+            .driver
+            .setsockopt(
+                now,
+                s,
+                SockOpt::SoTimestamping,
+                &OptVal::Int(i64::from(flags)),
+            )
+            .is_ok();
+        if ok {
+            self.threads[t].stats.tx_stamps = Some(TxStamps::default());
+        }
+    }
+
+    /// Read the error queue of `s` into its thread's [`TxStamps`], if that thread asked for
+    /// timestamps. Returns whether it did.
+    fn read_tstamps(&mut self, s: SocketId) -> bool {
+        let Some(Some(t)) = self.sock_thread.get(s.0 as usize).copied() else {
+            return false;
+        };
+        let Some(ts) = self.threads[t].stats.tx_stamps.as_mut() else {
+            return false;
+        };
+        let stack = self.driver.stack_mut();
+        while let Ok(e) = stack.recv_tx_timestamp(s) {
+            let Some(kind) = StampKind::from_scm(e.kind.scm()) else {
+                ts.writes.unknown += 1;
+                continue;
+            };
+            if let Some(sp) = ts.writes.add(kind, e.key, e.time) {
+                ts.sched_to_snd.add(nanos(sp.sched_to_snd));
+                ts.snd_to_ack.add(nanos(sp.snd_to_ack));
+            }
+        }
+        true
+    }
+
+    /// Read every timestamping thread's error queue now (the end of a run).
+    pub fn read_all_tstamps(&mut self) {
+        let socks: Vec<SocketId> = self
+            .threads
+            .iter()
+            .filter(|t| t.stats.tx_stamps.is_some())
+            .filter_map(|t| t.sock)
+            .collect();
+        for s in socks {
+            self.read_tstamps(s);
         }
     }
 
@@ -808,6 +895,8 @@ impl TcpHost {
                     }
                     Ok(TcpState::Established) => {
                         self.threads[t].phase = Phase::Run;
+                        let flags = self.threads[t].tstamp;
+                        self.start_tstamps(t, s, flags, now);
                         self.register(t, s);
                         Sched::Runnable
                     }
@@ -839,7 +928,7 @@ impl TcpHost {
             match self.driver.accept(ls) {
                 Ok((child, _peer)) => {
                     let l = &self.listeners[li];
-                    let (role, nodelay) = (l.role.clone(), l.nodelay);
+                    let (role, nodelay, flags) = (l.role.clone(), l.nodelay, l.timestamping);
                     if nodelay {
                         let _ = self.driver.setsockopt(
                             now,
@@ -853,6 +942,7 @@ impl TcpHost {
                     th.sock = Some(child);
                     let idx = self.spawn(th, now);
                     self.bind_thread(child, idx);
+                    self.start_tstamps(idx, child, flags, now);
                     self.register(idx, child);
                 }
                 Err(Errno::EAGAIN) => return self.wait(ls, POLLIN),

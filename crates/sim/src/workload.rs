@@ -21,6 +21,10 @@ pub struct Client {
     pub role: Role,
     /// Set TCP_NODELAY.
     pub nodelay: bool,
+    /// `SO_TIMESTAMPING` flags set once connected (0: none); the thread's
+    /// [`ThreadStats::tx_stamps`](crate::host::ThreadStats::tx_stamps) gets the per-write
+    /// spans.
+    pub timestamping: u32,
 }
 
 /// A listening socket whose accepted connections each get a thread playing `role`.
@@ -32,4 +36,6 @@ pub struct Listener {
     pub role: Role,
     /// Set TCP_NODELAY on accepted sockets.
     pub nodelay: bool,
+    /// `SO_TIMESTAMPING` flags set on accepted sockets (0: none).
+    pub timestamping: u32,
 }

@@ -557,6 +557,12 @@ impl Connection {
                 self.check_space_force(env);
             }
             TcpInq => self.opts.inq = on,
+            // sock_set_timestamp: SO_TIMESTAMP on clears the nanosecond form, SO_TIMESTAMPNS
+            // sets both, either off clears both (measured on 6.18: getsockopt after each).
+            SoTimestamp | SoTimestampns => {
+                self.opts.rcvtstamp = on;
+                self.opts.rcvtstampns = on && opt == SoTimestampns;
+            }
             // sock_set_timestamping: known flags only; OPT_ID needs a connection (its keys
             // count from snd_una, or write_seq with OPT_ID_TCP).
             SoTimestamping => {
@@ -700,6 +706,8 @@ impl Connection {
             TcpNotsentLowat => i(self.opts.notsent_lowat),
             TcpInq => i(u32::from(self.opts.inq)),
             SoTimestamping => i(self.tstamp.flags),
+            SoTimestamp => i(u32::from(self.opts.rcvtstamp && !self.opts.rcvtstampns)),
+            SoTimestampns => i(u32::from(self.opts.rcvtstampns)),
             TcpFastopen => i(self.opts.fastopen_qlen),
             TcpFastopenConnect => i(u32::from(self.opts.fastopen_connect)),
             TcpFastopenNoCookie => i(u32::from(self.opts.fastopen_no_cookie)),

@@ -522,7 +522,7 @@ impl Connection {
             return;
         }
         let truesize = self.rx_truesize(env, &seg, seg.payload.len() as u32);
-        self.queue_rcv(env, seg.seq, seg.payload, fin, &seg, truesize);
+        self.queue_rcv(env, now, seg.seq, seg.payload, fin, &seg, truesize);
         self.fastopen.syn_data_acked = true;
         if fin {
             self.process_fin(env, now);
@@ -1344,7 +1344,7 @@ impl Connection {
                 self.ack.pending |= ackf::NOW | ackf::SCHED;
                 return;
             }
-            self.queue_rcv(env, seq, payload, fin, seg, truesize);
+            self.queue_rcv(env, now, seq, payload, fin, seg, truesize);
             // A bare FIN is no data for the delayed-ACK estimator (`tcp_data_queue` calls
             // tcp_event_data_recv only for a non-empty skb).
             if !payload.is_empty() {
@@ -1380,16 +1380,20 @@ impl Connection {
             self.measure_rcv_mss(env, seg, len, truesize);
         }
         // tcp_data_queue_ofo: schedule an ACK; __tcp_ack_snd_check decides (SACK compression).
-        self.ofo_insert(env, seq, payload, seg.share(payload), fin, truesize);
+        let tstamp = self.rx_stamping().then_some(now);
+        self.ofo_insert(env, seq, payload, seg.share(payload), fin, truesize, tstamp);
         self.ack.pending |= ackf::SCHED;
         self.stats.count_data_segs_in(seg.gso_segs);
     }
 
     /// Append in-order bytes to the receive queue, coalescing into the tail (`tcp_queue_rcv`).
     /// `truesize` is the received buffer's, the whole packet's ([`Connection::rx_truesize`]).
+    /// The buffer's receive time is `now` when the socket asks for receive timestamps.
+    #[allow(clippy::too_many_arguments)]
     fn queue_rcv(
         &mut self,
         env: &mut Env,
+        now: Instant,
         seq: u32,
         payload: &[u8],
         fin: bool,
@@ -1406,9 +1410,14 @@ impl Connection {
                     .map(|t| !t.fin && t.data.len() + payload.len() <= 65536)
                     .unwrap_or(false);
             let shared = seg.share(payload);
+            let tstamp = self.rx_stamping().then_some(now);
             if coalesce {
                 let t = self.rcv.rx_queue.back_mut().expect("checked");
                 t.data.push(payload, shared);
+                // tcp_try_coalesce: the buffer takes the later segment's time.
+                if tstamp.is_some() {
+                    t.tstamp = tstamp;
+                }
                 t.truesize += len;
                 self.mem.rmem_alloc += len;
                 env.mib.inc(Mib::TCPRcvCoalesce);
@@ -1421,6 +1430,7 @@ impl Connection {
                     data,
                     fin: false,
                     truesize,
+                    tstamp,
                 });
             }
         }
@@ -1436,6 +1446,7 @@ impl Connection {
                 data: RxData::default(),
                 fin: true,
                 truesize: 0,
+                tstamp: None,
             });
         }
     }

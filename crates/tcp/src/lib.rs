@@ -178,7 +178,7 @@ pub use errqueue::ErrQueueEntry;
 pub use gate::{Admission, DropAll, TxGate, TxMeta};
 pub use info::{MemInfo, TcpInfo};
 pub use md5::Md5Sig;
-pub use recv::msgflags;
+pub use recv::{msgflags, RecvMeta};
 pub use socket::{
     pollbits, Family, RouteAttrs, TcpState, Transmit, TxToken, Wakeup, SKB_OVERHEAD,
     SKB_TX_OVERHEAD,

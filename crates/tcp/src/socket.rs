@@ -505,6 +505,10 @@ pub(crate) struct RxSkb {
     pub data: RxData,
     pub fin: bool,
     pub truesize: u32,
+    /// When its last segment arrived (`skb->tstamp`), kept only while the socket asks for
+    /// receive timestamps ([`Connection::rx_stamping`]); a segment coalesced into the buffer
+    /// brings its own time (`tcp_try_coalesce`).
+    pub tstamp: Option<Instant>,
 }
 
 /// The bytes of one receive-queue buffer, as pieces in order (Linux's linear area and page
@@ -618,6 +622,8 @@ pub(crate) struct OfoSkb {
     pub data: Bytes,
     pub fin: bool,
     pub truesize: u32,
+    /// When it arrived, as [`RxSkb::tstamp`].
+    pub tstamp: Option<Instant>,
 }
 
 impl OfoSkb {
@@ -729,6 +735,10 @@ pub(crate) struct SockOpts {
     pub oobinline: bool,
     /// `IP_FREEBIND`: bind() to an address the host does not have.
     pub freebind: bool,
+    /// `SO_TIMESTAMP` or `SO_TIMESTAMPNS` is on (`SOCK_RCVTSTAMP`).
+    pub rcvtstamp: bool,
+    /// `SO_TIMESTAMPNS` is on (`SOCK_RCVTSTAMPNS`): nanoseconds, not microseconds.
+    pub rcvtstampns: bool,
 }
 
 impl Default for SockOpts {
@@ -765,6 +775,8 @@ impl Default for SockOpts {
             mark: 0,
             oobinline: false,
             freebind: false,
+            rcvtstamp: false,
+            rcvtstampns: false,
         }
     }
 }

@@ -22,6 +22,11 @@ pub enum SockOpt {
     SoMark,
     SoOobinline,
     IpFreebind,
+    /// `SO_TIMESTAMP` (`SO_TIMESTAMP_OLD`): receive times as `SCM_TIMESTAMP` (a `timeval`).
+    SoTimestamp,
+    /// `SO_TIMESTAMPNS` (`SO_TIMESTAMPNS_OLD`): receive times as `SCM_TIMESTAMPNS` (a
+    /// `timespec`).
+    SoTimestampns,
     TcpNodelay,
     TcpMaxseg,
     TcpCork,
@@ -77,6 +82,8 @@ impl SockOpt {
             (SOL_SOCKET, 60) => SoZerocopy,
             (SOL_SOCKET, 36) => SoMark,
             (SOL_SOCKET, 10) => SoOobinline,
+            (SOL_SOCKET, 29) => SoTimestamp,
+            (SOL_SOCKET, 35) => SoTimestampns,
             (SOL_TCP, 1) => TcpNodelay,
             (SOL_TCP, 2) => TcpMaxseg,
             (SOL_TCP, 3) => TcpCork,
@@ -126,6 +133,8 @@ impl SockOpt {
             SoMark => "SO_MARK",
             SoOobinline => "SO_OOBINLINE",
             IpFreebind => "IP_FREEBIND",
+            SoTimestamp => "SO_TIMESTAMP",
+            SoTimestampns => "SO_TIMESTAMPNS",
             TcpNodelay => "TCP_NODELAY",
             TcpMaxseg => "TCP_MAXSEG",
             TcpCork => "TCP_CORK",

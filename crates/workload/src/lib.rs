@@ -58,6 +58,8 @@
 use std::io::{self, Read, Write};
 
 use sha2::{Digest, Sha256};
+
+pub mod tstamp;
 pub use shallow_time::Instant;
 use std::time::Duration;
 

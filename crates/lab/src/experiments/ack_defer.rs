@@ -152,6 +152,7 @@ pub(super) fn on_linux(s: Scale) -> LinuxSpec {
             nodelay: false,
             writer: Writer::Blocking,
             duration: super::linux_duration(s),
+            timestamps: false,
         },
         kernel_off: Some(defer("0")),
         kernel_on: defer("1"),

@@ -216,6 +216,7 @@ pub(super) fn on_linux(s: Scale) -> LinuxSpec {
             nodelay: false,
             writer: Writer::Blocking,
             duration: super::linux_duration(s),
+            timestamps: false,
         },
         kernel_off: Some(vec![("ipv4/tcp_autocorking", "0")]),
         kernel_on: vec![("ipv4/tcp_autocorking", "1")],

@@ -163,6 +163,7 @@ pub(super) fn lowat_on_linux(
             nodelay: false,
             writer: Writer::Epoll,
             duration: super::linux_duration(s),
+            timestamps: false,
         },
         kernel_off: Some(with("4294967295")),
         kernel_on: with(lowat),

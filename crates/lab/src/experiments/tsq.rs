@@ -1,6 +1,6 @@
 //! E1, TCP Small Queues (46d3ceabd8d9): the host-queue delay of one bulk flow, TSQ off and on.
 
-use shallow_sim::bench::BenchConfig;
+use shallow_sim::bench::{BenchConfig, SpanReport, TxStampReport};
 use shallow_sim::spec::LinkSpec;
 use shallow_sim::{QdiscSpec, Rate, Series};
 use std::time::Duration;
@@ -9,7 +9,8 @@ use super::{
     delay_cdf, metric, ms, off_on, over_time, scaled_ms, secs, stream, Arm, ChartDef, Emulated,
 };
 use crate::linux::{
-    max, mean, quantile, row, ArmResult, LinuxSpec, SeriesChart, Side, Tbf, Workload, Writer,
+    max, mean, quantile, row, ArmResult, LinuxSpec, SeriesChart, Side, Tbf, TxSpans, Workload,
+    Writer,
 };
 use crate::{Chart, Claim, Scale};
 
@@ -40,10 +41,12 @@ pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
             ("duration", secs(duration)),
             ("off", "shallow.tcp_tsq = 0 (Shallow extension: TSQ off, the engine never stops for bytes below it)".into()),
             ("on", "TSQ as in Linux 6.x (tcp_limit_output_bytes 4 MB, floor 2 truesize / 1 ms of pacing rate)".into()),
+            ("timestamps", "SO_TIMESTAMPING (TX_SCHED | TX_SOFTWARE | TX_ACK | SOFTWARE | OPT_ID | OPT_TSONLY) on the sender, error queue read as events come".into()),
         ],
         notes: vec![
             "Linux has no switch for TSQ; the off arm uses Shallow's extension sysctl shallow.tcp_tsq".into(),
             "seed figures for bytes below TCP are the commit's words: ~128 KB per socket instead of 4 MB".into(),
+            "write_sched_to_snd: per write, SCHED (its last byte entered the qdisc) to SND (the NIC's TX completion of it), from the sender's SO_TIMESTAMPING error queue: the host-queue residence a user reads; write_snd_to_ack: SND to its ACK".into(),
         ],
     };
     for (rate, tag, delay, below) in [
@@ -58,6 +61,9 @@ pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
                 delay: Duration::from_micros(50),
                 ..LinkSpec::default()
             },
+            // SO_TIMESTAMPING on the sender: the per-write spans below (reading them
+            // changes nothing in the run).
+            timestamps: true,
             ..stream(base, 1, 65536, duration)
         };
         let off_cfg = BenchConfig {
@@ -85,6 +91,27 @@ pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
                 |r| ms(r.total.host_queue_delay_p99_us),
             ),
             metric(
+                format!("write_sched_to_snd_p50@{tag}"),
+                "ms",
+                delay,
+                arms,
+                |r| ms(tx_span(r, |t| t.sched_to_snd.as_ref(), |s| s.p50_us)),
+            ),
+            metric(
+                format!("write_sched_to_snd_p99@{tag}"),
+                "ms",
+                delay,
+                arms,
+                |r| ms(tx_span(r, |t| t.sched_to_snd.as_ref(), |s| s.p99_us)),
+            ),
+            metric(
+                format!("write_snd_to_ack_p50@{tag}"),
+                "ms",
+                Claim::None,
+                arms,
+                |r| ms(tx_span(r, |t| t.snd_to_ack.as_ref(), |s| s.p50_us)),
+            ),
+            metric(
                 format!("bytes_below_tcp_max@{tag}"),
                 "KB",
                 below,
@@ -108,6 +135,22 @@ pub(super) fn emulated(s: Scale, base: &BenchConfig) -> Emulated {
         ]);
     }
     e
+}
+
+/// A percentile of one of a Linux arm's per-write spans, ms (NaN without them).
+fn span_ms(a: &ArmResult, span: impl Fn(&TxSpans) -> &Vec<f64>, q: f64) -> f64 {
+    a.tx_spans
+        .as_ref()
+        .map_or(f64::NAN, |t| quantile(span(t), q) / 1e6)
+}
+
+/// A percentile of one of the report's per-write spans, microseconds (None without them).
+fn tx_span(
+    r: &shallow_sim::bench::BenchReport,
+    span: impl Fn(&TxStampReport) -> Option<&SpanReport>,
+    q: impl Fn(&SpanReport) -> f64,
+) -> Option<f64> {
+    r.tx_timestamps.as_ref().and_then(span).map(q)
 }
 
 /// At NIC rate `tag`, from arms `i` (off) and `i + 1` (on): the host-queue delay CDF and
@@ -163,6 +206,7 @@ pub(super) fn on_linux(s: Scale) -> LinuxSpec {
             nodelay: false,
             writer: Writer::Blocking,
             duration: super::linux_duration(s),
+            timestamps: true,
         },
         kernel_off: None,
         kernel_on: vec![],
@@ -174,6 +218,15 @@ pub(super) fn on_linux(s: Scale) -> LinuxSpec {
             }),
             row("bottleneck_queue_delay_p99", "ms", DELAY_100M, move |a| {
                 quantile(&qdelay_ms(a), 0.99)
+            }),
+            row("write_sched_to_snd_p50", "ms", DELAY_100M, |a| {
+                span_ms(a, |t| &t.sched_to_snd, 0.5)
+            }),
+            row("write_sched_to_snd_p99", "ms", DELAY_100M, |a| {
+                span_ms(a, |t| &t.sched_to_snd, 0.99)
+            }),
+            row("write_snd_to_ack_p50", "ms", Claim::None, |a| {
+                span_ms(a, |t| &t.snd_to_ack, 0.5)
             }),
             row("tbf_backlog_max", "KB", Claim::None, |a| {
                 max(&a.series(|s| s.tbf_bytes as f64)) / 1024.0
@@ -190,6 +243,7 @@ pub(super) fn on_linux(s: Scale) -> LinuxSpec {
             "queue delay = tbf backlog (tc -s qdisc, sampled every 50 ms) / tbf rate".into(),
             "Linux cannot switch TSQ off; Shallow's off arm uses its extension sysctl shallow.tcp_tsq = 0".into(),
             "queue delay for Shallow = backlog of its own egress tbf (same rate, burst and limit as the kernel's) / rate".into(),
+            "write_sched_to_snd: per write, SCHED (its last byte handed to the qdisc) to SND (the device took it: the tbf released it) from the sender's own SO_TIMESTAMPING error queue (the kernel's socket and Shallow's), read every 500 us by a thread beside the writer; write_snd_to_ack: SND to its ACK".into(),
         ],
         charts: vec![SeriesChart {
             name: "tbf-backlog",

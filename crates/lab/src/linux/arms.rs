@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use super::parse::{engine_sysctls, threads_cpu_ns};
 use super::workload::{
-    blocking_senders, epoll_sender, kernel_senders, Flow, KernelEpoll, Receiver, SendStats,
-    ShallowPoller, Workload, WritePoller, Writer,
+    blocking_senders, epoll_sender, kernel_senders, stamp_reader, Flow, KernelEpoll, Receiver,
+    SendStats, ShallowPoller, TxSpans, Workload, WritePoller, Writer, TSTAMP_FLAGS,
 };
 use super::world::{io_err, Tbf, World, RX_ADDR};
 use super::{LinuxSpec, Sysctls};
@@ -59,6 +59,8 @@ pub(crate) struct ArmResult {
     /// CPU time of the receiving side, ns (receiver experiments only: the reading threads,
     /// and Shallow's I/O thread when Shallow receives).
     pub(crate) recv_cpu_ns: u64,
+    /// With [`Workload::timestamps`]: the senders' per-write spans.
+    pub(crate) tx_spans: Option<TxSpans>,
 }
 
 impl ArmResult {
@@ -102,6 +104,7 @@ pub(super) struct Running {
     stop: Arc<AtomicBool>,
     t0: Instant,
     handles: Vec<JoinHandle<SendStats>>,
+    stamps: Option<JoinHandle<TxSpans>>,
 }
 
 /// Starts the workload's senders over `flows`; `epoll` makes the poller of an
@@ -113,6 +116,15 @@ pub(super) fn start_senders<F: Flow + 'static, P: WritePoller + Send + 'static>(
     epoll: impl FnOnce(&[Arc<F>]) -> io::Result<P>,
 ) -> Result<Running, LabError> {
     let stop = Arc::new(AtomicBool::new(false));
+    let stamps = if w.timestamps {
+        for f in &flows {
+            f.set_timestamping(TSTAMP_FLAGS)
+                .map_err(io_err("SO_TIMESTAMPING on a sender"))?;
+        }
+        Some(stamp_reader(flows.clone(), stop.clone()))
+    } else {
+        None
+    };
     let t0 = Instant::now();
     let handles = match w.writer {
         Writer::Blocking => blocking_senders(flows, w, &stop),
@@ -121,7 +133,12 @@ pub(super) fn start_senders<F: Flow + 'static, P: WritePoller + Send + 'static>(
             vec![epoll_sender(flows, p, w, &stop)]
         }
     };
-    Ok(Running { stop, t0, handles })
+    Ok(Running {
+        stop,
+        t0,
+        handles,
+        stamps,
+    })
 }
 
 impl Running {
@@ -161,7 +178,7 @@ impl Running {
         let received = recv.bytes.load(Ordering::Relaxed);
         let duration_s = self.t0.elapsed().as_secs_f64();
         let (c1, more_cpu_ns) = now();
-        let mut send = self.stop();
+        let (mut send, tx_spans) = self.stop_all();
         send.cpu_ns += more_cpu_ns;
         let _ = recv.handle.join();
         ArmResult {
@@ -171,11 +188,18 @@ impl Running {
             samples,
             counters: delta(c0, &c1),
             recv_cpu_ns: 0,
+            tx_spans,
         }
     }
 
     /// Stops the senders and sums what they did.
     pub(super) fn stop(self) -> SendStats {
+        self.stop_all().0
+    }
+
+    /// Stops the senders, sums what they did, and the timestamp reader's spans (once it has
+    /// read the last writes' ACKs).
+    fn stop_all(self) -> (SendStats, Option<TxSpans>) {
         self.stop.store(true, Ordering::Relaxed);
         let mut send = SendStats::default();
         for h in self.handles {
@@ -185,7 +209,8 @@ impl Running {
             send.wakeups += s.wakeups;
             send.cpu_ns += s.cpu_ns;
         }
-        send
+        let spans = self.stamps.and_then(|h| h.join().ok());
+        (send, spans)
     }
 }
 

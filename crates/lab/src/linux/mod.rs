@@ -35,7 +35,7 @@ mod workload;
 mod world;
 
 pub(crate) use arms::{max, mean, quantile, ArmResult, Sample};
-pub(crate) use workload::{Workload, Writer};
+pub(crate) use workload::{TxSpans, Workload, Writer};
 pub(crate) use world::Tbf;
 
 use arms::Arms;

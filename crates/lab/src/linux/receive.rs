@@ -47,6 +47,7 @@ fn run_arm(
         send,
         samples,
         counters: super::arms::delta(&c0, &c1),
+        tx_spans: None,
         recv_cpu_ns: readers.cpu_ns.load(Ordering::Relaxed) + cpu1.saturating_sub(cpu0),
     })
 }

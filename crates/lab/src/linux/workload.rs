@@ -28,6 +28,10 @@ pub(super) trait Flow: Send + Sync {
     fn set_nonblocking(&self, on: bool) -> io::Result<()>;
     fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()>;
     fn shutdown_write(&self) -> io::Result<()>;
+    /// `SO_TIMESTAMPING` with `flags`.
+    fn set_timestamping(&self, flags: u32) -> io::Result<()>;
+    /// Every transmit timestamp queued now (`recvmsg(MSG_ERRQUEUE)` until empty).
+    fn tx_timestamps(&self) -> io::Result<Vec<shallow_tcp::TxTimestamp>>;
 }
 
 impl Flow for std::net::TcpStream {
@@ -44,6 +48,12 @@ impl Flow for std::net::TcpStream {
     fn shutdown_write(&self) -> io::Result<()> {
         self.shutdown(std::net::Shutdown::Write)
     }
+    fn set_timestamping(&self, flags: u32) -> io::Result<()> {
+        shallow_os::kernel_sock::set_timestamping(self, flags)
+    }
+    fn tx_timestamps(&self) -> io::Result<Vec<shallow_tcp::TxTimestamp>> {
+        shallow_os::kernel_sock::recv_tx_timestamps(self)
+    }
 }
 
 impl Flow for shallow_os::TcpStream {
@@ -59,6 +69,12 @@ impl Flow for shallow_os::TcpStream {
     }
     fn shutdown_write(&self) -> io::Result<()> {
         self.shutdown(std::net::Shutdown::Write)
+    }
+    fn set_timestamping(&self, flags: u32) -> io::Result<()> {
+        shallow_os::TcpStream::set_timestamping(self, flags)
+    }
+    fn tx_timestamps(&self) -> io::Result<Vec<shallow_tcp::TxTimestamp>> {
+        shallow_os::TcpStream::tx_timestamps(self)
     }
 }
 
@@ -174,6 +190,63 @@ pub(crate) struct Workload {
     pub(crate) writer: Writer,
     /// How long each arm sends.
     pub(crate) duration: Duration,
+    /// `SO_TIMESTAMPING` on every sender ([`TSTAMP_FLAGS`]), its error queue read by a
+    /// thread of its own: the per-write spans in the arm's result.
+    pub(crate) timestamps: bool,
+}
+
+/// The `SOF_TIMESTAMPING_*` flags a timestamped arm sets on its senders (as
+/// `shallow bench --timestamps`): SCHED, SND and ACK of every write, keys, no payload.
+pub(crate) const TSTAMP_FLAGS: u32 = {
+    use shallow_tcp::tstamp::sof;
+    sof::TX_SCHED | sof::TX_SOFTWARE | sof::TX_ACK | sof::SOFTWARE | sof::OPT_ID | sof::OPT_TSONLY
+};
+
+/// Per-write spans of an arm's senders, ns (`shallow_workload::tstamp`).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TxSpans {
+    /// SCHED→SND per write: residence in the sending host's queues.
+    pub(crate) sched_to_snd: Vec<f64>,
+    /// SND→ACK per write.
+    pub(crate) snd_to_ack: Vec<f64>,
+    /// Writes not measured (an event lost to a full error queue, or no ACK by the end).
+    pub(crate) incomplete: u64,
+}
+
+/// Reads the error queue of every flow every 500 µs until `stop`, then on until every write
+/// seen was acknowledged (at most one more second), pairing the events per write.
+pub(super) fn stamp_reader<F: Flow + 'static>(
+    flows: Vec<Arc<F>>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<TxSpans> {
+    use shallow_workload::tstamp::{StampKind, WriteStamps};
+    std::thread::spawn(move || {
+        let mut w: Vec<WriteStamps> = flows.iter().map(|_| WriteStamps::new()).collect();
+        let mut out = TxSpans::default();
+        let mut grace: Option<std::time::Instant> = None;
+        loop {
+            for (f, ws) in flows.iter().zip(w.iter_mut()) {
+                for t in f.tx_timestamps().unwrap_or_default() {
+                    let Some(kind) = StampKind::from_scm(t.kind.scm()) else {
+                        continue;
+                    };
+                    if let Some(sp) = ws.add(kind, t.key, t.time) {
+                        out.sched_to_snd.push(sp.sched_to_snd.as_nanos() as f64);
+                        out.snd_to_ack.push(sp.snd_to_ack.as_nanos() as f64);
+                    }
+                }
+            }
+            if stop.load(Ordering::Relaxed) {
+                let g = *grace.get_or_insert_with(std::time::Instant::now);
+                if w.iter().all(|x| x.pending() == 0) || g.elapsed() > Duration::from_secs(1) {
+                    break;
+                }
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        out.incomplete = w.iter().map(|x| x.incomplete + x.pending() as u64).sum();
+        out
+    })
 }
 
 impl Workload {

@@ -4,6 +4,7 @@
 //! reaps it when it reached CLOSE (`Stack::call`).
 
 use super::*;
+use crate::RecvMeta;
 
 /// **Socket calls**: the BSD socket API with Linux semantics and errnos; never blocking.
 impl Stack {
@@ -569,7 +570,27 @@ impl Stack {
     pub fn read_sock(&mut self, now: Instant, s: SocketId, buf: &mut [u8]) -> Result<usize, Errno> {
         let flags = crate::recv::msgflags::MSG_DONTWAIT;
         self.call(now, s, |sk, env| {
-            sk.recvmsg_mode(env, now, buf, flags, true)
+            sk.recvmsg_ts(env, now, buf, flags, true).map(|(n, _)| n)
+        })
+    }
+
+    /// `recvmsg()` with its receive timestamp: as [`Stack::recv`], and the time the data read
+    /// arrived when the socket asks for it (`SO_TIMESTAMPING` with `SOFTWARE`, or
+    /// `SO_TIMESTAMP`/`SO_TIMESTAMPNS`: the `SCM_TIMESTAMPING` / `SCM_TIMESTAMP(NS)` control
+    /// message of Linux's `tcp_recv_timestamp`). The time is the `now` of the input call that
+    /// brought the last segment of the last buffer read from (see
+    /// `Connection::recvmsg_ts`); None at end of stream or for data that arrived before the
+    /// socket asked.
+    pub fn recvmsg(
+        &mut self,
+        now: Instant,
+        s: SocketId,
+        buf: &mut [u8],
+        flags: u32,
+    ) -> Result<RecvMeta, Errno> {
+        self.call(now, s, |sk, env| {
+            sk.recvmsg_ts(env, now, buf, flags, false)
+                .map(|(len, rx_time)| RecvMeta { len, rx_time })
         })
     }
 
