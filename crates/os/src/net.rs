@@ -666,6 +666,28 @@ impl TcpStream {
     /// device writes of this substrate copy each packet, as Linux's tun does). Without
     /// `SO_ZEROCOPY` this is a plain send. ENOBUFS when the socket's completions fill
     /// `net.core.optmem_max`.
+    ///
+    /// ```no_run
+    /// use shallow_os::{Host, TcpStream};
+    /// use shallow_tcp::Bytes;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let host = Host::attach_default()?;
+    /// let s = TcpStream::connect(&host, "10.213.0.1:9000".parse()?)?;
+    /// s.set_zerocopy(true)?;
+    /// let chunks: Vec<Bytes> = (0..4u8).map(|i| Bytes::from(vec![i; 1 << 20])).collect();
+    /// for c in &chunks {
+    ///     s.send_zerocopy(c)?; // ids 0, 1, 2, 3
+    /// }
+    /// // Wait until the stack holds none of them: then each buffer is ours alone again.
+    /// let mut done = 0;
+    /// while done < chunks.len() as u32 {
+    ///     let z = s.wait_zerocopy(Some(std::time::Duration::from_secs(5)))?;
+    ///     done = z.hi + 1;
+    /// }
+    /// assert!(chunks.iter().all(|c| c.is_unique()));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn send_zerocopy(&self, buf: &shallow_tcp::Bytes) -> io::Result<usize> {
         send_zerocopy(
             &self.sock.host.shared,

@@ -87,6 +87,9 @@ pub struct BenchConfig {
     /// `SO_TIMESTAMPING` ([`TSTAMP_FLAGS`]) on the data senders' sockets: the per-write
     /// spans in [`BenchReport::tx_timestamps`].
     pub timestamps: bool,
+    /// `SO_ZEROCOPY` on the data senders' sockets and every send `MSG_ZEROCOPY`: their
+    /// completions in [`BenchReport::zerocopy`].
+    pub zerocopy: bool,
 }
 
 /// The `SOF_TIMESTAMPING_*` flags [`BenchConfig::timestamps`] sets on a data sender's socket:
@@ -121,6 +124,20 @@ impl SpanReport {
             max_us: h.max() as f64 / 1000.0,
         })
     }
+}
+
+/// The data senders' zero-copy sends and completions (all workload flows together,
+/// [`crate::host::ZcStats`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ZcReport {
+    /// Sends that took bytes (ids).
+    pub sends: u64,
+    /// Ids completed by the run's end.
+    pub completed: u64,
+    /// Ids completed as copied.
+    pub copied: u64,
+    /// Send → completion per id: how long the stack held the application's buffer.
+    pub hold: Option<SpanReport>,
 }
 
 /// Per-write transmit timestamps of the data senders (all workload flows together), read
@@ -163,6 +180,7 @@ impl Default for BenchConfig {
             seed: 1,
             sample_interval: Duration::from_millis(10),
             timestamps: false,
+            zerocopy: false,
         }
     }
 }
@@ -371,6 +389,9 @@ pub struct BenchReport {
     /// With [`BenchConfig::timestamps`]: the data senders' per-write spans (absent without).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tx_timestamps: Option<TxStampReport>,
+    /// With [`BenchConfig::zerocopy`]: the data senders' zero-copy completions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zerocopy: Option<ZcReport>,
 }
 
 #[derive(Default, Clone)]
@@ -509,10 +530,12 @@ fn run_inner(
             0
         }
     };
+    let zerocopy = |role: &Role| cfg.zerocopy && matches!(role, Role::Sender { .. });
     let client = |flow, ip, port, role: Role| Client {
         flow,
         remote: SocketAddr::new(ip, port),
         timestamping: stamps(&role),
+        zerocopy: zerocopy(&role),
         role,
         nodelay: cfg.nodelay,
     };
@@ -526,6 +549,7 @@ fn run_inner(
             .add_listener(Listener {
                 port: DATA_PORT,
                 timestamping: stamps(&w.netserver_role()),
+                zerocopy: zerocopy(&w.netserver_role()),
                 role: w.netserver_role(),
                 nodelay: cfg.nodelay,
             })
@@ -541,6 +565,7 @@ fn run_inner(
                 role: Role::RrServer { req: 1, resp: 1 },
                 nodelay: true,
                 timestamping: 0,
+                zerocopy: false,
             })
             .map_err(BenchError::Listen)?;
         let mut c = client(
@@ -552,6 +577,7 @@ fn run_inner(
         c.nodelay = true;
         // The probe's writes are not the workload's.
         c.timestamping = 0;
+        c.zerocopy = false;
         left.add_client(c);
     }
 
@@ -830,6 +856,22 @@ fn run_inner(
             incomplete_writes: t.writes.incomplete,
         }
     });
+    let zerocopy = cfg.zerocopy.then(|| {
+        let mut z = ZcReport::default();
+        let mut hold = Histogram::new();
+        for f in 0..cfg.flows {
+            if let Some(st) =
+                pair(lhost, rhost, cfg, f).and_then(|(s, _)| s.stats.zerocopy.as_ref())
+            {
+                z.sends += st.sends;
+                z.completed += st.completed;
+                z.copied += st.copied;
+                hold.merge(&st.hold);
+            }
+        }
+        z.hold = SpanReport::of(&hold);
+        z
+    });
     let report = BenchReport {
         test: cfg.test.name().into(),
         seed: cfg.seed,
@@ -842,6 +884,7 @@ fn run_inner(
         rx_counters,
         verified,
         tx_timestamps,
+        zerocopy,
     };
     let cap = sim.finish_capture(lh);
     let series = rec.map(|r| {

@@ -67,6 +67,53 @@ pub struct ThreadStats {
     pub sha256: Option<[u8; 32]>,
     /// With `SO_TIMESTAMPING` asked ([`Client::timestamping`]): its per-write spans.
     pub tx_stamps: Option<TxStamps>,
+    /// With `SO_ZEROCOPY` ([`Client::zerocopy`]): its zero-copy sends and their completions.
+    pub zerocopy: Option<ZcStats>,
+}
+
+/// A zero-copy sender's sends and completions (`MSG_ZEROCOPY`), read from the socket's error
+/// queue as they come, at no CPU cost, as the timestamps are ([`TxStamps`]).
+#[derive(Clone, Debug, Default)]
+pub struct ZcStats {
+    /// Ids given (a send that took bytes got one; a blocking send that came back for the
+    /// rest of its bytes kept its own).
+    pub sends: u64,
+    /// Ids completed.
+    pub completed: u64,
+    /// Ids completed as copied (`SO_EE_CODE_ZEROCOPY_COPIED`).
+    pub copied: u64,
+    /// Send → completion per id, ns: how long the stack held the application's buffer
+    /// (ids completed after the run's end are counted, not measured).
+    pub hold: Histogram,
+    /// Send time of each id not yet completed, from `first`.
+    sent_at: std::collections::VecDeque<Instant>,
+    first: u32,
+}
+
+impl ZcStats {
+    /// A send took bytes at `now`: the next id.
+    fn sent(&mut self, now: Instant) {
+        self.sends += 1;
+        self.sent_at.push_back(now);
+    }
+
+    /// Ids `lo..=hi` completed (at `now`, if known).
+    fn completed(&mut self, z: shallow_tcp::ZcNotice, now: Option<Instant>) {
+        let n = u64::from(z.hi.wrapping_sub(z.lo)) + 1;
+        self.completed += n;
+        if z.copied {
+            self.copied += n;
+        }
+        for id in (0..n).map(|i| z.lo.wrapping_add(i as u32)) {
+            // Completions come in id order on one socket; an id out of it is only counted.
+            if id == self.first {
+                self.first = self.first.wrapping_add(1);
+                if let (Some(at), Some(now)) = (self.sent_at.pop_front(), now) {
+                    self.hold.add(nanos(now - at));
+                }
+            }
+        }
+    }
 }
 
 /// A timestamping thread's transmit timestamps, paired per write
@@ -121,6 +168,8 @@ pub struct Thread {
     nodelay: bool,
     /// `SO_TIMESTAMPING` flags to set once connected.
     tstamp: u32,
+    /// `SO_ZEROCOPY` to set once connected.
+    zerocopy: bool,
     cpu: usize,
     sched: Sched,
     phase: Phase,
@@ -141,6 +190,7 @@ impl Thread {
             remote: None,
             nodelay: false,
             tstamp: 0,
+            zerocopy: false,
             cpu,
             sched: Sched::Runnable,
             phase,
@@ -375,6 +425,7 @@ impl TcpHost {
         t.remote = Some(c.remote);
         t.nodelay = c.nodelay;
         t.tstamp = c.timestamping;
+        t.zerocopy = c.zerocopy;
         self.spawn(t, Instant::ZERO);
     }
 
@@ -535,7 +586,7 @@ impl TcpHost {
                 continue;
             };
             let mut events = w.events;
-            if events & POLLERR != 0 && self.read_tstamps(w.socket) {
+            if events & POLLERR != 0 && self.read_errq(w.socket, Some(at)) {
                 // Error-queue events were read by the timestamp reader: only a socket
                 // error (sk_err) still wakes the thread.
                 if !self.driver.poll(w.socket).is_ok_and(|ev| ev & POLLERR != 0) {
@@ -708,7 +759,7 @@ impl TcpHost {
             return;
         };
         self.driver.release_sock(now, s);
-        self.read_tstamps(s);
+        self.read_errq(s, Some(now));
         // sk_wait_event: a thread about to sleep releases the socket first, then re-checks
         // its condition; what the backlog brought in lets it go on without sleeping.
         if let Sched::Blocked(mask) = self.threads[t].sched {
@@ -770,8 +821,8 @@ impl TcpHost {
     }
 
     /// Block on `mask` unless the socket already reports one of its bits (`tcp_poll`).
-    fn wait(&mut self, s: SocketId, mask: u32) -> Sched {
-        self.read_tstamps(s);
+    fn wait(&mut self, s: SocketId, mask: u32, now: Instant) -> Sched {
+        self.read_errq(s, Some(now));
         let mask = mask | POLLERR | POLLHUP;
         match self.driver.poll(s) {
             Ok(ev) if ev & mask != 0 => Sched::Runnable,
@@ -800,16 +851,35 @@ impl TcpHost {
         }
     }
 
-    /// Read the error queue of `s` into its thread's [`TxStamps`], if that thread asked for
-    /// timestamps. Returns whether it did.
-    fn read_tstamps(&mut self, s: SocketId) -> bool {
+    /// `SO_ZEROCOPY` on a data sender's socket, and its [`ZcStats`].
+    fn start_zerocopy(&mut self, t: usize, s: SocketId, on: bool, now: Instant) {
+        if on
+            && self
+                .driver
+                .setsockopt(now, s, SockOpt::SoZerocopy, &OptVal::Int(1))
+                .is_ok()
+        {
+            self.threads[t].stats.zerocopy = Some(ZcStats::default());
+        }
+    }
+
+    /// Read the error queue of `s` into its thread's [`TxStamps`] and [`ZcStats`], if that
+    /// thread asked for them (`now`: the time of the read, None at the run's end). Returns
+    /// whether it did.
+    fn read_errq(&mut self, s: SocketId, now: Option<Instant>) -> bool {
         let Some(Some(t)) = self.sock_thread.get(s.0 as usize).copied() else {
             return false;
         };
-        let Some(ts) = self.threads[t].stats.tx_stamps.as_mut() else {
-            return false;
-        };
+        let stats = &mut self.threads[t].stats;
         let stack = self.driver.stack_mut();
+        if let Some(zc) = stats.zerocopy.as_mut() {
+            while let Ok(z) = stack.recv_zerocopy(s) {
+                zc.completed(z, now);
+            }
+        }
+        let Some(ts) = stats.tx_stamps.as_mut() else {
+            return stats.zerocopy.is_some();
+        };
         while let Ok(e) = stack.recv_tx_timestamp(s) {
             let Some(kind) = StampKind::from_scm(e.kind.scm()) else {
                 ts.writes.unknown += 1;
@@ -828,11 +898,11 @@ impl TcpHost {
         let socks: Vec<SocketId> = self
             .threads
             .iter()
-            .filter(|t| t.stats.tx_stamps.is_some())
+            .filter(|t| t.stats.tx_stamps.is_some() || t.stats.zerocopy.is_some())
             .filter_map(|t| t.sock)
             .collect();
         for s in socks {
-            self.read_tstamps(s);
+            self.read_errq(s, None);
         }
     }
 
@@ -883,7 +953,7 @@ impl TcpHost {
                     Err(e) => return self.fail(t, e),
                 }
                 self.threads[t].phase = Phase::Connecting;
-                self.wait(s, POLLOUT)
+                self.wait(s, POLLOUT, now)
             }
             Phase::Connecting => {
                 let Some(s) = self.threads[t].sock else {
@@ -895,8 +965,9 @@ impl TcpHost {
                     }
                     Ok(TcpState::Established) => {
                         self.threads[t].phase = Phase::Run;
-                        let flags = self.threads[t].tstamp;
+                        let (flags, zc) = (self.threads[t].tstamp, self.threads[t].zerocopy);
                         self.start_tstamps(t, s, flags, now);
+                        self.start_zerocopy(t, s, zc, now);
                         self.register(t, s);
                         Sched::Runnable
                     }
@@ -928,7 +999,8 @@ impl TcpHost {
             match self.driver.accept(ls) {
                 Ok((child, _peer)) => {
                     let l = &self.listeners[li];
-                    let (role, nodelay, flags) = (l.role.clone(), l.nodelay, l.timestamping);
+                    let (role, nodelay, flags, zc) =
+                        (l.role.clone(), l.nodelay, l.timestamping, l.zerocopy);
                     if nodelay {
                         let _ = self.driver.setsockopt(
                             now,
@@ -943,9 +1015,10 @@ impl TcpHost {
                     let idx = self.spawn(th, now);
                     self.bind_thread(child, idx);
                     self.start_tstamps(idx, child, flags, now);
+                    self.start_zerocopy(idx, child, zc, now);
                     self.register(idx, child);
                 }
-                Err(Errno::EAGAIN) => return self.wait(ls, POLLIN),
+                Err(Errno::EAGAIN) => return self.wait(ls, POLLIN, now),
                 Err(e) => return self.fail(t, e),
             }
         }
@@ -958,6 +1031,7 @@ impl TcpHost {
         let Some(s) = self.threads[t].sock else {
             return Sched::Done;
         };
+        let th = &mut self.threads[t];
         let mut conn = SimConn {
             stack: self.driver.stack_mut(),
             costs: &self.costs,
@@ -965,8 +1039,8 @@ impl TcpHost {
             now,
             cost,
             lock: &mut self.cur_lock,
+            zc: th.stats.zerocopy.as_mut(),
         };
-        let th = &mut self.threads[t];
         let step = th.play.step(&mut conn, now, Source::Pattern(&self.pattern));
         let next = match step {
             Ok(step) => {
@@ -983,10 +1057,10 @@ impl TcpHost {
         };
         match next {
             Next::Run => Sched::Runnable,
-            Next::Block(i) => self.wait(s, mask(i)),
+            Next::Block(i) => self.wait(s, mask(i), now),
             Next::Poll(i) => {
                 *cost += self.costs.syscall_ns;
-                self.wait(s, mask(i))
+                self.wait(s, mask(i), now)
             }
             Next::Done => Sched::Done,
         }
@@ -1105,6 +1179,8 @@ struct SimConn<'a> {
     cost: &'a mut u64,
     /// The socket the step locked.
     lock: &'a mut Option<SocketId>,
+    /// A zero-copy sender's completions ([`ZcStats`]): its sends are `MSG_ZEROCOPY`.
+    zc: Option<&'a mut ZcStats>,
 }
 
 impl SimConn<'_> {
@@ -1130,7 +1206,23 @@ impl SimConn<'_> {
 impl Conn for SimConn<'_> {
     type Error = Errno;
     fn send(&mut self, buf: &[u8]) -> Result<usize, Io<Errno>> {
-        let r = self.call(|st, s, n| st.send(n, s, buf, 0));
+        if self.zc.is_none() {
+            let r = self.call(|st, s, n| st.send(n, s, buf, 0));
+            return self.moved(r);
+        }
+        // The application hands its buffer over (the emulator makes it a shared buffer; the
+        // CPU charged is the copying send's: the emulator does not model zero-copy's saving,
+        // which `cargo bench -p shallow-os --bench zerocopy` measures on Linux).
+        let b = shallow_tcp::Bytes::copy_from_slice(buf);
+        let before = self.stack.zerocopy_next_id(self.s).unwrap_or(0);
+        let r = self.call(|st, s, n| st.sendmsg_bufs(n, s, &[b], msgflags::MSG_ZEROCOPY, None));
+        // The ids this call took (none when a blocking send continues its own).
+        let after = self.stack.zerocopy_next_id(self.s).unwrap_or(before);
+        if let Some(zc) = self.zc.as_deref_mut() {
+            for _ in 0..after.wrapping_sub(before) {
+                zc.sent(self.now);
+            }
+        }
         self.moved(r)
     }
     fn recv(&mut self, buf: &mut [u8], keep: bool) -> Result<usize, Io<Errno>> {

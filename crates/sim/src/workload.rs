@@ -25,6 +25,9 @@ pub struct Client {
     /// [`ThreadStats::tx_stamps`](crate::host::ThreadStats::tx_stamps) gets the per-write
     /// spans.
     pub timestamping: u32,
+    /// `SO_ZEROCOPY` once connected, and every send `MSG_ZEROCOPY`; the thread's
+    /// [`ThreadStats::zerocopy`](crate::host::ThreadStats::zerocopy) gets the completions.
+    pub zerocopy: bool,
 }
 
 /// A listening socket whose accepted connections each get a thread playing `role`.
@@ -38,4 +41,6 @@ pub struct Listener {
     pub nodelay: bool,
     /// `SO_TIMESTAMPING` flags set on accepted sockets (0: none).
     pub timestamping: u32,
+    /// `SO_ZEROCOPY` on accepted sockets, their sends `MSG_ZEROCOPY`.
+    pub zerocopy: bool,
 }

@@ -277,6 +277,11 @@ impl SockZc {
         }
     }
 
+    /// The id the next zero-copy send gets (`sk_zckey`).
+    pub fn next_id(&self) -> u32 {
+        self.next_id
+    }
+
     /// Nothing waits to be released (the common case: one cheap test per ACK).
     pub fn is_idle(&self) -> bool {
         self.ubufs.is_empty()

@@ -374,6 +374,13 @@ impl Stack {
         }
     }
 
+    /// The id the socket's next zero-copy send will get (`sk_zckey`): ids are given in
+    /// order from 0, one per `MSG_ZEROCOPY` send that takes bytes (a blocking send that
+    /// sleeps for room and comes back keeps its id).
+    pub fn zerocopy_next_id(&self, s: SocketId) -> Result<u32, Errno> {
+        Ok(self.sock(s)?.zc.next_id())
+    }
+
     /// `sendmsg()` of the application's buffers (`msg_iov`, in order), with a destination
     /// as [`Stack::sendto`]. With `MSG_ZEROCOPY` on a socket with `SO_ZEROCOPY` (zerocopy.rs)
     /// the stack keeps the buffers themselves, without copying them into its send buffer,
