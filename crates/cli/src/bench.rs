@@ -230,6 +230,10 @@ pub struct BenchArgs {
     /// SO_TIMESTAMPING), whichever sends the data.
     #[arg(long)]
     timestamps: bool,
+    /// `SO_ZEROCOPY` on the data senders' sockets and `MSG_ZEROCOPY` on every send (emulator
+    /// only): the completions, and how long the stack held each buffer (send to completion).
+    #[arg(long)]
+    zerocopy: bool,
 }
 
 fn usage_error(msg: impl std::fmt::Display) -> ! {
@@ -246,6 +250,9 @@ fn usage_error(msg: impl std::fmt::Display) -> ! {
 
 /// Run `shallow bench`.
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    if args.substrate == Substrate::Linux && args.zerocopy {
+        usage_error("--zerocopy runs on the emulator only (on Linux: cargo bench -p shallow-os --bench zerocopy)");
+    }
     if args.substrate == Substrate::Linux {
         return linux::run(args);
     }
@@ -305,6 +312,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         seed: args.seed,
         sample_interval: args.sample_interval,
         timestamps: args.timestamps,
+        zerocopy: args.zerocopy,
     };
     let capture = match &args.pcap {
         Some(p) => {
@@ -441,11 +449,20 @@ fn json_of(args: &BenchArgs, r: &BenchReport) -> Value {
         if args.timestamps {
             c.insert("timestamps".into(), json!(true));
         }
+        if args.zerocopy {
+            c.insert("zerocopy".into(), json!(true));
+        }
     }
     if let (Some(t), Value::Object(o)) = (&r.tx_timestamps, &mut v) {
         o.insert(
             "tx_timestamps".into(),
             serde_json::to_value(t).unwrap_or(Value::Null),
+        );
+    }
+    if let (Some(z), Value::Object(o)) = (&r.zerocopy, &mut v) {
+        o.insert(
+            "zerocopy".into(),
+            serde_json::to_value(z).unwrap_or(Value::Null),
         );
     }
     v
@@ -549,6 +566,18 @@ fn print_text(r: &BenchReport) {
             t.incomplete_writes,
             f(&t.sched_to_snd),
             f(&t.snd_to_ack),
+        );
+    }
+    if let Some(z) = &r.zerocopy {
+        let hold = z.hold.as_ref().map_or("-".into(), |s| {
+            format!(
+                "{:.1}/{:.1}/{:.1}/{:.1}",
+                s.p50_us, s.p90_us, s.p99_us, s.max_us
+            )
+        });
+        println!(
+            "zerocopy: {} sends, {} completed ({} copied), buffer held us p50/p90/p99/max: {hold}",
+            z.sends, z.completed, z.copied
         );
     }
 }

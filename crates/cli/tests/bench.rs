@@ -319,3 +319,40 @@ fn timestamps_add_per_write_spans() {
     assert!(text.contains("tx timestamps ("), "{text}");
     assert!(text.contains("SCHED->SND"), "{text}");
 }
+
+/// `--zerocopy` on the emulator: the data sender's sends are `MSG_ZEROCOPY`; the report
+/// counts its ids, their completions and how long the stack held each buffer, in JSON and
+/// text; `--substrate linux` refuses it with a usage error.
+#[test]
+fn zerocopy_reports_completions_and_hold_times() {
+    let args = [
+        "bench",
+        "--duration",
+        "200ms",
+        "--msg-size",
+        "64k",
+        "--nic-rate",
+        "1gbit",
+        "--json",
+        "--zerocopy",
+    ];
+    let v = json(&args);
+    assert_eq!(v["config"]["zerocopy"], true);
+    let z = &v["zerocopy"];
+    let (sends, completed) = (
+        z["sends"].as_u64().unwrap(),
+        z["completed"].as_u64().unwrap(),
+    );
+    assert!(sends > 100, "{z}");
+    assert!(completed <= sends && completed > 0, "{z}");
+    assert!(z["hold"]["p50_us"].as_f64().unwrap() > 0.0, "{z}");
+    let text_args: Vec<&str> = args.iter().copied().filter(|a| *a != "--json").collect();
+    let out = shallow(&text_args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("zerocopy: "), "{text}");
+    let mut linux = text_args.clone();
+    linux.extend(["--substrate", "linux"]);
+    let out = shallow(&linux);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("emulator only"));
+}

@@ -707,12 +707,23 @@ impl TcpStream {
     /// The oldest zero-copy completion, waiting for one up to `timeout` (`None`: no limit);
     /// `WouldBlock` when the timeout passes first, `ENETDOWN` when the host stops.
     pub fn wait_zerocopy(&self, timeout: Option<Duration>) -> io::Result<shallow_tcp::ZcNotice> {
+        self.wait_errq(timeout, |st, s| st.recv_zerocopy(s))
+    }
+
+    /// An error-queue read (`take`), waiting for POLLERR up to `timeout` until it gives
+    /// something: the one loop of [`TcpStream::wait_timestamp`] and
+    /// [`TcpStream::wait_zerocopy`].
+    fn wait_errq<T>(
+        &self,
+        timeout: Option<Duration>,
+        take: impl Fn(&mut shallow_tcp::Stack, SocketId) -> Result<T, Errno>,
+    ) -> io::Result<T> {
         let sh = &self.sock.host.shared;
         let mut o = sh.own(self.sock.shard, self.sock.id)?;
         let dl = deadline(timeout);
         loop {
-            match o.stack().recv_zerocopy(self.sock.id) {
-                Ok(z) => return Ok(z),
+            match take(o.stack(), self.sock.id) {
+                Ok(t) => return Ok(t),
                 Err(Errno::EAGAIN) => {}
                 Err(e) => return Err(errno(e)),
             }
@@ -720,7 +731,7 @@ impl TcpStream {
                 return Err(netdown());
             }
             if let WaitEnd::TimedOut = o.wait(Want::Read, dl)? {
-                return o.stack().recv_zerocopy(self.sock.id).map_err(errno);
+                return take(o.stack(), self.sock.id).map_err(errno);
             }
         }
     }
@@ -730,22 +741,7 @@ impl TcpStream {
     /// timeout passes first, `ENETDOWN` when the host stops. Any wake-up of the socket's
     /// readers ends a sleep, so data arriving meanwhile costs a retry, not an error.
     pub fn wait_timestamp(&self, timeout: Option<Duration>) -> io::Result<TxTimestamp> {
-        let sh = &self.sock.host.shared;
-        let mut o = sh.own(self.sock.shard, self.sock.id)?;
-        let dl = deadline(timeout);
-        loop {
-            match o.stack().recv_tx_timestamp(self.sock.id) {
-                Ok(t) => return Ok(t),
-                Err(Errno::EAGAIN) => {}
-                Err(e) => return Err(errno(e)),
-            }
-            if sh.stopped() {
-                return Err(netdown());
-            }
-            if let WaitEnd::TimedOut = o.wait(Want::Read, dl)? {
-                return o.stack().recv_tx_timestamp(self.sock.id).map_err(errno);
-            }
-        }
+        self.wait_errq(timeout, |st, s| st.recv_tx_timestamp(s))
     }
 }
 

@@ -7,7 +7,8 @@ use crate::driver::Driver;
 use crate::socket::Transmit;
 use crate::stack::Stack;
 use crate::time::Instant;
-use core::net::{IpAddr, Ipv4Addr};
+use crate::{Errno, SocketId};
+use core::net::{IpAddr, Ipv4Addr, SocketAddr};
 use core::time::Duration;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -130,6 +131,20 @@ impl Pair {
 
     fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && (self.rng.next_u64() as f64 / u64::MAX as f64) < p
+    }
+
+    /// A connection from a new socket of A to a new listener of B on `port` (IPv4), after
+    /// 50 ms of the link: (A's socket, B's accepted socket).
+    pub fn connected(&mut self, port: u16) -> (SocketId, SocketId) {
+        let addr = SocketAddr::new(ADDR_B, port);
+        let l = self.b.socket(crate::Family::V4).expect("socket");
+        self.b.bind(l, addr).expect("bind");
+        self.b.listen(l, 4).expect("listen");
+        let c = self.a.socket(crate::Family::V4).expect("socket");
+        assert_eq!(self.a.connect(self.now, c, addr), Err(Errno::EINPROGRESS));
+        self.run_for(Duration::from_millis(50));
+        let (s, _) = self.b.accept(l).expect("accept");
+        (c, s)
     }
 
     /// Move every pending transmit of both stacks onto the link (the driver's egress step,

@@ -6,21 +6,10 @@
 use crate::harness::*;
 use crate::tstamp::sof;
 use crate::*;
-use core::net::SocketAddr;
 use core::time::Duration;
 
 fn connected(p: &mut Pair) -> (SocketId, SocketId) {
-    let l = p.b.socket(Family::V4).unwrap();
-    p.b.bind(l, SocketAddr::new(ADDR_B, 90)).unwrap();
-    p.b.listen(l, 4).unwrap();
-    let c = p.a.socket(Family::V4).unwrap();
-    assert_eq!(
-        p.a.connect(p.now, c, SocketAddr::new(ADDR_B, 90)),
-        Err(Errno::EINPROGRESS)
-    );
-    p.run_for(Duration::from_millis(50));
-    let (s, _) = p.b.accept(l).unwrap();
-    (c, s)
+    p.connected(90)
 }
 
 #[test]

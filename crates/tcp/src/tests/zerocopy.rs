@@ -6,24 +6,14 @@
 use crate::harness::*;
 use crate::msgflags::MSG_ZEROCOPY;
 use crate::*;
-use core::net::SocketAddr;
 use core::time::Duration;
 
 fn connected(p: &mut Pair, sg: bool) -> (SocketId, SocketId) {
     p.a.set_device(DeviceCaps { sg, ..p.a.device() });
-    let l = p.b.socket(Family::V4).unwrap();
-    p.b.bind(l, SocketAddr::new(ADDR_B, 90)).unwrap();
-    p.b.listen(l, 4).unwrap();
-    let c = p.a.socket(Family::V4).unwrap();
+    let (c, s) = p.connected(90);
     p.a.setsockopt(p.now, c, SockOpt::SoZerocopy, &OptVal::Int(1))
         .unwrap();
     p.a.set_nonblocking(c, true).unwrap();
-    assert_eq!(
-        p.a.connect(p.now, c, SocketAddr::new(ADDR_B, 90)),
-        Err(Errno::EINPROGRESS)
-    );
-    p.run_for(Duration::from_millis(50));
-    let (s, _) = p.b.accept(l).unwrap();
     (c, s)
 }
 
