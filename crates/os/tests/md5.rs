@@ -101,37 +101,7 @@ fn kernel_connect(addr: SocketAddr, key: Option<&[u8]>) -> std::io::Result<std::
         )
     };
     assert_eq!(rc, 0, "SO_SNDTIMEO: {}", std::io::Error::last_os_error());
-    // SAFETY: all zeros is a valid `sockaddr_storage`.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: `sockaddr_storage` is larger than `sockaddr_in` and aligned for it.
-            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin) };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: 0,
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: 0,
-            };
-            // SAFETY: `sockaddr_storage` is larger than `sockaddr_in6` and aligned for it.
-            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin6) };
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
+    let (ss, len) = interop_harness::sockaddr(addr);
     // SAFETY: the descriptor is open for the call; `ss` is live and passed with its
     // length, and the kernel only reads it.
     let rc = unsafe {
