@@ -539,7 +539,7 @@ impl TcpHost {
         let mut scratch = std::mem::take(&mut self.scratch);
         let (mut packets, mut segs) = (0u64, 0u64);
         while let Some(tx) = self.driver.poll_transmit(now) {
-            let view = segment::parse_tcp_split(&tx.data, tx.frag.len());
+            let view = segment::parse_tcp_split(&tx.data, tx.frags.len());
             let n = match (tx.gso_size, view) {
                 (Some(g), Some(v)) if g > 0 => v.payload_len.div_ceil(usize::from(g)).max(1),
                 _ => 1,
@@ -558,7 +558,10 @@ impl TcpHost {
             let token = tx.token.map(|t| self.alloc_token(t, cpu));
             let pkt = Packet {
                 data: tx.data,
-                frag: tx.frag.into(),
+                // The emulated NIC gathers a packet of several pieces (the application's
+                // buffers of zero-copy sends) into one buffer, as a NIC's DMA reads its
+                // gather list; the emulated CPU is not charged for it (a real host's is not).
+                frag: tx.frags.join().into(),
                 gso_size: tx.gso_size,
                 departure: tx.departure,
                 token,

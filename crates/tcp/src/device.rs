@@ -22,8 +22,9 @@ pub struct DeviceCaps {
     /// every packet is one segment.
     pub gso: bool,
     /// Scatter-gather (`NETIF_F_SG`): a data packet's [`Transmit::data`](crate::Transmit)
-    /// holds its headers only and [`Transmit::frag`](crate::Transmit) a share of the
-    /// socket's send buffer, so the payload is not copied; those bytes stay read-only while
+    /// holds its headers only and [`Transmit::frags`](crate::Transmit) shares of the
+    /// socket's send buffer (several pieces when the bytes come from the application's
+    /// buffers of zero-copy sends), so the payload is not copied; those bytes stay read-only while
     /// any packet holds them (a later write to the socket never changes them). Off, every
     /// packet is contiguous.
     pub sg: bool,

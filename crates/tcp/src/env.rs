@@ -12,12 +12,12 @@ use crate::input::Limits;
 use crate::mem::HostMem;
 use crate::mib::{Counters, Mib};
 use crate::packet::{self, SegOut};
+use crate::payload::Frags;
 use crate::socket::{Transmit, TxToken, Wakeup, MAX_WAKEUPS};
 use crate::sysctl::{Config, Sysctl};
 use crate::time::Instant;
 use crate::timer::TimerSet;
 use crate::SocketId;
-use bytes::Bytes;
 use core::net::{IpAddr, SocketAddr};
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -204,14 +204,14 @@ impl Env {
         self.emit_frag(seg, None, gso_size, departure, token, false)
     }
 
-    /// [`Env::emit`] for a segment whose payload (`seg.payload`) is `frag`'s bytes: when the
-    /// device does scatter-gather, the packet carries a share of them instead of a copy.
+    /// [`Env::emit`] for a segment whose payload (`seg.payload`) is `frags`' bytes: when the
+    /// device does scatter-gather, the packet carries shares of them instead of a copy.
     /// `admitted`: the caller already had the packet admitted ([`DeviceSide::admit`], with the
     /// length [`packet::header_len`] gives), so it is not asked again.
     pub fn emit_frag(
         &mut self,
         seg: &SegOut<'_>,
-        frag: Option<Bytes>,
+        frags: Option<Frags>,
         gso_size: Option<u16>,
         departure: Option<Instant>,
         token: Option<TxToken>,
@@ -235,19 +235,15 @@ impl Env {
         }
         let partial = self.device.caps.tso_csum_offload
             && gso_size.is_some_and(|g| g > 0 && seg.payload.len() > usize::from(g));
-        // `frag` must be the very bytes of `seg.payload` (a share of the same buffer).
-        let frag = frag.filter(|f| {
-            self.device.caps.sg
-                && !f.is_empty()
-                && f.as_ptr() == seg.payload.as_ptr()
-                && f.len() == seg.payload.len()
-        });
-        match packet::build_with(seg, partial, frag.is_some()) {
+        // `frags` must be the very bytes of `seg.payload` (shares of the same buffers).
+        let frags =
+            frags.filter(|f| self.device.caps.sg && !f.is_empty() && seg.payload.is_shared_by(f));
+        match packet::build_with(seg, partial, frags.is_some()) {
             Some(data) => {
                 self.mib.inc(Mib::OutSegs);
                 self.out.txq.push_back(Transmit {
                     data,
-                    frag: frag.unwrap_or_default(),
+                    frags: frags.unwrap_or_default(),
                     gso_size,
                     departure,
                     token,

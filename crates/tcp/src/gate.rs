@@ -18,7 +18,7 @@
 pub struct TxMeta {
     /// Flow hash, as [`Transmit::flow`](crate::Transmit::flow) will carry it.
     pub flow: u32,
-    /// Length of the IP packet in bytes (`data` + `frag` of the [`Transmit`](crate::Transmit)).
+    /// Length of the IP packet in bytes (`data` + `frags` of the [`Transmit`](crate::Transmit)).
     pub len: usize,
     /// IP and TCP header bytes (repeated in each segment of a TSO/GSO packet).
     pub header_len: usize,

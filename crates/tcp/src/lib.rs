@@ -77,7 +77,7 @@
 //! A substrate whose device takes a packet in pieces (`writev`, a DMA ring with
 //! scatter-gather) says so in its [`DeviceCaps`] (`sg`): a data packet then comes as its
 //! headers in [`Transmit::data`] and a share of the socket's send buffer in
-//! [`Transmit::frag`] (bytes that are never written again), so the payload is not copied.
+//! [`Transmit::frags`] (bytes that are never written again), so the payload is not copied.
 //! On the receive side, [`Stack::handle_packet`] takes a packet as its headers plus a
 //! [`Bytes`] payload ([`RxPacket::paged`]), which the receive queue keeps instead of
 //! copying; `recv` is then the only copy.
@@ -99,11 +99,14 @@
 //! // A device with scatter-gather on both ends: headers and payload travel apart.
 //! let mut pump = |a: &mut Stack, b: &mut Stack| {
 //!     for _ in 0..8 {
-//!         while let Some(t) = a.poll_transmit(now) {
-//!             let rx = if t.frag.is_empty() {
-//!                 RxPacket::linear(&t.data)
-//!             } else {
-//!                 RxPacket::paged(&t.data, &t.frag)
+//!         while let Some(mut t) = a.poll_transmit(now) {
+//!             // A packet of several pieces (zero-copy sends) is gathered into one.
+//!             if t.frags.as_single().is_none() {
+//!                 t.linearize();
+//!             }
+//!             let rx = match t.frags.as_single() {
+//!                 Some(f) if !f.is_empty() => RxPacket::paged(&t.data, f),
+//!                 _ => RxPacket::linear(&t.data),
 //!             };
 //!             b.handle_packet(now, rx.gso(t.gso_size));
 //!             if let Some(tok) = t.token { a.tx_complete(now, tok) }
@@ -158,6 +161,7 @@ mod mem;
 mod mtu;
 pub mod output;
 pub mod packet;
+pub mod payload;
 mod rack;
 mod rate;
 mod recovery;
@@ -178,6 +182,7 @@ pub use errqueue::ErrQueueEntry;
 pub use gate::{Admission, DropAll, TxGate, TxMeta};
 pub use info::{MemInfo, TcpInfo};
 pub use md5::Md5Sig;
+pub use payload::Frags;
 pub use recv::{msgflags, RecvMeta};
 pub use socket::{
     pollbits, Family, RouteAttrs, TcpState, Transmit, TxToken, Wakeup, SKB_OVERHEAD,

@@ -290,12 +290,12 @@ pub(crate) fn setsockopt(
 /// 12 bytes, or IPv6's 40 as `tcp_v6_md5_hash_headers`), the 20-byte TCP header without
 /// options and with a zero checksum (`fixed`, whose checksum bytes are ignored), the payload
 /// and the key. `tcp_len` is the TCP length (header with options, and payload).
-pub(crate) fn digest(
+pub(crate) fn digest<'a>(
     src: IpAddr,
     dst: IpAddr,
     fixed: &[u8],
     tcp_len: u32,
-    payload: &[u8],
+    payload: impl IntoIterator<Item = &'a [u8]>,
     key: &[u8],
 ) -> [u8; 16] {
     use ::md5::{Digest, Md5};
@@ -324,7 +324,9 @@ pub(crate) fn digest(
     hdr[16] = 0;
     hdr[17] = 0;
     h.update(hdr);
-    h.update(payload);
+    for p in payload {
+        h.update(p);
+    }
     h.update(key);
     h.finalize().into()
 }

@@ -5,6 +5,7 @@ use crate::chrono::{CHRONO_BUSY, CHRONO_RWND_LIMITED, CHRONO_SNDBUF_LIMITED};
 use crate::env::{Emitted, Env};
 use crate::gate::TxMeta;
 use crate::packet::{self, OutOpt, SegOut};
+use crate::payload::Payload;
 use crate::seq::*;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
@@ -390,7 +391,14 @@ impl Connection {
         let mut opts = Vec::with_capacity(6);
         self.established_opts(now, &mut opts);
         let win = self.select_window(env);
-        let seg = self.seg(env, self.acceptable_seq(), TcpFlags::ACK, win, &opts, &[]);
+        let seg = self.seg(
+            env,
+            self.acceptable_seq(),
+            TcpFlags::ACK,
+            win,
+            &opts,
+            Payload::EMPTY,
+        );
         let departure = self.edt_stamp(now);
         env.emit(&seg, None, Some(departure), None);
         self.stats.count_seg_out();
@@ -443,7 +451,7 @@ impl Connection {
             TcpFlags::RST | TcpFlags::ACK,
             win,
             &opts,
-            &[],
+            Payload::EMPTY,
         );
         let departure = self.edt_stamp(now);
         env.emit(&seg, None, Some(departure), None);
@@ -490,7 +498,7 @@ impl Connection {
                 fl |= TcpFlags::ECE | TcpFlags::CWR;
             }
         }
-        let seg = self.seg(env, self.snd.iss, fl, win, &opts, payload);
+        let seg = self.seg(env, self.snd.iss, fl, win, &opts, Payload::Flat(payload));
         env.emit(&seg, None, None, None);
         self.stats.count_seg_out();
         self.lsndtime = now;
@@ -525,7 +533,7 @@ impl Connection {
         } else {
             TcpFlags::SYN | TcpFlags::ACK
         };
-        let seg = self.seg(env, self.snd.iss, fl, win, &opts, &[]);
+        let seg = self.seg(env, self.snd.iss, fl, win, &opts, Payload::EMPTY);
         env.emit(&seg, None, None, None);
         self.lsndtime = now;
     }
@@ -1073,7 +1081,7 @@ impl Connection {
             ttl: 0,
             ident: 0,
             opts: &opts,
-            payload: &[],
+            payload: Payload::EMPTY,
             md5: self.md5_key(),
         });
         let meta = TxMeta {
@@ -1196,15 +1204,15 @@ impl Connection {
         }
         // With scatter-gather the packet shares the skb's bytes (which become read-only);
         // without, they are copied behind the headers.
-        let frag = (env.device.caps.sg && len > 0).then(|| self.rtx.queue[idx].data.share());
+        let frags = (env.device.caps.sg && len > 0).then(|| self.rtx.queue[idx].data.share());
         let payload = std::mem::take(&mut self.rtx.queue[idx].data);
-        let mut seg = self.seg(env, seq, flags, win, &opts, &payload);
+        let mut seg = self.seg(env, seq, flags, win, &opts, payload.view());
         if ecn_ok {
             seg.tos = (seg.tos & !0x3) | if ect { 0x2 } else { 0 };
         }
         let completes_later = token.is_some();
         let ok = env
-            .emit_frag(&seg, frag, gso, Some(departure), token, true)
+            .emit_frag(&seg, frags, gso, Some(departure), token, true)
             .sent();
         self.rtx.queue[idx].data = payload;
         // tcp_minshall_update: remember the end of a packet of new data with a short last
@@ -1353,7 +1361,7 @@ impl Connection {
             TcpFlags::ACK,
             win,
             &opts,
-            &[],
+            Payload::EMPTY,
         );
         let departure = self.edt_stamp(now);
         let sent = env.emit(&seg, None, Some(departure), None);

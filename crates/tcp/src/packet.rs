@@ -4,6 +4,7 @@
 //! `SegOut` are the engine's own views because they hold what the wire model does not
 //! (socket addresses, GRO shape, a shared payload buffer, Linux's parsed-option record).
 
+use crate::payload::Payload;
 use bytes::Bytes;
 use core::net::{IpAddr, SocketAddr};
 use shallow_wire::{
@@ -76,7 +77,7 @@ impl SegIn<'_> {
             self.dst.ip(),
             fixed,
             tcp_len,
-            self.payload,
+            [self.payload],
             key,
         ))
     }
@@ -459,7 +460,8 @@ pub(crate) struct SegOut<'a> {
     pub ttl: u8,
     pub ident: u16,
     pub opts: &'a [OutOpt],
-    pub payload: &'a [u8],
+    /// The payload: one run of bytes, or an skb's pieces (payload.rs).
+    pub payload: Payload<'a>,
     /// The TCP-MD5 key to sign with (RFC 2385): the signature goes first, as `nop,nop,md5`
     /// (where Linux's `tcp_options_write` puts it).
     pub md5: Option<Arc<[u8]>>,
@@ -557,7 +559,7 @@ pub(crate) fn build_with(s: &SegOut<'_>, csum_partial: bool, head_only: bool) ->
             s.remote.ip(),
             &fixed[..20],
             u32::try_from(tcp_len).ok()?,
-            s.payload,
+            s.payload.parts(),
             key,
         );
         tcp.options[2] = TcpOptionRepr::Unknown {
@@ -589,13 +591,30 @@ pub(crate) fn build_with(s: &SegOut<'_>, csum_partial: bool, head_only: bool) ->
     };
     let mut buf = Vec::new();
     if head_only {
-        tcp.emit_packet_head(&ip, s.payload, &mut buf, csum_partial)
-            .ok()?;
-    } else if csum_partial {
-        tcp.emit_packet_csum_partial(&ip, s.payload, &mut buf)
-            .ok()?;
+        match s.payload.flat() {
+            Some(p) => tcp.emit_packet_head(&ip, p, &mut buf, csum_partial).ok()?,
+            None => {
+                let parts: Vec<&[u8]> = s.payload.parts().collect();
+                tcp.emit_packet_head_parts(&ip, &parts, &mut buf, csum_partial)
+                    .ok()?
+            }
+        };
+        return Some(buf);
+    }
+    // A packet that carries its payload behind its headers: one run of bytes (several
+    // pieces only come from a device with scatter-gather, which takes them apart).
+    let joined;
+    let payload = match s.payload.flat() {
+        Some(p) => p,
+        None => {
+            joined = s.payload.parts().flatten().copied().collect::<Vec<u8>>();
+            &joined[..]
+        }
+    };
+    if csum_partial {
+        tcp.emit_packet_csum_partial(&ip, payload, &mut buf).ok()?;
     } else {
-        tcp.emit_packet(&ip, s.payload, &mut buf).ok()?;
+        tcp.emit_packet(&ip, payload, &mut buf).ok()?;
     }
     Some(buf)
 }
@@ -667,7 +686,7 @@ mod tests {
             ttl: 64,
             ident: 0,
             opts: &opts,
-            payload: &[],
+            payload: Payload::EMPTY,
             md5: None,
         })
         .unwrap();

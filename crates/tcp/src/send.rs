@@ -130,15 +130,17 @@ impl Connection {
             });
             // A zero-copy send appends only to a buffer of its own send (or one without
             // any), while it has fragments to spare (skb_zerocopy_iter_stream's EEXIST and
-            // EMSGSIZE); a full one is pushed.
-            let can_append =
-                open_tail
-                    && match cursor.zc() {
-                        None => true,
-                        Some(z) => self.snd.write_queue.back().is_some_and(|t| {
-                            t.zc.is_none_or(|s| s == z.serial) && t.frags < max_frags
-                        }),
-                    };
+            // EMSGSIZE); copied bytes behind an application's buffer need a fragment of
+            // their own too (tcp_sendmsg_locked's `i >= max_frags`). A full one is pushed.
+            let can_append = open_tail
+                && self
+                    .snd
+                    .write_queue
+                    .back()
+                    .is_some_and(|t| match cursor.zc() {
+                        None => !t.data.copy_starts_frag() || t.frags < max_frags,
+                        Some(z) => t.zc.is_none_or(|s| s == z.serial) && t.frags < max_frags,
+                    });
             if open_tail && !can_append {
                 self.mark_push();
             }
@@ -199,19 +201,23 @@ impl Connection {
             let mut cost = n as u32;
             match cursor.take(n) {
                 Piece::Copy(d) => {
-                    // Bytes appended to a shared buffer copy it (and its completion says so).
-                    if let Some(s) = tail.zc {
-                        self.zc.mark_copied_serial(s);
+                    // Behind an application's buffer, copied bytes take a fragment of their
+                    // own; the application's bytes stay where they are.
+                    if tail.zc.is_some() {
+                        if tail.data.copy_starts_frag() {
+                            tail.frags = tail.frags.saturating_add(1);
+                        }
+                        tail.data.append_copy(d);
+                    } else {
+                        tail.data.extend_from_slice(d);
                     }
-                    tail.data.extend_from_slice(d);
                 }
                 Piece::Share(b, z) => {
-                    if tail.data.is_empty() {
-                        tail.data = SkbData::Sent(b);
-                    } else {
-                        tail.data.extend_from_slice(&b);
-                        self.zc.mark_copied_serial(z.serial);
+                    // Bytes copied before it become a fragment of their own.
+                    if !tail.data.is_empty() && !tail.data.copy_starts_frag() {
+                        tail.frags = tail.frags.saturating_add(1);
                     }
+                    tail.data.append_shared(b);
                     tail.zc = Some(z.serial);
                     // Each page the application's buffer spans is charged whole.
                     let pages = crate::zerocopy::pages(n as u32);

@@ -12,6 +12,8 @@ use crate::mem::SockMem;
 use crate::mtu::{MssCache, Mtup};
 use crate::output::{CwndUse, Pacing};
 use crate::packet::{OutOpt, SegOut};
+use crate::payload::Frags;
+pub(crate) use crate::payload::SkbData;
 use crate::rack::{Rack, Tlp};
 use crate::rate::{RateState, TxRate};
 use crate::recovery::{Prr, RtxQueue, Undo};
@@ -23,7 +25,7 @@ use crate::sysctl::Sysctl;
 use crate::time::Instant;
 use crate::timer::Timers;
 use crate::SocketId;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use core::time::Duration;
 use shallow_cc::{CaState, CcState, CongestionControl};
@@ -179,14 +181,16 @@ impl TxToken {
 #[derive(Debug)]
 pub struct Transmit {
     /// One IP packet; a TSO super-segment may exceed the MTU (its TCP checksum then left to
-    /// the device if `DeviceCaps::tso_csum_offload` is on). When `frag` is not
+    /// the device if `DeviceCaps::tso_csum_offload` is on). When `frags` is not
     /// empty, only the packet's IP and TCP headers.
     pub data: Vec<u8>,
     /// The packet's payload, shared with the socket's send buffer instead of copied behind
-    /// `data` (Linux's paged skb data): the packet is `data` followed by `frag`. Only data
-    /// packets of a stack whose device does scatter-gather ([`crate::DeviceCaps::sg`]) carry
-    /// one; otherwise empty. [`Transmit::linearize`] makes a packet contiguous.
-    pub frag: Bytes,
+    /// `data` (Linux's paged skb data, `skb_shinfo(skb)->frags`): the packet is `data`
+    /// followed by the pieces of `frags`, almost always one; several when the bytes come
+    /// from the application's buffers of zero-copy sends. Only data packets of a stack
+    /// whose device does scatter-gather ([`crate::DeviceCaps::sg`]) carry any; otherwise
+    /// empty. [`Transmit::linearize`] makes a packet contiguous.
+    pub frags: Frags,
     /// Payload bytes per wire segment when `data` is a super-segment (None: one segment).
     pub gso_size: Option<u16>,
     /// Earliest departure time (EDT) for a pacing qdisc (`skb->tstamp`).
@@ -198,19 +202,18 @@ pub struct Transmit {
 }
 
 impl Transmit {
-    /// Length of the IP packet in bytes (`data` and `frag`).
+    /// Length of the IP packet in bytes (`data` and `frags`).
     pub fn len(&self) -> usize {
-        self.data.len() + self.frag.len()
+        self.data.len() + self.frags.len()
     }
     /// True for an empty packet (never: a packet has at least its headers).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Append `frag` to `data`, so that `data` is the whole packet (Linux `skb_linearize`).
+    /// Append `frags` to `data`, so that `data` is the whole packet (Linux `skb_linearize`).
     pub fn linearize(&mut self) {
-        if !self.frag.is_empty() {
-            self.data.extend_from_slice(&self.frag);
-            self.frag = Bytes::new();
+        if !self.frags.is_empty() {
+            std::mem::take(&mut self.frags).copy_to(&mut self.data);
         }
     }
 }
@@ -403,96 +406,6 @@ impl Skb {
     }
     pub fn len(&self) -> u32 {
         self.data.len() as u32
-    }
-}
-
-/// An skb's payload. Splitting (`tcp_fragment`), trimming acked bytes (`tcp_trim_head`) and
-/// moving bytes between neighbours (`tcp_grow_skb`) share the buffer instead of copying it.
-/// It is writable (`Open`) while it waits in the write queue; once handed to a device with
-/// scatter-gather (`DeviceCaps::sg`) it is `Sent`: shared with the packet, read-only, still
-/// split and trimmed without a copy (Linux writes no page of a cloned skb either).
-#[derive(Debug)]
-pub(crate) enum SkbData {
-    /// Not yet shared: appendable, joinable with the neighbour it was carved next to.
-    Open(BytesMut),
-    /// Shared with packets a device may still hold.
-    Sent(Bytes),
-}
-
-impl Default for SkbData {
-    fn default() -> SkbData {
-        SkbData::Open(BytesMut::new())
-    }
-}
-
-impl core::ops::Deref for SkbData {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            SkbData::Open(b) => b,
-            SkbData::Sent(b) => b,
-        }
-    }
-}
-
-impl SkbData {
-    /// Split off the bytes from `at` on (`at` at most the length).
-    pub fn split_off(&mut self, at: usize) -> SkbData {
-        match self {
-            SkbData::Open(b) => SkbData::Open(b.split_off(at)),
-            SkbData::Sent(b) => SkbData::Sent(b.split_off(at)),
-        }
-    }
-    /// Split off the first `at` bytes (`at` at most the length).
-    pub fn split_to(&mut self, at: usize) -> SkbData {
-        match self {
-            SkbData::Open(b) => SkbData::Open(b.split_to(at)),
-            SkbData::Sent(b) => SkbData::Sent(b.split_to(at)),
-        }
-    }
-    /// Drop the first `n` bytes (at most the length).
-    pub fn advance(&mut self, n: usize) {
-        match self {
-            SkbData::Open(b) => bytes::Buf::advance(b, n),
-            SkbData::Sent(b) => bytes::Buf::advance(b, n),
-        }
-    }
-    /// Append `d` (to a copy of the bytes if they were shared).
-    pub fn extend_from_slice(&mut self, d: &[u8]) {
-        match self {
-            SkbData::Open(b) => b.extend_from_slice(d),
-            SkbData::Sent(b) => {
-                let mut m = BytesMut::with_capacity(b.len() + d.len());
-                m.extend_from_slice(b);
-                m.extend_from_slice(d);
-                *self = SkbData::Open(m);
-            }
-        }
-    }
-    /// Append `other`: free when both were carved next to each other from one buffer and
-    /// neither was sent, else a copy.
-    pub fn unsplit(&mut self, other: SkbData) {
-        match (&mut *self, other) {
-            (SkbData::Open(b), SkbData::Open(o)) => b.unsplit(o),
-            (_, o) => self.extend_from_slice(&o),
-        }
-    }
-    /// The unused room after the bytes, split off as a new buffer if it holds `want` bytes
-    /// (see `Connection::carve_skb_buffer`); never from sent bytes.
-    pub fn spare(&mut self, want: usize) -> Option<BytesMut> {
-        match self {
-            SkbData::Open(b) if b.capacity() - b.len() >= want => Some(b.split_off(b.len())),
-            _ => None,
-        }
-    }
-    /// The bytes as a share for a packet; from now on they are read-only.
-    pub fn share(&mut self) -> Bytes {
-        let b = match std::mem::take(self) {
-            SkbData::Open(b) => b.freeze(),
-            SkbData::Sent(b) => b,
-        };
-        *self = SkbData::Sent(b.clone());
-        b
     }
 }
 
@@ -1212,7 +1125,7 @@ impl Connection {
         flags: TcpFlags,
         window: u16,
         opts: &'a [OutOpt],
-        payload: &'a [u8],
+        payload: crate::payload::Payload<'a>,
     ) -> SegOut<'a> {
         let (flags, urgent) = self.urg_mark(seq, flags);
         SegOut {
@@ -1266,51 +1179,5 @@ mod writable_tests {
         );
         s.snd.write_seq = 1000 + 4000;
         assert!(!s.stream_memory_free(&env, 1));
-    }
-}
-
-#[cfg(test)]
-mod skb_data_tests {
-    use super::*;
-
-    /// Open bytes carved from one buffer join for free and give their spare room; once shared,
-    /// the bytes a packet holds never change: appending or joining writes to a copy, and the
-    /// spare room is not handed out.
-    #[test]
-    fn shared_bytes_are_copied_on_write() {
-        let mut chunk = BytesMut::with_capacity(64);
-        chunk.extend_from_slice(b"abcdef");
-        let rest = chunk.split_off(6);
-        let mut a = SkbData::Open(chunk);
-        let mut b = SkbData::Open(rest);
-        b.extend_from_slice(b"ghij");
-        let b_ptr = b.as_ptr();
-        a.unsplit(b);
-        assert_eq!(&a[..], b"abcdefghij");
-        assert_eq!(a.as_ptr().wrapping_add(6), b_ptr, "joined in place");
-        assert!(a.spare(16).is_some());
-        let shared = a.share();
-        assert_eq!(&shared[..], b"abcdefghij");
-        assert!(
-            a.spare(1).is_none(),
-            "room after shared bytes is not handed out"
-        );
-        a.extend_from_slice(b"k");
-        a.unsplit(SkbData::Open(BytesMut::from(&b"lm"[..])));
-        assert_eq!(&a[..], b"abcdefghijklm");
-        assert_eq!(
-            &shared[..],
-            b"abcdefghij",
-            "the packet's bytes are unchanged"
-        );
-        // Splitting and trimming shared bytes share them still.
-        let mut c = SkbData::Sent(shared.clone());
-        let tail = c.split_off(4);
-        c.advance(1);
-        assert_eq!((&c[..], &tail[..]), (&b"bcd"[..], &b"efghij"[..]));
-        assert_eq!(tail.as_ptr(), shared[4..].as_ptr());
-        let mut d = SkbData::Sent(shared.clone());
-        let head = d.split_to(3);
-        assert_eq!((&head[..], &d[..]), (&b"abc"[..], &b"defghij"[..]));
     }
 }

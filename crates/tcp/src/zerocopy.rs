@@ -16,27 +16,27 @@
 //! - a send whose bytes join the unsent tail buffer of the previous zero-copy send shares
 //!   its completion (its id range grows by one, up to 512 KiB of bytes);
 //! - a completion reports the range of ids `lo..=hi` (`ee_info`, `ee_data`) and
-//!   `SO_EE_CODE_ZEROCOPY_COPIED` when the bytes were copied after all (here: joined to
-//!   another buffer, sent through a device without scatter-gather or one that copies what
-//!   it takes, as Linux's tun does); a completion contiguous with the newest queued one
+//!   `SO_EE_CODE_ZEROCOPY_COPIED` when the bytes were copied after all (sent through a
+//!   device without scatter-gather or one that copies what it takes, as Linux's tun does,
+//!   or carried in a Fast Open SYN); a completion contiguous with the newest queued one
 //!   extends it (errqueue.rs);
 //! - each send's completion is charged 832 bytes of option memory (`sk_omem_alloc`, the
 //!   size measured on 6.18 with `ss -m`) from its send until it is read or merged; a send
 //!   is refused with ENOBUFS unless the 576 bytes it asks for (`sock_omalloc` of an empty
 //!   skb) fit under `net.core.optmem_max` (measured on 6.18: with 1664 bytes charged, a
 //!   send passes at `optmem_max` 2240 and fails at 2239);
-//! - a buffer holds at most `MAX_SKB_FRAGS` (17) of the application's buffers: a send of
-//!   more small buffers starts a new one (with PSH on the full one), and each page a buffer
-//!   spans is charged a whole page to `wmem_queued` (`__zerocopy_sg_from_iter`).
+//! - a buffer holds at most `MAX_SKB_FRAGS` (17) fragments: the application's buffers, each
+//!   kept as it is beside whatever else the buffer holds (payload.rs: bytes copied before
+//!   or after it, another buffer of the same completion), and bytes copied in behind one of
+//!   them take a fragment too; a send of more small buffers starts a new one (with PSH on
+//!   the full one), and each page a buffer spans is charged a whole page to `wmem_queued`
+//!   (`__zerocopy_sg_from_iter`).
 //!
 //! Shallow's model of a "page": a buffer of `n` bytes spans `ceil(n / 4096)` pages (the
 //! application's alignment is not looked at, so runs replay bit for bit).
 //!
-//! Not as Linux: a Shallow packet carries one shared fragment (`Transmit::frag`), so bytes
-//! of a second buffer that join a buffer not yet sent (several buffers in one `sendmsg`, or
-//! a send whose bytes extend the previous send's unsent tail) are copied into it, and that
-//! completion says `COPIED` where Linux keeps the pages as separate fragments. Packets are
-//! cut as Linux cuts them either way.
+//! A packet cut from such a buffer carries its pieces (`Transmit::frags`), which a device
+//! with scatter-gather sends as they are; the stack copies no byte of the application's.
 
 use crate::seq::{after, before};
 use std::collections::VecDeque;

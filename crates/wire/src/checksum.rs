@@ -53,6 +53,20 @@ pub fn sum(data: &[u8]) -> u32 {
     })
 }
 
+/// The partial sum of the bytes of `parts` read in order as one run: each part's [`sum`],
+/// byte-swapped when the part starts at an odd offset of the run (RFC 1071 §2(B): the sum
+/// of a run shifted by one byte is the byte-swapped sum; Linux's `csum_block_add`).
+pub fn sum_parts<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u32 {
+    let mut total: u64 = 0;
+    let mut odd = false;
+    for p in parts {
+        let s = sum(p) as u16;
+        total += u64::from(if odd { s.swap_bytes() } else { s });
+        odd ^= p.len() % 2 == 1;
+    }
+    u32::from(fold(total))
+}
+
 /// Adds partial sums and returns the checksum to store in a header: the one's complement of
 /// their one's-complement sum (RFC 1071 §1).
 pub fn combine(partials: &[u32]) -> u16 {
@@ -110,6 +124,25 @@ pub fn pseudo_header_octets(src: &[u8], dst: &[u8], proto: u8, len: u32) -> u32 
 mod tests {
     use super::*;
     use core::net::{Ipv4Addr, Ipv6Addr};
+
+    /// A run cut into pieces at any offsets, odd ones included, sums as the whole run.
+    #[test]
+    fn sum_parts_equals_the_sum_of_the_joined_bytes() {
+        let data: Vec<u8> = (0..1001u32).map(|i| (i * 37 + 11) as u8).collect();
+        for cuts in [
+            vec![0, 1001],
+            vec![0, 1, 1001],
+            vec![0, 3, 4, 9, 500, 1001],
+            vec![0, 2, 7, 7, 8, 1000, 1001],
+        ] {
+            let parts: Vec<&[u8]> = cuts.windows(2).map(|w| &data[w[0]..w[1]]).collect();
+            assert_eq!(
+                combine(&[sum_parts(parts.iter().copied())]),
+                combine(&[sum(&data)]),
+                "cuts {cuts:?}"
+            );
+        }
+    }
 
     /// The worked example of RFC 1071 §3: words 0001 f203 f4f5 f6f7 sum to ddf2 (folded).
     #[test]

@@ -667,7 +667,7 @@ impl TcpRepr {
     /// once, straight after the headers, without zero-filling its room first. Returns the
     /// packet's length; on error `out` is left as it was.
     pub fn emit_packet(&self, ip: &IpRepr, payload: &[u8], out: &mut Vec<u8>) -> Result<usize> {
-        self.emit_packet_with(ip, payload, out, false, false)
+        self.emit_packet_with(ip, &[payload], out, false, false)
     }
 
     /// [`TcpRepr::emit_packet`] with the checksum offloaded (Linux `CHECKSUM_PARTIAL`): the
@@ -680,7 +680,7 @@ impl TcpRepr {
         payload: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<usize> {
-        self.emit_packet_with(ip, payload, out, true, false)
+        self.emit_packet_with(ip, &[payload], out, true, false)
     }
 
     /// [`TcpRepr::emit_packet`] (or, with `csum_partial`, [`TcpRepr::emit_packet_csum_partial`])
@@ -694,32 +694,48 @@ impl TcpRepr {
         out: &mut Vec<u8>,
         csum_partial: bool,
     ) -> Result<usize> {
-        self.emit_packet_with(ip, payload, out, csum_partial, true)
+        self.emit_packet_with(ip, &[payload], out, csum_partial, true)
+    }
+
+    /// [`TcpRepr::emit_packet_head`] for a payload held in several pieces (an skb's
+    /// fragments, each where it lies): the checksum sums them in order as one run of bytes
+    /// (a piece that starts at an odd offset has its sum byte-swapped, RFC 1071 §2(B)).
+    pub fn emit_packet_head_parts(
+        &self,
+        ip: &IpRepr,
+        parts: &[&[u8]],
+        out: &mut Vec<u8>,
+        csum_partial: bool,
+    ) -> Result<usize> {
+        self.emit_packet_with(ip, parts, out, csum_partial, true)
     }
 
     fn emit_packet_with(
         &self,
         ip: &IpRepr,
-        payload: &[u8],
+        parts: &[&[u8]],
         out: &mut Vec<u8>,
         partial: bool,
         head_only: bool,
     ) -> Result<usize> {
         let start = out.len();
         let (hl, tl) = (ip.header_len(), self.header_len());
+        let payload_len: usize = parts.iter().map(|p| p.len()).sum();
         if head_only {
             out.resize(start + hl + tl, 0);
         } else {
-            out.reserve(hl + tl + payload.len());
+            out.reserve(hl + tl + payload_len);
             out.resize(start + hl + tl, 0);
-            out.extend_from_slice(payload);
+            for p in parts {
+                out.extend_from_slice(p);
+            }
         }
         let r = (|| {
             let pkt = &mut out[start..];
             ip.emit(pkt)?;
             let seg = &mut pkt[hl..];
-            self.emit_header(seg, if head_only { 0 } else { payload.len() })?;
-            let len = u32::try_from(tl + payload.len()).map_err(|_| WireError::ValueOutOfRange)?;
+            self.emit_header(seg, if head_only { 0 } else { payload_len })?;
+            let len = u32::try_from(tl + payload_len).map_err(|_| WireError::ValueOutOfRange)?;
             let pseudo = checksum::pseudo_header(ip.src(), ip.dst(), IPPROTO_TCP, len);
             let c = if partial {
                 // combine() complements; the partial form is the plain folded sum.
@@ -727,7 +743,11 @@ impl TcpRepr {
             } else {
                 // `seg` holds the payload unless it stays apart; the header is a whole
                 // number of 32-bit words, so the two sums add up.
-                let apart = if head_only { checksum::sum(payload) } else { 0 };
+                let apart = if head_only {
+                    checksum::sum_parts(parts.iter().copied())
+                } else {
+                    0
+                };
                 checksum::combine(&[pseudo, checksum::sum(seg), apart])
             };
             seg[field::CHECKSUM].copy_from_slice(&c.to_be_bytes());

@@ -105,17 +105,22 @@ impl QdiscPacket for Transmit {
         segment::tos(&self.data).map_or(0, tos_to_priority)
     }
     fn qdisc_pkt_len(&self) -> usize {
-        qdisc_pkt_len(&self.data, self.frag.len(), self.gso_size, self.len())
+        qdisc_pkt_len(&self.data, self.frags.len(), self.gso_size, self.len())
     }
     fn gso_segment_len(&self) -> Option<usize> {
-        gso_segment_len(&self.data, self.frag.len(), self.gso_size)
+        gso_segment_len(&self.data, self.frags.len(), self.gso_size)
     }
     /// [`gso_segments`]: each piece gets its share of the TX-completion token
     /// ([`split_token`]).
     fn gso_segment(self) -> Result<Vec<Transmit>, Transmit> {
         let Some((pieces, header_len)) = self.gso_size.and_then(|g| {
-            let hl = gso_segment_len(&self.data, self.frag.len(), Some(g))? - usize::from(g);
-            Some((gso_segments(&self.data, &self.frag, g)?, hl))
+            let hl = gso_segment_len(&self.data, self.frags.len(), Some(g))? - usize::from(g);
+            // Software GSO writes every segment out, so several pieces are joined first.
+            let payload = match self.frags.as_single() {
+                Some(b) => std::borrow::Cow::Borrowed(&b[..]),
+                None => std::borrow::Cow::Owned(self.frags.to_vec()),
+            };
+            Some((gso_segments(&self.data, &payload, g)?, hl))
         }) else {
             return Err(self);
         };
@@ -131,7 +136,7 @@ impl QdiscPacket for Transmit {
             .zip(tokens)
             .map(|(data, token)| Transmit {
                 data,
-                frag: Default::default(),
+                frags: Default::default(),
                 gso_size: None,
                 departure,
                 token,

@@ -386,7 +386,7 @@ impl Stack {
             ttl: 64,
             ident,
             opts: &[],
-            payload: &[],
+            payload: crate::payload::Payload::EMPTY,
             md5,
         };
         self.env.emit(&out, None, None, None);

@@ -29,7 +29,7 @@ fn raw(seq: u32, ack: u32, fl: TcpFlags, win: u16, opts: &[OutOpt], payload: &[u
         ttl: 64,
         ident: 0,
         opts,
-        payload,
+        payload: crate::payload::Payload::Flat(payload),
         md5: None,
     })
     .unwrap()
@@ -735,7 +735,7 @@ fn accept_queue_overflow() {
             ttl: 64,
             ident: 0,
             opts: &[OutOpt::Mss(1460)],
-            payload: &[],
+            payload: crate::payload::Payload::EMPTY,
             md5: None,
         })
         .unwrap();
@@ -755,7 +755,7 @@ fn accept_queue_overflow() {
             ttl: 64,
             ident: 0,
             opts: &[],
-            payload: &[],
+            payload: crate::payload::Payload::EMPTY,
             md5: None,
         })
         .unwrap();
@@ -1261,7 +1261,7 @@ fn syn_cookies_when_syn_queue_full() {
             ttl: 64,
             ident: 0,
             opts,
-            payload: &[],
+            payload: crate::payload::Payload::EMPTY,
             md5: None,
         })
         .unwrap()
@@ -1548,7 +1548,7 @@ fn gso_off_sends_mss_packets() {
             OutOpt::Nop,
             OutOpt::Wscale(7),
         ],
-        payload: &[],
+        payload: crate::payload::Payload::EMPTY,
         md5: None,
     })
     .unwrap();

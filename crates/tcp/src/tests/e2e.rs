@@ -693,7 +693,7 @@ fn scatter_gather_shares_the_send_buffer_read_only() {
         let data = pattern(1_500_000);
         let (mut sent, mut got) = (0, Vec::new());
         let mut out = Vec::new();
-        let mut held: Vec<(Bytes, Vec<u8>)> = Vec::new();
+        let mut held: Vec<(crate::Frags, Vec<u8>)> = Vec::new();
         let mut k = 0u32;
         let mut buf = vec![0u8; 65536];
         for _ in 0..200_000 {
@@ -711,12 +711,12 @@ fn scatter_gather_shares_the_send_buffer_read_only() {
                 if let Some(tok) = t.token.take() {
                     p.a.tx_complete(p.now, tok);
                 }
-                let v = seg::parse_tcp_split(&t.data, t.frag.len()).unwrap();
-                assert_eq!(sg && v.payload_len > 0, !t.frag.is_empty());
-                if !t.frag.is_empty() {
+                let v = seg::parse_tcp_split(&t.data, t.frags.len()).unwrap();
+                assert_eq!(sg && v.payload_len > 0, !t.frags.is_empty());
+                if !t.frags.is_empty() {
                     assert_eq!(t.data.len(), v.payload_off, "headers only");
                     if held.len() < 64 {
-                        held.push((t.frag.clone(), t.frag.to_vec()));
+                        held.push((t.frags.clone(), t.frags.to_vec()));
                     }
                 }
                 t.linearize();
@@ -745,7 +745,10 @@ fn scatter_gather_shares_the_send_buffer_read_only() {
         }
         assert!(got == data, "{} of {} bytes arrived", got.len(), data.len());
         for (i, (shared, then)) in held.iter().enumerate() {
-            assert!(shared[..] == then[..], "shared bytes of packet {i} changed");
+            assert!(
+                shared.to_vec()[..] == then[..],
+                "shared bytes of packet {i} changed"
+            );
         }
         assert!(!sg || held.len() == 64);
         let retrans = p.a.counters().value(Mib::RetransSegs) as usize;

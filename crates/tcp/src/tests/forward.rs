@@ -318,7 +318,7 @@ fn client_reset_ends_a_held_connection() {
         ttl: 64,
         ident: 0,
         opts: &[],
-        payload: &[],
+        payload: crate::payload::Payload::EMPTY,
         md5: None,
     })
     .unwrap();

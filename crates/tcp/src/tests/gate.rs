@@ -134,7 +134,7 @@ fn gate_meta_describes_the_packet() {
         while let Some(t) = p.a.poll_transmit(p.now) {
             let m = log.lock().unwrap().accepted[n];
             n += 1;
-            assert_eq!(m.len, t.data.len() + t.frag.len());
+            assert_eq!(m.len, t.data.len() + t.frags.len());
             assert_eq!(m.gso_size, t.gso_size);
             assert_eq!(m.flow, t.flow);
             assert_eq!(m.departure, t.departure);

@@ -217,7 +217,7 @@ fn matching_keys_connect_and_transfer_both_ways() {
             ttl: 64,
             ident: 0,
             opts: &[],
-            payload: &[],
+            payload: crate::payload::Payload::EMPTY,
             md5: k.map(Into::into),
         })
         .unwrap();
@@ -384,7 +384,7 @@ fn resets_are_signed() {
             ttl: 64,
             ident: 0,
             opts: &[],
-            payload: &[],
+            payload: crate::payload::Payload::EMPTY,
             md5: Some(k.into()),
         })
         .unwrap()
@@ -453,7 +453,7 @@ fn synack_timestamps_beside_a_signature() {
             ttl: 64,
             ident: 0,
             opts: &opts,
-            payload: &[],
+            payload: crate::payload::Payload::EMPTY,
             md5: Some((&b"secret"[..]).into()),
         })
         .unwrap();

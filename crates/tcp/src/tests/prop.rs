@@ -220,7 +220,7 @@ mod hostile {
                     ttl: 64,
                     ident: 0,
                     opts: &opts,
-                    payload: &payload,
+                    payload: crate::payload::Payload::Flat(&payload),
                     md5: None,
                 });
                 let gso = if len > 1000 { Some(1000) } else { None };

@@ -24,7 +24,7 @@ fn raw(seq: u32, ack: u32, fl: TcpFlags, win: u16, opts: &[OutOpt], payload: &[u
         ttl: 64,
         ident: 0,
         opts,
-        payload,
+        payload: crate::payload::Payload::Flat(payload),
         md5: None,
     })
     .unwrap()

@@ -251,3 +251,128 @@ fn retransmissions_hold_the_completion_and_every_byte_arrives() {
     assert_eq!(next, ids, "every id completed");
     assert!(bufs.iter().all(|b| b.is_unique()));
 }
+
+/// Moves packets between the two stacks by hand (no loss, no delay) for `rounds` ms, and
+/// hands every packet A sends to `look` before it is gathered and delivered.
+fn pump_by_hand(p: &mut Pair, rounds: u32, mut look: impl FnMut(&Transmit)) {
+    for _ in 0..rounds {
+        for _ in 0..64 {
+            let mut moved = false;
+            while let Some(mut t) = p.a.poll_transmit(p.now) {
+                moved = true;
+                look(&t);
+                if let Some(tok) = t.token.take() {
+                    p.a.tx_complete(p.now, tok);
+                }
+                t.linearize();
+                p.b.input(p.now, &t.data, t.gso_size);
+            }
+            while let Some(mut t) = p.b.poll_transmit(p.now) {
+                moved = true;
+                if let Some(tok) = t.token.take() {
+                    p.b.tx_complete(p.now, tok);
+                }
+                t.linearize();
+                p.a.input(p.now, &t.data, t.gso_size);
+            }
+            if !moved {
+                break;
+            }
+        }
+        p.now += Duration::from_millis(1);
+        p.a.handle_timeout(p.now);
+        p.b.handle_timeout(p.now);
+    }
+}
+
+/// Bytes of `piece` that lie inside one of `bufs` (the application's memory).
+fn in_user_memory(piece: &Bytes, bufs: &[Bytes]) -> usize {
+    let p = piece.as_ptr() as usize;
+    let inside = bufs.iter().any(|b| {
+        let s = b.as_ptr() as usize;
+        p >= s && p + piece.len() <= s + b.len()
+    });
+    if inside {
+        piece.len()
+    } else {
+        0
+    }
+}
+
+/// Several buffers in one call, a send whose bytes join the unsent tail of the one before,
+/// and copied bytes behind them all share buffers of the write queue; each application's
+/// buffer stays a fragment of its own (Linux's `skb_shinfo(skb)->frags`): packets carry
+/// pieces that point into the application's memory, nothing is copied, and the completion
+/// says so.
+#[test]
+fn buffers_joined_in_one_skb_stay_fragments_and_are_not_copied() {
+    let mut p = Pair::new(33, LinkConfig::default());
+    let (c, s) = connected(&mut p, true);
+    // Corked, so every byte below waits in the write queue and joins its neighbours.
+    p.a.setsockopt(p.now, c, SockOpt::TcpCork, &OptVal::Int(1))
+        .unwrap();
+    let mut bufs: Vec<Bytes> = (1..=3u8).map(|i| Bytes::from(vec![i; 5_001])).collect();
+    assert_eq!(
+        p.a.sendmsg_bufs(p.now, c, &bufs, MSG_ZEROCOPY, None),
+        Ok(15_003)
+    );
+    let more = Bytes::from(vec![7u8; 3_000]);
+    assert_eq!(
+        p.a.sendmsg_bufs(p.now, c, std::slice::from_ref(&more), MSG_ZEROCOPY, None),
+        Ok(3_000)
+    );
+    assert_eq!(p.a.send(p.now, c, &[8u8; 500], 0), Ok(500));
+    let last = Bytes::from(vec![9u8; 2_000]);
+    assert_eq!(
+        p.a.sendmsg_bufs(p.now, c, std::slice::from_ref(&last), MSG_ZEROCOPY, None),
+        Ok(2_000)
+    );
+    bufs.push(more);
+    bufs.push(last);
+    assert!(bufs.iter().all(|b| !b.is_unique()), "held, not copied");
+    p.a.setsockopt(p.now, c, SockOpt::TcpCork, &OptVal::Int(0))
+        .unwrap();
+    let (mut shared, mut most_pieces, mut payload) = (0, 0, 0);
+    pump_by_hand(&mut p, 300, |t| {
+        most_pieces = most_pieces.max(t.frags.pieces());
+        payload += t.frags.len();
+        shared += t
+            .frags
+            .iter()
+            .map(|f| in_user_memory(f, &bufs))
+            .sum::<usize>();
+        // The checksum covers the pieces as one run, odd boundaries included.
+        let mut whole = t.data.clone();
+        t.frags.copy_to(&mut whole);
+        assert!(shallow_wire::segment::tcp_checksum_ok(&whole));
+    });
+    assert!(most_pieces >= 2, "a packet spans two buffers");
+    assert_eq!(payload, 20_503);
+    assert_eq!(
+        shared, 20_003,
+        "every byte of the application's buffers left from its own memory"
+    );
+    let mut want = Vec::new();
+    for (i, b) in bufs.iter().enumerate() {
+        if i == 4 {
+            want.extend_from_slice(&[8u8; 500]);
+        }
+        want.extend_from_slice(b);
+    }
+    assert_eq!(read_all(&mut p, s), want);
+    // Three sends, ids 0..=2, completed in order (completions that follow on share one
+    // entry of the error queue); none was copied.
+    let mut got = Vec::new();
+    while let Ok(n) = p.a.recv_zerocopy(c) {
+        got.push(n);
+    }
+    assert_eq!(
+        got,
+        vec![ZcNotice {
+            lo: 0,
+            hi: 2,
+            copied: false
+        }]
+    );
+    assert!(bufs.iter().all(|b| b.is_unique()), "all given back");
+}
