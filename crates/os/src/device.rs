@@ -44,10 +44,20 @@ impl Device {
         }
     }
 
-    pub(crate) fn send(&self, data: &[u8], gso_size: Option<u16>) -> io::Result<()> {
+    /// Writes one packet: `data`, then the payload pieces of `frags` (empty for a
+    /// contiguous packet).
+    pub(crate) fn send(
+        &self,
+        data: &[u8],
+        frags: &shallow_tcp::Frags,
+        gso_size: Option<u16>,
+    ) -> io::Result<()> {
         match self {
-            Device::Tun(t) => t.send(data, gso_size),
-            Device::Mem(l) => l.send(data, gso_size),
+            Device::Tun(t) => t.send_frags(data, frags, gso_size),
+            Device::Mem(l) => l.send_parts(
+                std::iter::once(data).chain(frags.iter().map(|b| &b[..])),
+                gso_size,
+            ),
         }
     }
 }

@@ -15,7 +15,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
-use shallow_tcp::{Instant, Stack, Transmit, TxToken};
+use shallow_tcp::{Frags, Instant, Stack, Transmit, TxToken};
 
 use crate::device::Device;
 use crate::hook::{Dir, Held, HookState, Verdict, HOLD};
@@ -373,7 +373,19 @@ fn tx_hooked(
     mut p: Transmit,
     now: Instant,
 ) {
-    // The device writes one buffer.
+    let Some(h) = hook else {
+        // The device gathers the payload pieces where they lie (a `writev`).
+        let Transmit {
+            data,
+            frags,
+            gso_size,
+            token,
+            ..
+        } = p;
+        outq.push((data, frags, gso_size, token));
+        return;
+    };
+    // A hook reads and holds whole packets.
     p.linearize();
     let Transmit {
         data,
@@ -381,10 +393,6 @@ fn tx_hooked(
         token,
         ..
     } = p;
-    let Some(h) = hook else {
-        out(outq, data, gso_size, token);
-        return;
-    };
     match h.verdict(Dir::Tx, &data, gso_size) {
         Verdict::Pass => {
             out(outq, data, gso_size, token);
@@ -435,9 +443,9 @@ fn send_all(
 ) -> u64 {
     let qstats = &sh.stats.queues[me];
     let mut written = 0;
-    for (data, gso_size, token) in outq.drain(..) {
+    for (data, frags, gso_size, token) in outq.drain(..) {
         written += 1;
-        match dev.send(&data, gso_size) {
+        match dev.send(&data, &frags, gso_size) {
             Ok(()) => {
                 bump(&sh.stats.tx_packets);
                 bump(&qstats.tx_packets);
@@ -452,12 +460,13 @@ fn send_all(
     written
 }
 
-/// A packet ready for the device: written by the I/O thread after it drops the shard's
-/// mutex, then completed under the mutex again.
-type Out = (Vec<u8>, Option<u16>, Option<TxToken>);
+/// A packet ready for the device (headers or the whole packet, payload pieces, GSO size,
+/// completion token): written by the I/O thread after it drops the shard's mutex, then
+/// completed under the mutex again.
+type Out = (Vec<u8>, Frags, Option<u16>, Option<TxToken>);
 
 fn out(outq: &mut Vec<Out>, data: Vec<u8>, gso_size: Option<u16>, token: Option<TxToken>) {
-    outq.push((data, gso_size, token));
+    outq.push((data, Frags::default(), gso_size, token));
 }
 
 /// Writes `outq` to the device without the shard's mutex, then completes the data packets

@@ -152,6 +152,16 @@ impl MemLink {
     /// Sends one IP packet (a super-segment with its `gso_size`). A full queue drops it and
     /// returns `ENOBUFS`.
     pub fn send(&self, data: &[u8], gso_size: Option<u16>) -> io::Result<()> {
+        self.send_parts(std::iter::once(data), gso_size)
+    }
+
+    /// [`MemLink::send`] for a packet held in pieces (headers, then payload pieces), which
+    /// the link copies into one buffer in order.
+    pub fn send_parts<'a>(
+        &self,
+        parts: impl IntoIterator<Item = &'a [u8]>,
+        gso_size: Option<u16>,
+    ) -> io::Result<()> {
         let mut q = self.tx.lock();
         if q.pkts.len() >= self.tx.limit {
             drop(q);
@@ -160,7 +170,9 @@ impl MemLink {
         }
         let mut buf = q.pool.pop().unwrap_or_default();
         buf.clear();
-        buf.extend_from_slice(data);
+        for p in parts {
+            buf.extend_from_slice(p);
+        }
         let was_empty = q.pkts.is_empty();
         q.pkts.push_back((buf, gso_size));
         if was_empty {

@@ -82,6 +82,6 @@ impl RawSender {
         let Some(sh) = self.shared.upgrade().filter(|s| !s.stopped()) else {
             return Err(io::Error::from_raw_os_error(libc::ENETDOWN));
         };
-        sh.shards[0].dev.send(packet, None)
+        sh.shards[0].dev.send(packet, &Default::default(), None)
     }
 }

@@ -15,6 +15,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Duration;
 
+use shallow_tcp::Frags;
 use shallow_wire::VirtioNetHdr;
 
 use crate::error::{check_name, OsError};
@@ -494,6 +495,46 @@ impl Tun {
             iov_plain = [IoSlice::new(&hdr), IoSlice::new(data)];
             &iov_plain
         };
+        self.write_iov(iov)
+    }
+
+    /// [`Tun::send`] for a packet whose payload lies apart from its headers (`head`, the
+    /// engine's scatter-gather `Transmit::data`), in the pieces of `frags`: one `writev` of
+    /// the virtio-net header, the headers and every piece where it lies, so the payload is
+    /// not copied on its way to the kernel. A packet of more pieces than one `writev` takes
+    /// (`UIO_MAXIOV`) is gathered into one buffer first.
+    pub fn send_frags(&self, head: &[u8], frags: &Frags, gso_size: Option<u16>) -> io::Result<()> {
+        if frags.is_empty() {
+            return self.send(head, gso_size);
+        }
+        let prep = vnet::tx_prepare_split(head, frags.len(), gso_size)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let mut hdr = [0u8; VNET_HDR_LEN];
+        prep.hdr
+            .emit(&mut hdr)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let head = if prep.head_len > 0 { prep.head() } else { head };
+        const MAX_PIECES: usize = 30;
+        if frags.pieces() > MAX_PIECES {
+            let joined = frags.clone().join();
+            return self.write_iov(&[
+                IoSlice::new(&hdr),
+                IoSlice::new(head),
+                IoSlice::new(&joined),
+            ]);
+        }
+        let mut iov = [IoSlice::new(&[]); MAX_PIECES + 2];
+        iov[0] = IoSlice::new(&hdr);
+        iov[1] = IoSlice::new(head);
+        let mut n = 2;
+        for p in frags.iter() {
+            iov[n] = IoSlice::new(p);
+            n += 1;
+        }
+        self.write_iov(&iov[..n])
+    }
+
+    fn write_iov(&self, iov: &[IoSlice<'_>]) -> io::Result<()> {
         loop {
             match sys::writev(self.fd.as_fd(), iov) {
                 Ok(_) => return Ok(()),

@@ -112,7 +112,7 @@ impl TxPrep {
 /// folded pseudo-header sum over the whole TCP length: the state Linux's `tcp_v4_send_check`
 /// leaves a `CHECKSUM_PARTIAL` packet in, and what its GSO code adjusts per segment.
 pub fn tx_prepare(packet: &[u8], gso_size: Option<u16>) -> Result<TxPrep, TxError> {
-    let mut prep = TxPrep {
+    let prep = TxPrep {
         hdr: VirtioNetHdr::default(),
         head: [0; MAX_TX_HEADERS],
         head_len: 0,
@@ -141,14 +141,85 @@ pub fn tx_prepare(packet: &[u8], gso_size: Option<u16>) -> Result<TxPrep, TxErro
         IpPacket::V4(_) => (VirtioNetHdr::GSO_TCPV4, ip.src(), ip.dst()),
         IpPacket::V6(_) => (VirtioNetHdr::GSO_TCPV6, ip.src(), ip.dst()),
     };
-    let ecn = if tcp.flags().contains(TcpFlags::CWR) {
-        VirtioNetHdr::GSO_ECN
-    } else {
-        0
-    };
-    prep.head[..hdr_len].copy_from_slice(&packet[..hdr_len]);
     let l4_len = u32::try_from(l4.len()).map_err(|_| TxError::NotTcp)?;
     let pseudo = checksum::pseudo_header(src, dst, IPPROTO_TCP, l4_len) as u16;
+    let cwr = tcp.flags().contains(TcpFlags::CWR);
+    gso_prep(prep, packet, csum_start, hdr_len, kind, cwr, pseudo, gso)
+}
+
+/// [`tx_prepare`] for a packet whose payload (`payload_len` bytes) lies apart from `head`,
+/// which holds exactly its IP and TCP headers (the engine's scatter-gather `Transmit`:
+/// `data` and `frags`). The same header as for the whole packet.
+pub fn tx_prepare_split(
+    head: &[u8],
+    payload_len: usize,
+    gso_size: Option<u16>,
+) -> Result<TxPrep, TxError> {
+    if payload_len == 0 {
+        return tx_prepare(head, gso_size);
+    }
+    let prep = TxPrep {
+        hdr: VirtioNetHdr::default(),
+        head: [0; MAX_TX_HEADERS],
+        head_len: 0,
+    };
+    let Some(gso) = gso_size else {
+        return Ok(prep);
+    };
+    if gso == 0 {
+        return Err(TxError::ZeroGsoSize);
+    }
+    let v = shallow_wire::segment::parse_tcp_split(head, payload_len).ok_or(TxError::NotTcp)?;
+    if v.payload_off != head.len() || v.payload_len != payload_len {
+        return Err(TxError::NotTcp);
+    }
+    if payload_len <= usize::from(gso) {
+        return Ok(prep);
+    }
+    let hdr_len = v.payload_off;
+    if hdr_len > MAX_TX_HEADERS {
+        return Err(TxError::HeadersTooLong);
+    }
+    let l4_len = u32::try_from(v.tcp_len + payload_len).map_err(|_| TxError::NotTcp)?;
+    let (kind, pseudo) = match v.ip_version {
+        4 => (
+            VirtioNetHdr::GSO_TCPV4,
+            checksum::pseudo_header_octets(&head[12..16], &head[16..20], IPPROTO_TCP, l4_len),
+        ),
+        _ => (
+            VirtioNetHdr::GSO_TCPV6,
+            checksum::pseudo_header_octets(&head[8..24], &head[24..40], IPPROTO_TCP, l4_len),
+        ),
+    };
+    let cwr = v.flags.contains(TcpFlags::CWR);
+    gso_prep(
+        prep,
+        head,
+        v.tcp_off,
+        hdr_len,
+        kind,
+        cwr,
+        pseudo as u16,
+        gso,
+    )
+}
+
+/// The GSO write's header and copied headers (see [`tx_prepare`]), from the packet's
+/// `headers` (at least `hdr_len` bytes), its TCP header's offset and the folded
+/// pseudo-header sum over the whole TCP length.
+#[allow(clippy::too_many_arguments)]
+fn gso_prep(
+    mut prep: TxPrep,
+    headers: &[u8],
+    csum_start: usize,
+    hdr_len: usize,
+    kind: u8,
+    cwr: bool,
+    pseudo: u16,
+    gso: u16,
+) -> Result<TxPrep, TxError> {
+    let ecn = if cwr { VirtioNetHdr::GSO_ECN } else { 0 };
+    prep.head[..hdr_len].copy_from_slice(&headers[..hdr_len]);
     let field = tcp_field::CHECKSUM;
     prep.head[csum_start + field.start..csum_start + field.end]
         .copy_from_slice(&pseudo.to_be_bytes());
@@ -283,6 +354,37 @@ mod tests {
     }
 
     /// CWR on a super-segment marks it GSO_ECN (Linux `SKB_GSO_TCP_ECN`).
+    /// Headers apart from the payload (a scatter-gather packet): the same write as for the
+    /// whole packet.
+    #[test]
+    fn split_packet_prepares_as_the_whole() {
+        for v6 in [false, true] {
+            for (len, gso, flags) in [
+                (3000, Some(1000), TcpFlags::ACK),
+                (3000, Some(1000), TcpFlags::ACK | TcpFlags::CWR),
+                (900, Some(1000), TcpFlags::ACK),
+                (900, None, TcpFlags::ACK | TcpFlags::PSH),
+            ] {
+                let p = tcp_packet(v6, &vec![7; len], flags);
+                let head = &p[..p.len() - len];
+                let whole = tx_prepare(&p, gso).unwrap();
+                let split = tx_prepare_split(head, len, gso).unwrap();
+                assert_eq!(split.hdr, whole.hdr, "v6 {v6} len {len}");
+                assert_eq!(split.head(), whole.head());
+            }
+        }
+        let p = tcp_packet(false, &[1; 3000], TcpFlags::ACK);
+        // The headers must be exactly the head, and the lengths must agree.
+        assert_eq!(
+            tx_prepare_split(&p[..p.len() - 2999], 2999, Some(1000)).unwrap_err(),
+            TxError::NotTcp
+        );
+        assert_eq!(
+            tx_prepare_split(&p[..p.len() - 3000], 2000, Some(1000)).unwrap_err(),
+            TxError::NotTcp
+        );
+    }
+
     #[test]
     fn cwr_sets_gso_ecn() {
         let p = tcp_packet(false, &[1; 3000], TcpFlags::ACK | TcpFlags::CWR);
@@ -393,6 +495,18 @@ mod tests {
             gso in proptest::option::of(proptest::prelude::any::<u16>()),
         ) {
             if let Ok(p) = tx_prepare(&bytes, gso) {
+                proptest::prop_assert!(p.head_len <= bytes.len());
+            }
+        }
+
+        /// Any headers with any payload length apart: a prepared write or an error.
+        #[test]
+        fn tx_prepare_split_never_panics(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..100),
+            len in 0usize..200_000,
+            gso in proptest::option::of(proptest::prelude::any::<u16>()),
+        ) {
+            if let Ok(p) = tx_prepare_split(&bytes, len, gso) {
                 proptest::prop_assert!(p.head_len <= bytes.len());
             }
         }

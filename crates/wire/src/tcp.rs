@@ -904,6 +904,14 @@ mod tests {
                 }
                 .unwrap();
                 assert_eq!(head, whole, "partial: {partial}");
+                // The payload in pieces (odd lengths among them): the same headers.
+                let cuts = [0, 1, 4, 7, payload.len()];
+                let parts: Vec<&[u8]> = cuts.windows(2).map(|w| &payload[w[0]..w[1]]).collect();
+                let mut head2 = vec![9];
+                r.emit_packet_head_parts(&ip, &parts, &mut head2, partial)
+                    .unwrap();
+                head2.extend_from_slice(&payload);
+                assert_eq!(head2, whole, "pieces, partial: {partial}");
             }
         }
         let mut bad = syn();
