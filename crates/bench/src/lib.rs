@@ -131,6 +131,13 @@ pub struct BenchConfig {
     /// `SO_TIMESTAMPING` on the data sender's sockets (Shallow's or the kernel's, whichever
     /// sends: [`TSTAMP_FLAGS`]) and the per-write spans in [`BenchResult::tx_spans`].
     pub timestamps: bool,
+    /// `SO_BUSY_POLL` on Shallow's sockets, µs (0: off): a blocking read polls the TUN itself
+    /// before it sleeps ([`TcpStream::set_busy_poll`]). The kernel's sockets are left as
+    /// they are.
+    pub busy_poll_us: u32,
+    /// `SO_PREFER_BUSY_POLL` on Shallow's sockets: the I/O thread leaves the TUN to a
+    /// polling reader.
+    pub prefer_busy_poll: bool,
 }
 
 impl Default for BenchConfig {
@@ -153,6 +160,8 @@ impl Default for BenchConfig {
             gso: true,
             direct_tx: true,
             timestamps: false,
+            busy_poll_us: 0,
+            prefer_busy_poll: false,
         }
     }
 }
@@ -530,6 +539,17 @@ fn with_stamps(
     })
 }
 
+/// `SO_BUSY_POLL` and `SO_PREFER_BUSY_POLL` on one of Shallow's sockets, as `cfg` asks.
+fn set_busy_poll(s: &TcpStream, cfg: &BenchConfig) -> Result<(), BenchError> {
+    if cfg.busy_poll_us > 0 {
+        s.set_busy_poll(cfg.busy_poll_us)
+            .map_err(io_err("SO_BUSY_POLL"))?;
+        s.set_prefer_busy_poll(cfg.prefer_busy_poll)
+            .map_err(io_err("SO_PREFER_BUSY_POLL"))?;
+    }
+    Ok(())
+}
+
 /// Plays `role` on a kernel socket, with `SO_TIMESTAMPING` and its error queue read when
 /// `cfg.timestamps` and the role sends the data.
 fn play_kernel(s: std::net::TcpStream, role: Role, cfg: &BenchConfig) -> io::Result<Side> {
@@ -868,6 +888,7 @@ fn run_shallow(cfg: &BenchConfig, pair: Pair) -> Result<BenchResult, BenchError>
                 })
                 .map_err(io_err(format!("connect {addr}")))?;
                 s.set_nodelay(cfg.nodelay).map_err(io_err("TCP_NODELAY"))?;
+                set_busy_poll(&s, cfg)?;
                 streams.push(s);
             }
             let (side, rtts) =
@@ -883,6 +904,7 @@ fn run_shallow(cfg: &BenchConfig, pair: Pair) -> Result<BenchResult, BenchError>
             for _ in 0..flows {
                 let (s, _) = l.accept().map_err(io_err("accept"))?;
                 s.set_nodelay(cfg.nodelay).map_err(io_err("TCP_NODELAY"))?;
+                set_busy_poll(&s, cfg)?;
                 streams.push(s);
             }
             let (side, rtts) =

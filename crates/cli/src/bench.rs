@@ -132,6 +132,14 @@ pub struct BenchArgs {
     /// send runs the qdisc and the driver in its own context).
     #[arg(long)]
     io_thread_tx: bool,
+    /// With `--substrate linux`: `SO_BUSY_POLL` on Shallow's sockets, µs: a blocking read
+    /// polls the TUN itself that long before it sleeps (Linux's `net.core.busy_read`).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    busy_poll: u32,
+    /// With `--busy-poll`: `SO_PREFER_BUSY_POLL` too (the I/O thread leaves the TUN to the
+    /// polling reader while it polls).
+    #[arg(long)]
+    prefer_busy_poll: bool,
     /// Workload: TCP_STREAM (data from this side to netserver), TCP_RR (request/response
     /// latency), TCP_MAERTS (data from netserver to this side), BULK (a byte count per flow,
     /// SHA-256 checked at the receiver).
@@ -264,6 +272,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     }
     if args.io_thread_tx {
         usage_error("--io-thread-tx needs --substrate linux");
+    }
+    if args.busy_poll > 0 || args.prefer_busy_poll {
+        usage_error("--busy-poll and --prefer-busy-poll need --substrate linux");
     }
     let mut costs = CostTable::default();
     for c in &args.costs {
@@ -654,6 +665,8 @@ mod linux {
             gso: !args.tso_off,
             direct_tx: !args.io_thread_tx,
             timestamps: args.timestamps,
+            busy_poll_us: args.busy_poll,
+            prefer_busy_poll: args.prefer_busy_poll,
             ..ob::BenchConfig::default()
         }
     }

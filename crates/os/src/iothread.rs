@@ -30,18 +30,123 @@ const RX_BATCH: usize = 64;
 /// for its own output, and those others' output made it go round again).
 const APP_TX_ROUNDS: u32 = 4;
 
+/// What a reader of a queue keeps between reads: the buffers of its device reads, the
+/// packets taken from its shard's inbox, the drops it has counted, the shards to kick. The
+/// I/O thread has one; so has each thread that busy-polls (`busy_poll`).
+pub(crate) struct RxState {
+    batch: RxBatch,
+    mem_batch: Vec<(Vec<u8>, Option<u16>)>,
+    inbox: Vec<(Vec<u8>, Option<u16>)>,
+    dropped_seen: u64,
+    kicks: Vec<bool>,
+    /// Packets one read takes at most.
+    max: usize,
+}
+
+impl RxState {
+    pub(crate) fn new(shards: usize, max: usize) -> RxState {
+        RxState {
+            batch: RxBatch::new(max),
+            mem_batch: Vec::with_capacity(max),
+            inbox: Vec::new(),
+            dropped_seen: 0,
+            kicks: vec![false; shards],
+            max,
+        }
+    }
+
+    /// Reads what the device has now (at most [`RxState::max`] packets, without waiting).
+    fn read(&mut self, dev: &Device) -> std::io::Result<usize> {
+        match dev {
+            Device::Tun(t) => t.recv_batch(&mut self.batch),
+            Device::Mem(l) => l.recv_batch(&mut self.mem_batch, self.max),
+        }
+    }
+
+    /// Queue `me`'s softirq round, `g` its engine held: the completions of what application
+    /// threads wrote, the shard's inbox, the `n` packets [`RxState::read`] read, the hook's
+    /// held packet, the engine's timers, the wake-ups, and the TX queue. Returns the engine
+    /// held again.
+    fn process<'a>(
+        &mut self,
+        sh: &'a Shared,
+        me: usize,
+        mut g: MutexGuard<'a, Inner>,
+        n: usize,
+    ) -> MutexGuard<'a, Inner> {
+        let shard = &sh.shards[me];
+        let mut hook = sh.lock_hook();
+        let now = sh.now();
+        // The TX completions of what application threads wrote come first: the device
+        // took those packets before anything read now arrived, so an ACK of one of them
+        // must not be processed before its completion (its SND timestamp would follow
+        // its ACK timestamp).
+        for t in shard.take_completions() {
+            g.driver.tx_complete(now, t);
+        }
+        // What other queues read for this shard first (it was read earlier).
+        if sh.shards.len() > 1 {
+            shard.take_inbox(&mut self.inbox);
+        }
+        for (p, gso) in self.inbox.drain(..) {
+            g.driver.input(now, &p, gso);
+            if gso.is_some() {
+                bump(&sh.stats.rx_gso);
+            }
+        }
+        let kicks = &mut self.kicks;
+        match &*shard.dev {
+            Device::Tun(_) => {
+                for p in self.batch.packets().iter().take(n) {
+                    rx(
+                        sh,
+                        me,
+                        &mut g,
+                        hook.as_deref_mut(),
+                        p.packet(),
+                        p.gso_size(),
+                        now,
+                        kicks,
+                    );
+                }
+            }
+            Device::Mem(l) => {
+                for (p, gso) in self.mem_batch.drain(..) {
+                    rx(sh, me, &mut g, hook.as_deref_mut(), &p, gso, now, kicks);
+                    l.recycle(p);
+                }
+            }
+        }
+        if let Some(h) = hook.as_deref_mut() {
+            let held = h.held(me, Dir::Rx);
+            if held.as_ref().is_some_and(|x| x.until <= now) {
+                if let Some(x) = held.take() {
+                    route(sh, me, &mut g, &x.data, x.gso_size, now, kicks);
+                }
+            }
+        }
+        if self.batch.dropped != self.dropped_seen {
+            sh.stats
+                .rx_dropped
+                .fetch_add(self.batch.dropped - self.dropped_seen, Ordering::Relaxed);
+            self.dropped_seen = self.batch.dropped;
+        }
+        g.driver.run_timers(now);
+        drop(hook);
+        g.dispatch(sh);
+        let g = tx_run(sh, me, g, false);
+        kick_others(sh, &mut self.kicks);
+        g
+    }
+}
+
 /// The loop of queue `me`'s I/O thread over its shard's device, serving shard `me`; returns when the host
 /// stops or the device fails (which stops the host: every thread and every blocked call is
 /// woken).
 pub(crate) fn io_loop(sh: &Shared, me: usize) {
     let shard = &sh.shards[me];
     let dev: &Device = &shard.dev;
-    let mut batch = RxBatch::new(RX_BATCH);
-    let mut mem_batch: Vec<(Vec<u8>, Option<u16>)> = Vec::with_capacity(RX_BATCH);
-    let mut inbox: Vec<(Vec<u8>, Option<u16>)> = Vec::new();
-    let mut dropped_seen = 0u64;
-    let mut kicks = vec![false; sh.shards.len()];
-    let sharded = sh.shards.len() > 1;
+    let mut st = RxState::new(sh.shards.len(), RX_BATCH);
     // The qdisc's release times are this thread's ppoll timeouts: fire them on time, as the
     // kernel's qdisc watchdog does (an hrtimer without slack). With the default 50 µs slack
     // a `tbf` whose burst is about one TSO packet loses the tokens of every late wake-up
@@ -65,8 +170,16 @@ pub(crate) fn io_loop(sh: &Shared, me: usize) {
                 .store(next.map_or(u64::MAX, |t| t.as_nanos()), Ordering::SeqCst);
             next.map(|t| t - now)
         };
+        // While a socket that prefers busy polling polls this queue, the I/O thread leaves
+        // the device to it (`SO_PREFER_BUSY_POLL`: Linux defers the device's interrupts)
+        // and waits for its kick, its timers or the end of the polling.
+        let fd = if shard.busy_preferred.load(Ordering::SeqCst) > 0 {
+            None
+        } else {
+            Some(dev.fd())
+        };
         // A poll error (EINTR is already absorbed) is not recoverable by waiting: stop.
-        let Ok(ready) = wait_readable(dev.fd(), &shard.waker, timeout) else {
+        let Ok(ready) = wait_readable(fd, &shard.waker, timeout) else {
             break;
         };
         if ready.woken {
@@ -74,11 +187,7 @@ pub(crate) fn io_loop(sh: &Shared, me: usize) {
         }
         loop {
             let n = if ready.device {
-                let r = match dev {
-                    Device::Tun(t) => t.recv_batch(&mut batch),
-                    Device::Mem(l) => l.recv_batch(&mut mem_batch, RX_BATCH),
-                };
-                match r {
+                match st.read(dev) {
                     Ok(n) => n,
                     // The device is gone (deleted with its namespace) or broken: a poll that
                     // keeps reporting it would spin, so the host stops and blocked calls
@@ -91,76 +200,7 @@ pub(crate) fn io_loop(sh: &Shared, me: usize) {
             } else {
                 0
             };
-            let mut g = shard.lock();
-            let mut hook = sh.lock_hook();
-            let now = sh.now();
-            // The TX completions of what application threads wrote come first: the device
-            // took those packets before anything read now arrived, so an ACK of one of them
-            // must not be processed before its completion (its SND timestamp would follow
-            // its ACK timestamp).
-            for t in shard.take_completions() {
-                g.driver.tx_complete(now, t);
-            }
-            // What other queues read for this shard first (it was read earlier).
-            if sharded {
-                shard.take_inbox(&mut inbox);
-            }
-            for (p, gso) in inbox.drain(..) {
-                g.driver.input(now, &p, gso);
-                if gso.is_some() {
-                    bump(&sh.stats.rx_gso);
-                }
-            }
-            match dev {
-                Device::Tun(_) => {
-                    for p in batch.packets().iter().take(n) {
-                        rx(
-                            sh,
-                            me,
-                            &mut g,
-                            hook.as_deref_mut(),
-                            p.packet(),
-                            p.gso_size(),
-                            now,
-                            &mut kicks,
-                        );
-                    }
-                }
-                Device::Mem(l) => {
-                    for (p, gso) in mem_batch.drain(..) {
-                        rx(
-                            sh,
-                            me,
-                            &mut g,
-                            hook.as_deref_mut(),
-                            &p,
-                            gso,
-                            now,
-                            &mut kicks,
-                        );
-                        l.recycle(p);
-                    }
-                }
-            }
-            if let Some(h) = hook.as_deref_mut() {
-                let held = h.held(me, Dir::Rx);
-                if held.as_ref().is_some_and(|x| x.until <= now) {
-                    if let Some(x) = held.take() {
-                        route(sh, me, &mut g, &x.data, x.gso_size, now, &mut kicks);
-                    }
-                }
-            }
-            if batch.dropped != dropped_seen {
-                sh.stats
-                    .rx_dropped
-                    .fetch_add(batch.dropped - dropped_seen, Ordering::Relaxed);
-                dropped_seen = batch.dropped;
-            }
-            g.driver.run_timers(now);
-            drop(hook);
-            g.dispatch(sh);
-            drop(tx_run(sh, me, g, false));
-            kick_others(sh, &mut kicks);
+            drop(st.process(sh, me, shard.lock(), n));
             if n < RX_BATCH {
                 break;
             }
@@ -169,6 +209,68 @@ pub(crate) fn io_loop(sh: &Shared, me: usize) {
     sh.stop.store(true, Ordering::SeqCst);
     sh.kick_all();
     wake_all(sh);
+}
+
+/// `sk_busy_loop` / `napi_busy_loop`: a blocking call of an application thread reads queue
+/// `me`'s device itself (at most `budget` packets a read) and runs the softirq round on what
+/// it read, as the I/O thread would, until `done` says so (checked with the engine held
+/// after each read), or `until` passes, or the host stops. Between
+/// empty reads it yields the CPU (Linux stops spinning when another task wants the CPU,
+/// `need_resched`). Returns the engine held, and whether `done` ended it.
+pub(crate) fn busy_poll<'a>(
+    sh: &'a Shared,
+    me: usize,
+    budget: u16,
+    prefer: bool,
+    until: std::time::Instant,
+    mut done: impl FnMut(&mut Inner) -> bool,
+) -> (MutexGuard<'a, Inner>, bool) {
+    thread_local! {
+        static STATE: std::cell::RefCell<Option<RxState>> = const { std::cell::RefCell::new(None) };
+    }
+    let shard = &sh.shards[me];
+    let max = usize::from(budget.clamp(1, RX_BATCH as u16));
+    if prefer {
+        shard.busy_preferred.fetch_add(1, Ordering::SeqCst);
+        // The I/O thread waits on the device now: it must wait without it.
+        shard.kick();
+    }
+    let out = STATE.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell
+            .as_ref()
+            .is_none_or(|st| st.max != max || st.kicks.len() != sh.shards.len())
+        {
+            *cell = Some(RxState::new(sh.shards.len(), max));
+        }
+        let st = cell.as_mut().expect("set above");
+        bump(&sh.stats.busy_polls);
+        loop {
+            // A broken device is the I/O thread's to report (it stops the host).
+            let n: usize = st.read(&shard.dev).unwrap_or(0);
+            let mut g = if n > 0 {
+                bump(&sh.stats.busy_poll_packets);
+                st.process(sh, me, shard.lock(), n)
+            } else {
+                // The I/O thread may have read what this thread waits for.
+                shard.lock()
+            };
+            let d = done(&mut g);
+            if d || sh.stopped() || std::time::Instant::now() >= until {
+                return (g, d);
+            }
+            drop(g);
+            if n == 0 {
+                std::thread::yield_now();
+            }
+        }
+    });
+    if prefer {
+        shard.busy_preferred.fetch_sub(1, Ordering::SeqCst);
+        // Whatever arrived since is the I/O thread's again.
+        shard.kick();
+    }
+    out
 }
 
 /// Runs shard `k`'s TX queue, `g` its engine held (Linux's `__qdisc_run` between

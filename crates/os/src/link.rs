@@ -233,7 +233,7 @@ mod tests {
         .unwrap();
         let idle = Waker::new().unwrap();
         let ready = |l: &MemLink| {
-            wait_readable(l.as_fd(), &idle, Some(Duration::ZERO))
+            wait_readable(Some(l.as_fd()), &idle, Some(Duration::ZERO))
                 .unwrap()
                 .device
         };

@@ -656,6 +656,37 @@ impl TcpStream {
         Ok(self.sock.get_int(SockOpt::SoZerocopy)? != 0)
     }
 
+    /// `SO_BUSY_POLL`: a blocking read that finds nothing polls the device itself for up to
+    /// `usec` µs before it sleeps (Linux `sk_busy_loop`), reading the TUN queue its shard
+    /// owns and running the softirq work on this thread, so the reply to a request does not
+    /// wait for the I/O thread to be scheduled. 0 turns it off; a new socket starts at
+    /// `net.core.busy_read` ([`Host::sysctl_set`](crate::Host::sysctl_set)); accepted
+    /// sockets inherit their listener's.
+    ///
+    /// ```no_run
+    /// # fn f(s: &shallow_os::TcpStream) -> std::io::Result<()> {
+    /// s.set_busy_poll(50)?; // poll for 50 µs before sleeping
+    /// let mut buf = [0u8; 1];
+    /// s.recv_with_flags(&mut buf, 0)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn set_busy_poll(&self, usec: u32) -> io::Result<()> {
+        self.sock
+            .set_int(SockOpt::SoBusyPoll, i64::from(usec.min(i32::MAX as u32)))
+    }
+
+    /// `SO_BUSY_POLL` in µs (0: off).
+    pub fn busy_poll(&self) -> io::Result<u32> {
+        Ok(u32::try_from(self.sock.get_int(SockOpt::SoBusyPoll)?).unwrap_or(0))
+    }
+
+    /// `SO_PREFER_BUSY_POLL`: while this socket busy-polls, its queue's I/O thread leaves
+    /// the device to it (Linux defers the device's interrupts), so the packets go straight
+    /// to the polling thread.
+    pub fn set_prefer_busy_poll(&self, on: bool) -> io::Result<()> {
+        self.sock.set_int(SockOpt::SoPreferBusyPoll, i64::from(on))
+    }
+
     /// `send(MSG_ZEROCOPY)`: queue `buf` itself (no copy into the send buffer; the stack
     /// keeps a reference), blocking as [`TcpStream::send_with_flags`] does. With
     /// `SO_ZEROCOPY` on ([`TcpStream::set_zerocopy`]), each call that queues bytes gets the
@@ -1403,7 +1434,7 @@ pub(crate) fn recv_some_ts(
                 if sh.stopped() {
                     return Err(netdown());
                 }
-                if let WaitEnd::TimedOut = o.wait(Want::Read, dl)? {
+                if let WaitEnd::TimedOut = o.wait_read_busy(dl)? {
                     return Err(errno(Errno::EAGAIN));
                 }
             }

@@ -86,6 +86,10 @@ pub struct HostStats {
     pub sleeps: AtomicU64,
     /// Packets an application thread wrote to the device itself (direct transmit).
     pub tx_direct: AtomicU64,
+    /// Times a blocking read polled the device itself before sleeping (`SO_BUSY_POLL`).
+    pub busy_polls: AtomicU64,
+    /// Device reads of a busy-polling thread that found packets.
+    pub busy_poll_packets: AtomicU64,
     /// Times an application call woke an I/O thread because the engine's next deadline moved
     /// earlier than its planned wake-up.
     pub io_kicks: AtomicU64,
@@ -364,6 +368,9 @@ pub(crate) struct Shard {
     /// packet or a kick): an application call that moves the engine's next deadline earlier
     /// kicks it, others do not (written under the shard's mutex).
     pub io_wakes_at: AtomicU64,
+    /// Threads busy-polling this queue for sockets with `SO_PREFER_BUSY_POLL`: while any
+    /// does, the I/O thread does not read the device (`iothread::busy_poll`).
+    pub busy_preferred: AtomicU64,
 }
 
 impl Shard {
@@ -382,6 +389,7 @@ impl Shard {
             tx_missed: AtomicBool::new(false),
             completions: Mutex::new(Vec::new()),
             io_wakes_at: AtomicU64::new(0),
+            busy_preferred: AtomicU64::new(0),
         }
     }
 
@@ -758,8 +766,29 @@ impl<'a> Owned<'a> {
         want: Want,
         deadline: Option<std::time::Instant>,
     ) -> io::Result<WaitEnd> {
+        self.wait_with(want, deadline, false)
+    }
+
+    /// [`Owned::wait`] of a blocking read: with `SO_BUSY_POLL` set on the socket, it first
+    /// polls the device itself for that long (Linux `sk_busy_loop` in `tcp_recvmsg`), then
+    /// sleeps.
+    pub fn wait_read_busy(&mut self, deadline: Option<std::time::Instant>) -> io::Result<WaitEnd> {
+        self.wait_with(Want::Read, deadline, true)
+    }
+
+    fn wait_with(
+        &mut self,
+        want: Want,
+        deadline: Option<std::time::Instant>,
+        busy: bool,
+    ) -> io::Result<WaitEnd> {
         let s = self.s;
         let gen0 = want.gen(self.slot()?);
+        let mut busy = if busy {
+            self.inner().driver.busy_poll(s).ok().filter(|b| b.usec > 0)
+        } else {
+            None
+        };
         self.release();
         let g = self.g.take().expect("engine mutex held");
         self.g = Some(self.sh.after_call(g));
@@ -786,6 +815,22 @@ impl<'a> Owned<'a> {
                     Some(left)
                 }
             };
+            if let Some(bp) = busy.take() {
+                let mut until =
+                    std::time::Instant::now() + Duration::from_micros(u64::from(bp.usec));
+                if let Some(d) = deadline {
+                    until = until.min(d);
+                }
+                let g = self.g.take().expect("engine mutex held");
+                let k = g.k;
+                drop(g);
+                let (g, _) =
+                    crate::iothread::busy_poll(self.sh, k, bp.budget, bp.prefer, until, |g| {
+                        g.slot_mut(s).is_none_or(|sl| want.gen(sl) != gen0)
+                    });
+                self.g = Some(g);
+                continue;
+            }
             slot.waiters += 1;
             let cv = Arc::clone(&slot.cv);
             bump(&self.sh.stats.sleeps);

@@ -48,15 +48,17 @@ pub struct Ready {
     pub woken: bool,
 }
 
-/// Waits until `device` is readable, `waker` is woken, or `timeout` passes (`None`: no limit).
+/// Waits until `device` (if any) is readable, `waker` is woken, or `timeout` passes (`None`:
+/// no limit).
 pub fn wait_readable(
-    device: BorrowedFd<'_>,
+    device: Option<BorrowedFd<'_>>,
     waker: &Waker,
     timeout: Option<Duration>,
 ) -> io::Result<Ready> {
     let mut fds = [
         libc::pollfd {
-            fd: device.as_raw_fd(),
+            // poll(2) ignores a negative fd: without a device, only the waker and the timeout.
+            fd: device.map_or(-1, |d| d.as_raw_fd()),
             events: libc::POLLIN,
             revents: 0,
         },
@@ -85,7 +87,7 @@ mod tests {
         let other = Waker::new().unwrap();
         w.wake().unwrap();
         w.wake().unwrap();
-        let r = wait_readable(other.as_fd(), &w, Some(Duration::ZERO)).unwrap();
+        let r = wait_readable(Some(other.as_fd()), &w, Some(Duration::ZERO)).unwrap();
         assert_eq!(
             r,
             Ready {
@@ -94,7 +96,7 @@ mod tests {
             }
         );
         w.drain().unwrap();
-        let r = wait_readable(other.as_fd(), &w, Some(Duration::ZERO)).unwrap();
+        let r = wait_readable(Some(other.as_fd()), &w, Some(Duration::ZERO)).unwrap();
         assert_eq!(r, Ready::default());
     }
 }

@@ -431,6 +431,19 @@ impl Connection {
             // The packets' firewall mark (`sk_mark`): kept and reported; Shallow has no
             // policy routing or packet filter that reads it.
             SoMark => self.opts.mark = v as u32,
+            // sk_setsockopt (measured on 6.18): SO_BUSY_POLL takes 0..=INT_MAX µs (negative:
+            // EINVAL; raising it needs CAP_NET_ADMIN, which Shallow's caller has);
+            // SO_PREFER_BUSY_POLL any value as a flag; SO_BUSY_POLL_BUDGET 0..=65535.
+            SoBusyPoll => {
+                if v < 0 {
+                    return Err(Errno::EINVAL);
+                }
+                self.opts.busy_poll_us = v as u32;
+            }
+            SoPreferBusyPoll => self.opts.prefer_busy_poll = on,
+            SoBusyPollBudget => {
+                self.opts.busy_poll_budget = u16::try_from(v).map_err(|_| Errno::EINVAL)?;
+            }
             SoOobinline => self.opts.oobinline = on,
             // IP_FREEBIND / IPV6_FREEBIND (one flag, `inet->freebind`): bind() may name an
             // address the host does not have.
@@ -667,6 +680,10 @@ impl Connection {
             SoReuseport => i(u32::from(self.opts.reuseport)),
             SoZerocopy => i(u32::from(self.opts.zerocopy)),
             SoMark => i(self.opts.mark),
+            SoBusyPoll => i(self.opts.busy_poll_us),
+            SoPreferBusyPoll => i(u32::from(self.opts.prefer_busy_poll)),
+            // Write-only on 6.18.
+            SoBusyPollBudget => Err(Errno::ENOPROTOOPT),
             SoOobinline => i(u32::from(self.opts.oobinline)),
             IpFreebind => i(u32::from(self.opts.freebind)),
             SoError => {

@@ -190,8 +190,8 @@ pub use socket::{
 };
 pub use sockopt::{OptVal, SockOpt};
 pub use stack::{
-    ForwardCompletion, ForwardFilter, ForwardVerdict, HeldSyn, Ioctl, LingerWait, PortFilter,
-    ProtoMem, Shutdown, SockStat, SocketRow, Stack,
+    BusyPoll, ForwardCompletion, ForwardFilter, ForwardVerdict, HeldSyn, Ioctl, LingerWait,
+    PortFilter, ProtoMem, Shutdown, SockStat, SocketRow, Stack,
 };
 pub use tstamp::{TstampKind, TxTimestamp};
 pub use zerocopy::ZcNotice;

@@ -652,6 +652,16 @@ pub(crate) struct SockOpts {
     pub rcvtstamp: bool,
     /// `SO_TIMESTAMPNS` is on (`SOCK_RCVTSTAMPNS`): nanoseconds, not microseconds.
     pub rcvtstampns: bool,
+    /// `SO_BUSY_POLL` (`sk_ll_usec`): how long a blocking read polls the device itself
+    /// before it sleeps, in µs (0: never); initialised from `net.core.busy_read`. The
+    /// engine keeps it; a substrate that reads a device does the polling.
+    pub busy_poll_us: u32,
+    /// `SO_PREFER_BUSY_POLL` (`sk_prefer_busy_poll`): while the socket busy-polls, the
+    /// device's own receive processing (the I/O thread, Linux's interrupts) stands aside.
+    pub prefer_busy_poll: bool,
+    /// `SO_BUSY_POLL_BUDGET` (`sk_busy_poll_budget`): packets per poll of the device (0:
+    /// the default, 8).
+    pub busy_poll_budget: u16,
 }
 
 impl Default for SockOpts {
@@ -690,6 +700,9 @@ impl Default for SockOpts {
             freebind: false,
             rcvtstamp: false,
             rcvtstampns: false,
+            busy_poll_us: 0,
+            prefer_busy_poll: false,
+            busy_poll_budget: 0,
         }
     }
 }
@@ -887,6 +900,7 @@ impl Connection {
             md5: None,
             opts: SockOpts {
                 v6only: family == Family::V6 && env.config.sysctl.on(Sysctl::bindv6only),
+                busy_poll_us: env.sysint(Sysctl::busy_read).clamp(0, i64::from(i32::MAX)) as u32,
                 ..SockOpts::default()
             },
             route: RouteAttrs::default(),

@@ -20,6 +20,12 @@ pub enum SockOpt {
     SoTimestamping,
     SoZerocopy,
     SoMark,
+    /// `SO_BUSY_POLL`.
+    SoBusyPoll,
+    /// `SO_PREFER_BUSY_POLL`.
+    SoPreferBusyPoll,
+    /// `SO_BUSY_POLL_BUDGET`.
+    SoBusyPollBudget,
     SoOobinline,
     IpFreebind,
     /// `SO_TIMESTAMP` (`SO_TIMESTAMP_OLD`): receive times as `SCM_TIMESTAMP` (a `timeval`).
@@ -81,6 +87,9 @@ impl SockOpt {
             (SOL_SOCKET, 37) => SoTimestamping,
             (SOL_SOCKET, 60) => SoZerocopy,
             (SOL_SOCKET, 36) => SoMark,
+            (SOL_SOCKET, 46) => SoBusyPoll,
+            (SOL_SOCKET, 69) => SoPreferBusyPoll,
+            (SOL_SOCKET, 70) => SoBusyPollBudget,
             (SOL_SOCKET, 10) => SoOobinline,
             (SOL_SOCKET, 29) => SoTimestamp,
             (SOL_SOCKET, 35) => SoTimestampns,
@@ -131,6 +140,9 @@ impl SockOpt {
             SoTimestamping => "SO_TIMESTAMPING",
             SoZerocopy => "SO_ZEROCOPY",
             SoMark => "SO_MARK",
+            SoBusyPoll => "SO_BUSY_POLL",
+            SoPreferBusyPoll => "SO_PREFER_BUSY_POLL",
+            SoBusyPollBudget => "SO_BUSY_POLL_BUDGET",
             SoOobinline => "SO_OOBINLINE",
             IpFreebind => "IP_FREEBIND",
             SoTimestamp => "SO_TIMESTAMP",

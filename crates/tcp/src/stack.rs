@@ -26,6 +26,7 @@
 //!   socket go to its backlog and timers/TX completions defer their work, as in Linux.
 
 mod api;
+pub use api::BusyPoll;
 /// TCP Fast Open at the endpoint.
 mod fastopen;
 pub(crate) use api::SockLock;

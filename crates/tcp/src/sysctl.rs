@@ -229,6 +229,12 @@ sysctls! {
     /// The most page fragments a buffer holds (`MAX_SKB_FRAGS`): a zero-copy send's buffers
     /// beyond it start a new one.
     max_skb_frags = "net.core.max_skb_frags", "17", int(1, 17);
+    /// `SO_BUSY_POLL` of a new socket (µs a blocking read polls the device before it
+    /// sleeps; 0: off). Host-wide in Linux (not per network namespace).
+    busy_read = "net.core.busy_read", "0", int(0, I32MAX);
+    /// µs `poll`/`epoll` wait polls the devices of its busy-polling sockets before it sleeps
+    /// (0: off). Host-wide in Linux.
+    busy_poll = "net.core.busy_poll", "0", int(0, I32MAX);
     /// Default qdisc name, for the substrate.
     default_qdisc = "net.core.default_qdisc", "pfifo_fast", Kind::Qdisc;
     /// Local port range for ephemeral ports.

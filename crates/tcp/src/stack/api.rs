@@ -381,14 +381,30 @@ impl Stack {
         Ok(self.sock(s)?.zc.next_id())
     }
 
+    /// The socket's busy-polling settings (`SO_BUSY_POLL`, `SO_PREFER_BUSY_POLL`,
+    /// `SO_BUSY_POLL_BUDGET`), for a substrate that polls its device from a blocking read
+    /// (Linux `sk_busy_loop`). The engine does no polling itself.
+    pub fn busy_poll(&self, s: SocketId) -> Result<BusyPoll, Errno> {
+        let o = &self.sock(s)?.opts;
+        Ok(BusyPoll {
+            usec: o.busy_poll_us,
+            prefer: o.prefer_busy_poll,
+            budget: if o.busy_poll_budget == 0 {
+                BusyPoll::DEFAULT_BUDGET
+            } else {
+                o.busy_poll_budget
+            },
+        })
+    }
+
     /// `sendmsg()` of the application's buffers (`msg_iov`, in order), with a destination
     /// as [`Stack::sendto`]. With `MSG_ZEROCOPY` on a socket with `SO_ZEROCOPY` (zerocopy.rs)
     /// the stack keeps the buffers themselves, without copying them into its send buffer,
     /// when the device does scatter-gather ([`crate::DeviceCaps::sg`]); the send gets the
     /// next id and its completion comes on the error queue ([`Stack::recv_errqueue`]) when
     /// the stack holds its bytes no more (`SO_EE_CODE_ZEROCOPY_COPIED` if they were
-    /// copied after all: a Fast Open SYN's data, a device without scatter-gather, bytes
-    /// joined to other buffers). ENOBUFS when the socket's completions fill
+    /// copied after all: a Fast Open SYN's data, a device without scatter-gather or one
+    /// that copies). ENOBUFS when the socket's completions fill
     /// `net.core.optmem_max`. Otherwise the bytes are copied, as [`Stack::sendto`].
     pub fn sendmsg_bufs(
         &mut self,
@@ -908,4 +924,21 @@ pub(crate) struct SockLock {
     pub backlog: std::collections::VecDeque<crate::packet::OwnedSeg>,
     /// The backlog's length in truesize bytes (`sk_backlog.len`).
     pub backlog_len: u32,
+}
+
+/// A socket's busy-polling settings ([`Stack::busy_poll`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BusyPoll {
+    /// µs a blocking read polls the device before it sleeps (`sk_ll_usec`; 0: never).
+    pub usec: u32,
+    /// The device's own receive processing stands aside while the socket polls
+    /// (`SO_PREFER_BUSY_POLL`).
+    pub prefer: bool,
+    /// Packets per poll of the device (`SO_BUSY_POLL_BUDGET`, or the default).
+    pub budget: u16,
+}
+
+impl BusyPoll {
+    /// Linux's `BUSY_POLL_BUDGET`: packets per poll when the socket sets none.
+    pub const DEFAULT_BUDGET: u16 = 8;
 }

@@ -822,3 +822,68 @@ fn msg_trunc_consumes_like_a_copying_read() {
     assert!(copied.1 == discarded.1, "B's packets differ");
     assert_eq!(copied.2, discarded.2, "counters");
 }
+
+/// `SO_BUSY_POLL` and its companions as Linux 6.18 takes them (measured with python3 as
+/// root): a new socket starts at `net.core.busy_read`; 0..=INT_MAX µs, negative EINVAL;
+/// `SO_PREFER_BUSY_POLL` a flag; `SO_BUSY_POLL_BUDGET` 0..=65535 and write-only; an
+/// accepted socket inherits its listener's.
+#[test]
+fn busy_poll_options_as_linux() {
+    let mut p = Pair::new(47, LinkConfig::default());
+    let s = p.a.socket(Family::V4).unwrap();
+    assert_eq!(p.a.getsockopt(s, SockOpt::SoBusyPoll), Ok(OptVal::Int(0)));
+    p.a.sysctl_set("net.core.busy_read", "30").unwrap();
+    assert!(p.a.sysctl_set("net.core.busy_read", "-1").is_err());
+    let s2 = p.a.socket(Family::V4).unwrap();
+    assert_eq!(p.a.getsockopt(s2, SockOpt::SoBusyPoll), Ok(OptVal::Int(30)));
+    assert_eq!(p.a.getsockopt(s, SockOpt::SoBusyPoll), Ok(OptVal::Int(0)));
+    let set = |p: &mut Pair, o, v| p.a.setsockopt(p.now, s, o, &OptVal::Int(v));
+    assert_eq!(set(&mut p, SockOpt::SoBusyPoll, -1), Err(Errno::EINVAL));
+    assert_eq!(
+        set(&mut p, SockOpt::SoBusyPoll, i64::from(i32::MAX)),
+        Ok(())
+    );
+    assert_eq!(set(&mut p, SockOpt::SoBusyPoll, 50), Ok(()));
+    assert_eq!(set(&mut p, SockOpt::SoPreferBusyPoll, 2), Ok(()));
+    assert_eq!(
+        p.a.getsockopt(s, SockOpt::SoPreferBusyPoll),
+        Ok(OptVal::Int(1))
+    );
+    assert_eq!(
+        set(&mut p, SockOpt::SoBusyPollBudget, 65536),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        set(&mut p, SockOpt::SoBusyPollBudget, -1),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        p.a.getsockopt(s, SockOpt::SoBusyPollBudget),
+        Err(Errno::ENOPROTOOPT)
+    );
+    assert_eq!(
+        p.a.busy_poll(s),
+        Ok(BusyPoll {
+            usec: 50,
+            prefer: true,
+            budget: BusyPoll::DEFAULT_BUDGET
+        })
+    );
+    assert_eq!(set(&mut p, SockOpt::SoBusyPollBudget, 64), Ok(()));
+    assert_eq!(p.a.busy_poll(s).unwrap().budget, 64);
+    // Inherited by an accepted socket.
+    let l = p.b.socket(Family::V4).unwrap();
+    p.b.setsockopt(p.now, l, SockOpt::SoBusyPoll, &OptVal::Int(77))
+        .unwrap();
+    let addr = SocketAddr::new(ADDR_B, 80);
+    p.b.bind(l, addr).unwrap();
+    p.b.listen(l, 4).unwrap();
+    let c = p.a.socket(Family::V4).unwrap();
+    assert_eq!(p.a.connect(p.now, c, addr), Err(Errno::EINPROGRESS));
+    p.run_for(Duration::from_millis(50));
+    let (child, _) = p.b.accept(l).unwrap();
+    assert_eq!(
+        p.b.getsockopt(child, SockOpt::SoBusyPoll),
+        Ok(OptVal::Int(77))
+    );
+}
