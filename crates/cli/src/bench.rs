@@ -894,6 +894,12 @@ mod linux {
                 o.insert("timestamps".into(), json!(true));
             }
         }
+        if cfg.busy_poll_us > 0 {
+            if let Value::Object(o) = &mut v {
+                o.insert("busy_poll_us".into(), json!(cfg.busy_poll_us));
+                o.insert("prefer_busy_poll".into(), json!(cfg.prefer_busy_poll));
+            }
+        }
         v
     }
 

@@ -38,6 +38,8 @@ fn emulator_only_options_are_usage_errors() {
             "rx:net.ipv4.tcp_autocorking=0",
         ],
         vec!["bench", "--side-by-side"],
+        vec!["bench", "--busy-poll", "50"],
+        vec!["bench", "--prefer-busy-poll"],
         vec![
             "bench",
             "--substrate",
@@ -205,5 +207,44 @@ fn linux_timestamps_from_the_data_sender() {
         assert_eq!(t["stack"], stack, "{pair}");
         assert!(t["sched_to_snd"]["writes"].as_u64().unwrap() > 0, "{pair}");
         assert!(t["snd_to_ack"]["p50_us"].as_f64().is_some(), "{pair}");
+    }
+}
+
+/// `--busy-poll`: a TCP_RR run whose Shallow socket polls the TUN before it sleeps completes
+/// transactions and says so in its configuration.
+#[test]
+fn linux_rr_with_busy_polling() {
+    if !can_run("linux_rr_with_busy_polling") {
+        return;
+    }
+    for extra in [&[][..], &["--prefer-busy-poll"][..]] {
+        let mut args = vec![
+            "bench",
+            "--substrate",
+            "linux",
+            "--pair",
+            "shallow-linux",
+            "--test",
+            "TCP_RR",
+            "--duration",
+            "300ms",
+            "--busy-poll",
+            "50",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = shallow(&args);
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        assert_eq!(v["config"]["busy_poll_us"], 50);
+        assert_eq!(v["config"]["prefer_busy_poll"], !extra.is_empty());
+        let t = v["flows"][0]["transactions"]
+            .as_u64()
+            .or_else(|| v["transactions"].as_u64());
+        assert!(t.is_some_and(|t| t > 100), "{extra:?}: {v}");
     }
 }
