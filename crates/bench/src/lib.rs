@@ -29,6 +29,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod smoltcp_peer;
+
 use std::io::{self, Read};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::Ordering;
@@ -78,6 +80,9 @@ pub enum Pair {
     LinuxToShallow,
     /// Both on the kernel, in two namespaces joined by veth: the kernel's own baseline.
     LinuxToLinux,
+    /// netperf on smoltcp 0.14 over its own TUN (no offloads), netserver on the kernel: the
+    /// peer user-space stack (`smoltcp_peer.rs`).
+    SmoltcpToLinux,
 }
 
 impl Pair {
@@ -87,6 +92,7 @@ impl Pair {
             Pair::ShallowToLinux => "shallow->linux",
             Pair::LinuxToShallow => "linux->shallow",
             Pair::LinuxToLinux => "linux->linux",
+            Pair::SmoltcpToLinux => "smoltcp->linux",
         }
     }
 }
@@ -722,6 +728,7 @@ fn result_of(
 pub fn run(cfg: &BenchConfig, pair: Pair) -> Result<BenchResult, BenchError> {
     match pair {
         Pair::LinuxToLinux => run_veth(cfg),
+        Pair::SmoltcpToLinux => smoltcp_peer::run(cfg),
         Pair::ShallowToLinux | Pair::LinuxToShallow => run_shallow(cfg, pair),
     }
 }
@@ -913,6 +920,7 @@ fn run_shallow(cfg: &BenchConfig, pair: Pair) -> Result<BenchResult, BenchError>
             (netperf, side, streams, rtts)
         }
         Pair::LinuxToLinux => return run_veth(cfg),
+        Pair::SmoltcpToLinux => return smoltcp_peer::run(cfg),
     };
     let cpu = cpu_since(cpu0);
     let mut r = result_of(pair, cfg, netperf, netserver, cpu);

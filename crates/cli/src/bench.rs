@@ -102,6 +102,18 @@ pub enum PairArg {
     /// Both on the kernel, over a veth pair between two namespaces (the baseline).
     #[value(name = "linux-linux")]
     LinuxLinux,
+    /// netperf on smoltcp 0.14 over a TUN of its own (no offloads), netserver on the
+    /// kernel: the peer user-space stack, same workload (`--busy-poll` makes its thread
+    /// spin on the TUN instead of sleeping in poll(2)).
+    #[value(name = "smoltcp-linux")]
+    SmoltcpLinux,
+}
+
+/// A peer user-space stack for `--side-by-side --peer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PeerStack {
+    /// smoltcp 0.14 (`--pair smoltcp-linux`).
+    Smoltcp,
 }
 
 /// Options of `shallow bench`.
@@ -119,6 +131,11 @@ pub struct BenchArgs {
     /// and CPU per GB, and print the ratios to the kernel's baseline.
     #[arg(long)]
     side_by_side: bool,
+    /// With `--side-by-side`: also run a peer user-space stack on the same workload, as the
+    /// netperf side over a TUN of its own (`smoltcp`: smoltcp 0.14), before the kernel's
+    /// baseline.
+    #[arg(long, value_enum)]
+    peer: Option<PeerStack>,
     /// Use IPv6 instead of IPv4: on the emulator fd00::1 → fd00:0:0:1::1, with `--substrate
     /// linux` fd00:213::/64.
     #[arg(long)]
@@ -266,6 +283,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     }
     if args.side_by_side {
         usage_error("--side-by-side needs --substrate linux");
+    }
+    if args.peer.is_some() {
+        usage_error("--peer needs --substrate linux --side-by-side");
     }
     if args.queues != 1 {
         usage_error("--queues needs --substrate linux");
@@ -641,6 +661,12 @@ mod linux {
         if args.test == Test::Bulk {
             usage_error("--substrate linux runs TCP_STREAM, TCP_MAERTS and TCP_RR (not BULK)");
         }
+        if args.peer.is_some() && !args.side_by_side {
+            usage_error("--peer adds a row to --side-by-side (one run: --pair smoltcp-linux)");
+        }
+        if args.pair == PairArg::SmoltcpLinux && (args.flows != 1 || args.timestamps) {
+            usage_error("--pair smoltcp-linux runs one flow, without --timestamps");
+        }
     }
 
     fn config(args: &BenchArgs, test: Test) -> ob::BenchConfig {
@@ -676,6 +702,7 @@ mod linux {
             PairArg::ShallowLinux => Pair::ShallowToLinux,
             PairArg::LinuxShallow => Pair::LinuxToShallow,
             PairArg::LinuxLinux => Pair::LinuxToLinux,
+            PairArg::SmoltcpLinux => Pair::SmoltcpToLinux,
         }
     }
 
@@ -1007,11 +1034,12 @@ mod linux {
         let st = config(args, Test::Stream);
         let rr = config(args, Test::Rr);
         let mut rows = Vec::new();
-        for pair in [
-            Pair::ShallowToLinux,
-            Pair::LinuxToShallow,
-            Pair::LinuxToLinux,
-        ] {
+        let mut pairs = vec![Pair::ShallowToLinux, Pair::LinuxToShallow];
+        if args.peer == Some(PeerStack::Smoltcp) {
+            pairs.push(Pair::SmoltcpToLinux);
+        }
+        pairs.push(Pair::LinuxToLinux);
+        for pair in pairs {
             eprintln!("running {} TCP_STREAM ...", pair.label());
             let stream = run_one(&st, pair)?;
             eprintln!("running {} TCP_RR ...", pair.label());

@@ -39,6 +39,16 @@ fn emulator_only_options_are_usage_errors() {
         ],
         vec!["bench", "--side-by-side"],
         vec!["bench", "--busy-poll", "50"],
+        vec!["bench", "--substrate", "linux", "--peer", "smoltcp"],
+        vec![
+            "bench",
+            "--substrate",
+            "linux",
+            "--pair",
+            "smoltcp-linux",
+            "--flows",
+            "2",
+        ],
         vec!["bench", "--prefer-busy-poll"],
         vec![
             "bench",
@@ -71,6 +81,9 @@ fn linux_runs_report_the_bench_json_shape() {
         ("TCP_RR", "shallow-linux"),
         ("TCP_STREAM", "linux-shallow"),
         ("TCP_RR", "linux-linux"),
+        ("TCP_STREAM", "smoltcp-linux"),
+        ("TCP_MAERTS", "smoltcp-linux"),
+        ("TCP_RR", "smoltcp-linux"),
         ("TCP_STREAM/2 flows/2 queues", "shallow-linux"),
     ] {
         // "TEST/2 flows/2 queues": two parallel flows over a 2-queue TUN.
@@ -143,7 +156,7 @@ fn linux_runs_report_the_bench_json_shape() {
                 "{test} {pair}: bytes lost"
             );
         }
-        if pair != "linux-linux" {
+        if !matches!(pair, "linux-linux" | "smoltcp-linux") {
             assert!(
                 !v["counters"].as_object().unwrap().is_empty(),
                 "Shallow's MIB deltas"
@@ -162,6 +175,8 @@ fn side_by_side_prints_the_three_pairs_and_the_target() {
         "--substrate",
         "linux",
         "--side-by-side",
+        "--peer",
+        "smoltcp",
         "--duration",
         "300ms",
     ]);
@@ -171,7 +186,13 @@ fn side_by_side_prints_the_three_pairs_and_the_target() {
         String::from_utf8_lossy(&out.stderr)
     );
     let s = String::from_utf8_lossy(&out.stdout);
-    for p in ["shallow->linux", "linux->shallow", "linux->linux", "target"] {
+    for p in [
+        "shallow->linux",
+        "linux->shallow",
+        "smoltcp->linux",
+        "linux->linux",
+        "target",
+    ] {
         assert!(s.contains(p), "missing {p}:\n{s}");
     }
 }
