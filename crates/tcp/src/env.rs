@@ -64,6 +64,9 @@ pub(crate) struct Env {
     pub keys: Keys,
     /// TCP Fast Open's keys and the client's cookie cache (fastopen.rs).
     pub tfo: crate::fastopen::FastOpenState,
+    /// Sockets asking for receive timestamps (`netstamp_needed_key`, Linux's host-wide
+    /// switch): while any does, every arriving segment is stamped (recv.rs).
+    pub rx_tstamp_users: u32,
 }
 
 /// The engine's outputs waiting for the substrate (`Stack::poll_transmit`,
@@ -162,6 +165,7 @@ impl Env {
             limits: Limits::default(),
             keys: Keys::new(seed),
             tfo: Default::default(),
+            rx_tstamp_users: 0,
         }
     }
 

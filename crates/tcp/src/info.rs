@@ -575,6 +575,7 @@ impl Connection {
             SoTimestamp | SoTimestampns => {
                 self.opts.rcvtstamp = on;
                 self.opts.rcvtstampns = on && opt == SoTimestampns;
+                self.rx_stamp_sync(env, false);
             }
             // sock_set_timestamping: known flags only; OPT_ID needs a connection (its keys
             // count from snd_una, or write_seq with OPT_ID_TCP).
@@ -595,6 +596,7 @@ impl Connection {
                     };
                 }
                 self.tstamp.flags = v;
+                self.rx_stamp_sync(env, false);
             }
             // Only on a closed or listening socket; the queue is min(val, somaxconn)
             // (fastopen_queue_tune), and the stack's keys are made if missing.

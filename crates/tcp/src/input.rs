@@ -1380,7 +1380,7 @@ impl Connection {
             self.measure_rcv_mss(env, seg, len, truesize);
         }
         // tcp_data_queue_ofo: schedule an ACK; __tcp_ack_snd_check decides (SACK compression).
-        let tstamp = self.rx_stamping().then_some(now);
+        let tstamp = Connection::rx_stamp(env, now);
         self.ofo_insert(env, seq, payload, seg.share(payload), fin, truesize, tstamp);
         self.ack.pending |= ackf::SCHED;
         self.stats.count_data_segs_in(seg.gso_segs);
@@ -1410,7 +1410,7 @@ impl Connection {
                     .map(|t| !t.fin && t.data.len() + payload.len() <= 65536)
                     .unwrap_or(false);
             let shared = seg.share(payload);
-            let tstamp = self.rx_stamping().then_some(now);
+            let tstamp = Connection::rx_stamp(env, now);
             if coalesce {
                 let t = self.rcv.rx_queue.back_mut().expect("checked");
                 t.data.push(payload, shared);

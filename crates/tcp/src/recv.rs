@@ -398,13 +398,9 @@ impl Connection {
         }
     }
 
-    /// Whether the socket asks for receive timestamps, so that arriving segments are stamped
-    /// (`tcp_recv_timestamp` reports them): `SO_TIMESTAMP`/`SO_TIMESTAMPNS`, or
-    /// `SO_TIMESTAMPING` with `SOFTWARE` and either `RX_SOFTWARE` or no `OPT_RX_FILTER`.
-    /// Linux stamps every packet while any socket of the host asks (`net_enable_timestamp`,
-    /// a host-wide switch), so there data that came before the socket asked has a time too
-    /// (measured on 6.18: it had, on this host); here only what arrives while this socket
-    /// asks is stamped, and a socket that never asks pays nothing per segment.
+    /// Whether the socket asks for receive timestamps (`tcp_recv_timestamp` reports them):
+    /// `SO_TIMESTAMP`/`SO_TIMESTAMPNS`, or `SO_TIMESTAMPING` with `SOFTWARE` and either
+    /// `RX_SOFTWARE` or no `OPT_RX_FILTER`.
     pub fn rx_stamping(&self) -> bool {
         use crate::tstamp::sof;
         let f = self.tstamp.flags;
@@ -424,6 +420,31 @@ impl Connection {
         flags: u32,
     ) -> Result<usize, Errno> {
         self.recvmsg_ts(env, now, buf, flags, false).map(|(n, _)| n)
+    }
+
+    /// Keeps the stack's count of sockets asking for receive timestamps
+    /// ([`Env::rx_tstamp_users`]) in step with this one (`net_enable_timestamp` when a
+    /// socket starts asking or a child of one is made, `net_disable_timestamp` when it stops
+    /// or is freed, `gone`). While the count is above zero every arriving segment is
+    /// stamped, so data that came before a socket asked has a time when another socket of
+    /// the host was asking then (Linux's host-wide switch; measured on 6.18); with none
+    /// asking, no segment pays for a time.
+    pub(crate) fn rx_stamp_sync(&mut self, env: &mut Env, gone: bool) {
+        let want = !gone && self.rx_stamping();
+        if want != self.rx_stamp_counted {
+            if want {
+                env.rx_tstamp_users += 1;
+            } else {
+                env.rx_tstamp_users = env.rx_tstamp_users.saturating_sub(1);
+            }
+            self.rx_stamp_counted = want;
+        }
+    }
+
+    /// The receive time to keep with a segment arriving at `now`: while any socket of the
+    /// stack asks for receive timestamps ([`Connection::rx_stamp_sync`]).
+    pub(crate) fn rx_stamp(env: &Env, now: Instant) -> Option<Instant> {
+        (env.rx_tstamp_users > 0).then_some(now)
     }
 
     /// [`Connection::recvmsg`] with the receive time of the data read: that of the last
@@ -512,7 +533,7 @@ impl Connection {
             if !trunc {
                 buf[..got].copy_from_slice(&tmp[skip..skip + got]);
             }
-            return Ok((got, tstamp));
+            return Ok((got, tstamp.filter(|_| self.rx_stamping())));
         }
         let mut skipped = 0u32;
         while copied < buf.len() {
@@ -566,7 +587,8 @@ impl Connection {
         }
         self.rcv_space_adjust(env, now);
         self.cleanup_rbuf(env, now, copied as u32);
-        Ok((copied, tstamp))
+        // tcp_recv_timestamp: reported only to a socket that asks now.
+        Ok((copied, tstamp.filter(|_| self.rx_stamping())))
     }
 
     /// `tcp_cleanup_rbuf` (spec §6.4 "ACK on read").

@@ -775,6 +775,8 @@ pub(crate) struct Connection {
     pub shutdown: u8,
     /// SOCK_NOSPACE: a writer saw no space; wake it on write space.
     pub nospace: bool,
+    /// This socket is counted in [`Env::rx_tstamp_users`] (recv.rs `rx_stamp_sync`).
+    pub rx_stamp_counted: bool,
     /// `sock->state == SS_CONNECTING`: a connect() is in progress or failed unreported.
     pub connecting: bool,
     /// `sk_write_pending`: a blocking writer waits for the handshake (a send on a blocking
@@ -908,6 +910,7 @@ impl Connection {
             err_soft: None,
             shutdown: 0,
             nospace: false,
+            rx_stamp_counted: false,
             sack_compress: SackCompress::default(),
             connecting: false,
             write_pending: false,

@@ -465,6 +465,7 @@ impl Stack {
             return;
         };
         self.free_slots.push(core::cmp::Reverse(s.0));
+        sk.rx_stamp_sync(&mut self.env, true);
         sk.disarm_all(&mut self.env);
         sk.mem_release(&mut self.env);
         self.env.mem.sockets = self.env.mem.sockets.saturating_sub(1);

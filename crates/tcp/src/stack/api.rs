@@ -175,6 +175,7 @@ impl Stack {
             old.userlocks_addr,
         );
         let (osnd, orcv) = (old.mem.sndbuf, old.mem.rcvbuf);
+        let counted = old.rx_stamp_counted;
         if !locked {
             if let Some(v) = self.ports.get_mut(&local.port()) {
                 v.retain(|x| *x != s);
@@ -203,6 +204,9 @@ impl Stack {
         if rcvbuf_lock {
             fresh.mem.rcvbuf = orcv;
         }
+        // The same socket as far as the host's receive-timestamp count goes.
+        fresh.rx_stamp_counted = counted;
+        fresh.rx_stamp_sync(&mut self.env, false);
         self.socks[s.0 as usize] = Some(Box::new(fresh));
         Ok(())
     }

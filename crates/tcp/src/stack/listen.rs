@@ -169,6 +169,8 @@ impl Stack {
         // too (measured on 6.18: 24 on the listener, 24 on the accepted socket). A listener
         // cannot have OPT_ID (EINVAL), so no key base comes with them.
         sk.tstamp.flags = ltsflags;
+        // sk_clone_lock: a child of a socket asking for receive timestamps asks too.
+        sk.rx_stamp_sync(env, false);
         sk.mem.sndbuf = lsnd;
         sk.mem.rcvbuf = lrcv;
         if let Some(cc) = shallow_cc::by_name(lcc, &cc_params) {
