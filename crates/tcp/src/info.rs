@@ -571,15 +571,21 @@ impl Connection {
             }
             TcpInq => self.opts.inq = on,
             // sock_set_timestamp: SO_TIMESTAMP on clears the nanosecond form, SO_TIMESTAMPNS
-            // sets both, either off clears both (measured on 6.18: getsockopt after each).
-            SoTimestamp | SoTimestampns => {
+            // sets both, either off clears both (measured on 6.18: getsockopt after each);
+            // turning one on also says whether times are 64-bit (`_NEW`, one flag with
+            // SO_TIMESTAMPING_NEW's); off leaves that as it was.
+            SoTimestamp | SoTimestampns | SoTimestampNew | SoTimestampnsNew => {
                 self.opts.rcvtstamp = on;
-                self.opts.rcvtstampns = on && opt == SoTimestampns;
+                self.opts.rcvtstampns = on && matches!(opt, SoTimestampns | SoTimestampnsNew);
+                if on {
+                    self.opts.tstamp_new = matches!(opt, SoTimestampNew | SoTimestampnsNew);
+                }
                 self.rx_stamp_sync(env, false);
             }
             // sock_set_timestamping: known flags only; OPT_ID needs a connection (its keys
-            // count from snd_una, or write_seq with OPT_ID_TCP).
-            SoTimestamping => {
+            // count from snd_una, or write_seq with OPT_ID_TCP). SO_TIMESTAMPING_NEW sets the
+            // 64-bit flag, SO_TIMESTAMPING clears it, whatever the value.
+            SoTimestamping | SoTimestampingNew => {
                 use crate::tstamp::sof;
                 let v = u32::try_from(v).map_err(|_| Errno::EINVAL)?;
                 if v & !sof::MASK != 0 || (v & sof::OPT_ID_TCP != 0 && v & sof::OPT_ID == 0) {
@@ -596,6 +602,7 @@ impl Connection {
                     };
                 }
                 self.tstamp.flags = v;
+                self.opts.tstamp_new = opt == SoTimestampingNew;
                 self.rx_stamp_sync(env, false);
             }
             // Only on a closed or listening socket; the queue is min(val, somaxconn)
@@ -724,9 +731,21 @@ impl Connection {
             TcpCongestion => Ok(OptVal::Str(self.cc.name().to_string())),
             TcpNotsentLowat => i(self.opts.notsent_lowat),
             TcpInq => i(u32::from(self.opts.inq)),
+            // sk_getsockopt (measured on 6.18): the old forms report only what is not `_NEW`,
+            // but SO_TIMESTAMPING, which reports its flags either way; SO_TIMESTAMP_NEW is on
+            // with the nanosecond form too.
             SoTimestamping => i(self.tstamp.flags),
-            SoTimestamp => i(u32::from(self.opts.rcvtstamp && !self.opts.rcvtstampns)),
-            SoTimestampns => i(u32::from(self.opts.rcvtstampns)),
+            SoTimestampingNew => i(if self.opts.tstamp_new {
+                self.tstamp.flags
+            } else {
+                0
+            }),
+            SoTimestamp => i(u32::from(
+                self.opts.rcvtstamp && !self.opts.rcvtstampns && !self.opts.tstamp_new,
+            )),
+            SoTimestampns => i(u32::from(self.opts.rcvtstampns && !self.opts.tstamp_new)),
+            SoTimestampNew => i(u32::from(self.opts.rcvtstamp && self.opts.tstamp_new)),
+            SoTimestampnsNew => i(u32::from(self.opts.rcvtstampns && self.opts.tstamp_new)),
             TcpFastopen => i(self.opts.fastopen_qlen),
             TcpFastopenConnect => i(u32::from(self.opts.fastopen_connect)),
             TcpFastopenNoCookie => i(u32::from(self.opts.fastopen_no_cookie)),

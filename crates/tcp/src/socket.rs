@@ -652,6 +652,10 @@ pub(crate) struct SockOpts {
     pub rcvtstamp: bool,
     /// `SO_TIMESTAMPNS` is on (`SOCK_RCVTSTAMPNS`): nanoseconds, not microseconds.
     pub rcvtstampns: bool,
+    /// `SOCK_TSTAMP_NEW`: the last of the timestamp options set was a `_NEW` one, so
+    /// control messages carry 64-bit times (`SCM_TIMESTAMP_NEW`, `SCM_TIMESTAMPNS_NEW`,
+    /// `SCM_TIMESTAMPING_NEW`).
+    pub tstamp_new: bool,
     /// `SO_BUSY_POLL` (`sk_ll_usec`): how long a blocking read polls the device itself
     /// before it sleeps, in µs (0: never); initialised from `net.core.busy_read`. The
     /// engine keeps it; a substrate that reads a device does the polling.
@@ -700,6 +704,7 @@ impl Default for SockOpts {
             freebind: false,
             rcvtstamp: false,
             rcvtstampns: false,
+            tstamp_new: false,
             busy_poll_us: 0,
             prefer_busy_poll: false,
             busy_poll_budget: 0,

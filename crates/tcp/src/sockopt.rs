@@ -18,6 +18,8 @@ pub enum SockOpt {
     SoSndbufforce,
     SoRcvbufforce,
     SoTimestamping,
+    /// `SO_TIMESTAMPING_NEW`: as `SO_TIMESTAMPING`, with 64-bit times (`SCM_TIMESTAMPING_NEW`).
+    SoTimestampingNew,
     SoZerocopy,
     SoMark,
     /// `SO_BUSY_POLL`.
@@ -33,6 +35,10 @@ pub enum SockOpt {
     /// `SO_TIMESTAMPNS` (`SO_TIMESTAMPNS_OLD`): receive times as `SCM_TIMESTAMPNS` (a
     /// `timespec`).
     SoTimestampns,
+    /// `SO_TIMESTAMP_NEW` (`SCM_TIMESTAMP_NEW`, a 64-bit `timeval`).
+    SoTimestampNew,
+    /// `SO_TIMESTAMPNS_NEW` (`SCM_TIMESTAMPNS_NEW`, a 64-bit `timespec`).
+    SoTimestampnsNew,
     TcpNodelay,
     TcpMaxseg,
     TcpCork,
@@ -85,6 +91,7 @@ impl SockOpt {
             (SOL_SOCKET, 32) => SoSndbufforce,
             (SOL_SOCKET, 33) => SoRcvbufforce,
             (SOL_SOCKET, 37) => SoTimestamping,
+            (SOL_SOCKET, 65) => SoTimestampingNew,
             (SOL_SOCKET, 60) => SoZerocopy,
             (SOL_SOCKET, 36) => SoMark,
             (SOL_SOCKET, 46) => SoBusyPoll,
@@ -93,6 +100,8 @@ impl SockOpt {
             (SOL_SOCKET, 10) => SoOobinline,
             (SOL_SOCKET, 29) => SoTimestamp,
             (SOL_SOCKET, 35) => SoTimestampns,
+            (SOL_SOCKET, 63) => SoTimestampNew,
+            (SOL_SOCKET, 64) => SoTimestampnsNew,
             (SOL_TCP, 1) => TcpNodelay,
             (SOL_TCP, 2) => TcpMaxseg,
             (SOL_TCP, 3) => TcpCork,
@@ -138,6 +147,7 @@ impl SockOpt {
             SoSndbufforce => "SO_SNDBUFFORCE",
             SoRcvbufforce => "SO_RCVBUFFORCE",
             SoTimestamping => "SO_TIMESTAMPING",
+            SoTimestampingNew => "SO_TIMESTAMPING_NEW",
             SoZerocopy => "SO_ZEROCOPY",
             SoMark => "SO_MARK",
             SoBusyPoll => "SO_BUSY_POLL",
@@ -147,6 +157,8 @@ impl SockOpt {
             IpFreebind => "IP_FREEBIND",
             SoTimestamp => "SO_TIMESTAMP",
             SoTimestampns => "SO_TIMESTAMPNS",
+            SoTimestampNew => "SO_TIMESTAMP_NEW",
+            SoTimestampnsNew => "SO_TIMESTAMPNS_NEW",
             TcpNodelay => "TCP_NODELAY",
             TcpMaxseg => "TCP_MAXSEG",
             TcpCork => "TCP_CORK",

@@ -385,6 +385,14 @@ impl Stack {
         Ok(self.sock(s)?.zc.next_id())
     }
 
+    /// Whether the socket's timestamp control messages carry 64-bit times (`SOCK_TSTAMP_NEW`:
+    /// the last timestamp option turned on was `SO_TIMESTAMP_NEW`, `SO_TIMESTAMPNS_NEW` or
+    /// `SO_TIMESTAMPING_NEW`), so a substrate that writes control messages uses
+    /// `SCM_TIMESTAMP_NEW` (63), `SCM_TIMESTAMPNS_NEW` (64), `SCM_TIMESTAMPING_NEW` (65).
+    pub fn timestamp_new(&self, s: SocketId) -> Result<bool, Errno> {
+        Ok(self.sock(s)?.opts.tstamp_new)
+    }
+
     /// The socket's busy-polling settings (`SO_BUSY_POLL`, `SO_PREFER_BUSY_POLL`,
     /// `SO_BUSY_POLL_BUDGET`), for a substrate that polls its device from a blocking read
     /// (Linux `sk_busy_loop`). The engine does no polling itself.

@@ -267,3 +267,46 @@ fn another_socket_asking_stamps_what_arrives_before_this_one_asks() {
         "arrived while no socket asked"
     );
 }
+
+/// The `_NEW` forms (64-bit times) as 6.18 reports them (measured with python3 over
+/// loopback): one flag for all of them, set or cleared by whichever timestamp option was
+/// last turned on (SO_TIMESTAMPING in either form sets it whatever its value); each
+/// getsockopt reports its own form only.
+#[test]
+fn the_new_forms_share_one_flag_as_linux() {
+    let mut p = Pair::new(37, LinkConfig::default());
+    let (c, s) = connected(&mut p, 0);
+    let forms = [
+        SockOpt::SoTimestamp,
+        SockOpt::SoTimestampns,
+        SockOpt::SoTimestamping,
+        SockOpt::SoTimestampNew,
+        SockOpt::SoTimestampnsNew,
+        SockOpt::SoTimestampingNew,
+    ];
+    let all = |p: &mut Pair| forms.map(|o| get(p, s, o));
+    set(&mut p, s, SockOpt::SoTimestampNew, 1);
+    assert_eq!(all(&mut p), [0, 0, 0, 1, 0, 0]);
+    assert_eq!(p.b.timestamp_new(s), Ok(true));
+    let t = write(&mut p, c, 10, Duration::from_millis(50));
+    assert!(arrived_after(recvmsg(&mut p, s, 100, 0).rx_time, t));
+    set(&mut p, s, SockOpt::SoTimestampnsNew, 1);
+    assert_eq!(all(&mut p), [0, 0, 0, 1, 1, 0]);
+    set(&mut p, s, SockOpt::SoTimestampnsNew, 0);
+    assert_eq!(all(&mut p), [0; 6]);
+    // Off leaves the flag; the next form turned on decides it.
+    assert_eq!(p.b.timestamp_new(s), Ok(true));
+    set(&mut p, s, SockOpt::SoTimestampns, 1);
+    assert_eq!(all(&mut p), [0, 1, 0, 0, 0, 0]);
+    assert_eq!(p.b.timestamp_new(s), Ok(false));
+    set(&mut p, s, SockOpt::SoTimestampns, 0);
+    let flags = sof::SOFTWARE | sof::RX_SOFTWARE;
+    set(&mut p, s, SockOpt::SoTimestampingNew, flags);
+    assert_eq!(
+        all(&mut p),
+        [0, 0, i64::from(flags), 0, 0, i64::from(flags)]
+    );
+    set(&mut p, s, SockOpt::SoTimestamping, flags);
+    assert_eq!(all(&mut p), [0, 0, i64::from(flags), 0, 0, 0]);
+    assert_eq!(p.b.timestamp_new(s), Ok(false));
+}
