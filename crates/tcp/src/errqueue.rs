@@ -125,6 +125,7 @@ mod tests {
             kind: TstampKind::Sched,
             key,
             time: Instant::ZERO,
+            stats: None,
         }
     }
 

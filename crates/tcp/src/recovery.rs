@@ -108,6 +108,8 @@ impl Connection {
                 let is_dsack = before(l, seg.ack)
                     || (n > 1 && !before(l, seg.opts.sack[1].0) && !after(r, seg.opts.sack[1].1));
                 if is_dsack {
+                    self.stats
+                        .count_dsack(r.wrapping_sub(l), self.mss.cache, self.snd.max_window);
                     env.mib.inc(Mib::TCPDSACKRecv);
                     flag.dsack = true;
                     env.mib.inc(Mib::TCPDSACKRecvSegs);
