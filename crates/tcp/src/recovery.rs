@@ -922,6 +922,10 @@ impl Connection {
             self.tsq_flags |= tsq::THROTTLED;
             return false;
         }
+        // __tcp_retransmit_skb counts the retransmission before it transmits (measured on
+        // 6.18: the retransmission's own SCHED stamp has TCP_NLA_TOTAL_RETRANS 1), and
+        // keeps the count when the transmit fails.
+        self.stats.count_retrans(self.rtx.queue[i].pcount.max(1));
         if !self.transmit_skb(env, now, i, true) {
             // __tcp_retransmit_skb: a failed attempt is counted, and the skb is still marked
             // EVER_RETRANS so that no RTT sample is taken from a send that never happened.
@@ -932,9 +936,7 @@ impl Connection {
             self.rtx.queue[i].sacked |= sacked::EVER_RETRANS;
             return false;
         }
-        let s = &mut self.rtx.queue[i];
-        s.sacked |= sacked::EVER_RETRANS;
-        self.stats.count_retrans(s.pcount.max(1));
+        self.rtx.queue[i].sacked |= sacked::EVER_RETRANS;
         true
     }
 
