@@ -402,6 +402,63 @@ impl OptStats {
         v
     }
 
+    /// The statistics a Linux `SCM_TIMESTAMPING_OPT_STATS` blob holds (the kernel's own
+    /// sockets, read by `os`): each known attribute by its type, whatever the order; an
+    /// attribute of another size, or an unknown one, is ignored; `None` when the blob holds
+    /// no attribute at all.
+    pub fn decode(blob: &[u8]) -> Option<OptStats> {
+        use tcp_nla::*;
+        let attrs = nla_attrs(blob);
+        if attrs.is_empty() {
+            return None;
+        }
+        let mut s = OptStats::default();
+        for (ty, _, v) in attrs {
+            let n = |size: usize| {
+                (v.len() == size).then(|| {
+                    let mut b = [0u8; 8];
+                    b[..size].copy_from_slice(v);
+                    u64::from_le_bytes(b)
+                })
+            };
+            let (u64v, u32v, u16v, u8v) = (n(8), n(4).map(|x| x as u32), n(2), n(1));
+            match ty {
+                BUSY => s.busy = u64v.unwrap_or(s.busy),
+                RWND_LIMITED => s.rwnd_limited = u64v.unwrap_or(s.rwnd_limited),
+                SNDBUF_LIMITED => s.sndbuf_limited = u64v.unwrap_or(s.sndbuf_limited),
+                DATA_SEGS_OUT => s.data_segs_out = u64v.unwrap_or(s.data_segs_out),
+                TOTAL_RETRANS => s.total_retrans = u64v.unwrap_or(s.total_retrans),
+                PACING_RATE => s.pacing_rate = u64v.unwrap_or(s.pacing_rate),
+                DELIVERY_RATE => s.delivery_rate = u64v.unwrap_or(s.delivery_rate),
+                SND_CWND => s.snd_cwnd = u32v.unwrap_or(s.snd_cwnd),
+                REORDERING => s.reordering = u32v.unwrap_or(s.reordering),
+                MIN_RTT => s.min_rtt = u32v.unwrap_or(s.min_rtt),
+                RECUR_RETRANS => s.recur_retrans = u8v.map_or(s.recur_retrans, |x| x as u8),
+                DELIVERY_RATE_APP_LMT => {
+                    s.delivery_rate_app_limited =
+                        u8v.map_or(s.delivery_rate_app_limited, |x| x != 0)
+                }
+                SND_SSTHRESH => s.snd_ssthresh = u32v.unwrap_or(s.snd_ssthresh),
+                DELIVERED => s.delivered = u32v.unwrap_or(s.delivered),
+                DELIVERED_CE => s.delivered_ce = u32v.unwrap_or(s.delivered_ce),
+                SNDQ_SIZE => s.sndq_size = u32v.unwrap_or(s.sndq_size),
+                CA_STATE => s.ca_state = u8v.map_or(s.ca_state, |x| x as u8),
+                BYTES_SENT => s.bytes_sent = u64v.unwrap_or(s.bytes_sent),
+                BYTES_RETRANS => s.bytes_retrans = u64v.unwrap_or(s.bytes_retrans),
+                DSACK_DUPS => s.dsack_dups = u32v.unwrap_or(s.dsack_dups),
+                REORD_SEEN => s.reord_seen = u32v.unwrap_or(s.reord_seen),
+                SRTT => s.srtt = u32v.unwrap_or(s.srtt),
+                TIMEOUT_REHASH => s.timeout_rehash = u16v.map_or(s.timeout_rehash, |x| x as u16),
+                BYTES_NOTSENT => s.bytes_notsent = u32v.unwrap_or(s.bytes_notsent),
+                EDT => s.edt = u64v.unwrap_or(s.edt),
+                TTL => s.ttl = u8v.map(|x| x as u8).or(s.ttl),
+                REHASH => s.rehash = u32v.unwrap_or(s.rehash),
+                _ => {}
+            }
+        }
+        Some(s)
+    }
+
     /// The `SCM_TIMESTAMPING_OPT_STATS` bytes: each attribute as `nla_len` (header and
     /// value, unpadded), `nla_type`, the value little-endian, zero-padded to 4 bytes.
     pub fn encode(&self) -> Vec<u8> {
@@ -648,6 +705,9 @@ mod tests {
         assert_eq!(b.len(), 256);
         let a = nla_attrs(&b);
         assert_eq!(a[a.len() - 2], (tcp_nla::TTL, 5, &[64u8][..]));
+        assert_eq!(OptStats::decode(&b), Some(with_ttl));
+        assert_eq!(OptStats::decode(&st.encode()), Some(st));
+        assert_eq!(OptStats::decode(&[]), None);
         // A truncated or malformed blob stops the walk, never panics.
         assert_eq!(nla_attrs(&b[..10]).len(), 0);
         assert_eq!(nla_attrs(&[3, 0, 1, 0, 0, 0]).len(), 0);
