@@ -76,6 +76,8 @@ pub struct TcpInfo {
     pub dsack_dups: u32,
     /// Packets delivered by ACKs that echoed congestion (`tcpi_delivered_ce`).
     pub delivered_ce: u32,
+    /// Flow-hash changes (`tcpi_rehash`: after timeouts; Shallow has no PLB).
+    pub rehash: u32,
 }
 
 /// `SO_MEMINFO` / `ss -m` skmem, in `SK_MEMINFO_*` order.
@@ -155,6 +157,8 @@ pub(crate) struct ConnStats {
     dsack_dups: u32,
     /// `tcpi_delivered_ce`: packets delivered by ACKs with ECE.
     delivered_ce: u32,
+    /// `timeout_rehash`: retransmission timeouts that changed the flow hash.
+    timeout_rehash: u32,
     /// `sk_drops`: segments dropped on input (backlog or receive-queue limits, bad checksums).
     drops: u32,
 }
@@ -238,6 +242,15 @@ impl ConnStats {
     /// with an ECE ACK on an RFC 3168 connection).
     pub fn count_delivered_ce(&mut self, n: u32) {
         self.delivered_ce = self.delivered_ce.saturating_add(n);
+    }
+    /// A retransmission timeout changed the flow hash (`sk_rethink_txhash` in
+    /// `tcp_write_timeout`).
+    pub fn count_timeout_rehash(&mut self) {
+        self.timeout_rehash = self.timeout_rehash.saturating_add(1);
+    }
+    /// Timeouts that changed the flow hash so far.
+    pub fn timeout_rehash(&self) -> u32 {
+        self.timeout_rehash
     }
     /// A segment was dropped on input.
     pub fn count_drop(&mut self) {
@@ -324,6 +337,7 @@ impl Connection {
             reord_seen: self.stats.reord_seen,
             dsack_dups: self.stats.dsack_dups,
             delivered_ce: self.stats.delivered_ce,
+            rehash: self.stats.timeout_rehash,
         }
     }
 

@@ -1005,6 +1005,9 @@ impl Connection {
         self.high_seq = self.snd.nxt;
         self.tlp.end();
         self.set_ca_state(now, CaState::Loss);
+        // tcp_update_rto_stats: the timeout is counted before the head goes out (measured on
+        // 6.18: the first RTO's retransmission is stamped with TCP_NLA_RECUR_RETRANS 1).
+        self.timer.retransmits += 1;
         // Retransmit the head.
         if let Some(h) = self.rtx.queue.front() {
             if h.sacked & sacked::ACKED == 0 {
@@ -1013,7 +1016,6 @@ impl Connection {
             }
         }
         self.timer.backoff += 1;
-        self.timer.retransmits += 1;
         self.rtt.backoff_rto(self.rto_max(env));
         self.timer.rtx_event = RtxEvent::Rto;
         let at = now + self.rtt.rto();
@@ -1058,6 +1060,11 @@ impl Connection {
             self.set_closed(env);
             return true;
         }
+        // sk_rethink_txhash: a timeout the connection survives picks a new flow hash
+        // (`net.core.txrehash`, on by default), counted in `timeout_rehash` (measured on 6.18:
+        // three RTOs of one write, TCP_NLA_TIMEOUT_REHASH 1, 2, 3 on their SCHED stamps; a
+        // tail loss probe counts none).
+        self.stats.count_timeout_rehash();
         false
     }
 }

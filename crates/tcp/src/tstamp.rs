@@ -249,8 +249,8 @@ pub struct OptStats {
     pub reord_seen: u32,
     /// `TCP_NLA_SRTT`: `srtt_us >> 3`, µs.
     pub srtt: u32,
-    /// `TCP_NLA_TIMEOUT_REHASH`: flow-hash changes after timeouts (Shallow has no flow hash
-    /// to change on a timeout: always 0).
+    /// `TCP_NLA_TIMEOUT_REHASH`: retransmission timeouts that changed the flow hash (each
+    /// RTO the connection survives, `sk_rethink_txhash`; Linux's u16 of its u32 counter).
     pub timeout_rehash: u16,
     /// `TCP_NLA_BYTES_NOTSENT`: `write_seq - snd_nxt`.
     pub bytes_notsent: u32,
@@ -260,7 +260,7 @@ pub struct OptStats {
     /// `TCP_NLA_TTL`: the TTL / hop limit of the ACK that made an ACK stamp (absent on SCHED
     /// and SND: Linux has no ACK packet for them).
     pub ttl: Option<u8>,
-    /// `TCP_NLA_REHASH`: flow-hash changes (timeouts and PLB; always 0 here).
+    /// `TCP_NLA_REHASH`: flow-hash changes, `tcpi_rehash` (timeouts; Shallow has no PLB).
     pub rehash: u32,
 }
 
@@ -322,10 +322,12 @@ pub fn nla_attrs(blob: &[u8]) -> Vec<(u16, u16, &[u8])> {
 
 impl OptStats {
     /// The snapshot from `tcp_info` (the one statement of each value's rule) and what
-    /// `tcp_info` does not hold: the send queue, the buffer's departure time and the ACK's TTL.
+    /// `tcp_info` does not hold: the send queue, the timeouts that changed the flow hash, the
+    /// buffer's departure time and the ACK's TTL.
     pub fn from_info(
         info: &crate::TcpInfo,
         sndq_size: u32,
+        timeout_rehash: u32,
         edt: Instant,
         ttl: Option<u8>,
     ) -> OptStats {
@@ -352,11 +354,11 @@ impl OptStats {
             dsack_dups: info.dsack_dups,
             reord_seen: info.reord_seen,
             srtt: info.rtt,
-            timeout_rehash: 0,
+            timeout_rehash: timeout_rehash as u16,
             bytes_notsent: info.notsent_bytes,
             edt: edt.as_nanos(),
             ttl,
-            rehash: 0,
+            rehash: info.rehash,
         }
     }
 
@@ -635,7 +637,8 @@ impl crate::socket::Connection {
                 info.delivered = d;
             }
             let sndq = self.snd.write_seq.wrapping_sub(self.snd.una);
-            ev.stats = Some(OptStats::from_info(&info, sndq, at.edt, at.ttl));
+            let rehash = self.stats.timeout_rehash();
+            ev.stats = Some(OptStats::from_info(&info, sndq, rehash, at.edt, at.ttl));
         }
         if self.errq.push_tstamp(ev, rmem, rcvbuf) {
             env.out.wake(self.id, crate::socket::pollbits::POLLERR);
