@@ -238,6 +238,11 @@ impl ConnStats {
         };
         self.dsack_dups = self.dsack_dups.saturating_add(segs);
     }
+    /// Segments D-SACKed so far.
+    #[cfg(test)]
+    pub fn dsack_dups(&self) -> u32 {
+        self.dsack_dups
+    }
     /// `n` packets were delivered by an ACK that echoed congestion (`tcp_count_delivered`
     /// with an ECE ACK on an RFC 3168 connection).
     pub fn count_delivered_ce(&mut self, n: u32) {
