@@ -43,6 +43,7 @@ pub fn recv_tx_timestamps(sock: &impl AsFd) -> io::Result<Vec<shallow_tcp::TxTim
                 kind,
                 key: e.data,
                 time: shallow_tcp::Instant::from_nanos(e.nanos),
+                stats: e.stats,
             })
         })
         .collect())

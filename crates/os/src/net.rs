@@ -570,8 +570,13 @@ impl TcpStream {
     /// written with `OPT_ID_TCP`), so on a fresh connection the `n`th byte ever written has
     /// key `n - 1`; without `OPT_ID` every key is 0.
     /// Errors as Linux's `sock_set_timestamping`: `InvalidInput` (`EINVAL`) for a bit Linux
-    /// does not know, `OPT_ID_TCP` without `OPT_ID`, or `OPT_ID` first set on a socket that
-    /// is not connected. 0 turns timestamping off (events already queued stay).
+    /// does not know, `OPT_ID_TCP` without `OPT_ID`, `OPT_STATS` without `OPT_TSONLY`, or
+    /// `OPT_ID` first set on a socket that is not connected. 0 turns timestamping off
+    /// (events already queued stay). With `OPT_STATS | OPT_TSONLY` every event carries the
+    /// connection's TCP statistics at that moment ([`TxTimestamp::stats`], Linux's
+    /// `SCM_TIMESTAMPING_OPT_STATS`; `OptStats::encode` gives the kernel's bytes).
+    /// `OPT_CMSG` and `OPT_PKTINFO` are accepted and change nothing here, as on Linux for
+    /// these events.
     ///
     /// SND is stamped when the host runs the packet's TX completion: just after the device
     /// write when an I/O thread wrote the packet, but at that thread's next round when the

@@ -244,6 +244,8 @@ pub fn set_rcvlowat(fd: BorrowedFd<'_>, bytes: i32) -> io::Result<()> {
 /// builds for) and its control message `SCM_TIMESTAMPING`: asm-generic's number, which libc
 /// does not name for Linux.
 const SO_TIMESTAMPING: libc::c_int = 37;
+/// `SCM_TIMESTAMPING_OPT_STATS` (asm-generic/socket.h).
+const SCM_TIMESTAMPING_OPT_STATS: libc::c_int = 54;
 
 /// `setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPING, flags)` on a kernel socket.
 pub fn set_timestamping(fd: BorrowedFd<'_>, flags: u32) -> io::Result<()> {
@@ -272,6 +274,8 @@ pub struct ErrqStamp {
     pub data: u32,
     /// The first `timespec` of `SCM_TIMESTAMPING`, nanoseconds.
     pub nanos: u64,
+    /// `SCM_TIMESTAMPING_OPT_STATS`, with `SOF_TIMESTAMPING_OPT_STATS`.
+    pub stats: Option<shallow_tcp::OptStats>,
 }
 
 /// `recvmsg(fd, MSG_ERRQUEUE | MSG_DONTWAIT)` until the error queue is empty: every
@@ -308,10 +312,12 @@ pub fn recv_errqueue_stamps(fd: BorrowedFd<'_>, out: &mut Vec<ErrqStamp>) -> io:
             }
             return Err(e);
         }
-        let (mut time, mut err) = (None, None);
+        let (mut time, mut err, mut stats) = (None, None, None);
         // SAFETY: msg is the header recvmsg just filled; CMSG_FIRSTHDR/NXTHDR stay within
         // msg_controllen, and each data pointer is read unaligned with the length checked
-        // against cmsg_len first.
+        // against cmsg_len first; the statistics are borrowed as the `len` bytes cmsg_len
+        // gives, which the kernel keeps inside `control` (a cut message's cmsg_len is the
+        // space that was left).
         unsafe {
             let mut c = libc::CMSG_FIRSTHDR(&msg);
             while !c.is_null() {
@@ -324,6 +330,11 @@ pub fn recv_errqueue_stamps(fd: BorrowedFd<'_>, out: &mut Vec<ErrqStamp>) -> io:
                 {
                     let ts = std::ptr::read_unaligned(data.cast::<libc::timespec>());
                     time = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                } else if h.cmsg_level == libc::SOL_SOCKET
+                    && h.cmsg_type == SCM_TIMESTAMPING_OPT_STATS
+                {
+                    let blob = std::slice::from_raw_parts(data.cast_const(), len);
+                    stats = shallow_tcp::OptStats::decode(blob);
                 } else if ((h.cmsg_level == libc::SOL_IP && h.cmsg_type == libc::IP_RECVERR)
                     || (h.cmsg_level == libc::SOL_IPV6 && h.cmsg_type == libc::IPV6_RECVERR))
                     && len >= std::mem::size_of::<libc::sock_extended_err>()
@@ -341,6 +352,7 @@ pub fn recv_errqueue_stamps(fd: BorrowedFd<'_>, out: &mut Vec<ErrqStamp>) -> io:
                     info: e.ee_info,
                     data: e.ee_data,
                     nanos,
+                    stats,
                 });
                 n += 1;
             }

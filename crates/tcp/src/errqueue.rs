@@ -41,9 +41,12 @@ impl ErrQueueEntry {
     }
 }
 
-/// What a timestamp entry costs the receive buffer (an skb with only its headers and a
-/// `sock_exterr_skb`, `OPT_TSONLY`-sized).
-pub(crate) const ERRQ_TRUESIZE: u32 = 768;
+/// What a timestamp entry costs the receive buffer (the truesize of Linux's `OPT_TSONLY`
+/// skb). Measured on 6.18 over loopback (2026-11-28): 4, 9 and 19 entries fit receive
+/// buffers of 4096, 8192 and 16384 bytes, with or without `OPT_STATS` statistics, and ten
+/// fit from 8336 bytes on but not at 8320: 832 bytes each (`sock_queue_err_skb` refuses
+/// one that would reach the buffer's size).
+pub(crate) const ERRQ_TRUESIZE: u32 = 832;
 
 /// The queue, oldest first.
 #[derive(Debug, Default)]
@@ -125,6 +128,7 @@ mod tests {
             kind: TstampKind::Sched,
             key,
             time: Instant::ZERO,
+            stats: None,
         }
     }
 
@@ -133,7 +137,7 @@ mod tests {
         let mut q = ErrQueue::default();
         assert!(q.push_tstamp(ts(1), 0, 2000));
         assert!(q.push_tstamp(ts(2), 0, 2000));
-        // A third would charge 2304 bytes to a 2000-byte buffer.
+        // A third would charge 2496 bytes to a 2000-byte buffer.
         assert!(!q.push_tstamp(ts(3), 0, 2000));
         let zc = |lo, hi| ZcNotice {
             lo,

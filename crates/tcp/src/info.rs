@@ -72,6 +72,12 @@ pub struct TcpInfo {
     pub sndbuf_limited: u64,
     /// Reordering events seen (`tcpi_reord_seen`: SACK, timestamp or Reno detections).
     pub reord_seen: u32,
+    /// Segments the peer reported received twice (`tcpi_dsack_dups`, `tcp_dsack_seen`).
+    pub dsack_dups: u32,
+    /// Packets delivered by ACKs that echoed congestion (`tcpi_delivered_ce`).
+    pub delivered_ce: u32,
+    /// Flow-hash changes (`tcpi_rehash`: after timeouts; Shallow has no PLB).
+    pub rehash: u32,
 }
 
 /// `SO_MEMINFO` / `ss -m` skmem, in `SK_MEMINFO_*` order.
@@ -147,6 +153,12 @@ pub(crate) struct ConnStats {
     total_retrans: u32,
     /// `tcpi_reord_seen`: reordering events observed.
     reord_seen: u32,
+    /// `tcpi_dsack_dups`: segments D-SACKed.
+    dsack_dups: u32,
+    /// `tcpi_delivered_ce`: packets delivered by ACKs with ECE.
+    delivered_ce: u32,
+    /// `timeout_rehash`: retransmission timeouts that changed the flow hash.
+    timeout_rehash: u32,
     /// `sk_drops`: segments dropped on input (backlog or receive-queue limits, bad checksums).
     drops: u32,
 }
@@ -211,6 +223,39 @@ impl ConnStats {
     /// Reordering events seen so far.
     pub fn reord_seen(&self) -> u32 {
         self.reord_seen
+    }
+    /// A D-SACK block of `len` bytes arrived (`tcp_dsack_seen`): it counts its segments at
+    /// `mss` each, rounded up (one for a block of at most an MSS), unless it is longer than
+    /// the largest window the peer offered (`max_window`: dubious, not counted).
+    pub fn count_dsack(&mut self, len: u32, mss: u32, max_window: u32) {
+        if len == 0 || len > max_window {
+            return;
+        }
+        let segs = if len > mss {
+            len.div_ceil(mss.max(1))
+        } else {
+            1
+        };
+        self.dsack_dups = self.dsack_dups.saturating_add(segs);
+    }
+    /// Segments D-SACKed so far.
+    #[cfg(test)]
+    pub fn dsack_dups(&self) -> u32 {
+        self.dsack_dups
+    }
+    /// `n` packets were delivered by an ACK that echoed congestion (`tcp_count_delivered`
+    /// with an ECE ACK on an RFC 3168 connection).
+    pub fn count_delivered_ce(&mut self, n: u32) {
+        self.delivered_ce = self.delivered_ce.saturating_add(n);
+    }
+    /// A retransmission timeout changed the flow hash (`sk_rethink_txhash` in
+    /// `tcp_write_timeout`).
+    pub fn count_timeout_rehash(&mut self) {
+        self.timeout_rehash = self.timeout_rehash.saturating_add(1);
+    }
+    /// Timeouts that changed the flow hash so far.
+    pub fn timeout_rehash(&self) -> u32 {
+        self.timeout_rehash
     }
     /// A segment was dropped on input.
     pub fn count_drop(&mut self) {
@@ -295,6 +340,9 @@ impl Connection {
             rwnd_limited: chrono[1].as_micros() as u64,
             sndbuf_limited: chrono[2].as_micros() as u64,
             reord_seen: self.stats.reord_seen,
+            dsack_dups: self.stats.dsack_dups,
+            delivered_ce: self.stats.delivered_ce,
+            rehash: self.stats.timeout_rehash,
         }
     }
 
@@ -583,12 +631,17 @@ impl Connection {
                 self.rx_stamp_sync(env, false);
             }
             // sock_set_timestamping: known flags only; OPT_ID needs a connection (its keys
-            // count from snd_una, or write_seq with OPT_ID_TCP). SO_TIMESTAMPING_NEW sets the
-            // 64-bit flag, SO_TIMESTAMPING clears it, whatever the value.
+            // count from snd_una, or write_seq with OPT_ID_TCP); OPT_STATS needs OPT_TSONLY.
+            // SO_TIMESTAMPING_NEW sets the 64-bit flag, SO_TIMESTAMPING clears it, whatever
+            // the value.
             SoTimestamping | SoTimestampingNew => {
                 use crate::tstamp::sof;
                 let v = u32::try_from(v).map_err(|_| Errno::EINVAL)?;
-                if v & !sof::MASK != 0 || (v & sof::OPT_ID_TCP != 0 && v & sof::OPT_ID == 0) {
+                // OPT_STATS without OPT_TSONLY: EINVAL (measured on 6.18).
+                if v & !sof::MASK != 0
+                    || (v & sof::OPT_ID_TCP != 0 && v & sof::OPT_ID == 0)
+                    || (v & sof::OPT_STATS != 0 && v & sof::OPT_TSONLY == 0)
+                {
                     return Err(Errno::EINVAL);
                 }
                 if v & sof::OPT_ID != 0 && self.tstamp.flags & sof::OPT_ID == 0 {

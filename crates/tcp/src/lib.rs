@@ -193,7 +193,7 @@ pub use stack::{
     BusyPoll, ForwardCompletion, ForwardFilter, ForwardVerdict, HeldSyn, Ioctl, LingerWait,
     PortFilter, ProtoMem, Shutdown, SockStat, SocketRow, Stack,
 };
-pub use tstamp::{TstampKind, TxTimestamp};
+pub use tstamp::{NlaValue, OptStats, TstampKind, TxTimestamp};
 pub use zerocopy::ZcNotice;
 
 #[cfg(any(test, feature = "test-util"))]

@@ -56,6 +56,8 @@ pub(crate) struct SegIn<'a> {
     /// IP TOS / traffic class byte (ECN is not negotiated; kept for later).
     #[allow(dead_code)]
     pub tos: u8,
+    /// IP TTL / hop limit (an ACK stamp's `TCP_NLA_TTL`).
+    pub ttl: u8,
     /// The TCP header as received, options included (empty for a synthetic or backlogged
     /// segment, which was checked before it was queued): what a TCP-MD5 signature covers.
     pub tcp_hdr: &'a [u8],
@@ -121,6 +123,7 @@ pub(crate) struct OwnedSeg {
     pub gso_segs: u32,
     pub gso_size: Option<u16>,
     pub tos: u8,
+    pub ttl: u8,
     /// Page fragments this buffer would occupy in Linux (see [`payload_frags`]); a merge
     /// may not take the sum past [`MAX_SKB_FRAGS`].
     pub frags: u32,
@@ -153,6 +156,7 @@ impl OwnedSeg {
             gso_segs: s.gso_segs,
             gso_size: s.gso_size,
             tos: s.tos,
+            ttl: s.ttl,
             frags: payload_frags(s.payload.len()),
         }
     }
@@ -171,6 +175,7 @@ impl OwnedSeg {
             gso_segs: self.gso_segs,
             gso_size: self.gso_size,
             tos: self.tos,
+            ttl: self.ttl,
             tcp_hdr: &[],
         }
     }
@@ -429,6 +434,7 @@ fn seg_in<'a>(
         gso_segs,
         gso_size,
         tos: ip.tos(),
+        ttl: ip.ttl(),
         tcp_hdr: hdr,
     }
 }
@@ -638,6 +644,7 @@ mod tests {
             gso_segs: 1,
             gso_size: None,
             tos: 0,
+            ttl: 64,
             tcp_hdr: &[],
         }
     }

@@ -29,7 +29,7 @@ pub(crate) struct TxRate {
 /// A connection's delivery-rate state: the current send window and application-limited mark,
 /// the sample being built for the ACK in progress (`struct rate_sample`), and the last valid
 /// sample (`tp->rate_delivered`, `rate_interval_us`, `rate_app_limited`).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) struct RateState {
     /// Time of the most recent delivery (`tp->delivered_mstamp`).
     delivered_mstamp: Instant,
@@ -49,6 +49,27 @@ pub(crate) struct RateState {
     prior_mstamp: Instant,
     interval_us: u64,
     is_app_limited: bool,
+}
+
+impl Default for RateState {
+    /// A new socket: no sample yet, and the "last sample" marked application-limited
+    /// (`tcp_init_sock` sets `rate_app_limited`; measured on 6.18: `tcpi_delivery_rate_app_limited`
+    /// is 1 after the handshake, and so is `TCP_NLA_DELIVERY_RATE_APP_LMT` on the first
+    /// write's stamps).
+    fn default() -> Self {
+        RateState {
+            delivered_mstamp: Instant::ZERO,
+            first_tx_mstamp: Instant::ZERO,
+            app_limited: 0,
+            rate_delivered: 0,
+            rate_interval_us: 0,
+            rate_app_limited: true,
+            prior_delivered: None,
+            prior_mstamp: Instant::ZERO,
+            interval_us: 0,
+            is_app_limited: false,
+        }
+    }
 }
 
 impl RateState {

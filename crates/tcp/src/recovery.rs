@@ -108,6 +108,8 @@ impl Connection {
                 let is_dsack = before(l, seg.ack)
                     || (n > 1 && !before(l, seg.opts.sack[1].0) && !after(r, seg.opts.sack[1].1));
                 if is_dsack {
+                    self.stats
+                        .count_dsack(r.wrapping_sub(l), self.mss.cache, self.snd.max_window);
                     env.mib.inc(Mib::TCPDSACKRecv);
                     flag.dsack = true;
                     env.mib.inc(Mib::TCPDSACKRecvSegs);
@@ -920,6 +922,10 @@ impl Connection {
             self.tsq_flags |= tsq::THROTTLED;
             return false;
         }
+        // __tcp_retransmit_skb counts the retransmission before it transmits (measured on
+        // 6.18: the retransmission's own SCHED stamp has TCP_NLA_TOTAL_RETRANS 1), and
+        // keeps the count when the transmit fails.
+        self.stats.count_retrans(self.rtx.queue[i].pcount.max(1));
         if !self.transmit_skb(env, now, i, true) {
             // __tcp_retransmit_skb: a failed attempt is counted, and the skb is still marked
             // EVER_RETRANS so that no RTT sample is taken from a send that never happened.
@@ -930,9 +936,7 @@ impl Connection {
             self.rtx.queue[i].sacked |= sacked::EVER_RETRANS;
             return false;
         }
-        let s = &mut self.rtx.queue[i];
-        s.sacked |= sacked::EVER_RETRANS;
-        self.stats.count_retrans(s.pcount.max(1));
+        self.rtx.queue[i].sacked |= sacked::EVER_RETRANS;
         true
     }
 
@@ -1001,6 +1005,9 @@ impl Connection {
         self.high_seq = self.snd.nxt;
         self.tlp.end();
         self.set_ca_state(now, CaState::Loss);
+        // tcp_update_rto_stats: the timeout is counted before the head goes out (measured on
+        // 6.18: the first RTO's retransmission is stamped with TCP_NLA_RECUR_RETRANS 1).
+        self.timer.retransmits += 1;
         // Retransmit the head.
         if let Some(h) = self.rtx.queue.front() {
             if h.sacked & sacked::ACKED == 0 {
@@ -1009,7 +1016,6 @@ impl Connection {
             }
         }
         self.timer.backoff += 1;
-        self.timer.retransmits += 1;
         self.rtt.backoff_rto(self.rto_max(env));
         self.timer.rtx_event = RtxEvent::Rto;
         let at = now + self.rtt.rto();
@@ -1054,6 +1060,11 @@ impl Connection {
             self.set_closed(env);
             return true;
         }
+        // sk_rethink_txhash: a timeout the connection survives picks a new flow hash
+        // (`net.core.txrehash`, on by default), counted in `timeout_rehash` (measured on 6.18:
+        // three RTOs of one write, TCP_NLA_TIMEOUT_REHASH 1, 2, 3 on their SCHED stamps; a
+        // tail loss probe counts none).
+        self.stats.count_timeout_rehash();
         false
     }
 }

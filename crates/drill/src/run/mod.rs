@@ -28,6 +28,7 @@
 //!   and `sk_meminfo_*` values from [`Stack::meminfo`] (`SO_MEMINFO`; the snippet language
 //!   has no subscripts, so `sk_meminfo_wmem_queued` stands for `meminfo[SK_MEMINFO_WMEM_QUEUED]`).
 
+mod cmsg;
 mod egress;
 pub(crate) mod pkt;
 mod sys;

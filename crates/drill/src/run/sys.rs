@@ -151,7 +151,7 @@ macro_rules! sock_or_done {
 impl Runner<'_> {
     // ------------------------------------------------------------------ argument helpers
 
-    fn int_of(&self, e: &Expr) -> Option<i64> {
+    pub(super) fn int_of(&self, e: &Expr) -> Option<i64> {
         match e {
             Expr::Int(v) => Some(*v),
             // A `-D` name stands for a number or for another symbol (CMSG_LEVEL_IP=SOL_IP).
@@ -234,7 +234,7 @@ impl Runner<'_> {
         fd
     }
 
-    fn family(&self) -> Family {
+    pub(super) fn family(&self) -> Family {
         if self.local_ip.is_ipv6() || self.mapped {
             Family::V6
         } else {
@@ -1095,19 +1095,31 @@ impl Runner<'_> {
             // (EAGAIN when empty).
             return match self.st.recv_errqueue(s) {
                 Ok(ev) => {
+                    let sof = match self.st.getsockopt(s, SockOpt::SoTimestamping) {
+                        Ok(OptVal::Int(f)) => f as u32,
+                        _ => 0,
+                    };
                     // A completion carries no bytes (nothing to truncate).
                     let tsonly = matches!(ev, shallow_tcp::ErrQueueEntry::Zerocopy(_))
-                        || matches!(
-                            self.st.getsockopt(s, SockOpt::SoTimestamping),
-                            Ok(OptVal::Int(f)) if f & i64::from(shallow_tcp::tstamp::sof::OPT_TSONLY) != 0
-                        );
+                        || sof & shallow_tcp::tstamp::sof::OPT_TSONLY != 0;
                     if len > 0 && !tsonly {
                         return self.skip("an error-queue read into a buffer (the packet's bytes) is not modelled");
                     }
+                    // With OPT_STATS the entry's bytes are the statistics' netlink blob.
+                    let payload = match ev {
+                        shallow_tcp::ErrQueueEntry::Timestamp(t) => t.payload(),
+                        shallow_tcp::ErrQueueEntry::Zerocopy(_) => Vec::new(),
+                    };
+                    let n = payload.len().min(len);
                     if call.name == "recvmsg" {
-                        self.check_errqueue_msghdr(buf, &ev, tsonly)?;
+                        match ev {
+                            shallow_tcp::ErrQueueEntry::Timestamp(t) if t.stats.is_some() => {
+                                self.check_errqueue_cmsgs(buf, &t, sof, payload.len() > len)?
+                            }
+                            _ => self.check_errqueue_msghdr(buf, &ev, tsonly)?,
+                        }
                     }
-                    Ok(Res::Done(Ok(0)))
+                    Ok(Res::Done(Ok(n as i64)))
                 }
                 Err(e) => Ok(Res::Done(Err(code(e)))),
             };
@@ -1129,7 +1141,7 @@ impl Runner<'_> {
 
     /// A msghdr's control messages as the script writes them: (cmsg_level, cmsg_type, the
     /// cmsg), none for `...` or NULL.
-    fn cmsgs<'e>(&self, msg: &'e Expr) -> Vec<(Option<i64>, Option<i64>, &'e Expr)> {
+    pub(super) fn cmsgs<'e>(&self, msg: &'e Expr) -> Vec<(Option<i64>, Option<i64>, &'e Expr)> {
         let items: Vec<&Expr> = match msg.field("msg_control").map(|f| &f.value) {
             None | Some(Expr::Ellipsis | Expr::Null) => Vec::new(),
             Some(Expr::List(v)) => v.iter().collect(),

@@ -127,9 +127,10 @@ fn the_error_queue_is_bounded_by_the_receive_buffer() {
     while p.a.recv_tx_timestamp(c).is_ok() {
         n += 1;
     }
-    // A 4,608-byte receive buffer (SO_RCVBUF 2048, doubled, at least the minimum) holds
-    // five 768-byte events; the rest were dropped, not queued without bound.
-    assert!(n > 0 && n <= 6, "{n}");
+    // A 4,096-byte receive buffer (SO_RCVBUF 2048, doubled) holds four 832-byte events, as
+    // Linux 6.18's did (measured over loopback); the rest were dropped, not queued without
+    // bound.
+    assert_eq!(n, 4);
 }
 
 #[test]
@@ -156,4 +157,220 @@ fn the_later_write_into_an_unsent_buffer_takes_its_mark() {
     let e = p.a.recv_tx_timestamp(c).unwrap();
     assert_eq!((e.kind, e.key), (TstampKind::Sched, 199));
     assert_eq!(p.a.recv_tx_timestamp(c), Err(Errno::EAGAIN));
+}
+
+/// `SOF_TIMESTAMPING_OPT_STATS` (Linux's `tcp_get_timestamping_opt_stats`, measured on 6.18
+/// over loopback): every stamp carries the connection's statistics at that moment; a SCHED
+/// stamp of a connection's first 1000-byte write sees it sent (DATA_SEGS_OUT 1, BYTES_SENT
+/// 1000) and unacknowledged (SNDQ_SIZE 1000), its ACK stamp sees it delivered (DELIVERED 2:
+/// the SYN and the write), nothing queued, and the ACK's TTL; the blob is 248 bytes, 256
+/// with TTL.
+#[test]
+fn opt_stats_ride_with_each_stamp() {
+    let mut p = Pair::new(24, LinkConfig::default());
+    let (c, s) = connected(&mut p);
+    let base = sof::TX_SCHED | sof::TX_SOFTWARE | sof::TX_ACK | sof::SOFTWARE | sof::OPT_ID;
+    // OPT_STATS needs OPT_TSONLY (EINVAL on 6.18).
+    assert_eq!(
+        p.a.setsockopt(
+            p.now,
+            c,
+            SockOpt::SoTimestamping,
+            &OptVal::Int(i64::from(base | sof::OPT_STATS))
+        ),
+        Err(Errno::EINVAL)
+    );
+    let flags = base | sof::OPT_TSONLY | sof::OPT_STATS;
+    p.a.setsockopt(
+        p.now,
+        c,
+        SockOpt::SoTimestamping,
+        &OptVal::Int(i64::from(flags)),
+    )
+    .unwrap();
+    p.a.setsockopt(p.now, c, SockOpt::TcpNodelay, &OptVal::Int(1))
+        .unwrap();
+    let mut evs = Vec::new();
+    for _ in 0..2 {
+        assert_eq!(p.a.send(p.now, c, &[1u8; 1000], 0), Ok(1000));
+        p.run_for(Duration::from_millis(50));
+        while let Ok(e) = p.a.recv_tx_timestamp(c) {
+            evs.push(e);
+        }
+    }
+    let find = |key: u32, k: TstampKind| {
+        evs.iter()
+            .find(|e| e.key == key && e.kind == k)
+            .and_then(|e| e.stats)
+            .unwrap_or_else(|| panic!("no {k:?} stats for {key}: {evs:?}"))
+    };
+    let sched = find(999, TstampKind::Sched);
+    assert_eq!(
+        (sched.data_segs_out, sched.bytes_sent, sched.sndq_size),
+        (1, 1000, 1000)
+    );
+    assert_eq!(
+        (sched.delivered, sched.total_retrans, sched.ca_state),
+        (1, 0, 0)
+    );
+    assert_eq!(sched.ttl, None);
+    // No delivery-rate sample yet, and a new socket counts as application-limited.
+    assert_eq!(
+        (sched.delivery_rate, sched.delivery_rate_app_limited),
+        (0, true)
+    );
+    assert_eq!(sched.bytes_notsent, 1000);
+    assert!(sched.snd_cwnd >= 10, "{sched:?}");
+    assert_eq!(sched.snd_ssthresh, shallow_cc::TCP_INFINITE_SSTHRESH);
+    assert_eq!(sched.encode().len(), 248);
+    let ack = find(999, TstampKind::Ack);
+    assert_eq!((ack.delivered, ack.sndq_size, ack.bytes_notsent), (2, 0, 0));
+    assert_eq!(ack.ttl, Some(64));
+    assert!(
+        ack.srtt > 0 && ack.min_rtt > 0 && ack.min_rtt != u32::MAX,
+        "{ack:?}"
+    );
+    // EDT: the buffer's send time, the same on both stamps of a buffer sent once.
+    assert!(
+        ack.edt > 0 && ack.edt == sched.edt,
+        "{} {}",
+        ack.edt,
+        sched.edt
+    );
+    let blob = ack.encode();
+    assert_eq!(blob.len(), 256);
+    let attrs = crate::tstamp::nla_attrs(&blob);
+    let types: Vec<u16> = attrs.iter().map(|a| a.0).collect();
+    assert_eq!(
+        types,
+        [
+            1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15, 16, 17, 13, 14, 18, 19, 20, 21, 22, 23, 24,
+            25, 26, 27
+        ]
+    );
+    // The second write's stamps count both writes.
+    let sched2 = find(1999, TstampKind::Sched);
+    assert_eq!((sched2.data_segs_out, sched2.bytes_sent), (2, 2000));
+    let ack2 = find(1999, TstampKind::Ack);
+    assert_eq!(ack2.delivered, 3);
+    // The payload a reader gets is the blob; without OPT_STATS, nothing.
+    let e = evs.iter().find(|e| e.kind == TstampKind::Snd).unwrap();
+    assert_eq!(e.payload(), e.stats.unwrap().encode());
+    p.a.setsockopt(
+        p.now,
+        c,
+        SockOpt::SoTimestamping,
+        &OptVal::Int(i64::from(base | sof::OPT_TSONLY)),
+    )
+    .unwrap();
+    assert_eq!(p.a.send(p.now, c, &[1u8; 10], 0), Ok(10));
+    p.run_for(Duration::from_millis(50));
+    let e = p.a.recv_tx_timestamp(c).unwrap();
+    assert_eq!((e.stats, e.payload().len()), (None, 0));
+    let _ = s;
+}
+
+/// `OPT_CMSG` and `OPT_PKTINFO` change nothing on a TCP socket with `OPT_TSONLY` software
+/// stamps (measured on 6.18): they are accepted and kept, and the stamps are the same.
+#[test]
+fn opt_cmsg_and_opt_pktinfo_are_accepted_and_change_nothing() {
+    let mut p = Pair::new(25, LinkConfig::default());
+    let (c, _) = connected(&mut p);
+    let flags = sof::TX_SCHED
+        | sof::SOFTWARE
+        | sof::OPT_ID
+        | sof::OPT_TSONLY
+        | sof::OPT_CMSG
+        | sof::OPT_PKTINFO;
+    p.a.setsockopt(
+        p.now,
+        c,
+        SockOpt::SoTimestamping,
+        &OptVal::Int(i64::from(flags)),
+    )
+    .unwrap();
+    assert_eq!(
+        p.a.getsockopt(c, SockOpt::SoTimestamping),
+        Ok(OptVal::Int(i64::from(flags)))
+    );
+    assert_eq!(p.a.send(p.now, c, &[1u8; 100], 0), Ok(100));
+    p.run_for(Duration::from_millis(20));
+    let e = p.a.recv_tx_timestamp(c).unwrap();
+    assert_eq!((e.kind, e.key, e.stats), (TstampKind::Sched, 99, None));
+    assert_eq!(p.a.recv_tx_timestamp(c), Err(Errno::EAGAIN));
+}
+
+/// Retransmission timeouts in the statistics (measured on 6.18 over a loopback taken down
+/// while a write waited: each RTO's SCHED stamp counts one more TIMEOUT_REHASH and
+/// RECUR_RETRANS, in the Loss state with cwnd 1; REHASH equals TIMEOUT_REHASH; the ACK
+/// stamp's RECUR_RETRANS is back to 0, the rest unchanged).
+#[test]
+fn opt_stats_count_timeouts() {
+    let mut p = Pair::new(26, LinkConfig::default());
+    let (c, _) = connected(&mut p);
+    let flags = sof::TX_SCHED
+        | sof::TX_ACK
+        | sof::SOFTWARE
+        | sof::OPT_ID
+        | sof::OPT_TSONLY
+        | sof::OPT_STATS;
+    p.a.setsockopt(
+        p.now,
+        c,
+        SockOpt::SoTimestamping,
+        &OptVal::Int(i64::from(flags)),
+    )
+    .unwrap();
+    p.ab.loss = 1.0;
+    assert_eq!(p.a.send(p.now, c, &[1u8; 1000], 0), Ok(1000));
+    p.run_for(Duration::from_millis(1500));
+    p.ab.loss = 0.0;
+    p.run_for(Duration::from_secs(3));
+    let mut evs = Vec::new();
+    while let Ok(e) = p.a.recv_tx_timestamp(c) {
+        evs.push(e);
+    }
+    let sched: Vec<OptStats> = evs
+        .iter()
+        .filter(|e| e.kind == TstampKind::Sched)
+        .map(|e| e.stats.unwrap())
+        .collect();
+    assert!(sched.len() >= 4, "{evs:?}");
+    assert_eq!((sched[0].timeout_rehash, sched[0].recur_retrans), (0, 0));
+    let last = sched.last().unwrap();
+    assert!(last.timeout_rehash >= 2, "{sched:?}");
+    assert_eq!(u32::from(last.timeout_rehash), last.rehash);
+    assert_eq!(
+        u32::from(last.recur_retrans),
+        u32::from(last.timeout_rehash)
+    );
+    assert_eq!((last.ca_state, last.snd_cwnd), (4, 1));
+    for w in sched.windows(2) {
+        assert!(w[1].timeout_rehash >= w[0].timeout_rehash, "{sched:?}");
+        assert_eq!(w[1].total_retrans, w[0].total_retrans + 1, "{sched:?}");
+    }
+    let ack = evs
+        .iter()
+        .find(|e| e.kind == TstampKind::Ack)
+        .and_then(|e| e.stats)
+        .unwrap();
+    assert_eq!(ack.recur_retrans, 0, "{ack:?}");
+    assert_eq!(ack.timeout_rehash, last.timeout_rehash);
+    assert_eq!(ack.total_retrans, last.total_retrans);
+}
+
+/// `TCP_NLA_DSACK_DUPS` follows `tcp_dsack_seen` (Linux's rule, read in its source; our
+/// packetdrill script cannot reach the attribute, which lies past the 176 bytes a script's
+/// control buffer can match): a D-SACK block counts its segments at the MSS, rounded up, one
+/// for a block of at most an MSS, none for an empty block or one longer than the largest
+/// window the peer offered.
+#[test]
+fn dsack_dups_count_segments_as_linux() {
+    let mut st = crate::info::ConnStats::default();
+    st.count_dsack(1000, 1000, 65535);
+    st.count_dsack(400, 1000, 65535);
+    st.count_dsack(2500, 1000, 65535);
+    st.count_dsack(0, 1000, 65535);
+    st.count_dsack(70_000, 1000, 65535);
+    assert_eq!(st.dsack_dups(), 1 + 1 + 3);
 }
