@@ -10,6 +10,7 @@
 //! follow the newest queued completion's extends that entry instead of queueing another
 //! (`skb_zerocopy_notify_extend`), so a reader that falls behind finds one range.
 
+use crate::payload::Frags;
 use crate::tstamp::TxTimestamp;
 use crate::zerocopy::ZcNotice;
 use std::collections::VecDeque;
@@ -48,12 +49,23 @@ impl ErrQueueEntry {
 /// one that would reach the buffer's size).
 pub(crate) const ERRQ_TRUESIZE: u32 = 832;
 
+/// One queued entry with its bytes and its charge.
+#[derive(Debug)]
+struct Queued {
+    e: ErrQueueEntry,
+    /// What `recvmsg(MSG_ERRQUEUE)` reads as data: a timestamp's packet or statistics, or
+    /// nothing.
+    bytes: Frags,
+    /// What it costs the receive buffer (0 for a zero-copy completion).
+    charge: u32,
+}
+
 /// The queue, oldest first.
 #[derive(Debug, Default)]
 pub(crate) struct ErrQueue {
-    q: VecDeque<ErrQueueEntry>,
-    /// Timestamp entries in `q` (each charged [`ERRQ_TRUESIZE`] to the receive buffer).
-    tstamps: u32,
+    q: VecDeque<Queued>,
+    /// Receive-buffer bytes charged to the timestamp entries in `q`.
+    charged: u32,
 }
 
 impl ErrQueue {
@@ -62,15 +74,27 @@ impl ErrQueue {
         self.q.is_empty()
     }
 
-    /// Queue a timestamp unless it would take the receive buffer (`rmem` already charged)
-    /// past `rcvbuf`. Returns whether it was queued.
-    pub fn push_tstamp(&mut self, t: TxTimestamp, rmem: u32, rcvbuf: u32) -> bool {
-        let charged = (self.tstamps + 1).saturating_mul(ERRQ_TRUESIZE);
-        if rmem.saturating_add(charged) >= rcvbuf {
+    /// Queue a timestamp with its bytes, charged [`ERRQ_TRUESIZE`] plus `extra` (the payload
+    /// of a packet it carries), unless that would take the receive buffer (`rmem` already
+    /// charged) to `rcvbuf`. Returns whether it was queued.
+    pub fn push_tstamp(
+        &mut self,
+        t: TxTimestamp,
+        bytes: Frags,
+        extra: u32,
+        rmem: u32,
+        rcvbuf: u32,
+    ) -> bool {
+        let charge = ERRQ_TRUESIZE.saturating_add(extra);
+        if rmem.saturating_add(self.charged).saturating_add(charge) >= rcvbuf {
             return false;
         }
-        self.tstamps += 1;
-        self.q.push_back(ErrQueueEntry::Timestamp(t));
+        self.charged += charge;
+        self.q.push_back(Queued {
+            e: ErrQueueEntry::Timestamp(t),
+            bytes,
+            charge,
+        });
         true
     }
 
@@ -79,7 +103,11 @@ impl ErrQueue {
     /// Returns true when a new entry was queued, false when it extended one (the caller
     /// then frees the completion's option memory).
     pub fn push_zc(&mut self, n: ZcNotice) -> bool {
-        if let Some(ErrQueueEntry::Zerocopy(tail)) = self.q.back_mut() {
+        if let Some(Queued {
+            e: ErrQueueEntry::Zerocopy(tail),
+            ..
+        }) = self.q.back_mut()
+        {
             let sum = u64::from(tail.hi.wrapping_sub(tail.lo))
                 + 1
                 + u64::from(n.hi.wrapping_sub(n.lo))
@@ -89,17 +117,19 @@ impl ErrQueue {
                 return false;
             }
         }
-        self.q.push_back(ErrQueueEntry::Zerocopy(n));
+        self.q.push_back(Queued {
+            e: ErrQueueEntry::Zerocopy(n),
+            bytes: Frags::default(),
+            charge: 0,
+        });
         true
     }
 
-    /// Take the oldest entry.
-    pub fn pop(&mut self) -> Option<ErrQueueEntry> {
-        let e = self.q.pop_front()?;
-        if matches!(e, ErrQueueEntry::Timestamp(_)) {
-            self.tstamps -= 1;
-        }
-        Some(e)
+    /// Take the oldest entry with its bytes.
+    pub fn pop(&mut self) -> Option<(ErrQueueEntry, Frags)> {
+        let x = self.q.pop_front()?;
+        self.charged -= x.charge;
+        Some((x.e, x.bytes))
     }
 
     /// Take the oldest entry of one kind (`timestamps`: a timestamp, else a completion),
@@ -108,12 +138,10 @@ impl ErrQueue {
         let i = self
             .q
             .iter()
-            .position(|e| matches!(e, ErrQueueEntry::Timestamp(_)) == timestamps)?;
-        let e = self.q.remove(i)?;
-        if timestamps {
-            self.tstamps -= 1;
-        }
-        Some(e)
+            .position(|x| matches!(x.e, ErrQueueEntry::Timestamp(_)) == timestamps)?;
+        let x = self.q.remove(i)?;
+        self.charged -= x.charge;
+        Some(x.e)
     }
 }
 
@@ -132,13 +160,17 @@ mod tests {
         }
     }
 
+    fn push(q: &mut ErrQueue, key: u32, extra: u32, rcvbuf: u32) -> bool {
+        q.push_tstamp(ts(key), Frags::default(), extra, 0, rcvbuf)
+    }
+
     #[test]
     fn timestamps_are_bounded_by_the_receive_buffer_and_completions_coalesce() {
         let mut q = ErrQueue::default();
-        assert!(q.push_tstamp(ts(1), 0, 2000));
-        assert!(q.push_tstamp(ts(2), 0, 2000));
+        assert!(push(&mut q, 1, 0, 2000));
+        assert!(push(&mut q, 2, 0, 2000));
         // A third would charge 2496 bytes to a 2000-byte buffer.
-        assert!(!q.push_tstamp(ts(3), 0, 2000));
+        assert!(!push(&mut q, 3, 0, 2000));
         let zc = |lo, hi| ZcNotice {
             lo,
             hi,
@@ -151,11 +183,32 @@ mod tests {
         assert!(q.push_zc(zc(4, 4)));
         // Completions do not count against the receive buffer.
         assert_eq!(q.pop_kind(false), Some(ErrQueueEntry::Zerocopy(zc(0, 2))));
-        assert_eq!(q.pop(), Some(ErrQueueEntry::Timestamp(ts(1))));
-        assert!(q.push_tstamp(ts(3), 0, 2000));
+        assert_eq!(q.pop().map(|x| x.0), Some(ErrQueueEntry::Timestamp(ts(1))));
+        assert!(push(&mut q, 3, 0, 2000));
         assert_eq!(q.pop_kind(true), Some(ErrQueueEntry::Timestamp(ts(2))));
-        assert_eq!(q.pop(), Some(ErrQueueEntry::Zerocopy(zc(4, 4))));
-        assert_eq!(q.pop(), Some(ErrQueueEntry::Timestamp(ts(3))));
+        assert_eq!(
+            q.pop().map(|x| x.0),
+            Some(ErrQueueEntry::Zerocopy(zc(4, 4)))
+        );
+        assert_eq!(q.pop().map(|x| x.0), Some(ErrQueueEntry::Timestamp(ts(3))));
         assert!(q.is_empty());
+    }
+
+    /// An entry that carries a packet is charged its payload too (measured on 6.18: 8, 4
+    /// and 0 entries of 100-, 1000- and 10000-byte writes fit an 8192-byte buffer).
+    #[test]
+    fn an_entry_with_a_packet_costs_its_payload_too() {
+        for (payload, fits) in [(100, 8), (1000, 4), (10_000, 0)] {
+            let mut q = ErrQueue::default();
+            let mut n = 0;
+            while push(&mut q, n, payload, 8192) {
+                n += 1;
+            }
+            assert_eq!(n, fits, "{payload}-byte writes");
+        }
+        let mut q = ErrQueue::default();
+        let bytes = Frags::from(bytes::Bytes::from_static(b"packet"));
+        assert!(q.push_tstamp(ts(9), bytes.clone(), 6, 0, 8192));
+        assert_eq!(q.pop(), Some((ErrQueueEntry::Timestamp(ts(9)), bytes)));
     }
 }

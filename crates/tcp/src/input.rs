@@ -1175,7 +1175,7 @@ impl Connection {
                 }
                 break;
             }
-            let skb = self.rtx.queue.pop_front().expect("front exists");
+            let mut skb = self.rtx.queue.pop_front().expect("front exists");
             if let Some(m) = skb.tstamp {
                 // The device's SND stamp comes before the peer can ACK on Linux (it is taken
                 // in the driver's transmit); a completion the substrate reports after the ACK
@@ -1184,8 +1184,8 @@ impl Connection {
                     edt: skb.mstamp,
                     ..Default::default()
                 };
-                if let Some(k) = self.tstamp.take_snd_key(m.key) {
-                    self.tstamp_event_at(env, crate::tstamp::TstampKind::Snd, k, now, at);
+                if let Some((k, bytes)) = self.tstamp.take_snd_key(m.key) {
+                    self.tstamp_event_at(env, crate::tstamp::TstampKind::Snd, k, now, at, bytes);
                 }
                 // tcp_ack_tstamp: the ACK covers a marked byte. With SACK, Linux has counted
                 // this buffer and the ones before it delivered (tcp_clean_rtx_queue).
@@ -1203,7 +1203,23 @@ impl Connection {
                         }),
                         ..at
                     };
-                    self.tstamp_event_at(env, crate::tstamp::TstampKind::Ack, m.key, now, at);
+                    // Without OPT_TSONLY the entry carries the acked buffer's payload.
+                    let bytes = if self.tstamp.wants_bytes() {
+                        crate::tstamp::ErrqBytes {
+                            payload: skb.len(),
+                            data: skb.data.share(),
+                        }
+                    } else {
+                        Default::default()
+                    };
+                    self.tstamp_event_at(
+                        env,
+                        crate::tstamp::TstampKind::Ack,
+                        m.key,
+                        now,
+                        at,
+                        bytes,
+                    );
                 }
             }
             let p = skb.pcount.max(1);

@@ -1233,14 +1233,27 @@ impl Connection {
             // A marked byte went down: SCHED now (the qdisc takes it), SND when the device
             // does (at once on a device that orphans at its transmit, else at completion).
             if let Some(m) = self.rtx.queue[idx].tstamp {
+                // Without OPT_TSONLY each entry carries the packet (a clone of the skb).
+                let bytes = match env.out.txq.back() {
+                    Some(t) if self.tstamp.wants_bytes() => {
+                        crate::tstamp::ErrqBytes::packet(&t.data, &t.frags, len)
+                    }
+                    _ => Default::default(),
+                };
                 if m.sched {
-                    self.tstamp_event(env, crate::tstamp::TstampKind::Sched, m.key, now);
+                    self.tstamp_event(
+                        env,
+                        crate::tstamp::TstampKind::Sched,
+                        m.key,
+                        now,
+                        bytes.clone(),
+                    );
                 }
                 if m.snd {
                     if !completes_later {
-                        self.tstamp_event(env, crate::tstamp::TstampKind::Snd, m.key, now);
+                        self.tstamp_event(env, crate::tstamp::TstampKind::Snd, m.key, now, bytes);
                     } else {
-                        self.tstamp.owe_snd(seq, m.key);
+                        self.tstamp.owe_snd(seq, m.key, bytes);
                     }
                 }
             }

@@ -195,6 +195,7 @@ impl super::Runner<'_> {
         t: &shallow_tcp::TxTimestamp,
         sof: u32,
         data_trunc: bool,
+        new: bool,
     ) -> super::R<()> {
         use crate::outcome::FailKind;
         use shallow_tcp::tstamp::sof as f;
@@ -210,7 +211,8 @@ impl super::Runner<'_> {
             d[8..16].copy_from_slice(&(ns % 1_000_000_000).to_le_bytes());
             linux.push(Cmsg {
                 level: 1,
-                ty: 37,
+                // SCM_TIMESTAMPING_NEW after SO_TIMESTAMPING_NEW (the same layout on 64-bit).
+                ty: if new { 65 } else { 37 },
                 data: d,
             });
             linux.push(Cmsg {

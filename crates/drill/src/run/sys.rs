@@ -1093,30 +1093,25 @@ impl Runner<'_> {
         if flags & MSG_ERRQUEUE != 0 {
             // The error queue: transmit timestamps and zero-copy completions; never blocks
             // (EAGAIN when empty).
-            return match self.st.recv_errqueue(s) {
-                Ok(ev) => {
+            return match self.st.recv_errqueue_msg(s) {
+                Ok((ev, bytes)) => {
                     let sof = match self.st.getsockopt(s, SockOpt::SoTimestamping) {
                         Ok(OptVal::Int(f)) => f as u32,
                         _ => 0,
                     };
-                    // A completion carries no bytes (nothing to truncate).
-                    let tsonly = matches!(ev, shallow_tcp::ErrQueueEntry::Zerocopy(_))
-                        || sof & shallow_tcp::tstamp::sof::OPT_TSONLY != 0;
-                    if len > 0 && !tsonly {
-                        return self.skip("an error-queue read into a buffer (the packet's bytes) is not modelled");
-                    }
-                    // With OPT_STATS the entry's bytes are the statistics' netlink blob.
-                    let payload = match ev {
-                        shallow_tcp::ErrQueueEntry::Timestamp(t) => t.payload(),
-                        shallow_tcp::ErrQueueEntry::Zerocopy(_) => Vec::new(),
-                    };
-                    let n = payload.len().min(len);
+                    // The entry's bytes (the packet or the acked bytes without OPT_TSONLY,
+                    // the statistics' blob with OPT_STATS, nothing for a completion), cut to
+                    // the buffer with MSG_TRUNC, as Linux's sock_recv_errqueue.
+                    let trunc = bytes.len() > len;
+                    let n = bytes.len().min(len);
+                    // SO_TIMESTAMPING_NEW: SCM_TIMESTAMPING_NEW (65) with 64-bit times.
+                    let new = self.st.timestamp_new(s).unwrap_or(false);
                     if call.name == "recvmsg" {
                         match ev {
                             shallow_tcp::ErrQueueEntry::Timestamp(t) if t.stats.is_some() => {
-                                self.check_errqueue_cmsgs(buf, &t, sof, payload.len() > len)?
+                                self.check_errqueue_cmsgs(buf, &t, sof, trunc, new)?
                             }
-                            _ => self.check_errqueue_msghdr(buf, &ev, tsonly)?,
+                            _ => self.check_errqueue_msghdr(buf, &ev, trunc, new)?,
                         }
                     }
                     Ok(Res::Done(Ok(n as i64)))
@@ -1157,8 +1152,8 @@ impl Runner<'_> {
             .collect()
     }
 
-    /// An error-queue recvmsg's output fields: `msg_flags` (MSG_ERRQUEUE, and MSG_TRUNC
-    /// unless OPT_TSONLY: the packet did not fit the empty buffer) and the control messages:
+    /// An error-queue recvmsg's output fields: `msg_flags` (MSG_ERRQUEUE, and MSG_TRUNC when
+    /// the entry's bytes did not fit the buffer) and the control messages:
     /// `SCM_TIMESTAMPING` (the software time, from the script's start, within the
     /// tolerance) and the `IP_RECVERR`/`IPV6_RECVERR` `sock_extended_err` (ENOMSG,
     /// `SO_EE_ORIGIN_TIMESTAMPING`, the kind in `ee_info`, the key in `ee_data`).
@@ -1166,7 +1161,8 @@ impl Runner<'_> {
         &mut self,
         msg: &Expr,
         ev: &shallow_tcp::ErrQueueEntry,
-        tsonly: bool,
+        trunc: bool,
+        new: bool,
     ) -> R<()> {
         // (ee_errno, ee_origin, ee_code, ee_info, ee_data) and the time, if a timestamp.
         let (ee, time) = match *ev {
@@ -1180,7 +1176,7 @@ impl Runner<'_> {
                 None,
             ),
         };
-        let got_flags = i64::from(MSG_ERRQUEUE) | if tsonly { 0 } else { 0x20 };
+        let got_flags = i64::from(MSG_ERRQUEUE) | if trunc { 0x20 } else { 0 };
         if let Some(want) = msg.field("msg_flags").and_then(|f| self.int_of(&f.value)) {
             if want != got_flags {
                 return self.fail(
@@ -1195,7 +1191,14 @@ impl Runner<'_> {
             };
             let num = |name: &str| data.field(name).and_then(|f| self.int_of(&f.value));
             match (level, ty) {
-                (Some(1), Some(37)) => {
+                (Some(1), Some(ty @ (37 | 65))) => {
+                    let linux = if new { 65 } else { 37 };
+                    if ty != linux {
+                        return self.fail(
+                            FailKind::Syscall,
+                            format!("recvmsg cmsg_type {linux} (the socket's timestamp form), script expects {ty}"),
+                        );
+                    }
                     let (Some(sec), Some(nsec)) = (num("scm_sec"), num("scm_nsec")) else {
                         return self.skip("SCM_TIMESTAMPING data not understood");
                     };

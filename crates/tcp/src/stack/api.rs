@@ -347,12 +347,24 @@ impl Stack {
     /// (`SO_TIMESTAMPING`, tstamp.rs) or a zero-copy completion (`MSG_ZEROCOPY`,
     /// zerocopy.rs) — or EAGAIN when none waits (the call never blocks, as on Linux).
     pub fn recv_errqueue(&mut self, s: SocketId) -> Result<crate::ErrQueueEntry, Errno> {
+        self.recv_errqueue_msg(s).map(|(e, _)| e)
+    }
+
+    /// [`Stack::recv_errqueue`] with the entry's bytes, what `recvmsg(MSG_ERRQUEUE)` reads
+    /// as data: for a transmit timestamp without `OPT_TSONLY` the packet (SCHED, SND: its IP
+    /// and TCP headers and payload) or the acked buffer's payload (ACK), as Linux queues a
+    /// clone of the skb; with `OPT_TSONLY` and `OPT_STATS` the statistics' netlink blob;
+    /// else nothing.
+    pub fn recv_errqueue_msg(
+        &mut self,
+        s: SocketId,
+    ) -> Result<(crate::ErrQueueEntry, crate::Frags), Errno> {
         let sk = self.sock_mut(s)?;
-        let e = sk.errq.pop().ok_or(Errno::EAGAIN)?;
+        let (e, bytes) = sk.errq.pop().ok_or(Errno::EAGAIN)?;
         if matches!(e, crate::ErrQueueEntry::Zerocopy(_)) {
             sk.zc.free_omem();
         }
-        Ok(e)
+        Ok((e, bytes))
     }
 
     /// The oldest transmit timestamp of the error queue, leaving zero-copy completions in

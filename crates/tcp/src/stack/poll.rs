@@ -39,8 +39,8 @@ impl Stack {
             }
         }
         // The device took a packet that carried a marked byte: its SND timestamp.
-        if let Some(key) = sk.tstamp.take_snd(token.seq) {
-            sk.tstamp_event(env, crate::tstamp::TstampKind::Snd, key, now);
+        if let Some((key, bytes)) = sk.tstamp.take_snd(token.seq) {
+            sk.tstamp_event(env, crate::tstamp::TstampKind::Snd, key, now, bytes);
         }
         // Its copy of zero-copy bytes is gone: their completions may be due.
         if let Some(r) = token.zc {

@@ -374,3 +374,55 @@ fn dsack_dups_count_segments_as_linux() {
     st.count_dsack(70_000, 1000, 65535);
     assert_eq!(st.dsack_dups(), 1 + 1 + 3);
 }
+
+/// Without `OPT_TSONLY` an entry carries what Linux's clone of the skb holds (measured on
+/// 6.18 over loopback): SCHED and SND the packet the device took (here its IP and TCP
+/// headers and payload: no link-layer header), ACK the acked buffer's payload; with
+/// `OPT_TSONLY` nothing.
+#[test]
+fn entries_without_tsonly_carry_the_packet_or_the_acked_bytes() {
+    let mut p = Pair::new(24, LinkConfig::default());
+    let (c, s) = connected(&mut p);
+    p.a.setsockopt(p.now, c, SockOpt::TcpNodelay, &OptVal::Int(1))
+        .unwrap();
+    let base = sof::TX_SCHED | sof::TX_SOFTWARE | sof::TX_ACK | sof::SOFTWARE | sof::OPT_ID;
+    for tsonly in [false, true] {
+        let flags = base | if tsonly { sof::OPT_TSONLY } else { 0 };
+        p.a.setsockopt(
+            p.now,
+            c,
+            SockOpt::SoTimestamping,
+            &OptVal::Int(i64::from(flags)),
+        )
+        .unwrap();
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 13 + 5) as u8).collect();
+        assert_eq!(p.a.send(p.now, c, &data, 0), Ok(1000));
+        p.run_for(Duration::from_millis(100));
+        let mut buf = [0u8; 2000];
+        assert_eq!(p.b.recv(p.now, s, &mut buf, 0), Ok(1000));
+        let mut kinds = Vec::new();
+        while let Ok((e, bytes)) = p.a.recv_errqueue_msg(c) {
+            let t = e.timestamp().expect("a timestamp");
+            kinds.push(t.kind);
+            let bytes = bytes.to_vec();
+            if tsonly {
+                assert!(bytes.is_empty(), "{:?}", t.kind);
+                continue;
+            }
+            match t.kind {
+                TstampKind::Sched | TstampKind::Snd => {
+                    let v = shallow_wire::segment::parse_tcp(&bytes).expect("an IP packet");
+                    assert_eq!(v.payload_len, 1000, "{:?}", t.kind);
+                    assert_eq!(&bytes[v.payload_off..], &data[..]);
+                    assert!(shallow_wire::segment::tcp_checksum_ok(&bytes));
+                }
+                TstampKind::Ack => assert_eq!(bytes, data),
+            }
+        }
+        assert_eq!(
+            kinds,
+            [TstampKind::Sched, TstampKind::Snd, TstampKind::Ack],
+            "tsonly {tsonly}"
+        );
+    }
+}
