@@ -1122,12 +1122,12 @@ impl Runner<'_> {
         let nonblock = !self.blocking(fd) || flags & MSG_DONTWAIT != 0;
         let mut data = vec![0u8; len];
         let now = self.inst();
-        match self.st.recv(now, s, &mut data, flags) {
-            Ok(n) => {
+        match self.st.recvmsg(now, s, &mut data, flags) {
+            Ok(m) => {
                 if call.name == "recvmsg" {
-                    self.check_msghdr(buf, s)?;
+                    self.check_msghdr(buf, s, m.rx_time)?;
                 }
-                Ok(Res::Done(Ok(n as i64)))
+                Ok(Res::Done(Ok(m.len as i64)))
             }
             Err(Errno::EAGAIN) if !nonblock => Ok(Res::Blocked(None)),
             Err(e) => Ok(Res::Done(Err(code(e)))),
@@ -1249,9 +1249,16 @@ impl Runner<'_> {
     }
 
     /// recvmsg's output fields: msg_flags (the engine reports none, so only 0 can be
-    /// checked) and TCP_CM_INQ control messages (Linux `tcp_inq_hint`: bytes left to read,
-    /// or 1 at end of stream when nothing is left).
-    fn check_msghdr(&mut self, msg: &Expr, s: SocketId) -> R<()> {
+    /// checked), TCP_CM_INQ control messages (Linux `tcp_inq_hint`: bytes left to read,
+    /// or 1 at end of stream when nothing is left) and the receive timestamp (`SCM_TIMESTAMPING`, or `SCM_TIMESTAMPING_NEW` after
+    /// `SO_TIMESTAMPING_NEW`: `tcp_recv_timestamp`, the time the data read arrived, from
+    /// the script's start, within the tolerance) when the socket reports software stamps.
+    fn check_msghdr(
+        &mut self,
+        msg: &Expr,
+        s: SocketId,
+        rx_time: Option<shallow_tcp::Instant>,
+    ) -> R<()> {
         if let Some(f) = msg.field("msg_flags") {
             match self.int_of(&f.value) {
                 Some(0) | None => {}
@@ -1263,8 +1270,13 @@ impl Runner<'_> {
             }
         }
         for (level, ty, c) in self.cmsgs(msg) {
+            if let (Some(1), Some(ty @ (37 | 65))) = (level, ty) {
+                self.check_rx_timestamping(s, ty, c, rx_time)?;
+                continue;
+            }
             if level != Some(SOL_TCP) || ty != Some(TCP_CM_INQ) {
-                return self.skip("recvmsg control message other than TCP_CM_INQ");
+                return self
+                    .skip("recvmsg control message other than TCP_CM_INQ and SCM_TIMESTAMPING");
             }
             let want = c.field("cmsg_data").and_then(|f| self.int_of(&f.value));
             let mut inq = i64::from(self.st.ioctl(s, Ioctl::SiocInq).unwrap_or(0));
@@ -1288,6 +1300,66 @@ impl Runner<'_> {
                     );
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// A receive `SCM_TIMESTAMPING` the script expects (`ty` 37, or 65 for the `_NEW` form):
+    /// Linux puts one when the socket's `SO_TIMESTAMPING` has `SOFTWARE` and the data read
+    /// had a receive time; its first time is that time (the others zero).
+    fn check_rx_timestamping(
+        &mut self,
+        s: SocketId,
+        ty: i64,
+        c: &Expr,
+        rx_time: Option<shallow_tcp::Instant>,
+    ) -> R<()> {
+        let sof = match self.st.getsockopt(s, SockOpt::SoTimestamping) {
+            Ok(OptVal::Int(f)) => f as u32,
+            _ => 0,
+        };
+        let Some(t) = rx_time.filter(|_| sof & shallow_tcp::tstamp::sof::SOFTWARE != 0) else {
+            return self.fail(
+                FailKind::Syscall,
+                "recvmsg: no SCM_TIMESTAMPING (the socket does not report software receive stamps, or the data has no time)",
+            );
+        };
+        let linux = if self.st.timestamp_new(s).unwrap_or(false) {
+            65
+        } else {
+            37
+        };
+        if ty != linux {
+            return self.fail(
+                FailKind::Syscall,
+                format!(
+                    "recvmsg cmsg_type {linux} (the socket's timestamp form), script expects {ty}"
+                ),
+            );
+        }
+        let Some(data) = c.field("cmsg_data").map(|f| &f.value) else {
+            return Ok(());
+        };
+        let num = |name: &str| data.field(name).and_then(|f| self.int_of(&f.value));
+        let (Some(sec), Some(nsec)) = (num("scm_sec"), num("scm_nsec")) else {
+            return self.skip("SCM_TIMESTAMPING data not understood");
+        };
+        // packetdrill ignores an expected time of zero.
+        if sec == 0 && nsec == 0 {
+            return Ok(());
+        }
+        let want = (sec * 1_000_000_000 + nsec).max(0) as u64;
+        let got = t.as_nanos();
+        if got.abs_diff(want) > self.tol_ns {
+            return self.fail(
+                FailKind::Syscall,
+                format!(
+                    "receive SCM_TIMESTAMPING is {}, script expects {} (tolerance {} us)",
+                    super::secs(got),
+                    super::secs(want),
+                    self.tol_ns / 1000
+                ),
+            );
         }
         Ok(())
     }
