@@ -1181,7 +1181,7 @@ impl Connection {
                 // in the driver's transmit); a completion the substrate reports after the ACK
                 // is reported now, before the ACK.
                 let at = crate::tstamp::StatsAt {
-                    edt: skb.mstamp,
+                    edt: skb.edt,
                     ..Default::default()
                 };
                 if let Some((k, bytes)) = self.tstamp.take_snd_key(m.key) {

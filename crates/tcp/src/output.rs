@@ -1174,6 +1174,7 @@ impl Connection {
             s.tx = tx_rate;
             s.pcount = pcount;
             s.mstamp = now;
+            s.edt = departure;
             if !retrans {
                 s.first_tx = now;
             }

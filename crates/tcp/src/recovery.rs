@@ -253,6 +253,7 @@ impl Connection {
         rest.frags = skb.frags;
         rest.sacked = skb.sacked;
         rest.mstamp = skb.mstamp;
+        rest.edt = skb.edt;
         rest.first_tx = skb.first_tx;
         // tcp_fragment: both parts keep the send snapshot (`TCP_SKB_CB(buff)->tx`).
         rest.tx = skb.tx;

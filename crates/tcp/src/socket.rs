@@ -367,6 +367,9 @@ pub(crate) struct Skb {
     pub mstamp: Instant,
     /// First transmit time, for tcp_info/undo.
     pub first_tx: Instant,
+    /// The earliest departure time of its last transmission (`tcp_wstamp_ns` at the send:
+    /// later than `mstamp` under pacing); `TCP_NLA_EDT` of its timestamps.
+    pub edt: Instant,
     /// Number of wire segments (tcp_skb_pcount), set when sent.
     pub pcount: u32,
     /// Copies of this skb still in host queues (for `skb_still_in_host_queue`).
@@ -396,6 +399,7 @@ impl Skb {
             sacked: 0,
             mstamp: Instant::ZERO,
             first_tx: Instant::ZERO,
+            edt: Instant::ZERO,
             pcount: 0,
             in_host: 0,
             tx: TxRate::default(),

@@ -256,8 +256,9 @@ pub struct OptStats {
     pub timeout_rehash: u16,
     /// `TCP_NLA_BYTES_NOTSENT`: `write_seq - snd_nxt`.
     pub bytes_notsent: u32,
-    /// `TCP_NLA_EDT`: the buffer's last transmit time (`skb_mstamp_ns`) on the substrate's
-    /// clock, ns.
+    /// `TCP_NLA_EDT`: the buffer's earliest departure time at its last transmission
+    /// (`skb_mstamp_ns`, Linux's `tcp_wstamp_ns` at the send: later than the send itself
+    /// while pacing holds the flow back) on the substrate's clock, ns.
     pub edt: u64,
     /// `TCP_NLA_TTL`: the TTL / hop limit of the ACK that made an ACK stamp (absent on SCHED
     /// and SND: Linux has no ACK packet for them).
@@ -640,7 +641,7 @@ impl crate::socket::Connection {
             .queue
             .iter()
             .find(|s| s.tstamp.is_some_and(|m| m.key == key))
-            .map_or(Instant::ZERO, |s| s.mstamp);
+            .map_or(Instant::ZERO, |s| s.edt);
         self.tstamp_event_at(
             env,
             kind,

@@ -3271,3 +3271,44 @@ fn sack_of_a_split_buffer_gives_a_rate_sample() {
     let info = p.st.tcp_info(p.now, s).unwrap();
     assert_eq!(info.delivery_rate, 1000 * 1_000_000 / 150_000);
 }
+
+/// `TCP_NLA_EDT` is the buffer's earliest departure time (`skb_mstamp_ns`, which Linux sets
+/// to `tcp_wstamp_ns` at the send): with EDT pacing, a packet the pacing holds back has a
+/// departure later than the stamp's time.
+#[test]
+fn opt_stats_edt_is_the_departure_time_under_pacing() {
+    use crate::tstamp::sof;
+    let mut p = Peer::new(false);
+    p.st.set_device(DeviceCaps {
+        edt_pacing: true,
+        ..p.st.device()
+    });
+    let s = p.passive_open(SYN_OPTS, "mss 1460,nop,nop,sackOK,nop,wscale 8");
+    let flags = sof::TX_SCHED | sof::SOFTWARE | sof::OPT_ID | sof::OPT_TSONLY | sof::OPT_STATS;
+    p.st.setsockopt(
+        p.now,
+        s,
+        SockOpt::SoTimestamping,
+        &OptVal::Int(i64::from(flags)),
+    )
+    .unwrap();
+    // IW10 leaves at once: its stamps' departure is the send.
+    // (The peer's MSS is 1000: ten segments.)
+    assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
+    while p.st.poll_transmit(p.now).is_some() {}
+    let first = p.st.recv_tx_timestamp(s).unwrap();
+    assert_eq!(first.stats.unwrap().edt, first.time.as_nanos());
+    p.st.input(
+        p.now,
+        &raw(1, p.isn.wrapping_add(2000), TcpFlags::ACK, 257, &[], &[]),
+        None,
+    );
+    // The next write leaves paced: its departure is later than its SCHED time.
+    assert_eq!(p.st.send(p.now, s, &[0u8; 1000], 0), Ok(1000));
+    let t = p.st.poll_transmit(p.now).expect("a paced packet");
+    let dep = t.departure.expect("a departure time");
+    assert!(dep > p.now);
+    let st = p.st.recv_tx_timestamp(s).unwrap();
+    assert_eq!(st.time, p.now);
+    assert_eq!(st.stats.unwrap().edt, dep.as_nanos());
+}
