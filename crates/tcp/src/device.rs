@@ -221,6 +221,9 @@ pub(crate) struct DeviceSide {
     /// `tcp_write_xmit` keeps the data queued, a retransmission is not one in flight). `None`
     /// accepts everything; [`DropAll`](crate::gate::DropAll) is `pfifo limit 0`.
     gate: Option<Box<dyn crate::gate::TxGate>>,
+    /// The device's interface index (`dev->ifindex`, 0 when unknown), reported in
+    /// `IP_PKTINFO`/`IPV6_PKTINFO` (errqueue.rs).
+    pub ifindex: u32,
 }
 
 impl DeviceSide {

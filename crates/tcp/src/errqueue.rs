@@ -49,6 +49,78 @@ impl ErrQueueEntry {
 /// one that would reach the buffer's size).
 pub(crate) const ERRQ_TRUESIZE: u32 = 832;
 
+/// One entry as `recvmsg(MSG_ERRQUEUE)` reads it ([`crate::Stack::recv_errqueue_msg`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErrQueueMsg {
+    /// The entry (its `sock_extended_err` and time).
+    pub entry: ErrQueueEntry,
+    /// What the read returns as data: for a timestamp without `OPT_TSONLY` the packet
+    /// (SCHED, SND: its IP and TCP headers and payload) or the acked buffer's payload (ACK);
+    /// with `OPT_TSONLY` and `OPT_STATS` the statistics' netlink blob; else nothing.
+    pub bytes: Frags,
+    /// `IP_PKTINFO` / `IPV6_PKTINFO` for an entry that holds the packet, when the socket
+    /// has `SOF_TIMESTAMPING_OPT_CMSG` and the packet's family's option (`IP_PKTINFO`,
+    /// `IPV6_RECVPKTINFO`) when it is read (Linux's `ipv4_datagram_support_cmsg` /
+    /// `ip6_datagram_support_cmsg`: "to correlate timestamp with egress dev").
+    pub pktinfo: Option<PktInfo>,
+}
+
+/// The packet information of a transmit timestamp (`struct in_pktinfo`, or `in6_pktinfo`
+/// for an IPv6 packet), measured on 6.18 over loopback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PktInfo {
+    /// The device's interface index (`ipi_ifindex`, `ipi6_ifindex`;
+    /// [`crate::Stack::set_ifindex`]).
+    pub ifindex: u32,
+    /// The packet's source address (`ipi_spec_dst`; IPv4 only).
+    pub src: core::net::IpAddr,
+    /// The packet's destination address (`ipi_addr`, `ipi6_addr`).
+    pub dst: core::net::IpAddr,
+}
+
+impl PktInfo {
+    /// The packet information of an IP packet whose headers start `bytes`.
+    pub fn of_packet(bytes: &[u8], ifindex: u32) -> Option<PktInfo> {
+        use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+        let (src, dst) = match bytes.first()? >> 4 {
+            4 => {
+                let a = <[u8; 4]>::try_from(bytes.get(12..16)?).ok()?;
+                let b = <[u8; 4]>::try_from(bytes.get(16..20)?).ok()?;
+                (IpAddr::V4(Ipv4Addr::from(a)), IpAddr::V4(Ipv4Addr::from(b)))
+            }
+            6 => {
+                let a = <[u8; 16]>::try_from(bytes.get(8..24)?).ok()?;
+                let b = <[u8; 16]>::try_from(bytes.get(24..40)?).ok()?;
+                (IpAddr::V6(Ipv6Addr::from(a)), IpAddr::V6(Ipv6Addr::from(b)))
+            }
+            _ => return None,
+        };
+        Some(PktInfo { ifindex, src, dst })
+    }
+
+    /// The control message's bytes as Linux writes them on x86-64: `in_pktinfo`
+    /// (ifindex, spec_dst, addr) for IPv4, `in6_pktinfo` (addr, ifindex) for IPv6.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(20);
+        match (self.src, self.dst) {
+            (core::net::IpAddr::V4(s), core::net::IpAddr::V4(d)) => {
+                v.extend_from_slice(&self.ifindex.to_le_bytes());
+                v.extend_from_slice(&s.octets());
+                v.extend_from_slice(&d.octets());
+            }
+            (_, d) => {
+                let d = match d {
+                    core::net::IpAddr::V6(d) => d,
+                    core::net::IpAddr::V4(d) => d.to_ipv6_mapped(),
+                };
+                v.extend_from_slice(&d.octets());
+                v.extend_from_slice(&self.ifindex.to_le_bytes());
+            }
+        }
+        v
+    }
+}
+
 /// One queued entry with its bytes and its charge.
 #[derive(Debug)]
 struct Queued {
@@ -56,6 +128,8 @@ struct Queued {
     /// What `recvmsg(MSG_ERRQUEUE)` reads as data: a timestamp's packet or statistics, or
     /// nothing.
     bytes: Frags,
+    /// `bytes` is the packet the device took (SCHED, SND without `OPT_TSONLY`).
+    packet: bool,
     /// What it costs the receive buffer (0 for a zero-copy completion).
     charge: u32,
 }
@@ -77,10 +151,12 @@ impl ErrQueue {
     /// Queue a timestamp with its bytes, charged [`ERRQ_TRUESIZE`] plus `extra` (the payload
     /// of a packet it carries), unless that would take the receive buffer (`rmem` already
     /// charged) to `rcvbuf`. Returns whether it was queued.
+    #[allow(clippy::too_many_arguments)]
     pub fn push_tstamp(
         &mut self,
         t: TxTimestamp,
         bytes: Frags,
+        packet: bool,
         extra: u32,
         rmem: u32,
         rcvbuf: u32,
@@ -93,6 +169,7 @@ impl ErrQueue {
         self.q.push_back(Queued {
             e: ErrQueueEntry::Timestamp(t),
             bytes,
+            packet,
             charge,
         });
         true
@@ -120,16 +197,17 @@ impl ErrQueue {
         self.q.push_back(Queued {
             e: ErrQueueEntry::Zerocopy(n),
             bytes: Frags::default(),
+            packet: false,
             charge: 0,
         });
         true
     }
 
-    /// Take the oldest entry with its bytes.
-    pub fn pop(&mut self) -> Option<(ErrQueueEntry, Frags)> {
+    /// Take the oldest entry with its bytes and whether they are the packet.
+    pub fn pop(&mut self) -> Option<(ErrQueueEntry, Frags, bool)> {
         let x = self.q.pop_front()?;
         self.charged -= x.charge;
-        Some((x.e, x.bytes))
+        Some((x.e, x.bytes, x.packet))
     }
 
     /// Take the oldest entry of one kind (`timestamps`: a timestamp, else a completion),
@@ -161,7 +239,7 @@ mod tests {
     }
 
     fn push(q: &mut ErrQueue, key: u32, extra: u32, rcvbuf: u32) -> bool {
-        q.push_tstamp(ts(key), Frags::default(), extra, 0, rcvbuf)
+        q.push_tstamp(ts(key), Frags::default(), false, extra, 0, rcvbuf)
     }
 
     #[test]
@@ -208,7 +286,10 @@ mod tests {
         }
         let mut q = ErrQueue::default();
         let bytes = Frags::from(bytes::Bytes::from_static(b"packet"));
-        assert!(q.push_tstamp(ts(9), bytes.clone(), 6, 0, 8192));
-        assert_eq!(q.pop(), Some((ErrQueueEntry::Timestamp(ts(9)), bytes)));
+        assert!(q.push_tstamp(ts(9), bytes.clone(), true, 6, 0, 8192));
+        assert_eq!(
+            q.pop(),
+            Some((ErrQueueEntry::Timestamp(ts(9)), bytes, true))
+        );
     }
 }

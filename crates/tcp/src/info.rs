@@ -479,6 +479,8 @@ impl Connection {
             // The packets' firewall mark (`sk_mark`): kept and reported; Shallow has no
             // policy routing or packet filter that reads it.
             SoMark => self.opts.mark = v as u32,
+            IpPktinfo => self.opts.pktinfo = on,
+            Ipv6Recvpktinfo => self.opts.pktinfo6 = on,
             // sk_setsockopt (measured on 6.18): SO_BUSY_POLL takes 0..=INT_MAX µs (negative:
             // EINVAL; raising it needs CAP_NET_ADMIN, which Shallow's caller has);
             // SO_PREFER_BUSY_POLL any value as a flag; SO_BUSY_POLL_BUDGET 0..=65535.
@@ -742,6 +744,8 @@ impl Connection {
             SoReuseport => i(u32::from(self.opts.reuseport)),
             SoZerocopy => i(u32::from(self.opts.zerocopy)),
             SoMark => i(self.opts.mark),
+            IpPktinfo => i(u32::from(self.opts.pktinfo)),
+            Ipv6Recvpktinfo => i(u32::from(self.opts.pktinfo6)),
             SoBusyPoll => i(self.opts.busy_poll_us),
             SoPreferBusyPoll => i(u32::from(self.opts.prefer_busy_poll)),
             // Write-only on 6.18.

@@ -178,7 +178,7 @@ pub mod zerocopy;
 
 pub use device::{DeviceCaps, RxBytes, RxChecksum, RxPacket, RxTruesize};
 pub use driver::{Driver, EgressPacket};
-pub use errqueue::ErrQueueEntry;
+pub use errqueue::{ErrQueueEntry, ErrQueueMsg, PktInfo};
 pub use gate::{Admission, DropAll, TxGate, TxMeta};
 pub use info::{MemInfo, TcpInfo};
 pub use md5::Md5Sig;

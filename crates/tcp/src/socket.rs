@@ -660,6 +660,10 @@ pub(crate) struct SockOpts {
     /// control messages carry 64-bit times (`SCM_TIMESTAMP_NEW`, `SCM_TIMESTAMPNS_NEW`,
     /// `SCM_TIMESTAMPING_NEW`).
     pub tstamp_new: bool,
+    /// `IP_PKTINFO` (IPv4 packets' control messages; errqueue.rs).
+    pub pktinfo: bool,
+    /// `IPV6_RECVPKTINFO` (IPv6 packets').
+    pub pktinfo6: bool,
     /// `SO_BUSY_POLL` (`sk_ll_usec`): how long a blocking read polls the device itself
     /// before it sleeps, in µs (0: never); initialised from `net.core.busy_read`. The
     /// engine keeps it; a substrate that reads a device does the polling.
@@ -709,6 +713,8 @@ impl Default for SockOpts {
             rcvtstamp: false,
             rcvtstampns: false,
             tstamp_new: false,
+            pktinfo: false,
+            pktinfo6: false,
             busy_poll_us: 0,
             prefer_busy_poll: false,
             busy_poll_budget: 0,

@@ -61,6 +61,10 @@ pub enum SockOpt {
     IpTos,
     Ipv6Tclass,
     IpMtuDiscover,
+    /// `IP_PKTINFO` (`IP_CMSG_PKTINFO`).
+    IpPktinfo,
+    /// `IPV6_RECVPKTINFO` (`rxopt.bits.rxinfo`).
+    Ipv6Recvpktinfo,
     Ipv6MtuDiscover,
     Ipv6V6only,
 }
@@ -123,6 +127,8 @@ impl SockOpt {
             (SOL_TCP, 32) => TcpMd5sigExt,
             (SOL_IP, 1) => IpTos,
             (SOL_IP, 10) => IpMtuDiscover,
+            (SOL_IP, 8) => IpPktinfo,
+            (SOL_IPV6, 49) => Ipv6Recvpktinfo,
             (SOL_IP, 15) | (SOL_IPV6, 78) => IpFreebind,
             (SOL_IPV6, 23) => Ipv6MtuDiscover,
             (SOL_IPV6, 26) => Ipv6V6only,
@@ -181,6 +187,8 @@ impl SockOpt {
             IpTos => "IP_TOS",
             Ipv6Tclass => "IPV6_TCLASS",
             IpMtuDiscover => "IP_MTU_DISCOVER",
+            IpPktinfo => "IP_PKTINFO",
+            Ipv6Recvpktinfo => "IPV6_RECVPKTINFO",
             Ipv6MtuDiscover => "IPV6_MTU_DISCOVER",
             Ipv6V6only => "IPV6_V6ONLY",
         }
@@ -193,7 +201,10 @@ impl SockOpt {
     pub fn is_ipv6_level(self) -> bool {
         matches!(
             self,
-            SockOpt::Ipv6Tclass | SockOpt::Ipv6MtuDiscover | SockOpt::Ipv6V6only
+            SockOpt::Ipv6Tclass
+                | SockOpt::Ipv6MtuDiscover
+                | SockOpt::Ipv6V6only
+                | SockOpt::Ipv6Recvpktinfo
         )
     }
 }

@@ -354,6 +354,13 @@ impl Stack {
         self.env.device.caps = caps;
     }
 
+    /// The interface index of the device below (`dev->ifindex`; 0, the default, when the
+    /// substrate has none to give): what `IP_PKTINFO`/`IPV6_PKTINFO` report with a transmit
+    /// timestamp ([`Stack::recv_errqueue_msg`]).
+    pub fn set_ifindex(&mut self, ifindex: u32) {
+        self.env.device.ifindex = ifindex;
+    }
+
     /// The SNMP counters.
     pub fn counters(&self) -> &Counters {
         &self.env.mib

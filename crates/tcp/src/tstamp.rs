@@ -679,13 +679,14 @@ impl crate::socket::Connection {
         }
         // The entry's bytes: with OPT_TSONLY the statistics' blob or nothing, else the
         // packet's (or the acked buffer's) bytes, which its truesize counts.
+        let packet = self.tstamp.wants_bytes() && kind != TstampKind::Ack && !bytes.data.is_empty();
         let (data, extra) = if self.tstamp.wants_bytes() {
             (bytes.data, bytes.payload)
         } else {
             let blob = ev.payload();
             (Frags::from(Bytes::from(blob)), 0)
         };
-        if self.errq.push_tstamp(ev, data, extra, rmem, rcvbuf) {
+        if self.errq.push_tstamp(ev, data, packet, extra, rmem, rcvbuf) {
             env.out.wake(self.id, crate::socket::pollbits::POLLERR);
         }
     }

@@ -1094,7 +1094,9 @@ impl Runner<'_> {
             // The error queue: transmit timestamps and zero-copy completions; never blocks
             // (EAGAIN when empty).
             return match self.st.recv_errqueue_msg(s) {
-                Ok((ev, bytes)) => {
+                Ok(shallow_tcp::ErrQueueMsg {
+                    entry: ev, bytes, ..
+                }) => {
                     let sof = match self.st.getsockopt(s, SockOpt::SoTimestamping) {
                         Ok(OptVal::Int(f)) => f as u32,
                         _ => 0,

@@ -347,24 +347,37 @@ impl Stack {
     /// (`SO_TIMESTAMPING`, tstamp.rs) or a zero-copy completion (`MSG_ZEROCOPY`,
     /// zerocopy.rs) — or EAGAIN when none waits (the call never blocks, as on Linux).
     pub fn recv_errqueue(&mut self, s: SocketId) -> Result<crate::ErrQueueEntry, Errno> {
-        self.recv_errqueue_msg(s).map(|(e, _)| e)
+        self.recv_errqueue_msg(s).map(|m| m.entry)
     }
 
-    /// [`Stack::recv_errqueue`] with the entry's bytes, what `recvmsg(MSG_ERRQUEUE)` reads
-    /// as data: for a transmit timestamp without `OPT_TSONLY` the packet (SCHED, SND: its IP
-    /// and TCP headers and payload) or the acked buffer's payload (ACK), as Linux queues a
-    /// clone of the skb; with `OPT_TSONLY` and `OPT_STATS` the statistics' netlink blob;
-    /// else nothing.
-    pub fn recv_errqueue_msg(
-        &mut self,
-        s: SocketId,
-    ) -> Result<(crate::ErrQueueEntry, crate::Frags), Errno> {
+    /// [`Stack::recv_errqueue`] as `recvmsg(MSG_ERRQUEUE)` reads it: the entry, its bytes
+    /// (for a transmit timestamp without `OPT_TSONLY` the packet, or the acked buffer's
+    /// payload, as Linux queues a clone of the skb; with `OPT_TSONLY` and `OPT_STATS` the
+    /// statistics' blob; else nothing) and, for an entry holding the packet on a socket
+    /// with `SOF_TIMESTAMPING_OPT_CMSG` and `IP_PKTINFO` (an IPv4 packet) or
+    /// `IPV6_RECVPKTINFO` (an IPv6 one), the packet information ([`Stack::set_ifindex`]).
+    pub fn recv_errqueue_msg(&mut self, s: SocketId) -> Result<crate::ErrQueueMsg, Errno> {
+        let ifindex = self.env.device.ifindex;
         let sk = self.sock_mut(s)?;
-        let (e, bytes) = sk.errq.pop().ok_or(Errno::EAGAIN)?;
-        if matches!(e, crate::ErrQueueEntry::Zerocopy(_)) {
+        let (entry, bytes, packet) = sk.errq.pop().ok_or(Errno::EAGAIN)?;
+        if matches!(entry, crate::ErrQueueEntry::Zerocopy(_)) {
             sk.zc.free_omem();
         }
-        Ok((e, bytes))
+        let cmsg = sk.tstamp.flags & crate::tstamp::sof::OPT_CMSG != 0;
+        let pktinfo = bytes
+            .iter()
+            .next()
+            .filter(|_| packet && cmsg)
+            .and_then(|head| crate::errqueue::PktInfo::of_packet(head, ifindex))
+            .filter(|p| match p.dst {
+                core::net::IpAddr::V4(_) => sk.opts.pktinfo,
+                core::net::IpAddr::V6(_) => sk.opts.pktinfo6,
+            });
+        Ok(crate::ErrQueueMsg {
+            entry,
+            bytes,
+            pktinfo,
+        })
     }
 
     /// The oldest transmit timestamp of the error queue, leaving zero-copy completions in

@@ -401,8 +401,9 @@ fn entries_without_tsonly_carry_the_packet_or_the_acked_bytes() {
         let mut buf = [0u8; 2000];
         assert_eq!(p.b.recv(p.now, s, &mut buf, 0), Ok(1000));
         let mut kinds = Vec::new();
-        while let Ok((e, bytes)) = p.a.recv_errqueue_msg(c) {
-            let t = e.timestamp().expect("a timestamp");
+        while let Ok(m) = p.a.recv_errqueue_msg(c) {
+            let (t, bytes) = (m.entry.timestamp().expect("a timestamp"), m.bytes);
+            assert_eq!(m.pktinfo, None, "no OPT_CMSG");
             kinds.push(t.kind);
             let bytes = bytes.to_vec();
             if tsonly {
@@ -425,4 +426,73 @@ fn entries_without_tsonly_carry_the_packet_or_the_acked_bytes() {
             "tsonly {tsonly}"
         );
     }
+}
+
+/// `SOF_TIMESTAMPING_OPT_CMSG` with `IP_PKTINFO` (or `IPV6_RECVPKTINFO`): an entry that
+/// holds the packet (SCHED, SND without `OPT_TSONLY`) comes with the packet information —
+/// the device's index, the packet's source and destination — and an ACK entry or a
+/// `OPT_TSONLY` one without (measured on 6.18 over loopback: `in_pktinfo` {1, 127.0.0.1,
+/// 127.0.0.1} on SCHED and SND only).
+#[test]
+fn opt_cmsg_gives_pktinfo_with_the_packet() {
+    let mut p = Pair::new(25, LinkConfig::default());
+    let (c, s) = connected(&mut p);
+    p.a.set_ifindex(7);
+    p.a.setsockopt(p.now, c, SockOpt::TcpNodelay, &OptVal::Int(1))
+        .unwrap();
+    let base = sof::TX_SCHED | sof::TX_SOFTWARE | sof::TX_ACK | sof::SOFTWARE | sof::OPT_CMSG;
+    // On an AF_INET socket the IPv6 option is ENOPROTOOPT.
+    assert_eq!(
+        p.a.setsockopt(p.now, c, SockOpt::Ipv6Recvpktinfo, &OptVal::Int(1)),
+        Err(Errno::ENOPROTOOPT)
+    );
+    for (pktinfo, tsonly) in [(false, false), (true, false), (true, true)] {
+        p.a.setsockopt(
+            p.now,
+            c,
+            SockOpt::IpPktinfo,
+            &OptVal::Int(i64::from(pktinfo)),
+        )
+        .unwrap();
+        let flags = base | if tsonly { sof::OPT_TSONLY } else { 0 };
+        p.a.setsockopt(
+            p.now,
+            c,
+            SockOpt::SoTimestamping,
+            &OptVal::Int(i64::from(flags)),
+        )
+        .unwrap();
+        assert_eq!(p.a.send(p.now, c, &[3u8; 100], 0), Ok(100));
+        p.run_for(Duration::from_millis(100));
+        let mut buf = [0u8; 200];
+        assert_eq!(p.b.recv(p.now, s, &mut buf, 0), Ok(100));
+        let mut got = Vec::new();
+        while let Ok(m) = p.a.recv_errqueue_msg(c) {
+            got.push((m.entry.timestamp().unwrap().kind, m.pktinfo));
+        }
+        let info = (pktinfo && !tsonly).then_some(PktInfo {
+            ifindex: 7,
+            src: ADDR_A,
+            dst: ADDR_B,
+        });
+        assert_eq!(
+            got,
+            [
+                (TstampKind::Sched, info),
+                (TstampKind::Snd, info),
+                (TstampKind::Ack, None)
+            ],
+            "IP_PKTINFO {pktinfo}, OPT_TSONLY {tsonly}"
+        );
+    }
+    let info = PktInfo {
+        ifindex: 1,
+        src: ADDR_A,
+        dst: ADDR_B,
+    };
+    assert_eq!(
+        info.to_bytes(),
+        [1, 0, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2],
+        "in_pktinfo"
+    );
 }
