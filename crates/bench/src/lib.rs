@@ -466,13 +466,17 @@ fn join_flows(hs: Vec<JoinHandle<io::Result<Side>>>) -> io::Result<Side> {
 
 /// Plays `role` on a blocking socket to its end: a sender or an RR client until
 /// `cfg.duration` has passed, then a half-close; a receiver or an RR server until EOF.
-fn play(mut conn: impl Conn<Error = io::Error>, role: Role, cfg: &BenchConfig) -> io::Result<Side> {
+fn play<C: Conn<Error = io::Error>>(
+    conn: &mut C,
+    role: Role,
+    cfg: &BenchConfig,
+) -> io::Result<Side> {
     let data = vec![0x5au8; cfg.msg_size.max(cfg.req_size).max(cfg.resp_size)];
     let t0 = StdInstant::now();
     let mut p = Play::new(role).until(wall_clock() + cfg.duration);
     let mut latencies = Vec::new();
     p.run_blocking(
-        &mut conn,
+        conn,
         Source::Fill(&data),
         |_| false,
         |l| latencies.push(shallow_time::nanos(l)),
@@ -561,13 +565,13 @@ fn set_busy_poll(s: &TcpStream, cfg: &BenchConfig) -> Result<(), BenchError> {
 fn play_kernel(s: std::net::TcpStream, role: Role, cfg: &BenchConfig) -> io::Result<Side> {
     s.set_nodelay(cfg.nodelay)?;
     if !(cfg.timestamps && sends_data(&role)) {
-        return play(&s, role, cfg);
+        return play(&mut &s, role, cfg);
     }
     shallow_os::kernel_sock::set_timestamping(&s, TSTAMP_FLAGS)?;
     with_stamps(
         "kernel",
         || shallow_os::kernel_sock::recv_tx_timestamps(&s),
-        || play(&s, role, cfg),
+        || play(&mut &s, role, cfg),
     )
 }
 
@@ -982,9 +986,13 @@ fn shallow_side(s: &TcpStream, cfg: &BenchConfig, netperf: bool) -> io::Result<(
         let run = || {
             if stamped {
                 s.set_timestamping(TSTAMP_FLAGS)?;
-                with_stamps("shallow", || s.tx_timestamps(), || play(s, role, cfg))
+                with_stamps(
+                    "shallow",
+                    || s.tx_timestamps(),
+                    || play(&mut &*s, role, cfg),
+                )
             } else {
-                play(s, role, cfg)
+                play(&mut &*s, role, cfg)
             }
         };
         let side = run().and_then(|side| {

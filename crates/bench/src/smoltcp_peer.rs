@@ -15,14 +15,14 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant as StdInstant};
 
 use shallow_os::{Interest, Netns, Offload, Peer, RxPacket, Tun, TunConfig};
-use shallow_workload::{wall_clock, Conn, Io, Play, Source};
+use shallow_workload::{wall_clock, Conn, Io};
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{Device, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr};
 
 use crate::{
-    addrs, cpu_since, io_err, join, kernel_server, result_of, snap, BenchConfig, BenchError,
+    addrs, cpu_since, io_err, join, kernel_server, play, result_of, snap, BenchConfig, BenchError,
     BenchResult, Pair, Side, LOCAL4, LOCAL6, PORT,
 };
 
@@ -304,19 +304,9 @@ fn netperf_side(tun: &Tun, cfg: &BenchConfig, kernel: IpAddr) -> io::Result<Side
         }
         conn.wait()?;
     }
-    let data = vec![0x5au8; cfg.msg_size.max(cfg.req_size).max(cfg.resp_size)];
-    let t0 = StdInstant::now();
-    let mut p = Play::new(cfg.workload().netperf_role()).until(wall_clock() + cfg.duration);
-    let mut latencies = Vec::new();
-    p.run_blocking(
-        &mut conn,
-        Source::Fill(&data),
-        |_| false,
-        |l| latencies.push(shallow_time::nanos(l)),
-    )?;
-    let ended = StdInstant::now();
+    let side = play(&mut conn, cfg.workload().netperf_role(), cfg)?;
     // Let the close finish (our FIN acknowledged), as a socket's close does in the
-    // background; TIME_WAIT is not waited for.
+    // background; TIME_WAIT is not waited for. The run ended before this.
     let end = StdInstant::now() + Duration::from_secs(2);
     while !matches!(
         conn.socket().state(),
@@ -326,17 +316,5 @@ fn netperf_side(tun: &Tun, cfg: &BenchConfig, kernel: IpAddr) -> io::Result<Side
         conn.poll();
         conn.wait_at_most(Duration::from_millis(10))?;
     }
-    latencies.sort_unstable();
-    let c = p.counts;
-    Ok(Side {
-        written: c.bytes_sent,
-        read: c.bytes_received,
-        send_calls: c.send_calls,
-        recv_calls: c.recv_calls,
-        transactions: c.transactions,
-        latencies,
-        started: Some(t0),
-        ended: Some(ended),
-        stamps: None,
-    })
+    Ok(side)
 }

@@ -95,7 +95,24 @@ pub struct TxPrep {
     pub head_len: usize,
 }
 
+/// The GSO size of a write (`None`: a plain packet), a zero one refused.
+fn gso_of(gso_size: Option<u16>) -> Result<Option<u16>, TxError> {
+    match gso_size {
+        Some(0) => Err(TxError::ZeroGsoSize),
+        g => Ok(g),
+    }
+}
+
 impl TxPrep {
+    /// The write of a packet as it is: an all-zero header (`GSO_NONE`), no copied headers.
+    fn plain() -> TxPrep {
+        TxPrep {
+            hdr: VirtioNetHdr::default(),
+            head: [0; MAX_TX_HEADERS],
+            head_len: 0,
+        }
+    }
+
     /// The copied headers.
     pub fn head(&self) -> &[u8] {
         &self.head[..self.head_len]
@@ -112,17 +129,10 @@ impl TxPrep {
 /// folded pseudo-header sum over the whole TCP length: the state Linux's `tcp_v4_send_check`
 /// leaves a `CHECKSUM_PARTIAL` packet in, and what its GSO code adjusts per segment.
 pub fn tx_prepare(packet: &[u8], gso_size: Option<u16>) -> Result<TxPrep, TxError> {
-    let prep = TxPrep {
-        hdr: VirtioNetHdr::default(),
-        head: [0; MAX_TX_HEADERS],
-        head_len: 0,
-    };
-    let Some(gso) = gso_size else {
+    let prep = TxPrep::plain();
+    let Some(gso) = gso_of(gso_size)? else {
         return Ok(prep);
     };
-    if gso == 0 {
-        return Err(TxError::ZeroGsoSize);
-    }
     let ip = IpPacket::parse(packet).map_err(|_| TxError::NotTcp)?;
     if ip.protocol() != IPPROTO_TCP || ip.is_fragment() {
         return Err(TxError::NotTcp);
@@ -158,17 +168,10 @@ pub fn tx_prepare_split(
     if payload_len == 0 {
         return tx_prepare(head, gso_size);
     }
-    let prep = TxPrep {
-        hdr: VirtioNetHdr::default(),
-        head: [0; MAX_TX_HEADERS],
-        head_len: 0,
-    };
-    let Some(gso) = gso_size else {
+    let prep = TxPrep::plain();
+    let Some(gso) = gso_of(gso_size)? else {
         return Ok(prep);
     };
-    if gso == 0 {
-        return Err(TxError::ZeroGsoSize);
-    }
     let v = shallow_wire::segment::parse_tcp_split(head, payload_len).ok_or(TxError::NotTcp)?;
     if v.payload_off != head.len() || v.payload_len != payload_len {
         return Err(TxError::NotTcp);
