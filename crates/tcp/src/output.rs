@@ -1236,7 +1236,7 @@ impl Connection {
             if let Some(m) = self.rtx.queue[idx].tstamp {
                 // Without OPT_TSONLY each entry carries the packet (a clone of the skb).
                 let bytes = match env.out.txq.back() {
-                    Some(t) if self.tstamp.wants_bytes() => {
+                    Some(t) if (m.sched || m.snd) && self.tstamp.wants_bytes() => {
                         crate::tstamp::ErrqBytes::packet(&t.data, &t.frags, len)
                     }
                     _ => Default::default(),

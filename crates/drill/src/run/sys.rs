@@ -1194,35 +1194,13 @@ impl Runner<'_> {
             let num = |name: &str| data.field(name).and_then(|f| self.int_of(&f.value));
             match (level, ty) {
                 (Some(1), Some(ty @ (37 | 65))) => {
-                    let linux = if new { 65 } else { 37 };
-                    if ty != linux {
-                        return self.fail(
-                            FailKind::Syscall,
-                            format!("recvmsg cmsg_type {linux} (the socket's timestamp form), script expects {ty}"),
-                        );
-                    }
-                    let (Some(sec), Some(nsec)) = (num("scm_sec"), num("scm_nsec")) else {
-                        return self.skip("SCM_TIMESTAMPING data not understood");
-                    };
-                    let want = (sec * 1_000_000_000 + nsec).max(0) as u64;
                     let Some(time) = time else {
                         return self.fail(
                             FailKind::Syscall,
                             "recvmsg: a zero-copy completion carries no SCM_TIMESTAMPING",
                         );
                     };
-                    let got = time.as_nanos();
-                    if got.abs_diff(want) > self.tol_ns {
-                        return self.fail(
-                            FailKind::Syscall,
-                            format!(
-                                "SCM_TIMESTAMPING is {}, script expects {} (tolerance {} us)",
-                                super::secs(got),
-                                super::secs(want),
-                                self.tol_ns / 1000
-                            ),
-                        );
-                    }
+                    self.check_scm_timestamping(new, ty, data, time)?;
                 }
                 (Some(0), Some(11)) | (Some(41), Some(25)) => {
                     let fields = [
@@ -1326,11 +1304,25 @@ impl Runner<'_> {
                 "recvmsg: no SCM_TIMESTAMPING (the socket does not report software receive stamps, or the data has no time)",
             );
         };
-        let linux = if self.st.timestamp_new(s).unwrap_or(false) {
-            65
-        } else {
-            37
-        };
+        let new = self.st.timestamp_new(s).unwrap_or(false);
+        match c.field("cmsg_data").map(|f| &f.value) {
+            Some(data) => self.check_scm_timestamping(new, ty, data, t),
+            None => Ok(()),
+        }
+    }
+
+    /// An `SCM_TIMESTAMPING` message the script expects (type `ty`, data `data`) against
+    /// the one Linux puts: its type (`SCM_TIMESTAMPING_NEW`, 65, after
+    /// `SO_TIMESTAMPING_NEW`, else 37) and its first time (`time`, from the script's start,
+    /// within the tolerance; packetdrill ignores an expected time of zero).
+    fn check_scm_timestamping(
+        &mut self,
+        new: bool,
+        ty: i64,
+        data: &Expr,
+        time: shallow_tcp::Instant,
+    ) -> R<()> {
+        let linux = if new { 65 } else { 37 };
         if ty != linux {
             return self.fail(
                 FailKind::Syscall,
@@ -1339,24 +1331,20 @@ impl Runner<'_> {
                 ),
             );
         }
-        let Some(data) = c.field("cmsg_data").map(|f| &f.value) else {
-            return Ok(());
-        };
         let num = |name: &str| data.field(name).and_then(|f| self.int_of(&f.value));
         let (Some(sec), Some(nsec)) = (num("scm_sec"), num("scm_nsec")) else {
             return self.skip("SCM_TIMESTAMPING data not understood");
         };
-        // packetdrill ignores an expected time of zero.
         if sec == 0 && nsec == 0 {
             return Ok(());
         }
         let want = (sec * 1_000_000_000 + nsec).max(0) as u64;
-        let got = t.as_nanos();
+        let got = time.as_nanos();
         if got.abs_diff(want) > self.tol_ns {
             return self.fail(
                 FailKind::Syscall,
                 format!(
-                    "receive SCM_TIMESTAMPING is {}, script expects {} (tolerance {} us)",
+                    "SCM_TIMESTAMPING is {}, script expects {} (tolerance {} us)",
                     super::secs(got),
                     super::secs(want),
                     self.tol_ns / 1000
