@@ -129,9 +129,10 @@ pub struct TxTimestamp {
 }
 
 impl TxTimestamp {
-    /// What `recvmsg(MSG_ERRQUEUE)` reads as the entry's bytes: the statistics' netlink
-    /// blob with `OPT_STATS`, else nothing (`OPT_TSONLY`: Linux's entry is an skb holding
-    /// only the stats, or empty).
+    /// The statistics' netlink blob with `OPT_STATS`, else nothing: what an `OPT_TSONLY`
+    /// entry's read returns as data (Linux's entry is then an skb holding only the stats,
+    /// or empty). Without `OPT_TSONLY` the read returns the packet instead
+    /// ([`crate::Stack::recv_errqueue_msg`]).
     pub fn payload(&self) -> Vec<u8> {
         self.stats.map(|s| s.encode()).unwrap_or_default()
     }
