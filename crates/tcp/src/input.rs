@@ -1160,7 +1160,10 @@ impl Connection {
                 } else if diff > 0 && head.sacked & sacked::ACKED == 0 {
                     note_ackt(head.mstamp);
                 }
-                if diff > 0 && head.sacked & sacked::EVER_RETRANS == 0 {
+                if diff > 0
+                    && head.sacked & sacked::EVER_RETRANS == 0
+                    && !after(head.end_seq, self.high_seq)
+                {
                     flag.orig_sack_acked = true;
                 }
                 // tcp_clean_rtx_queue treats the acked MSSes of a partially acked TSO skb
@@ -1248,7 +1251,11 @@ impl Connection {
             if skb.sacked & sacked::ACKED == 0 {
                 self.rate_skb_delivered(&skb.tx, skb.mstamp);
                 if skb.sacked & sacked::EVER_RETRANS == 0 {
-                    flag.orig_sack_acked = true;
+                    // Only data sent before the loss episode began says the RTO was
+                    // spurious (F-RTO's "never retransmitted" data, below high_seq).
+                    if !after(skb.end_seq, self.high_seq) {
+                        flag.orig_sack_acked = true;
+                    }
                     reord = lower(reord, skb.seq);
                 }
             }
@@ -1262,6 +1269,16 @@ impl Connection {
         }
         if let Some(r) = reord.filter(|&r| before(r, prior_fack)) {
             self.note_reordering(env, r);
+        }
+        // Without SACK a cumulative ACK that covers any retransmitted segment cannot show
+        // that the never-retransmitted ones it also covers arrived as originals (there are
+        // no per-segment SACK bits), so it is not FLAG_ORIG_SACK_ACKED (tcp_clean_rtx_queue
+        // for a Reno connection). Measured on 6.18: after an RTO, a first ACK covering the
+        // retransmitted head and original data makes F-RTO send new data (step 2.b), and
+        // only a later ACK of original data undoes (TCPSpuriousRTOs); with SACK the first
+        // ACK undoes.
+        if !self.rx_opt.sack_ok && retrans_acked {
+            flag.orig_sack_acked = false;
         }
         if self.rtx.packets_out == 0 {
             self.rtx.sacked_out = 0;

@@ -223,7 +223,7 @@ impl Connection {
                     self.rtx.highest_sack_end = send;
                     self.rtx.sack_seen_any = true;
                 }
-                if !rt {
+                if !rt && !after(e, self.high_seq) {
                     flag.orig_sack_acked = true;
                 }
                 // Reordering: a SACK for something sent before a hole.

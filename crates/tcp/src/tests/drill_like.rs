@@ -1406,6 +1406,63 @@ fn frto_detects_spurious_rto() {
     assert!(i.snd_cwnd >= 10, "cwnd restored: {}", i.snd_cwnd);
 }
 
+/// F-RTO without SACK (measured on 6.18, MSS 536, no SACK): after the RTO resent the head,
+/// an ACK covering it and never-retransmitted data after it does not call the timeout
+/// spurious (a cumulative ACK that covers a retransmission cannot show which copy arrived:
+/// no `FLAG_ORIG_SACK_ACKED`); F-RTO sends new data (step 2.b), or, with a zero window,
+/// gives up and resends the new head at once. A later ACK of original data alone undoes
+/// (TCPSpuriousRTOs).
+#[test]
+fn frto_without_sack_needs_an_ack_free_of_retransmissions() {
+    const NO_SACK: &[OutOpt] = &[OutOpt::Mss(536), OutOpt::Nop, OutOpt::Wscale(10)];
+    for zero_window in [false, true] {
+        let mut p = Peer::new(false);
+        let s = p.passive_open(NO_SACK, "mss 1460,nop,wscale 8");
+        assert_eq!(p.st.send(p.now, s, &[0u8; 10000], 0), Ok(10000));
+        let sent: usize = p.out().iter().map(|x| x.len).sum();
+        assert_eq!(sent, 5360, "ten segments of 536");
+        let t = p.st.poll_timeout().unwrap();
+        p.now = t;
+        p.st.handle_timeout(p.now);
+        let o = p.out();
+        assert_eq!(o.len(), 1);
+        assert_eq!(
+            (p.rel(&o[0]).0, o[0].len),
+            (0, 536),
+            "the RTO resends the head"
+        );
+        assert_eq!(p.st.counters().value(Mib::TCPTimeouts), 1);
+        p.now += Duration::from_millis(36);
+        let win = if zero_window { 0 } else { 257 };
+        p.st.input(
+            p.now,
+            &raw(1, p.isn.wrapping_add(3903), TcpFlags::ACK, win, &[], &[]),
+            None,
+        );
+        let o = p.out();
+        assert_eq!(p.st.counters().value(Mib::TCPSpuriousRTOs), 0);
+        assert_eq!(p.st.tcp_info(p.now, s).unwrap().ca_state, 4, "still Loss");
+        if zero_window {
+            // Step 2.b finds no room: the head goes again, past the zero window.
+            assert_eq!(o.len(), 1);
+            assert_eq!((p.rel(&o[0]).0, o[0].len), (3903, 385));
+            continue;
+        }
+        // Step 2.b: new data (the kernel sent 5360..8112 here).
+        assert!(!o.is_empty());
+        assert!(o.iter().all(|x| p.rel(x).0 >= 5360), "new data only");
+        // The next ACK covers original data only: the RTO was spurious.
+        p.now += Duration::from_millis(40);
+        p.st.input(
+            p.now,
+            &raw(1, p.isn.wrapping_add(4288), TcpFlags::ACK, win, &[], &[]),
+            None,
+        );
+        assert_eq!(p.st.counters().value(Mib::TCPSpuriousRTOs), 1);
+        assert_eq!(p.st.tcp_info(p.now, s).unwrap().ca_state, 0, "Open");
+    }
+}
+
 fn icmp_frag_needed(quoting: &[u8], mtu: u16) -> Vec<u8> {
     let inv = &quoting[..quoting.len().min(48)];
     let icmp = shallow_wire::Icmpv4Repr::DstUnreachable {
