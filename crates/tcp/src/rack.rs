@@ -13,7 +13,7 @@ use crate::seq::*;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
-use crate::timer::{RtxEvent, TimerKind};
+use crate::timer::{RtxEvent, TimerKind, TCP_TIMEOUT_MIN_US};
 use crate::Mib;
 use core::time::Duration;
 use shallow_cc::CaState;
@@ -179,7 +179,7 @@ impl Connection {
         if let Some(t) = timeout {
             if self.rtx.packets_out > 0 {
                 self.timer.rtx_event = RtxEvent::ReoTimeout;
-                self.arm(env, TimerKind::Retrans, now + t);
+                self.arm(env, TimerKind::Retrans, now + t + TCP_TIMEOUT_MIN_US);
             }
         }
     }
@@ -224,7 +224,7 @@ impl Connection {
                 if self.rtx.packets_out == 1 {
                     t + self.rto_min(env)
                 } else {
-                    t
+                    t + TCP_TIMEOUT_MIN_US
                 }
             } else {
                 TCP_TIMEOUT_INIT

@@ -10,7 +10,7 @@ use crate::seq::*;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
-use crate::timer::{RtxEvent, TimerKind};
+use crate::timer::{RtxEvent, TimerKind, TCP_TIMEOUT_MIN_US};
 use crate::Mib;
 use core::time::Duration;
 use shallow_cc::{CaEvent, CaState};
@@ -538,7 +538,7 @@ impl Connection {
     fn arm_reo_timeout(&mut self, env: &mut Env, now: Instant, t: Duration, flag: &mut AckFlags) {
         if self.rtx.packets_out > 0 {
             self.timer.rtx_event = RtxEvent::ReoTimeout;
-            self.arm(env, TimerKind::Retrans, now + t);
+            self.arm(env, TimerKind::Retrans, now + t + TCP_TIMEOUT_MIN_US);
             flag.xmit_timer_set = true;
         }
     }

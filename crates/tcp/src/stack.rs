@@ -354,6 +354,17 @@ impl Stack {
         self.env.device.caps = caps;
     }
 
+    /// A tick of the Linux jiffy grid (HZ=250) whose timing the engine reproduces, when the
+    /// substrate knows where the grid lies: then each timer on the kernel's timer wheel
+    /// (retransmission, loss probe, RACK, delayed ACK, keepalive) armed less than 63 jiffies
+    /// ahead fires on the tick the kernel's would, instead of at the mean over the tick
+    /// phase (`None`, the default). `drill` sets it because packetdrill starts a script
+    /// 250 µs after a jiffy edge (`schedule_start_time_usecs`), so script time −250 µs is
+    /// a tick.
+    pub fn set_jiffy_phase(&mut self, tick: Option<Instant>) {
+        self.env.timers.jiffy_phase = tick;
+    }
+
     /// The interface index of the device below (`dev->ifindex`; 0, the default, when the
     /// substrate has none to give): what `IP_PKTINFO`/`IPV6_PKTINFO` report with a transmit
     /// timestamp ([`Stack::recv_errqueue_msg`]).

@@ -1,7 +1,7 @@
 //! Per-connection timers (Linux `tcp_timer.c`): retransmission (with SYN/SYN-ACK
 //! retransmits), zero-window probe, delayed ACK, keepalive / FIN_WAIT2 / TIME_WAIT. The
-//! kernel's timer granularity (`wheel_delay`, `delack_timer_delay`) and the one rule that
-//! arms a timer (`Connection::arm`) are here too.
+//! kernel's timer granularity (`jiffy_timer_fire`) and the one rule that arms a timer
+//! (`Connection::arm`) are here too.
 
 use crate::env::Env;
 use crate::errno::Errno;
@@ -43,59 +43,53 @@ pub(crate) const JIFFY: Duration = Duration::from_millis(4);
 /// clamped to TCP_USER_TIMEOUT and the slack of the loss-probe and RACK timers
 /// ([`tick_timer_delay`]).
 pub(crate) const TCP_TIMEOUT_MIN: Duration = Duration::from_millis(8);
+/// `TCP_TIMEOUT_MIN_US`: 2 ms, which the loss-probe timer (with more than one packet out)
+/// and the RACK reordering timer add to their delay (measured: [`jiffy_timer_fire`]).
+pub(crate) const TCP_TIMEOUT_MIN_US: Duration = Duration::from_millis(2);
 
-/// How long after arming a Linux timer in level 0 of the timer wheel (armed less than 63
-/// jiffies ahead) fires: a jiffy timer fires on a tick, so the delay is a whole number of
-/// ticks less the time since the tick before arming. Measured on the loss-probe
-/// (`tcp_schedule_loss_probe`, x = 2*srtt with more than one packet out) and RACK
-/// reordering timers (`tcp_rack_reo_timeout`, x = the time left in the reordering window);
-/// the delayed-ACK timer follows the same rule (40 ms ACKs 4.7–7.7 ms late in the
-/// differential fuzzer's kernel recordings). Measured on 6.18 (HZ=250)
-/// with packetdrill: the timer fires on the n-th tick after arming with
-/// n = ceil((x - 2 ms) / 4 ms) + 2 (CUBIC; RACK with x = 10, 15, 20, 22.5, 25, 26, 30, 40,
-/// 50 ms: n = 5, 6, 7, 8, 8, 9, 10, 12, 15, the same in every run; loss probe with x = 2.2,
-/// 6.2, 10.2, 20.2, 40.3, 60.5, 100.6 ms: n = 3, 4, 5, 7, 12, 17 or 18, 27 or 28; shifting
-/// the send in 1 ms steps moved the firing tick by one jiffy every 4 ms). The engine has no
-/// tick grid, so it takes the mean over the phase: n ticks less half a jiffy.
-pub(crate) fn tick_timer_delay(x: Duration) -> Duration {
-    let j = JIFFY.as_nanos() as u64;
-    let y = (x.as_nanos() as u64).saturating_sub(2_000_000);
-    let n = y.div_ceil(j) + 2;
-    Duration::from_nanos(n * j - j / 2)
-}
-
-/// How much later than its deadline a Linux timer on the jiffy timer wheel fires, on average
-/// over the tick phase. The wheel keeps a timer armed `d` jiffies ahead in level 0 (one-tick
-/// buckets) when d < 63, and otherwise in the level n whose buckets of 8^n jiffies start at
-/// 63·8^(n-1) jiffies; a timer fires when its bucket does, at the first bucket boundary after
-/// its deadline, so a level-n timer is late by up to 8^n jiffies (32 ms for 252 ms–2 s, 256 ms
-/// for 2–16 s at HZ=250), half that on average. Measured on 6.18: retransmission and
-/// persist timers of 300 and 600 ms fire 8–28 ms late, always on the same 32 ms grid
+/// When a Linux timer on the jiffy timer wheel (`sk_reset_timer`) armed at `clock` to run
+/// `x` later fires: the one place the engine applies the kernel's timer granularity.
+///
+/// The kernel converts `x` to d = ceil(x / jiffy) jiffies (`usecs_to_jiffies`) and sets
+/// `expires = jiffies + d`; the wheel puts a timer less than 63 jiffies ahead in level 0,
+/// whose bucket is `expires + 1` (`calc_index` rounds up so that no timer fires early), so
+/// it runs on the (d+1)-th tick after the one that last advanced `jiffies`. Measured on
+/// 6.18 (HZ=250) with packetdrill, which starts a script 250 µs after a jiffy edge
+/// (`schedule_start_time_usecs`): RTOs of 210, 215, 220, 230 and 240 ms (53, 54, 55, 58 and
+/// 60 jiffies) armed at 300.7 ms fired at 515.75, 519.7, 523.7, 535.7 and 543.7 ms, each
+/// on tick k+d+1 of that grid in every run; the loss-probe and RACK reordering timers, whose
+/// x carries `TCP_TIMEOUT_MIN_US` (2 ms), fire on tick ceil((x + 2 ms) / 4 ms) + 1 (RACK
+/// with x = 10–50 ms, loss probe with x = 2.2–100.6 ms); a 40 ms delayed ACK on the 11th
+/// tick. A timer 63 jiffies or more ahead goes to a level n ≥ 1 whose buckets of 8^n
+/// jiffies start at 63·8^(n-1) jiffies; it fires at the first bucket boundary after its
+/// expiry, which depends on the absolute jiffies value, so it is up to 8^n jiffies late (32
+/// ms for 252 ms–2 s, 256 ms for 2–16 s), measured 8–28 ms for 300 and 600 ms timers
 /// (crates/drill/scripts/kernel/: rto-retransmit-backoff, zero-window-probe,
-/// cork-then-uncork). Zero in level 0 (see [`tick_timer_delay`]). The engine has no tick
-/// grid, so it takes the mean: a timer's
-/// error stays within half a bucket instead of growing with every rearm from a late firing.
-/// When a Linux delayed-ACK timer armed `x` ahead fires, on average: it is armed for
-/// d = ceil(x / jiffy) jiffies from the current jiffy and fires on the (d+1)-th tick after
-/// arming, so (d + 1/2) jiffies later on average. Measured on 6.18 (HZ=250) with a 40 ms
-/// delayed ACK repeated at 117.3 ms intervals: 5 of 6 ACKs left on the 11th tick after the
-/// data (1.2–4.0 ms late, the tick grid's phase read off the ACK times), the first on the
-/// 12th (7.7 ms late).
-pub(crate) fn delack_timer_delay(x: Duration) -> Duration {
+/// cork-then-uncork); the engine takes the mean over that.
+///
+/// `phase` is a tick of the kernel's jiffy grid when the substrate knows it (`drill`:
+/// packetdrill's grid, [`crate::Stack::set_jiffy_phase`]); level-0 timers then fire on the
+/// kernel's own tick. Without it the engine takes the mean over the tick phase: half a
+/// jiffy before the tick that is d+1 jiffies after arming.
+pub(crate) fn jiffy_timer_fire(clock: Instant, x: Duration, phase: Option<Instant>) -> Instant {
     let j = JIFFY.as_nanos() as u64;
     let d = (x.as_nanos() as u64).div_ceil(j);
-    Duration::from_nanos(d * j + j / 2)
-}
-
-/// When a Linux timer-wheel timer armed `delay` ahead fires, on average: level 0 by the
-/// measured tick rule ([`tick_timer_delay`]), the levels above half a bucket late
-/// ([`wheel_slack`]). The one place the engine applies the kernel's timer granularity.
-pub(crate) fn wheel_delay(delay: Duration) -> Duration {
-    let slack = wheel_slack(delay);
+    // The tick that last advanced jiffies, or the mean over where it lies.
+    let last_tick = |clock: Instant| match phase {
+        Some(p) => {
+            let since = clock.as_nanos().wrapping_sub(p.as_nanos() % j) % j;
+            Instant::from_nanos(clock.as_nanos() - since.min(clock.as_nanos()))
+        }
+        None => clock.saturating_sub(Duration::from_nanos(j / 2)),
+    };
+    let slack = wheel_slack(x);
     if slack.is_zero() {
-        tick_timer_delay(delay)
-    } else {
-        delay + slack
+        return last_tick(clock) + Duration::from_nanos((d + 1) * j);
+    }
+    match phase {
+        // The bucket boundary's place is unknown: the mean over it.
+        Some(_) => last_tick(clock) + Duration::from_nanos(d * j + j / 2) + slack,
+        None => clock + x + slack,
     }
 }
 
@@ -444,6 +438,9 @@ pub(crate) struct Timers {
 #[derive(Debug, Default)]
 pub(crate) struct TimerSet {
     set: BTreeSet<(Instant, u32, u32, TimerKind)>,
+    /// A tick of the kernel's jiffy grid, when the substrate knows it
+    /// ([`jiffy_timer_fire`]).
+    pub jiffy_phase: Option<Instant>,
 }
 
 impl TimerSet {
@@ -509,16 +506,13 @@ impl Connection {
         // fuzz seeds 60046, 60057, 60105: 4.7 to 5.7 ms after the FIN of an active opener;
         // a passive child's within 4 ms, close-remote-fin-then-close), so it leaves half a
         // jiffy later, as `delack_timer_delay` gives for a zero delay.
+        let phase = env.timers.jiffy_phase;
         let at = if kind == TimerKind::Delack && at <= env.clock {
-            env.clock + delack_timer_delay(Duration::ZERO)
-        } else if at <= env.clock {
+            jiffy_timer_fire(env.clock, Duration::ZERO, phase)
+        } else if at <= env.clock || kind == TimerKind::CompSack {
             at
-        } else if kind == TimerKind::Delack {
-            env.clock + delack_timer_delay(at - env.clock)
-        } else if matches!(kind, TimerKind::Retrans | TimerKind::Keepalive) {
-            env.clock + wheel_delay(at - env.clock)
         } else {
-            at
+            jiffy_timer_fire(env.clock, at - env.clock, phase)
         };
         if let Some(old) = self.timer.at[kind as usize].take() {
             env.timers.set.remove(&(old, self.id.0, self.gen, kind));

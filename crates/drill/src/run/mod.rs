@@ -326,7 +326,22 @@ impl<'a> Runner<'a> {
             sg: true,
             ..DeviceCaps::default()
         };
-        let mut st: Driver = Driver::new(Stack::with_device(0x5eed_d411, caps));
+        let mut stack = Stack::with_device(0x5eed_d411, caps);
+        // packetdrill starts a script 250 µs after a jiffy edge (HZ=250), and runs an event
+        // at an absolute time at that start plus its time, so in a script of absolute times
+        // the kernel's timers fire on ticks at script time 3.75 ms + 4k ms. A relative time
+        // counts from when the previous event ended on the live system, which lags the
+        // script by the kernel's and packetdrill's own processing (0.3–0.7 ms per event
+        // measured with tcpdump), so there the grid's place is unknown and the engine takes
+        // the mean over it.
+        let absolute = script
+            .events
+            .iter()
+            .all(|e| matches!(e.time, EventTime::Absolute(_) | EventTime::Any));
+        if absolute {
+            stack.set_jiffy_phase(Some(shallow_tcp::Instant::from_micros(3750)));
+        }
+        let mut st: Driver = Driver::new(stack);
         st.set_qdisc(0, Some(QdiscSpec::Default.build()));
         // The script's --ip_version wins over the run's variant, as packetdrill parses a
         // script's options after its command line.

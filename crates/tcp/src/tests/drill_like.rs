@@ -1347,8 +1347,8 @@ fn msg_more_corked_until_probe_timer() {
     let t = p.st.poll_timeout().unwrap();
     // The 210 ms probe timer, on the timer wheel.
     assert_eq!(
-        t - p.now,
-        crate::timer::wheel_delay(Duration::from_millis(210))
+        t,
+        crate::timer::jiffy_timer_fire(p.now, Duration::from_millis(210), None)
     );
     p.now = t;
     p.st.handle_timeout(p.now);
@@ -2646,8 +2646,8 @@ fn refused_loss_probe_is_no_probe_and_no_retransmission() {
 /// A FIN gets no exception from the congestion window (Linux 6.18 `tcp_cwnd_test`, measured
 /// with variants of shutdown/shutdown-rdwr-write-queue-close.pkt): with 9 of cwnd 10
 /// segments out shutdown()'s FIN leaves at once; with all 10 out it waits and leaves as the
-/// loss probe's new data, 2*srtt + TCP_TIMEOUT_MIN (HZ=250) after the data
-/// (`tick_timer_delay`; the kernel sent it 27 ms after the write with srtt 10 ms).
+/// loss probe's new data, 2*srtt + TCP_TIMEOUT_MIN_US on the timer wheel (HZ=250) after the
+/// data (`jiffy_timer_fire`; the kernel sent it 27 ms after the write with srtt 10 ms).
 #[test]
 fn fin_waits_for_cwnd_and_leaves_as_loss_probe() {
     for (bytes, at_once) in [(9000usize, true), (10000, false)] {
@@ -2684,12 +2684,18 @@ fn fin_waits_for_cwnd_and_leaves_as_loss_probe() {
     }
 }
 
-/// `tick_timer_delay` against the firing ticks measured on 6.18 (HZ=250): RACK reordering
-/// windows of 10.05, 20.05, 25.05, 26.05, 40.05 ms fired on the 5th, 7th, 8th, 9th, 12th tick;
-/// loss probes with 2*srtt of 2.2, 6.2, 20.3, 40.3 ms on the 3rd, 4th, 7th, 12th.
+/// `jiffy_timer_fire` against the firing ticks measured on 6.18 (HZ=250). Over the mean of
+/// the tick phase: RACK reordering windows of 10.05, 20.05, 25.05, 26.05, 40.05 ms fired on
+/// the 5th, 7th, 8th, 9th, 12th tick after arming; loss probes with 2*srtt of 2.2, 6.2,
+/// 20.3, 40.3 ms on the 3rd, 4th, 7th, 12th (both timers add `TCP_TIMEOUT_MIN_US`). On
+/// packetdrill's grid (ticks at script time 3.75 ms + 4k ms), RTOs armed at 300.7 ms of
+/// 210.001, 212, 215, 220, 230 and 240 ms fired at 515.75, 515.75, 519.75, 523.75, 535.75
+/// and 543.75 ms (tcpdump, three runs each).
 #[test]
-fn tick_timer_delay_matches_measured_ticks() {
+fn jiffy_timers_fire_on_the_measured_ticks() {
+    use crate::timer::{jiffy_timer_fire, TCP_TIMEOUT_MIN_US};
     let us = Duration::from_micros;
+    let clock = Instant::from_millis(1000);
     for (x, n) in [
         (10_050, 5u64),
         (20_050, 7),
@@ -2702,11 +2708,32 @@ fn tick_timer_delay_matches_measured_ticks() {
         (40_300, 12),
     ] {
         assert_eq!(
-            crate::timer::tick_timer_delay(us(x)),
+            jiffy_timer_fire(clock, us(x) + TCP_TIMEOUT_MIN_US, None) - clock,
             us(n * 4000 - 2000),
             "x = {x} us"
         );
     }
+    let phase = Some(Instant::from_micros(3750));
+    let armed = Instant::from_micros(300_700);
+    for (rto, fired) in [
+        (210_001, 515_750),
+        (212_000, 515_750),
+        (215_000, 519_750),
+        (220_000, 523_750),
+        (230_000, 535_750),
+        (240_000, 543_750),
+    ] {
+        assert_eq!(
+            jiffy_timer_fire(armed, us(rto), phase),
+            Instant::from_micros(fired),
+            "rto {rto} us"
+        );
+    }
+    // A timer armed exactly on a tick counts from that tick.
+    assert_eq!(
+        jiffy_timer_fire(Instant::from_micros(299_750), us(8000), phase),
+        Instant::from_micros(311_750)
+    );
 }
 
 /// tcp_info's chronographs count whole jiffies (HZ=250 on the judge kernel): a send that
