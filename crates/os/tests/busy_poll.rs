@@ -74,7 +74,8 @@ fn options_and_inheritance() {
 }
 
 /// Both ways of polling (beside the I/O thread, and with it standing aside) carry every
-/// exchange, and the waiting thread reads the device itself.
+/// exchange, and with the I/O thread standing aside the waiting thread reads the device
+/// itself.
 #[test]
 fn busy_polling_reads_replies_itself_in_memory() {
     let (a, b) = hosts();
@@ -102,12 +103,12 @@ fn busy_polling_reads_replies_itself_in_memory() {
         )
     };
     assert_eq!(run(0, false), (0, 0), "off: never polls");
-    let (polls, reads) = run(1_000_000, false);
+    // Beside the I/O thread, which of the two reads a reply first is the scheduler's choice
+    // (on a loaded 2-CPU machine the I/O thread can win all 300: CI saw 27 polls, 0 reads),
+    // so only the polling is checked here; with the I/O thread standing aside, below, the
+    // polling thread must read the replies itself.
+    let (polls, _) = run(1_000_000, false);
     assert!(polls > 0, "a read that found nothing polled");
-    assert!(
-        reads > 0,
-        "the polling thread read replies itself: {polls} polls"
-    );
     let (polls, reads) = run(1_000_000, true);
     assert!(
         polls > 0 && reads > 0,

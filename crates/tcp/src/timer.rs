@@ -40,8 +40,7 @@ pub(crate) enum RtxEvent {
 /// One jiffy of the judge kernel, which is built with CONFIG_HZ=250.
 pub(crate) const JIFFY: Duration = Duration::from_millis(4);
 /// `TCP_TIMEOUT_MIN`: two jiffies (8 ms at HZ=250), the floor of a zero-window probe
-/// clamped to TCP_USER_TIMEOUT and the slack of the loss-probe and RACK timers
-/// ([`tick_timer_delay`]).
+/// clamped to TCP_USER_TIMEOUT.
 pub(crate) const TCP_TIMEOUT_MIN: Duration = Duration::from_millis(8);
 /// `TCP_TIMEOUT_MIN_US`: 2 ms, which the loss-probe timer (with more than one packet out)
 /// and the RACK reordering timer add to their delay (measured: [`jiffy_timer_fire`]).
@@ -494,8 +493,8 @@ impl Timers {
 }
 
 impl Connection {
-    /// Arm (or re-arm) a timer for `at`; a timer-wheel timer fires when [`wheel_delay`] (or,
-    /// for the delayed ACK, [`delack_timer_delay`]) says.
+    /// Arm (or re-arm) a timer for `at`; a timer-wheel timer fires when
+    /// [`jiffy_timer_fire`] says.
     pub fn arm(&mut self, env: &mut Env, kind: TimerKind, at: Instant) {
         // The retransmit (RTO, persist, SYN, loss probe, RACK), delayed-ACK and keepalive
         // (FIN_WAIT2, TIME_WAIT) timers live on the jiffy timer wheel (`sk_reset_timer`);
@@ -504,8 +503,7 @@ impl Connection {
         // for a delayed ACK due at once (`ato` 0: a bare FIN before any data): Linux arms
         // the wheel for the current jiffy, which runs at a later tick (kernel recordings of
         // fuzz seeds 60046, 60057, 60105: 4.7 to 5.7 ms after the FIN of an active opener;
-        // a passive child's within 4 ms, close-remote-fin-then-close), so it leaves half a
-        // jiffy later, as `delack_timer_delay` gives for a zero delay.
+        // a passive child's within 4 ms, close-remote-fin-then-close): on the next tick.
         let phase = env.timers.jiffy_phase;
         let at = if kind == TimerKind::Delack && at <= env.clock {
             jiffy_timer_fire(env.clock, Duration::ZERO, phase)

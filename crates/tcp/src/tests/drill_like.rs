@@ -325,7 +325,7 @@ fn fin_ack_is_delayed_once_data_was_received() {
             ),
             None,
         );
-        // 40 ms on the timer wheel: 42 ms on average (delack_timer_delay).
+        // 40 ms on the timer wheel: 42 ms on average (jiffy_timer_fire).
         assert!(
             advance(&mut p, Duration::from_millis(41)).is_empty(),
             "{fin_data}"
