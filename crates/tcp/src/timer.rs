@@ -73,21 +73,18 @@ pub(crate) const TCP_TIMEOUT_MIN_US: Duration = Duration::from_millis(2);
 pub(crate) fn jiffy_timer_fire(clock: Instant, x: Duration, phase: Option<Instant>) -> Instant {
     let j = JIFFY.as_nanos() as u64;
     let d = (x.as_nanos() as u64).div_ceil(j);
-    // The tick that last advanced jiffies, or the mean over where it lies.
-    let last_tick = |clock: Instant| match phase {
-        Some(p) => {
-            let since = clock.as_nanos().wrapping_sub(p.as_nanos() % j) % j;
-            Instant::from_nanos(clock.as_nanos() - since.min(clock.as_nanos()))
-        }
-        None => clock.saturating_sub(Duration::from_nanos(j / 2)),
+    // How long ago the tick that last advanced jiffies was, or the mean over that.
+    let since = match phase {
+        Some(p) => (clock.as_nanos() % j + j - p.as_nanos() % j) % j,
+        None => j / 2,
     };
     let slack = wheel_slack(x);
     if slack.is_zero() {
-        return last_tick(clock) + Duration::from_nanos((d + 1) * j);
+        return clock + Duration::from_nanos((d + 1) * j - since);
     }
     match phase {
         // The bucket boundary's place is unknown: the mean over it.
-        Some(_) => last_tick(clock) + Duration::from_nanos(d * j + j / 2) + slack,
+        Some(_) => clock + Duration::from_nanos(d * j + j / 2 - since) + slack,
         None => clock + x + slack,
     }
 }

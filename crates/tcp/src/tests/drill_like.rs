@@ -2729,6 +2729,11 @@ fn jiffy_timers_fire_on_the_measured_ticks() {
             "rto {rto} us"
         );
     }
+    // Before the grid's first tick at 3.75 ms: the tick before is at -0.25 ms.
+    assert_eq!(
+        jiffy_timer_fire(Instant::from_micros(1000), us(8000), phase),
+        Instant::from_micros(11_750)
+    );
     // A timer armed exactly on a tick counts from that tick.
     assert_eq!(
         jiffy_timer_fire(Instant::from_micros(299_750), us(8000), phase),
