@@ -1,57 +1,18 @@
 //! Engine benchmarks: steady-state bulk bytes/s through two stacks over an in-memory link,
 //! with 64 KiB TSO packets taken as GRO aggregates and with one 1448-byte segment per packet
-//! (TSO off), and the per-packet cost of the input path.
+//! (TSO off), and the per-packet cost of the input path; through two stacks passing packets
+//! directly (`benches/common`): 1448-byte segments with their ACKs, 1-byte request/response
+//! transactions; and one 1 ms timer tick of 100,000 keepalive connections. Their
+//! instruction counts (stable on a shared machine): `scripts/engine-insns.sh`.
 
-use core::net::SocketAddr;
+#[path = "common/mod.rs"]
+mod common;
+
+use common::{connected, transfer, Duo, Timers};
 use core::time::Duration;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use shallow_tcp::harness::{LinkConfig, Pair, ADDR_B};
-use shallow_tcp::{DeviceCaps, Errno, Family, Instant, Stack};
-
-fn connected(link: LinkConfig) -> (Pair, shallow_tcp::SocketId, shallow_tcp::SocketId) {
-    let mut p = Pair::new(1, link);
-    let l = p.b.socket(Family::V4).unwrap();
-    p.b.bind(l, SocketAddr::new(ADDR_B, 80)).unwrap();
-    p.b.listen(l, 16).unwrap();
-    let c = p.a.socket(Family::V4).unwrap();
-    let _ = p.a.connect(p.now, c, SocketAddr::new(ADDR_B, 80));
-    p.run_for(Duration::from_millis(10));
-    let (s, _) = p.b.accept(l).unwrap();
-    (p, c, s)
-}
-
-/// Bytes moved from `c` (on A) to `s` (on B) until `bytes` more have been read.
-fn transfer(
-    p: &mut Pair,
-    c: shallow_tcp::SocketId,
-    s: shallow_tcp::SocketId,
-    bytes: usize,
-) -> usize {
-    let chunk = vec![0x5au8; 256 * 1024];
-    let mut rbuf = vec![0u8; 256 * 1024];
-    let (mut sent, mut got) = (0, 0);
-    while got < bytes {
-        if sent < bytes {
-            let n = (bytes - sent).min(chunk.len());
-            match p.a.send(p.now, c, &chunk[..n], 0) {
-                Ok(k) => sent += k,
-                Err(Errno::EAGAIN) => {}
-                Err(e) => panic!("{e}"),
-            }
-        }
-        while let Ok(k) = p.b.recv(p.now, s, &mut rbuf, 0) {
-            if k == 0 {
-                break;
-            }
-            got += k;
-        }
-        p.drain_wakeups();
-        if !p.step() {
-            break;
-        }
-    }
-    got
-}
+use shallow_tcp::harness::LinkConfig;
+use shallow_tcp::{DeviceCaps, Instant, Stack};
 
 /// Bulk transfer in steady state: the connection is set up and warmed past slow start and
 /// buffer autotuning (`WARMUP` bytes, not timed), then `BYTES` are timed. A short transfer
@@ -141,5 +102,38 @@ fn input_path(c: &mut Criterion) {
     let _ = Instant::ZERO;
 }
 
-criterion_group!(benches, bulk, input_path);
+/// Two stacks without a link (`Duo`): A writes two 1448-byte segments, B takes them, reads
+/// and ACKs (one pure ACK per two segments: the ACK path of the sender).
+fn duo(c: &mut Criterion) {
+    let mut g = c.benchmark_group("duo");
+    let mut st = Duo::new(Duration::from_micros(5));
+    for _ in 0..20_000 {
+        st.bulk_step();
+    }
+    g.throughput(Throughput::Elements(2));
+    g.bench_function("segments_1448B_and_acks", |b| b.iter(|| st.bulk_step()));
+    let mut st = Duo::new(Duration::from_micros(20));
+    for _ in 0..1000 {
+        st.rr_step();
+    }
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("rr_1B_transaction", |b| b.iter(|| st.rr_step()));
+    g.finish();
+}
+
+/// One 1 ms tick of 100,000 idle keepalive connections (TCP_KEEPIDLE 1 s): ~100 probes
+/// and their answers per tick, every timer in one set.
+fn timers(c: &mut Criterion) {
+    let mut g = c.benchmark_group("timers");
+    g.sample_size(10);
+    let mut st = Timers::new(100_000);
+    for _ in 0..1000 {
+        st.tick();
+    }
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("tick_100k_keepalive_conns", |b| b.iter(|| st.tick()));
+    g.finish();
+}
+
+criterion_group!(benches, bulk, input_path, duo, timers);
 criterion_main!(benches);
