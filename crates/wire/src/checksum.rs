@@ -21,31 +21,40 @@ pub fn fold(mut sum: u64) -> u16 {
 /// final byte is padded with a zero byte on the right (RFC 1071 §4.1).
 ///
 /// Computed as RFC 1071 §2 allows for speed: words are added in the machine's byte order
-/// (§2(A), byte-order independence: the sum of byte-swapped words is the byte-swapped sum)
-/// into sixteen 32-bit lanes so the loop vectorises (§2(B), parallel summation), and the
-/// carries out of 16 bits are folded back at the end (§2(C), deferred carries).
+/// (§2(A), byte-order independence: the sum of byte-swapped words is the byte-swapped sum),
+/// 64 bits at a time into a 128-bit accumulator (an add and an add-with-carry per 8 bytes;
+/// §2(C), deferred carries), since a 64-bit word is the sum of its four 16-bit words modulo
+/// 2^16 - 1 (2^16 ≡ 1), and the carries out of 16 bits are folded back at the end. The
+/// folded sum is the same as word by word: a one's-complement sum depends only on the
+/// total modulo 2^16 - 1, and is zero only when every byte is.
 pub fn sum(data: &[u8]) -> u32 {
-    let mut total: u64 = 0;
-    // 32 KiB pieces: each lane then takes at most 1024 words below 2^16, so it cannot overflow.
-    for piece in data.chunks(32 * 1024) {
-        let mut lanes = [0u32; 16];
-        let mut blocks = piece.chunks_exact(32);
-        for b in &mut blocks {
-            for (l, w) in lanes.iter_mut().zip(b.chunks_exact(2)) {
-                *l += u32::from(u16::from_ne_bytes([w[0], w[1]]));
-            }
-        }
-        total += lanes.iter().map(|&l| u64::from(l)).sum::<u64>();
-        let mut words = blocks.remainder().chunks_exact(2);
-        for w in &mut words {
-            total += u64::from(u16::from_ne_bytes([w[0], w[1]]));
-        }
-        if let [last] = words.remainder() {
-            // Only the last piece can be odd-sized: 32 KiB is even.
-            total += u64::from(u16::from_ne_bytes([*last, 0]));
-        }
+    let word = |b: &[u8]| {
+        u128::from(u64::from_ne_bytes([
+            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+        ]))
+    };
+    let mut acc: u128 = 0;
+    let mut blocks = data.chunks_exact(32);
+    for b in &mut blocks {
+        acc += word(&b[0..8]);
+        acc += word(&b[8..16]);
+        acc += word(&b[16..24]);
+        acc += word(&b[24..32]);
     }
-    let native = fold(total);
+    let mut words = blocks.remainder().chunks_exact(8);
+    for w in &mut words {
+        acc += word(w);
+    }
+    // The last 0 to 7 bytes, padded with zeros on the right (they start at a multiple of
+    // 8, so an odd last byte is a word's first byte).
+    let tail = words.remainder();
+    let mut last = [0u8; 8];
+    last[..tail.len()].copy_from_slice(tail);
+    acc += word(&last);
+    // 2^64 ≡ 1 modulo 2^16 - 1: the high half folds onto the low one (the sum of a slice
+    // stays far below 2^64 words, so `acc >> 64` is small).
+    let (lo, carry) = (acc as u64).overflowing_add((acc >> 64) as u64);
+    let native = fold(u64::from(fold(lo)) + u64::from(carry));
     u32::from(if cfg!(target_endian = "little") {
         native.swap_bytes()
     } else {
@@ -183,7 +192,7 @@ mod tests {
             acc
         }
         let mut x: u32 = 0x1234_5678;
-        let data: Vec<u8> = (0..70_004)
+        let data: Vec<u8> = (0..(1 << 20) + 40)
             .map(|_| {
                 x ^= x << 13;
                 x ^= x >> 17;
@@ -192,7 +201,7 @@ mod tests {
             })
             .collect();
         for start in 0..4 {
-            for len in (0..200).chain([1499, 1500, 32 * 1024 + 1, 65535, 70_000]) {
+            for len in (0..200).chain([1499, 1500, 32 * 1024 + 1, 65535, 70_000, (1 << 20) + 33]) {
                 let d = &data[start..start + len];
                 assert_eq!(sum(d), reference(d), "start {start} len {len}");
             }
