@@ -108,6 +108,10 @@ pub(crate) struct Keys {
     rng: ChaCha8Rng,
     /// The secret of its keyed hashes.
     key: (u64, u64),
+    /// The last flow hash computed, with its 4-tuple: the packets of a connection come in
+    /// runs, and the hash of a tuple never changes (Linux keeps it in the socket,
+    /// `sk_txhash`), so a run pays for one SipHash.
+    flow_memo: Option<(SocketAddr, SocketAddr, u32)>,
 }
 
 impl Keys {
@@ -115,7 +119,11 @@ impl Keys {
     pub fn new(seed: u64) -> Keys {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let key = (rng.next_u64(), rng.next_u64());
-        Keys { rng, key }
+        Keys {
+            rng,
+            key,
+            flow_memo: None,
+        }
     }
 
     /// A random u32 from the stack's stream.
@@ -147,8 +155,15 @@ impl Keys {
     }
 
     /// The flow hash of a connection (`skb->hash`, fq's key): [`Transmit::flow`].
-    pub fn flow_hash(&self, local: SocketAddr, remote: SocketAddr) -> u32 {
-        (self.hash4(local, remote, 3) & 0xffff_ffff) as u32
+    pub fn flow_hash(&mut self, local: SocketAddr, remote: SocketAddr) -> u32 {
+        if let Some((l, r, h)) = self.flow_memo {
+            if l == local && r == remote {
+                return h;
+            }
+        }
+        let h = (self.hash4(local, remote, 3) & 0xffff_ffff) as u32;
+        self.flow_memo = Some((local, remote, h));
+        h
     }
 }
 
@@ -205,13 +220,13 @@ impl Env {
         departure: Option<Instant>,
         token: Option<TxToken>,
     ) -> Emitted {
-        self.emit_frag(seg, None, gso_size, departure, token, false)
+        self.emit_frag(seg, None, gso_size, departure, token, None)
     }
 
     /// [`Env::emit`] for a segment whose payload (`seg.payload`) is `frags`' bytes: when the
     /// device does scatter-gather, the packet carries shares of them instead of a copy.
     /// `admitted`: the caller already had the packet admitted ([`DeviceSide::admit`], with the
-    /// length [`packet::header_len`] gives), so it is not asked again.
+    /// length [`packet::header_len`] gives) under this flow hash, so it is not asked again.
     pub fn emit_frag(
         &mut self,
         seg: &SegOut<'_>,
@@ -219,10 +234,13 @@ impl Env {
         gso_size: Option<u16>,
         departure: Option<Instant>,
         token: Option<TxToken>,
-        admitted: bool,
+        admitted: Option<u32>,
     ) -> Emitted {
-        let flow = self.keys.flow_hash(seg.local, seg.remote);
-        if !admitted {
+        let flow = match admitted {
+            Some(flow) => flow,
+            None => self.keys.flow_hash(seg.local, seg.remote),
+        };
+        if admitted.is_none() {
             let header_len = packet::header_len(seg);
             let meta = TxMeta {
                 flow,

@@ -1084,8 +1084,9 @@ impl Connection {
             payload: Payload::EMPTY,
             md5: self.md5_key(),
         });
+        let flow = env.keys.flow_hash(self.local, self.remote);
         let meta = TxMeta {
-            flow: env.keys.flow_hash(self.local, self.remote),
+            flow,
             len: header_len + len as usize,
             header_len,
             gso_size: gso,
@@ -1213,7 +1214,7 @@ impl Connection {
         }
         let completes_later = token.is_some();
         let ok = env
-            .emit_frag(&seg, frags, gso, Some(departure), token, true)
+            .emit_frag(&seg, frags, gso, Some(departure), token, Some(flow))
             .sent();
         self.rtx.queue[idx].data = payload;
         // tcp_minshall_update: remember the end of a packet of new data with a short last
