@@ -195,9 +195,12 @@ fn prefix_match(a: IpAddr, b: IpAddr, len: u8) -> bool {
     }
 }
 
-/// The hasher of the stack's lookup tables (connections by 4-tuple, listeners, ports):
-/// SipHash-1-3, as std's `RandomState`, so peers cannot aim packets at one bucket, but keyed
-/// from the stack's seed instead of from the operating system, so the engine draws no
+/// The hasher of the stack's lookup tables (connections by 4-tuple, listeners, ports),
+/// looked up on every packet: a keyed multiply-and-fold hash (each word written is mixed
+/// into the state by a 64×64→128-bit multiply by the secret whose halves are xored), in the
+/// class of Linux's `inet_ehashfn` (jhash with a boot-time secret) rather than a
+/// cryptographic one, so peers that do not know the secret cannot aim packets at one bucket,
+/// keyed from the stack's seed instead of from the operating system, so the engine draws no
 /// randomness it was not given. Nothing iterates these tables, so their order never shows.
 #[derive(Clone, Debug)]
 struct TableHasher(u64, u64);
@@ -211,14 +214,69 @@ impl TableHasher {
             h.write(label);
             h.finish()
         };
-        TableHasher(derive(b"shallow tables k0"), derive(b"shallow tables k1"))
+        TableHasher(
+            derive(b"shallow tables k0"),
+            derive(b"shallow tables k1") | 1,
+        )
     }
 }
 
 impl core::hash::BuildHasher for TableHasher {
-    type Hasher = siphasher::sip::SipHasher13;
-    fn build_hasher(&self) -> Self::Hasher {
-        siphasher::sip::SipHasher13::new_with_keys(self.0, self.1)
+    type Hasher = TableHash;
+    fn build_hasher(&self) -> TableHash {
+        TableHash {
+            acc: self.0,
+            key: self.1,
+        }
+    }
+}
+
+/// One [`TableHasher`] hash in progress.
+struct TableHash {
+    acc: u64,
+    key: u64,
+}
+
+impl TableHash {
+    /// The 128-bit product of `a` and `b`, its halves xored.
+    fn fold_mul(a: u64, b: u64) -> u64 {
+        let p = u128::from(a) * u128::from(b);
+        (p as u64) ^ ((p >> 64) as u64)
+    }
+}
+
+impl core::hash::Hasher for TableHash {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            self.write_u64(u64::from_le_bytes([
+                w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7],
+            ]));
+        }
+        let tail = words.remainder();
+        if !tail.is_empty() {
+            let mut last = [0u8; 8];
+            last[..tail.len()].copy_from_slice(tail);
+            self.write_u64(u64::from_le_bytes(last));
+        }
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.acc = TableHash::fold_mul(self.acc ^ v, self.key);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+    fn finish(&self) -> u64 {
+        TableHash::fold_mul(self.acc, self.key.rotate_left(32))
     }
 }
 
