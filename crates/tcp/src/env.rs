@@ -77,6 +77,9 @@ pub(crate) struct Outputs {
     pub txq: VecDeque<Transmit>,
     /// Socket wake-ups, merged per socket (`Env::wake`).
     pub wakeups: VecDeque<Wakeup>,
+    /// The option list `packet::build_with` fills for each packet it builds, kept empty
+    /// between packets so that its allocation serves them all.
+    pub opt_scratch: Vec<shallow_wire::TcpOptionRepr>,
 }
 
 impl Outputs {
@@ -260,7 +263,7 @@ impl Env {
         // `frags` must be the very bytes of `seg.payload` (shares of the same buffers).
         let frags =
             frags.filter(|f| self.device.caps.sg && !f.is_empty() && seg.payload.is_shared_by(f));
-        match packet::build_with(seg, partial, frags.is_some()) {
+        match packet::build_with(seg, partial, frags.is_some(), &mut self.out.opt_scratch) {
             Some(data) => {
                 self.mib.inc(Mib::OutSegs);
                 self.out.txq.push_back(Transmit {

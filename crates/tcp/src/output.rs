@@ -4,7 +4,7 @@
 use crate::chrono::{CHRONO_BUSY, CHRONO_RWND_LIMITED, CHRONO_SNDBUF_LIMITED};
 use crate::env::{Emitted, Env};
 use crate::gate::TxMeta;
-use crate::packet::{self, OutOpt, SegOut};
+use crate::packet::{self, OptBuf, OutOpt, SegOut};
 use crate::payload::Payload;
 use crate::seq::*;
 use crate::socket::*;
@@ -296,7 +296,8 @@ impl Connection {
     }
 
     /// Options of an established-state segment: TS, then SACK blocks (D-SACK first).
-    pub fn established_opts(&self, now: Instant, out: &mut Vec<OutOpt>) {
+    pub fn established_opts(&self, now: Instant) -> OptBuf {
+        let mut out = OptBuf::new();
         if self.rx_opt.tstamp_ok {
             out.push(OutOpt::Nop);
             out.push(OutOpt::Nop);
@@ -321,6 +322,7 @@ impl Connection {
             out.push(OutOpt::Nop);
             out.push(OutOpt::Sack(b, i as u8));
         }
+        out
     }
 
     /// SYN / SYN-ACK options in Linux's order (see the packetdrill lines:
@@ -388,8 +390,7 @@ impl Connection {
         if self.state == TcpState::Close || self.state == TcpState::Listen {
             return;
         }
-        let mut opts = Vec::with_capacity(6);
-        self.established_opts(now, &mut opts);
+        let opts = self.established_opts(now);
         let win = self.select_window(env);
         let seg = self.seg(
             env,
@@ -442,8 +443,7 @@ impl Connection {
     /// timestamps, and the SACK blocks of data still held out of order (fuzz seed 60122:
     /// `R. ... <nop,nop,sack 1501:2501>` after `close()`).
     pub fn send_active_reset(&mut self, env: &mut Env, now: Instant) {
-        let mut opts = Vec::with_capacity(6);
-        self.established_opts(now, &mut opts);
+        let opts = self.established_opts(now);
         let win = self.select_window(env);
         let seg = self.seg(
             env,
@@ -1053,8 +1053,7 @@ impl Connection {
             Some(m) => m,
             None => self.current_mss(),
         };
-        let mut opts = Vec::with_capacity(6);
-        self.established_opts(now, &mut opts);
+        let opts = self.established_opts(now);
         let (seq, fl, len, truesize) = {
             let s = &self.rtx.queue[idx];
             (s.seq, s.flags, s.len(), s.truesize)
@@ -1367,8 +1366,7 @@ impl Connection {
     /// and must answer with its current window and ACK; the zero-window probe and the
     /// keepalive probe. Counted in `mib` when it leaves.
     pub(crate) fn xmit_probe_skb(&mut self, env: &mut Env, now: Instant, mib: Mib) -> Emitted {
-        let mut opts = Vec::with_capacity(4);
-        self.established_opts(now, &mut opts);
+        let opts = self.established_opts(now);
         let win = self.select_window(env);
         let seg = self.seg(
             env,

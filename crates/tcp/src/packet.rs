@@ -452,6 +452,38 @@ pub(crate) enum OutOpt {
     FastOpen(crate::fastopen::Cookie),
 }
 
+/// The options of an established connection's segment (timestamps, SACK blocks: at most
+/// six [`OutOpt`]s with their NOPs), kept on the stack rather than in a `Vec` allocated
+/// per packet; it reads as a slice.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OptBuf {
+    opts: [OutOpt; 6],
+    len: usize,
+}
+
+impl OptBuf {
+    /// No options.
+    pub fn new() -> OptBuf {
+        OptBuf {
+            opts: [OutOpt::Nop; 6],
+            len: 0,
+        }
+    }
+
+    /// Appends `o` (a caller never needs more than six).
+    pub fn push(&mut self, o: OutOpt) {
+        self.opts[self.len] = o;
+        self.len += 1;
+    }
+}
+
+impl core::ops::Deref for OptBuf {
+    type Target = [OutOpt];
+    fn deref(&self) -> &[OutOpt] {
+        &self.opts[..self.len]
+    }
+}
+
 /// Header fields of an outbound segment.
 pub(crate) struct SegOut<'a> {
     pub local: SocketAddr,
@@ -477,15 +509,17 @@ pub(crate) struct SegOut<'a> {
 /// cannot be encoded (a bug guard; never expected).
 #[cfg(test)]
 pub(crate) fn build(s: &SegOut<'_>) -> Option<Vec<u8>> {
-    build_with(s, false, false)
+    build_with(s, false, false, &mut Vec::new())
 }
 
 /// Build one IP packet (as `build`), with the TCP checksum left to the device when
 /// `csum_partial` (Linux `CHECKSUM_PARTIAL`: the field holds the pseudo-header sum), and only
 /// its headers when `head_only` (the payload travels apart: `Transmit::frag`).
-/// The TCP header of a segment, options included.
-fn tcp_repr(s: &SegOut<'_>) -> Option<TcpRepr> {
-    let mut options = Vec::with_capacity(s.opts.len() + 3);
+/// The TCP header of a segment, options included, its option list built in `options` (a
+/// buffer the caller keeps from packet to packet, empty on entry: no allocation per packet).
+fn tcp_repr(s: &SegOut<'_>, mut options: Vec<TcpOptionRepr>) -> Option<TcpRepr> {
+    options.clear();
+    options.reserve(s.opts.len() + 3);
     if s.md5.is_some() {
         options.push(TcpOptionRepr::Nop);
         options.push(TcpOptionRepr::Nop);
@@ -552,8 +586,29 @@ pub(crate) fn opts_len(opts: &[OutOpt]) -> usize {
         .sum()
 }
 
-pub(crate) fn build_with(s: &SegOut<'_>, csum_partial: bool, head_only: bool) -> Option<Vec<u8>> {
-    let mut tcp = tcp_repr(s)?;
+///
+/// `scratch`: an option list the caller keeps between packets (its allocation is reused;
+/// it is left empty).
+pub(crate) fn build_with(
+    s: &SegOut<'_>,
+    csum_partial: bool,
+    head_only: bool,
+    scratch: &mut Vec<TcpOptionRepr>,
+) -> Option<Vec<u8>> {
+    let mut tcp = tcp_repr(s, std::mem::take(scratch))?;
+    let built = build_repr(s, &mut tcp, csum_partial, head_only);
+    tcp.options.clear();
+    *scratch = std::mem::take(&mut tcp.options);
+    built
+}
+
+/// [`build_with`] once the TCP header is made.
+fn build_repr(
+    s: &SegOut<'_>,
+    tcp: &mut TcpRepr,
+    csum_partial: bool,
+    head_only: bool,
+) -> Option<Vec<u8>> {
     let tcp_len = tcp.header_len() + s.payload.len();
     if let Some(key) = &s.md5 {
         // Sign (RFC 2385 §2.0): the header without options, so a scratch copy of the fixed
@@ -595,7 +650,9 @@ pub(crate) fn build_with(s: &SegOut<'_>, csum_partial: bool, head_only: bool) ->
         }),
         _ => return None,
     };
-    let mut buf = Vec::new();
+    let mut buf = Vec::with_capacity(
+        ip.header_len() + tcp.header_len() + if head_only { 0 } else { s.payload.len() },
+    );
     if head_only {
         match s.payload.flat() {
             Some(p) => tcp.emit_packet_head(&ip, p, &mut buf, csum_partial).ok()?,
