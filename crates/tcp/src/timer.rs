@@ -509,6 +509,11 @@ impl Connection {
         } else {
             jiffy_timer_fire(env.clock, at - env.clock, phase)
         };
+        // Armed for that very time already (several segments sent at one instant): the set
+        // would get back the entry it gave up.
+        if self.timer.at[kind as usize] == Some(at) {
+            return;
+        }
         if let Some(old) = self.timer.at[kind as usize].take() {
             env.timers.set.remove(&(old, self.id.0, self.gen, kind));
         }
