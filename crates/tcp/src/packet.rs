@@ -627,11 +627,12 @@ fn build_repr(
     csum_partial: bool,
     head_only: bool,
 ) -> Option<Vec<u8>> {
-    let tcp_len = tcp.header_len() + s.payload.len();
+    let tcp_hl = tcp.header_len();
+    let tcp_len = tcp_hl + s.payload.len();
     if let Some(key) = &s.md5 {
         // Sign (RFC 2385 §2.0): the header without options, so a scratch copy of the fixed
         // header gives the bytes the digest covers; the digest then fills the option.
-        let mut fixed = vec![0u8; tcp.header_len()];
+        let mut fixed = vec![0u8; tcp_hl];
         tcp.emit_header(&mut fixed, 0).ok()?;
         let d = crate::md5::digest(
             s.local.ip(),
@@ -668,9 +669,8 @@ fn build_repr(
         }),
         _ => return None,
     };
-    let mut buf = Vec::with_capacity(
-        ip.header_len() + tcp.header_len() + if head_only { 0 } else { s.payload.len() },
-    );
+    let mut buf =
+        Vec::with_capacity(ip.header_len() + tcp_hl + if head_only { 0 } else { s.payload.len() });
     if head_only {
         match s.payload.flat() {
             Some(p) => tcp.emit_packet_head(&ip, p, &mut buf, csum_partial).ok()?,

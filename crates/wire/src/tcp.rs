@@ -768,7 +768,7 @@ impl TcpRepr {
         if opt_len > TCP_MAX_OPTIONS_LEN {
             return Err(WireError::BadOption);
         }
-        let hl = self.header_len();
+        let hl = TcpPacket::MIN_HEADER_LEN + opt_len.div_ceil(4) * 4;
         if buf.len() < hl + payload_len {
             return Err(WireError::BufferTooSmall);
         }
