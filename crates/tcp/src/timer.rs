@@ -10,8 +10,9 @@ use crate::seq::after;
 use crate::socket::*;
 use crate::sysctl::Sysctl;
 use crate::time::Instant;
+use core::cmp::Reverse;
 use core::time::Duration;
-use std::collections::BTreeSet;
+use std::collections::BinaryHeap;
 
 /// Per-socket timers. Linux multiplexes several events on the retransmit timer
 /// (`icsk_pending`); so do we ([`RtxEvent`]).
@@ -427,13 +428,31 @@ pub(crate) struct Timers {
     pub probes: Probes,
 }
 
+/// One armed timer: (deadline, socket slot, generation, kind), ordered by all four.
+type TimerEntry = (Instant, u32, u32, TimerKind);
+
 /// The armed timers of all sockets of one stack, in deadline order: (deadline, socket slot,
 /// generation, kind). Private to this file: entries are added and removed only by
 /// [`Connection::arm`] and [`Connection::disarm`], which keep each socket's [`Timers`] in
 /// step, and taken by the stack when due.
+///
+/// A set with the order of a `BTreeSet` of the entries (the earliest first, ties by slot,
+/// generation and kind), kept as a binary min-heap beside a table of its members by slot
+/// and kind (a socket has at most one timer of a kind armed, and a freed socket's are all
+/// cancelled before its slot serves again): arming is a push (a later deadline than most
+/// stays at the bottom: O(1) on average) and a cancel only clears the member, its heap
+/// entry left behind until it surfaces at the top, where it is dropped at once, so the top
+/// is always a member (`next_deadline` reads it without looking further). The heap is
+/// rebuilt from the members when stale entries outnumber them, so it holds at most about
+/// twice what is armed. Entries are unique, so the heap's order is the entries' own,
+/// whatever its shape: the same timers come out in the same order as from an ordered set.
 #[derive(Debug, Default)]
 pub(crate) struct TimerSet {
-    set: BTreeSet<(Instant, u32, u32, TimerKind)>,
+    heap: BinaryHeap<Reverse<TimerEntry>>,
+    /// Per socket slot and timer kind, the armed entry's (deadline, generation).
+    live: Vec<[Option<(Instant, u32)>; NTIMERS]>,
+    /// How many timers are armed.
+    members: usize,
     /// A tick of the kernel's jiffy grid, when the substrate knows it
     /// ([`jiffy_timer_fire`]).
     pub jiffy_phase: Option<Instant>,
@@ -442,18 +461,82 @@ pub(crate) struct TimerSet {
 impl TimerSet {
     /// The earliest deadline.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.set.first().map(|t| t.0)
+        self.heap.peek().map(|t| t.0 .0)
     }
 
     /// Take the earliest timer if it is due at `now`: (deadline, socket slot, generation,
     /// kind). The socket's own record says whether it still stands ([`Timers::fire`]).
-    pub fn pop_due(&mut self, now: Instant) -> Option<(Instant, u32, u32, TimerKind)> {
-        match self.set.first() {
-            Some(&e) if e.0 <= now => {
-                self.set.pop_first();
+    pub fn pop_due(&mut self, now: Instant) -> Option<TimerEntry> {
+        match self.heap.peek() {
+            Some(&Reverse(e)) if e.0 <= now => {
+                self.heap.pop();
+                self.live[e.1 as usize][e.3 as usize] = None;
+                self.members -= 1;
+                self.surface();
                 Some(e)
             }
             _ => None,
+        }
+    }
+
+    /// Whether `e` is armed.
+    fn holds(&self, e: &TimerEntry) -> bool {
+        self.live
+            .get(e.1 as usize)
+            .is_some_and(|l| l[e.3 as usize] == Some((e.0, e.2)))
+    }
+
+    /// Adds `e` (nothing if it is there already). Its socket has no other timer of its kind.
+    fn insert(&mut self, e: TimerEntry) {
+        let slot = e.1 as usize;
+        if self.live.len() <= slot {
+            self.live.resize(slot + 1, [None; NTIMERS]);
+        }
+        let l = &mut self.live[slot][e.3 as usize];
+        if *l == Some((e.0, e.2)) {
+            return;
+        }
+        debug_assert!(l.is_none(), "a second timer of one kind for one socket");
+        *l = Some((e.0, e.2));
+        self.members += 1;
+        self.heap.push(Reverse(e));
+    }
+
+    /// Removes `e` if it is there.
+    fn remove(&mut self, e: TimerEntry) {
+        if !self.holds(&e) {
+            return;
+        }
+        self.live[e.1 as usize][e.3 as usize] = None;
+        self.members -= 1;
+        self.surface();
+        if self.heap.len() > 2 * self.members + 64 {
+            // Rebuilt from the members (one entry each).
+            const KINDS: [TimerKind; NTIMERS] = [
+                TimerKind::Retrans,
+                TimerKind::Delack,
+                TimerKind::Keepalive,
+                TimerKind::CompSack,
+            ];
+            let mut v = Vec::with_capacity(self.members);
+            for (slot, l) in self.live.iter().enumerate() {
+                for (kind, x) in KINDS.iter().zip(l) {
+                    if let Some((at, gen)) = *x {
+                        v.push(Reverse((at, slot as u32, gen, *kind)));
+                    }
+                }
+            }
+            self.heap = BinaryHeap::from(v);
+        }
+    }
+
+    /// Drops the removed entries at the top, so that the top is a member.
+    fn surface(&mut self) {
+        while let Some(Reverse(top)) = self.heap.peek() {
+            if self.holds(top) {
+                break;
+            }
+            self.heap.pop();
         }
     }
 }
@@ -515,16 +598,16 @@ impl Connection {
             return;
         }
         if let Some(old) = self.timer.at[kind as usize].take() {
-            env.timers.set.remove(&(old, self.id.0, self.gen, kind));
+            env.timers.remove((old, self.id.0, self.gen, kind));
         }
         self.timer.at[kind as usize] = Some(at);
-        env.timers.set.insert((at, self.id.0, self.gen, kind));
+        env.timers.insert((at, self.id.0, self.gen, kind));
     }
 
     /// Cancel a timer.
     pub fn disarm(&mut self, env: &mut Env, kind: TimerKind) {
         if let Some(old) = self.timer.at[kind as usize].take() {
-            env.timers.set.remove(&(old, self.id.0, self.gen, kind));
+            env.timers.remove((old, self.id.0, self.gen, kind));
         }
     }
 
