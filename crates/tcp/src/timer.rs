@@ -473,6 +473,7 @@ impl TimerSet {
                 self.live[e.1 as usize][e.3 as usize] = None;
                 self.members -= 1;
                 self.surface();
+                self.compact();
                 Some(e)
             }
             _ => None,
@@ -510,22 +511,17 @@ impl TimerSet {
         self.live[e.1 as usize][e.3 as usize] = None;
         self.members -= 1;
         self.surface();
+        self.compact();
+    }
+
+    /// Rebuilds the heap from its member entries (one each) once stale entries outnumber
+    /// them: O(n log n) once per at least n/2 removals.
+    fn compact(&mut self) {
         if self.heap.len() > 2 * self.members + 64 {
-            // Rebuilt from the members (one entry each).
-            const KINDS: [TimerKind; NTIMERS] = [
-                TimerKind::Retrans,
-                TimerKind::Delack,
-                TimerKind::Keepalive,
-                TimerKind::CompSack,
-            ];
-            let mut v = Vec::with_capacity(self.members);
-            for (slot, l) in self.live.iter().enumerate() {
-                for (kind, x) in KINDS.iter().zip(l) {
-                    if let Some((at, gen)) = *x {
-                        v.push(Reverse((at, slot as u32, gen, *kind)));
-                    }
-                }
-            }
+            let mut v = std::mem::take(&mut self.heap).into_vec();
+            v.retain(|Reverse(e)| self.holds(e));
+            v.sort_unstable();
+            v.dedup();
             self.heap = BinaryHeap::from(v);
         }
     }
@@ -619,6 +615,89 @@ impl Connection {
             TimerKind::CompSack,
         ] {
             self.disarm(env, k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod set_tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// The heap with its member table gives what an ordered set of the entries gives: the
+    /// same earliest deadline after every change and the same entries popped in the same
+    /// order, through random arming, re-arming (to the same time too), cancelling, slots
+    /// freed and reused with a new generation, and time passing.
+    #[test]
+    fn timer_set_is_the_ordered_set() {
+        const KINDS: [TimerKind; NTIMERS] = [
+            TimerKind::Retrans,
+            TimerKind::Delack,
+            TimerKind::Keepalive,
+            TimerKind::CompSack,
+        ];
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut set = TimerSet::default();
+        let mut model: BTreeSet<TimerEntry> = BTreeSet::new();
+        // Per slot: generation and each kind's armed deadline (the sockets' records).
+        let mut socks: Vec<(u32, [Option<Instant>; NTIMERS])> = vec![(1, [None; NTIMERS]); 40];
+        let mut now = Instant::ZERO;
+        for _ in 0..200_000 {
+            let slot = rnd(socks.len() as u64) as usize;
+            let kind = KINDS[rnd(NTIMERS as u64) as usize];
+            let (gen, at) = (socks[slot].0, &mut socks[slot].1[kind as usize]);
+            match rnd(10) {
+                0..=4 => {
+                    // Arm: a few distinct times, so that re-arming to the same time happens.
+                    let t = now + Duration::from_micros(rnd(50) * 100);
+                    if let Some(old) = at.take() {
+                        set.remove((old, slot as u32, gen, kind));
+                        model.remove(&(old, slot as u32, gen, kind));
+                    }
+                    *at = Some(t);
+                    set.insert((t, slot as u32, gen, kind));
+                    model.insert((t, slot as u32, gen, kind));
+                }
+                5..=6 => {
+                    if let Some(old) = at.take() {
+                        set.remove((old, slot as u32, gen, kind));
+                        model.remove(&(old, slot as u32, gen, kind));
+                    }
+                }
+                7 => {
+                    // The slot is freed (every timer cancelled) and serves a new socket.
+                    for k in KINDS {
+                        if let Some(old) = socks[slot].1[k as usize].take() {
+                            set.remove((old, slot as u32, gen, k));
+                            model.remove(&(old, slot as u32, gen, k));
+                        }
+                    }
+                    socks[slot].0 += 1;
+                }
+                _ => {
+                    now = now + Duration::from_micros(rnd(300));
+                    loop {
+                        let got = set.pop_due(now);
+                        let want = match model.first() {
+                            Some(&e) if e.0 <= now => model.pop_first(),
+                            _ => None,
+                        };
+                        assert_eq!(got, want);
+                        let Some((t, s, g, k)) = got else { break };
+                        if socks[s as usize].0 == g && socks[s as usize].1[k as usize] == Some(t) {
+                            socks[s as usize].1[k as usize] = None;
+                        }
+                    }
+                }
+            }
+            assert_eq!(set.next_deadline(), model.first().map(|e| e.0));
+            assert!(set.heap.len() <= 2 * set.members + 64 + 1);
         }
     }
 }
