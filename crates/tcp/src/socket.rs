@@ -434,7 +434,11 @@ pub(crate) struct RxSkb {
 /// `Bytes` (a paged packet, [`crate::Stack::handle_packet`] with [`crate::RxBytes::Paged`]) are kept as they came, uncopied.
 #[derive(Debug, Default)]
 pub(crate) struct RxData {
-    pieces: VecDeque<RxPiece>,
+    /// The front piece, kept inline: a buffer nearly always has one piece, which then
+    /// costs no allocation besides its bytes.
+    front: Option<RxPiece>,
+    /// The pieces after the front one, in order.
+    more: VecDeque<RxPiece>,
     /// Bytes of the front piece already read.
     head_off: usize,
     /// Unread bytes in all pieces.
@@ -461,16 +465,35 @@ impl RxData {
     pub fn len(&self) -> usize {
         self.len
     }
+    /// The last piece.
+    fn back_mut(&mut self) -> Option<&mut RxPiece> {
+        match self.more.back_mut() {
+            Some(p) => Some(p),
+            None => self.front.as_mut(),
+        }
+    }
+    /// Appends a piece.
+    fn push_piece(&mut self, p: RxPiece) {
+        if self.front.is_none() {
+            self.front = Some(p);
+        } else {
+            self.more.push_back(p);
+        }
+    }
+    /// The pieces in order.
+    fn pieces(&self) -> impl Iterator<Item = &RxPiece> {
+        self.front.iter().chain(self.more.iter())
+    }
     /// Append a copy of `d`.
     pub fn push_slice(&mut self, d: &[u8]) {
         if d.is_empty() {
             return;
         }
         self.len += d.len();
-        if let Some(RxPiece::Owned(v)) = self.pieces.back_mut() {
+        if let Some(RxPiece::Owned(v)) = self.back_mut() {
             v.extend_from_slice(d);
         } else {
-            self.pieces.push_back(RxPiece::Owned(d.to_vec()));
+            self.push_piece(RxPiece::Owned(d.to_vec()));
         }
     }
     /// Append `b` without copying it.
@@ -479,7 +502,7 @@ impl RxData {
             return;
         }
         self.len += b.len();
-        self.pieces.push_back(RxPiece::Shared(b));
+        self.push_piece(RxPiece::Shared(b));
     }
     /// Append `d`, shared when `shared` holds it (see [`crate::packet::SegIn::share`]), else copied.
     pub fn push(&mut self, d: &[u8], shared: Option<Bytes>) {
@@ -492,7 +515,7 @@ impl RxData {
     pub fn peek(&self, out: &mut [u8]) -> usize {
         let mut n = 0;
         let mut skip = self.head_off;
-        for p in &self.pieces {
+        for p in self.pieces() {
             if n == out.len() {
                 break;
             }
@@ -509,7 +532,7 @@ impl RxData {
     pub fn read(&mut self, mut out: Option<&mut [u8]>, want: usize) -> usize {
         let mut n = 0;
         while n < want {
-            let Some(p) = self.pieces.front() else {
+            let Some(p) = self.front.as_ref() else {
                 break;
             };
             let d = &p.as_slice()[self.head_off..];
@@ -519,7 +542,7 @@ impl RxData {
             }
             n += k;
             if k == d.len() {
-                self.pieces.pop_front();
+                self.front = self.more.pop_front();
                 self.head_off = 0;
             } else {
                 self.head_off += k;
