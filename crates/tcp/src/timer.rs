@@ -681,7 +681,7 @@ mod set_tests {
                     socks[slot].0 += 1;
                 }
                 _ => {
-                    now = now + Duration::from_micros(rnd(300));
+                    now += Duration::from_micros(rnd(300));
                     loop {
                         let got = set.pop_due(now);
                         let want = match model.first() {
