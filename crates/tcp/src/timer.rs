@@ -449,13 +449,53 @@ type TimerEntry = (Instant, u32, u32, TimerKind);
 #[derive(Debug, Default)]
 pub(crate) struct TimerSet {
     heap: BinaryHeap<Reverse<TimerEntry>>,
-    /// Per socket slot and timer kind, the armed entry's (deadline, generation).
-    live: Vec<[Option<(Instant, u32)>; NTIMERS]>,
+    /// Per socket slot, its armed timers.
+    live: Vec<SlotTimers>,
     /// How many timers are armed.
     members: usize,
     /// A tick of the kernel's jiffy grid, when the substrate knows it
     /// ([`jiffy_timer_fire`]).
     pub jiffy_phase: Option<Instant>,
+}
+
+/// The armed timers of one socket slot in [`TimerSet`]: each kind's deadline, which kinds
+/// are armed, and the generation of the socket they belong to (one at a time: a freed
+/// socket's timers are all cancelled before its slot serves again). 40 bytes a slot.
+#[derive(Clone, Copy, Debug, Default)]
+struct SlotTimers {
+    at: [Instant; NTIMERS],
+    gen: u32,
+    /// Bit `kind`: that kind is armed.
+    armed: u8,
+}
+
+impl SlotTimers {
+    /// Whether `e` (of this slot) is armed.
+    fn holds(&self, e: &TimerEntry) -> bool {
+        let k = e.3 as usize;
+        self.armed & (1 << k) != 0 && self.at[k] == e.0 && self.gen == e.2
+    }
+
+    /// Arms `e` (of this slot), its kind not armed.
+    fn set(&mut self, e: &TimerEntry) {
+        let k = e.3 as usize;
+        debug_assert!(
+            self.armed & (1 << k) == 0,
+            "a second timer of one kind for one socket"
+        );
+        debug_assert!(
+            self.armed == 0 || self.gen == e.2,
+            "timers of two sockets in one slot"
+        );
+        self.at[k] = e.0;
+        self.gen = e.2;
+        self.armed |= 1 << k;
+    }
+
+    /// Disarms `kind`.
+    fn clear(&mut self, kind: TimerKind) {
+        self.armed &= !(1 << kind as usize);
+    }
 }
 
 impl TimerSet {
@@ -470,7 +510,7 @@ impl TimerSet {
         match self.heap.peek() {
             Some(&Reverse(e)) if e.0 <= now => {
                 self.heap.pop();
-                self.live[e.1 as usize][e.3 as usize] = None;
+                self.live[e.1 as usize].clear(e.3);
                 self.members -= 1;
                 self.surface();
                 self.compact();
@@ -482,23 +522,21 @@ impl TimerSet {
 
     /// Whether `e` is armed.
     fn holds(&self, e: &TimerEntry) -> bool {
-        self.live
-            .get(e.1 as usize)
-            .is_some_and(|l| l[e.3 as usize] == Some((e.0, e.2)))
+        self.live.get(e.1 as usize).is_some_and(|l| l.holds(e))
     }
 
-    /// Adds `e` (nothing if it is there already). Its socket has no other timer of its kind.
+    /// Adds `e` (nothing if it is there already). Its socket has no other timer of its kind,
+    /// and no timer of an earlier socket in its slot (a freed socket's are all cancelled).
     fn insert(&mut self, e: TimerEntry) {
         let slot = e.1 as usize;
         if self.live.len() <= slot {
-            self.live.resize(slot + 1, [None; NTIMERS]);
+            self.live.resize(slot + 1, SlotTimers::default());
         }
-        let l = &mut self.live[slot][e.3 as usize];
-        if *l == Some((e.0, e.2)) {
+        let l = &mut self.live[slot];
+        if l.holds(&e) {
             return;
         }
-        debug_assert!(l.is_none(), "a second timer of one kind for one socket");
-        *l = Some((e.0, e.2));
+        l.set(&e);
         self.members += 1;
         self.heap.push(Reverse(e));
     }
@@ -508,7 +546,7 @@ impl TimerSet {
         if !self.holds(&e) {
             return;
         }
-        self.live[e.1 as usize][e.3 as usize] = None;
+        self.live[e.1 as usize].clear(e.3);
         self.members -= 1;
         self.surface();
         self.compact();
