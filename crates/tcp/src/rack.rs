@@ -207,7 +207,12 @@ impl Connection {
     }
 
     /// `tcp_schedule_loss_probe`: arm the loss probe when the connection may send one (SACK,
-    /// Open or CWR, no probe outstanding); false, leaving the timer as it is, when not.
+    /// Open or CWR); false, leaving the timer as it is, when not. A probe still outstanding
+    /// does not stop the timer being armed: [`send_loss_probe`](Self::send_loss_probe)
+    /// sends no second one, it re-arms the RTO from the head's send time (measured on 6.18:
+    /// an ACK of part of the flight 101 ms after the send, while the probe was out, and the
+    /// RTO fired at the head's send time + rto, 0.34 s, not at the ACK's time + rto; with the
+    /// ACK at 189 ms it fired one tick after the probe timer).
     pub fn schedule_loss_probe(&mut self, env: &mut Env, now: Instant, advancing: bool) -> bool {
         if self.rtx.packets_out == 0 {
             return false;
@@ -215,8 +220,7 @@ impl Connection {
         let er = env.sysint(Sysctl::tcp_early_retrans);
         let tlp_ok = (er == 3 || er == 4)
             && self.rx_opt.sack_ok
-            && matches!(self.ca_state, CaState::Open | CaState::Cwr)
-            && self.tlp.high_seq.is_none();
+            && matches!(self.ca_state, CaState::Open | CaState::Cwr);
         let rto_at = self.rto_deadline(now, advancing);
         if tlp_ok {
             let mut pto = if self.rtt.srtt_us() != 0 {
@@ -246,6 +250,13 @@ impl Connection {
     /// not counted, sets no `tlp_high_seq`, and the RTO is re-armed from the head's send time
     /// (`goto rearm_timer`), so a local drop never turns into a retransmission of the tail.
     pub fn send_loss_probe(&mut self, env: &mut Env, now: Instant) {
+        if self.tlp.high_seq.is_some() {
+            // At most one probe out: no probe, the RTO from the head's send time.
+            self.timer.rtx_event = RtxEvent::Rto;
+            let at = self.rto_deadline_from_head(now);
+            self.arm(env, TimerKind::Retrans, at);
+            return;
+        }
         let before_nxt = self.snd.nxt;
         self.tlp.retrans = false;
         let mss = self.current_mss();
@@ -285,7 +296,7 @@ impl Connection {
         };
         self.timer.rtx_event = RtxEvent::Rto;
         if !sent {
-            let at = self.rto_deadline(now, false);
+            let at = self.rto_deadline_from_head(now);
             self.arm(env, TimerKind::Retrans, at);
             return;
         }

@@ -965,6 +965,24 @@ impl Connection {
         }
     }
 
+    /// The RTO re-armed by a timer that was the loss probe's or RACK's (`tcp_rearm_rto`
+    /// with `tcp_rto_delta_us`): the head's send time + rto, and when that has passed, at
+    /// once (a microsecond, which the jiffy rule makes the next tick but one).
+    pub(crate) fn rto_deadline_from_head(&self, now: Instant) -> Instant {
+        let rto = self.rtt.rto();
+        match self.rtx.queue.front() {
+            Some(h) if h.mstamp != Instant::ZERO => {
+                let at = h.mstamp + rto;
+                if at > now {
+                    at
+                } else {
+                    now + Duration::from_micros(1)
+                }
+            }
+            _ => now + rto,
+        }
+    }
+
     /// RTO expiry for an established connection (`tcp_retransmit_timer`).
     pub fn retransmit_timer(&mut self, env: &mut Env, now: Instant) -> bool {
         if self.rtx.packets_out == 0 || self.rtx.queue.is_empty() {
