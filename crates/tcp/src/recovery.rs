@@ -811,8 +811,14 @@ impl Connection {
         }
     }
 
-    /// Retransmit lost skbs as cwnd allows (`tcp_xmit_retransmit_queue`).
+    /// Retransmit lost skbs as cwnd allows (`tcp_xmit_retransmit_queue`). Resending the
+    /// head of the retransmit queue restarts the RTO from now, unless RACK's reordering timer
+    /// is the one pending (measured on 6.18, fuzz seed 140195: after an RTO, the head resent
+    /// at 0.716 s in the loss state was next resent at 1.160 s, the backed-off RTO counted
+    /// from that resend; the engine had kept the RTO an earlier ACK armed and resent at 0.906 s).
     pub fn xmit_retransmit_queue(&mut self, env: &mut Env, now: Instant) {
+        let head_seq = self.rtx.queue.front().map(|s| s.seq);
+        let mut rearm = false;
         let mut i = 0;
         while i < self.rtx.queue.len() {
             if self.packets_in_flight() >= self.snd_cwnd() {
@@ -832,7 +838,16 @@ impl Connection {
                 self.tsq_flags |= tsq::THROTTLED;
                 break;
             }
-            self.retransmit_skb(env, now, i, 0);
+            let resent_head = Some(self.rtx.queue[i].seq) == head_seq;
+            if !self.retransmit_skb(env, now, i, 0) {
+                break;
+            }
+            if resent_head
+                && !(self.timer.armed(TimerKind::Retrans)
+                    && self.timer.rtx_event == RtxEvent::ReoTimeout)
+            {
+                rearm = true;
+            }
             if self.ca_state == CaState::Recovery {
                 self.prr.sent(self.rtx.queue[i].pcount);
                 env.mib.inc(Mib::TCPFastRetrans);
@@ -841,14 +856,26 @@ impl Connection {
             }
             i += 1;
         }
+        if rearm {
+            self.timer.rtx_event = RtxEvent::Rto;
+            let at = now + self.rtt.rto();
+            self.arm(env, TimerKind::Retrans, at);
+        }
     }
 
     /// `tcp_retransmit_skb`: resend `rtx_queue[i]` (split to what cwnd allows) and count it
     /// as a retransmission in flight (`TCPCB_SACKED_RETRANS`, `retrans_out`, undo state).
     /// `segs_limit`: 0 = cwnd decides.
-    pub fn retransmit_skb(&mut self, env: &mut Env, now: Instant, i: usize, segs_limit: u32) {
+    /// Returns whether it was sent.
+    pub fn retransmit_skb(
+        &mut self,
+        env: &mut Env,
+        now: Instant,
+        i: usize,
+        segs_limit: u32,
+    ) -> bool {
         if !self.resend_skb(env, now, i, segs_limit) {
-            return;
+            return false;
         }
         let s = &mut self.rtx.queue[i];
         let p = s.pcount.max(1);
@@ -866,6 +893,7 @@ impl Connection {
             self.undo.retrans = 0;
         }
         self.undo.retrans += p as i32;
+        true
     }
 
     /// `__tcp_retransmit_skb`: resend `rtx_queue[i]`, split to what cwnd allows, marking it
