@@ -714,8 +714,8 @@ mod set_tests {
         let mut seq = 0u32;
         // Per slot: generation and each kind's armed deadline and arming order (the sockets'
         // records).
-        let mut socks: Vec<(u32, [Option<(Instant, u32)>; NTIMERS])> =
-            vec![(1, [None; NTIMERS]); 40];
+        type Armed = [Option<(Instant, u32)>; NTIMERS];
+        let mut socks: Vec<(u32, Armed)> = vec![(1, [None; NTIMERS]); 40];
         let mut now = Instant::ZERO;
         for _ in 0..200_000 {
             let slot = rnd(socks.len() as u64) as usize;
