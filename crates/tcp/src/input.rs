@@ -1009,7 +1009,11 @@ impl Connection {
         // leaves RACK's record for the next dubious one (measured on 6.18, fuzz seed 100038:
         // after an RTO undone by F-RTO, a data segment acking nothing new did not make the
         // kernel mark the tail lost, though RACK's record would have).
-        let not_dup = !seg.payload.is_empty() || flag.win_update || acked_pkts > 0;
+        // FLAG_DATA: the segment occupies sequence space, a bare FIN too (measured on 6.18,
+        // fuzz seed 160189: a FIN acking nothing new, just after an F-RTO undo, left the tail
+        // to its RTO; the engine had let RACK mark it lost and resent it at once).
+        let not_dup =
+            !seg.payload.is_empty() || seg.has(TcpFlags::FIN) || flag.win_update || acked_pkts > 0;
         let dubious = !not_dup
             || flag.data_sacked
             || flag.ece
