@@ -15,6 +15,10 @@
 //!   and is never reported;
 //! - a send whose bytes join the unsent tail buffer of the previous zero-copy send shares
 //!   its completion (its id range grows by one, up to 512 KiB of bytes);
+//! - a blocking send is one send however often it sleeps for room: it keeps its id and the
+//!   completion it made or extended (held, not reported, until the call ends), and gives
+//!   the id back only if it ends having taken nothing (`tcp_sendmsg_locked` keeps its
+//!   `uarg` across `sk_stream_wait_memory`);
 //! - a completion reports the range of ids `lo..=hi` (`ee_info`, `ee_data`) and
 //!   `SO_EE_CODE_ZEROCOPY_COPIED` when the bytes were copied after all (sent through a
 //!   device without scatter-gather or one that copies what it takes, as Linux's tun does,
@@ -91,6 +95,11 @@ struct Ubuf {
     /// A blocking send took part of its bytes and will come back with the rest (one Linux
     /// `sendmsg` that slept holds its completion).
     open: bool,
+    /// The open send extended this completion (its id is the last of `id..id + len`) and
+    /// has taken none of its bytes yet: Linux's `sendmsg` keeps the extended `uarg` (and
+    /// the id) while it sleeps for room, and gives both back (`msg_zerocopy_put_abort`)
+    /// only if it ends having taken nothing.
+    reserved: bool,
 }
 
 /// The send a zero-copy call is adding to ([`SockZc::begin`]).
@@ -163,6 +172,7 @@ impl SockZc {
             refs: 0,
             zerocopy: true,
             open: false,
+            reserved: false,
         });
         self.next_id = self.next_id.wrapping_add(1);
         Some(ZcSend {
@@ -186,9 +196,12 @@ impl SockZc {
     }
 
     /// The call ends having taken `taken` bytes ([`SockZc::grow`]), `open` if a blocking
-    /// writer will come back with the rest. A call that took nothing gives back what
-    /// [`SockZc::begin`] gave it (`msg_zerocopy_put_abort`): its id, and the completion if
-    /// it was made for it.
+    /// writer will come back with the rest. A call that took nothing and will not come back
+    /// gives back what [`SockZc::begin`] gave it (`msg_zerocopy_put_abort`): its id, and the
+    /// completion if it was made for it. One that took nothing yet but will come back keeps
+    /// an extension of the previous send's completion (its id stays taken, as Linux's
+    /// sleeping `sendmsg` keeps the extended `uarg`): the rest of its bytes join that
+    /// completion when it comes back.
     pub fn end(&mut self, z: ZcSend, taken: u32, open: bool) {
         let Some(i) = self.find(z.serial) else {
             return;
@@ -200,15 +213,24 @@ impl SockZc {
                 self.next_id = self.next_id.wrapping_sub(1);
                 return;
             }
-            if z.extended {
-                self.ubufs[i].len -= 1;
+            let b = &mut self.ubufs[i];
+            if z.extended && open {
+                b.open = true;
+                b.reserved = true;
+                return;
+            }
+            if z.extended || (b.reserved && !open) {
+                // The send that extended it gives its id back.
+                b.len -= 1;
+                b.reserved = false;
                 self.next_id = self.next_id.wrapping_sub(1);
             }
-            let b = &mut self.ubufs[i];
             b.open = open && b.bytelen > 0;
             return;
         }
-        self.ubufs[i].open = open;
+        let b = &mut self.ubufs[i];
+        b.reserved = false;
+        b.open = open;
     }
 
     /// The bytes `seq..end` of the completions they belong to were copied.
@@ -379,6 +401,58 @@ mod tests {
             }
         );
         assert!(z.is_idle());
+    }
+
+    #[test]
+    fn a_blocking_send_that_extended_and_waits_for_room_keeps_its_id() {
+        let mut z = SockZc::default();
+        let a = z.begin(100, None, 131_072).unwrap();
+        z.grow(a.serial, 100, 1101);
+        z.end(a, 100, false);
+        // The next send joins a's unsent tail, finds no room and sleeps: one sendmsg, so
+        // its id (1) stays taken and a's completion waits for it.
+        let b = z.begin(100, Some(a.serial), 131_072).unwrap();
+        assert_eq!(b.serial, a.serial);
+        z.end(b, 0, true);
+        assert_eq!(z.next_id(), 2);
+        let mut out = Vec::new();
+        z.take_done(1101, false, |n| out.push(n));
+        assert!(out.is_empty(), "held by the sleeping send");
+        // Woken, it finds room at last (still nothing the first time round).
+        let b2 = z.begin(100, None, 131_072).unwrap();
+        assert_eq!(b2.serial, a.serial);
+        z.end(b2, 0, true);
+        let b3 = z.begin(100, None, 131_072).unwrap();
+        z.grow(b3.serial, 100, 1201);
+        z.end(b3, 100, false);
+        // A later send is id 2.
+        let c = z.begin(10, None, 131_072).unwrap();
+        z.grow(c.serial, 10, 1211);
+        z.end(c, 10, false);
+        z.take_done(1211, false, |n| out.push(n));
+        let ids: Vec<(u32, u32)> = out.iter().map(|n| (n.lo, n.hi)).collect();
+        assert_eq!(ids, vec![(0, 1), (2, 2)]);
+        assert!(z.is_idle());
+    }
+
+    #[test]
+    fn a_blocking_send_that_extended_and_gives_up_returns_its_id() {
+        let mut z = SockZc::default();
+        let a = z.begin(100, None, 131_072).unwrap();
+        z.grow(a.serial, 100, 1101);
+        z.end(a, 100, false);
+        let b = z.begin(100, Some(a.serial), 131_072).unwrap();
+        z.end(b, 0, true);
+        // Back after its sleep, it fails with nothing taken (an error, a timeout).
+        let b2 = z.begin(100, None, 131_072).unwrap();
+        z.end(b2, 0, false);
+        assert_eq!(z.next_id(), 1);
+        let mut out = Vec::new();
+        z.take_done(1101, false, |n| out.push(n));
+        assert_eq!(
+            out.iter().map(|n| (n.lo, n.hi)).collect::<Vec<_>>(),
+            vec![(0, 0)]
+        );
     }
 
     #[test]

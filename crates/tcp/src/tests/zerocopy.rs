@@ -4,7 +4,7 @@
 //! host; a device without scatter-gather makes the send a copy, and the completion says so.
 
 use crate::harness::*;
-use crate::msgflags::MSG_ZEROCOPY;
+use crate::msgflags::{MSG_EOR, MSG_ZEROCOPY};
 use crate::*;
 use core::time::Duration;
 
@@ -375,4 +375,63 @@ fn buffers_joined_in_one_skb_stay_fragments_and_are_not_copied() {
         }]
     );
     assert!(bufs.iter().all(|b| b.is_unique()), "all given back");
+}
+
+#[test]
+fn a_blocking_send_that_extends_the_previous_completion_and_sleeps_keeps_its_id() {
+    // A blocking send whose first try extends the completion of the send before (its bytes
+    // would join that send's unsent tail) and finds no room sleeps and comes back: one
+    // send, so it keeps its id, as Linux's sendmsg keeps the extended uarg while it sleeps
+    // (it once gave the id back and then joined the completion without one: 2 sends, 1 id,
+    // and a blocking caller waiting for id 1 waited for ever).
+    let link = LinkConfig {
+        rate_bps: 10_000_000,
+        ..LinkConfig::default()
+    };
+    let mut p = Pair::new(36, link);
+    let (c, s) = connected(&mut p, true);
+    p.a.set_nonblocking(c, false).unwrap();
+    let a = Bytes::from(vec![1u8; 30_000]);
+    let b = Bytes::from(vec![2u8; 30_000]);
+    // Send 0, taken whole and left (partly) unsent behind the initial window.
+    assert_eq!(
+        p.a.sendmsg_bufs(
+            p.now,
+            c,
+            std::slice::from_ref(&a),
+            MSG_ZEROCOPY | MSG_EOR,
+            None
+        ),
+        Ok(30_000)
+    );
+    assert_eq!(p.a.zerocopy_next_id(c), Ok(1));
+    // No room now (the send buffer shrunk under what is queued): send 1 finds none.
+    p.a.setsockopt(p.now, c, SockOpt::SoSndbuf, &OptVal::Int(1))
+        .unwrap();
+    assert_eq!(
+        p.a.sendmsg_bufs(p.now, c, std::slice::from_ref(&b), MSG_ZEROCOPY, None),
+        Err(Errno::EAGAIN)
+    );
+    assert_eq!(
+        p.a.zerocopy_next_id(c),
+        Ok(2),
+        "the sleeping send holds id 1"
+    );
+    // Its room comes back: the same send goes on.
+    p.a.setsockopt(p.now, c, SockOpt::SoSndbuf, &OptVal::Int(1 << 20))
+        .unwrap();
+    p.run_for(Duration::from_millis(5));
+    assert_eq!(
+        p.a.sendmsg_bufs(p.now, c, std::slice::from_ref(&b), MSG_ZEROCOPY, None),
+        Ok(30_000)
+    );
+    assert_eq!(p.a.zerocopy_next_id(c), Ok(2));
+    p.run_for(Duration::from_millis(300));
+    let mut ids = Vec::new();
+    while let Ok(z) = p.a.recv_zerocopy(c) {
+        ids.push((z.lo, z.hi));
+    }
+    assert_eq!(ids, vec![(0, 1)], "both sends completed, one id each");
+    assert_eq!(read_all(&mut p, s), [a.clone(), b.clone()].concat());
+    assert!(a.is_unique() && b.is_unique());
 }
