@@ -1347,7 +1347,7 @@ pub(crate) fn send_zerocopy(
     flags: u32,
 ) -> io::Result<usize> {
     let mut o = sh.own(k, s)?;
-    send_loop(
+    let r = send_loop(
         &mut o,
         sh,
         buf.len(),
@@ -1355,7 +1355,11 @@ pub(crate) fn send_zerocopy(
         flags,
         None,
         |st, now, r, f| st.sendmsg_bufs(now, s, &[buf.slice(r)], f | msgflags::MSG_ZEROCOPY, None),
-    )
+    );
+    // The call is over, whether all of it went or it gave up (a send timeout): the
+    // engine's completion of this send is not held for a continuation any more.
+    let _ = o.stack().zerocopy_send_end(s);
+    r
 }
 
 /// `recv` as Linux's `tcp_recvmsg`: copies in [`CHUNK`]s (mutex dropped between chunks), and

@@ -115,3 +115,29 @@ fn zerocopy_against_linux() {
         }
     });
 }
+
+#[test]
+fn zerocopy_send_that_times_out_is_completed() {
+    // A blocking send that gives up (SO_SNDTIMEO) with part of its bytes queued is over:
+    // its completion comes once those bytes are acknowledged, without another send.
+    with_watchdog(Duration::from_secs(60), || {
+        let (ha, hb) = hosts();
+        let addr = SocketAddr::new(IpAddr::V4(B4), 81);
+        let l = TcpListener::bind(&hb, addr).unwrap();
+        let c = TcpStream::connect(&ha, addr).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        c.set_zerocopy(true).unwrap();
+        c.set_write_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        // The peer reads nothing yet: 32 MiB cannot all be queued before the timeout.
+        let b = pattern(32 << 20, 0);
+        let n = c.send_zerocopy(&b).unwrap();
+        assert!(n > 0 && n < b.len(), "{n}");
+        let mut got = vec![0u8; n];
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(got, b[..n]);
+        let z = c.wait_zerocopy(Some(Duration::from_secs(20))).unwrap();
+        assert_eq!((z.lo, z.hi), (0, 0));
+        assert!(b.is_unique(), "the stack still holds the buffer");
+    });
+}

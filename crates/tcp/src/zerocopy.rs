@@ -233,6 +233,23 @@ impl SockZc {
         b.open = open;
     }
 
+    /// The blocking send that left its completion open ([`SockZc::end`]) returns to its
+    /// caller without coming back (a send timeout, the host stopping): its completion is
+    /// closed, and an id it held without taking a byte is given back
+    /// (`msg_zerocopy_put_abort`). True if one was open.
+    pub fn close_open(&mut self) -> bool {
+        let Some(b) = self.ubufs.back_mut().filter(|b| b.open) else {
+            return false;
+        };
+        if b.reserved {
+            b.len -= 1;
+            b.reserved = false;
+            self.next_id = self.next_id.wrapping_sub(1);
+        }
+        b.open = false;
+        true
+    }
+
     /// The bytes `seq..end` of the completions they belong to were copied.
     pub fn mark_copied(&mut self, seq: u32, end: u32) {
         for b in self.overlapping(seq, end) {
@@ -453,6 +470,35 @@ mod tests {
             out.iter().map(|n| (n.lo, n.hi)).collect::<Vec<_>>(),
             vec![(0, 0)]
         );
+    }
+
+    #[test]
+    fn a_blocking_send_whose_caller_gives_up_is_closed() {
+        let mut z = SockZc::default();
+        let a = z.begin(100, None, 131_072).unwrap();
+        z.grow(a.serial, 60, 1061);
+        z.end(a, 60, true);
+        let mut out = Vec::new();
+        z.take_done(1061, false, |n| out.push(n));
+        assert!(out.is_empty(), "open: its caller comes back with the rest");
+        assert!(z.close_open());
+        assert!(!z.close_open());
+        z.take_done(1061, false, |n| out.push(n));
+        assert_eq!(
+            out.iter().map(|n| (n.lo, n.hi)).collect::<Vec<_>>(),
+            vec![(0, 0)]
+        );
+        // One that extended the completion before it and took nothing gives its id back.
+        let b = z.begin(100, None, 131_072).unwrap();
+        z.grow(b.serial, 100, 1161);
+        z.end(b, 100, false);
+        let c = z.begin(100, Some(b.serial), 131_072).unwrap();
+        z.end(c, 0, true);
+        assert_eq!(z.next_id(), 3);
+        assert!(z.close_open());
+        assert_eq!(z.next_id(), 2);
+        z.take_done(1161, false, |n| out.push(n));
+        assert_eq!(out.last().map(|n| (n.lo, n.hi)), Some((1, 1)));
     }
 
     #[test]

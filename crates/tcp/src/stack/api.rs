@@ -403,6 +403,21 @@ impl Stack {
         }
     }
 
+    /// A blocking zero-copy send returns to its caller: the end of Linux's
+    /// `tcp_sendmsg_locked` (`net_zcopy_put`, or `net_zcopy_put_abort` when it took
+    /// nothing). A blocking send that took part of its bytes (or none, yet) leaves its
+    /// completion open for its caller to come back with the rest after sleeping for room
+    /// (zerocopy.rs); a caller that gives up instead (a send timeout) calls this, so that the
+    /// completion is reported once its bytes are released and an id the send held without
+    /// taking a byte is given back. Does nothing when no send is open.
+    pub fn zerocopy_send_end(&mut self, s: SocketId) -> Result<(), Errno> {
+        let (sk, env) = self.sk_env(s)?;
+        if sk.zc.close_open() {
+            sk.zc_complete(env);
+        }
+        Ok(())
+    }
+
     /// The id the socket's next zero-copy send will get (`sk_zckey`): ids are given in
     /// order from 0, one per `MSG_ZEROCOPY` send that takes bytes (a blocking send that
     /// sleeps for room and comes back keeps its id).
