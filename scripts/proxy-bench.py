@@ -456,6 +456,10 @@ class Bench:
             self.run(["sysctl", "-q", "-w", "net.ipv4.tcp_tw_reuse=1"], ns=ns)
             self.run(["sysctl", "-q", "-w", "net.ipv4.tcp_max_syn_backlog=8192"], ns=ns)
             self.run(["sysctl", "-q", "-w", "net.core.somaxconn=8192"], ns=ns)
+        if self.a.server_cc:
+            # The download's senders (iperf3's server, microsocks) live in S.
+            self.run(["sysctl", "-q", "-w",
+                      f"net.ipv4.tcp_congestion_control={self.a.server_cc}"], ns=S)
         self.route("kernel")
         self.start_servers()
 
@@ -948,6 +952,9 @@ def main():
                     help="extra argument for tun2proxy-bin (repeatable; use --tun2proxy-arg=--x)")
     ap.add_argument("--shallow-arg", action="append", default=[],
                     help="extra argument for `shallow proxy` (repeatable; use --shallow-arg=--x)")
+    ap.add_argument("--server-cc", default=None,
+                    help="congestion control of the server namespace's sockets (iperf3's server, "
+                    "microsocks): e.g. cubic; default: the namespace's default (the host's)")
     ap.add_argument("--socks-user", default=None, help="SOCKS5 username (microsocks -u)")
     ap.add_argument("--socks-pass", default=None, help="SOCKS5 password (microsocks -P)")
     ap.add_argument("--json", default=None, help="write every result and the summary here")
@@ -1010,7 +1017,7 @@ def main():
         "kernel": platform.release(), "cpus": os.cpu_count(),
         "loadavg_start": open("/proc/loadavg").read().split()[:3],
         "argv": sys.argv, "arms": arms, "reps": a.reps, "time": a.time, "lat_time": a.lat_time,
-        "load_flows": a.load_flows, "idle_conns": b.idle_n, "rlimit_nofile": soft,
+        "load_flows": a.load_flows, "server_cc": a.server_cc, "idle_conns": b.idle_n, "rlimit_nofile": soft,
         "tun2proxy": t2p, "tun2proxy_version": version([t2p, "--version"]) if t2p else None,
         "shallow": a.shallow,
         "shallow_mtime": (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(a.shallow)))
@@ -1058,7 +1065,8 @@ def main():
     print(f"tun2proxy: {meta['tun2proxy_version']}   shallow: {meta['shallow_version']} "
           f"(built {meta['shallow_mtime']}, sha256 {(meta['shallow_sha256'] or '-')[:12]})")
     print(f"bulk {a.time} s, ping-pong/conn-rate {a.lat_time} s, load {a.load_flows} flow(s) "
-          f"iperf3 -R, {b.idle_n} idle connections, {a.reps} rep(s), order by {a.order}")
+          f"iperf3 -R, {b.idle_n} idle connections, {a.reps} rep(s), order by {a.order}, "
+          f"server cc {a.server_cc or 'default'}")
     print_tables(results, arms, a.reps, med, ratios, targets)
     errs = [(r["arm"], r["rep"], e) for r in results for e in r["errors"]]
     if errs:
