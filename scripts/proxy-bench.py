@@ -33,6 +33,7 @@ Usage:
     sudo scripts/proxy-bench.py --quick                        # smoke run: short, 1 rep, 1000 idle conns
     sudo scripts/proxy-bench.py --json /tmp/proxy-bench.json   # full run, 3 reps each arm
     sudo scripts/proxy-bench.py --arms kernel,tun2proxy --reps 5 --time 10
+    sudo scripts/proxy-bench.py --server-cc cubic              # the download's senders unpaced
     sudo scripts/proxy-bench.py --shallow target/release/shallow --tun2proxy ~/.cargo/bin/tun2proxy-bin
 
 Notes:
