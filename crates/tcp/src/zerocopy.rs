@@ -220,11 +220,9 @@ impl SockZc {
                 return;
             }
             if z.extended || (b.reserved && !open) {
-                // The send that extended it gives its id back.
-                b.len -= 1;
-                b.reserved = false;
-                self.next_id = self.next_id.wrapping_sub(1);
+                self.give_back_extension(i);
             }
+            let b = &mut self.ubufs[i];
             b.open = open && b.bytelen > 0;
             return;
         }
@@ -238,16 +236,29 @@ impl SockZc {
     /// closed, and an id it held without taking a byte is given back
     /// (`msg_zerocopy_put_abort`). True if one was open.
     pub fn close_open(&mut self) -> bool {
-        let Some(b) = self.ubufs.back_mut().filter(|b| b.open) else {
+        let Some(i) = self
+            .ubufs
+            .len()
+            .checked_sub(1)
+            .filter(|&i| self.ubufs[i].open)
+        else {
             return false;
         };
-        if b.reserved {
-            b.len -= 1;
-            b.reserved = false;
-            self.next_id = self.next_id.wrapping_sub(1);
+        if self.ubufs[i].reserved {
+            self.give_back_extension(i);
         }
-        b.open = false;
+        self.ubufs[i].open = false;
         true
+    }
+
+    /// The send that extended completion `i` took none of its bytes and is over: its id,
+    /// the last of the completion's range and the last given, goes back
+    /// (`msg_zerocopy_put_abort`).
+    fn give_back_extension(&mut self, i: usize) {
+        let b = &mut self.ubufs[i];
+        b.len -= 1;
+        b.reserved = false;
+        self.next_id = self.next_id.wrapping_sub(1);
     }
 
     /// The bytes `seq..end` of the completions they belong to were copied.
