@@ -996,27 +996,24 @@ impl Connection {
         if advancing {
             return now + rto;
         }
-        match self.rtx.queue.front() {
-            Some(h) if h.mstamp != Instant::ZERO && h.mstamp + rto > now => h.mstamp + rto,
-            _ => now + rto,
-        }
+        self.head_rto_at()
+            .filter(|&at| at > now)
+            .unwrap_or(now + rto)
+    }
+
+    /// The head skb's send time + rto (`tcp_rto_delta_us`), if the head was sent.
+    fn head_rto_at(&self) -> Option<Instant> {
+        let h = self.rtx.queue.front()?;
+        (h.mstamp != Instant::ZERO).then(|| h.mstamp + self.rtt.rto())
     }
 
     /// The RTO re-armed by a timer that was the loss probe's or RACK's (`tcp_rearm_rto`
     /// with `tcp_rto_delta_us`): the head's send time + rto, and when that has passed, at
     /// once (a microsecond, which the jiffy rule makes the next tick but one).
     pub(crate) fn rto_deadline_from_head(&self, now: Instant) -> Instant {
-        let rto = self.rtt.rto();
-        match self.rtx.queue.front() {
-            Some(h) if h.mstamp != Instant::ZERO => {
-                let at = h.mstamp + rto;
-                if at > now {
-                    at
-                } else {
-                    now + Duration::from_micros(1)
-                }
-            }
-            _ => now + rto,
+        match self.head_rto_at() {
+            Some(at) => at.max(now + Duration::from_micros(1)),
+            None => now + self.rtt.rto(),
         }
     }
 
